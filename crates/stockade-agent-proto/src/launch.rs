@@ -1,0 +1,216 @@
+//! The launch plan: everything the native provider decided about a sandbox, as data.
+//!
+//! The provider computes a [`LaunchPlan`] from a validated spec (pure code, unit-tested)
+//! and hands it as JSON to `stockade-agent monitor`, which executes it mechanically:
+//! cgroups, namespaces, mounts, pivot_root, then the agent as PID 1. This keeps policy
+//! (what to mount, what to limit) apart from enforcement (the syscalls).
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::ErrorCode;
+
+/// A native sandbox to start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchPlan {
+    /// Sandbox id.
+    pub id: String,
+    /// Host directory holding this sandbox's state (`state.json`, `agent.sock`, `root/`).
+    pub state_dir: PathBuf,
+    /// Hostname inside.
+    pub hostname: String,
+    /// Network setup.
+    pub network: NetworkPlan,
+    /// Cgroups to create and join.
+    pub cgroups: CgroupPlan,
+    /// Filesystem operations building the new root, in order. Targets are paths inside
+    /// the sandbox; sources are host paths.
+    pub mounts: Vec<MountOp>,
+    /// Remount the new root read-only once built.
+    pub readonly_root: bool,
+    /// Absolute deadline (unix ms) at which everything is killed.
+    pub expires_at_ms: u64,
+    /// Kill the sandbox when this host process dies (the embedding caller).
+    pub owner_pid: Option<u32>,
+    /// Policy the agent applies to each exec.
+    pub exec: ExecPolicy,
+    /// The user's spec, stored as given for `inspect`.
+    pub spec: serde_json::Value,
+}
+
+/// Network of a native sandbox.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetworkPlan {
+    /// Own network namespace with only loopback, brought up.
+    LoopbackOnly,
+    /// Own network namespace plus a user-mode NAT helper giving egress; `argv` is the
+    /// helper's command line, to which the netns path is appended.
+    UserModeNat {
+        argv: Vec<String>,
+        resolv_conf: String,
+    },
+}
+
+/// A cgroup directory to create, configure and join.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupDir {
+    /// Absolute directory path (created, removed at destroy).
+    pub path: PathBuf,
+    /// Files written after creation, in order: (file name, value).
+    pub settings: Vec<(String, String)>,
+}
+
+/// Cgroups of a sandbox (one per v1 controller, or one v2 group, plus a v2 group for
+/// `cgroup.kill` on hybrid hosts).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CgroupPlan {
+    /// Directories created and joined, in order.
+    pub dirs: Vec<CgroupDir>,
+    /// Parent directories that must exist (created if missing), with settings applied
+    /// once (e.g. `cgroup.subtree_control` on pure v2).
+    pub parents: Vec<CgroupDir>,
+    /// The `cgroup.kill` file that kills every process of the sandbox, when available.
+    pub kill_file: Option<PathBuf>,
+    /// Where the OOM kill counter of the sandbox is read.
+    pub oom_counter: Option<OomCounter>,
+}
+
+/// A file with a `key value` line counting OOM kills (`memory.events` on v2,
+/// `memory.oom_control` on v1).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OomCounter {
+    pub path: PathBuf,
+    pub key: String,
+}
+
+/// Mount flags shared by the mount operations.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MountFlags {
+    pub readonly: bool,
+    pub nosuid: bool,
+    pub nodev: bool,
+    pub noexec: bool,
+}
+
+impl MountFlags {
+    /// Read-only, nosuid, nodev: the flags of every host view.
+    pub const RO_HOST: MountFlags = MountFlags {
+        readonly: true,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
+    /// Writable, nosuid, nodev.
+    pub const RW: MountFlags = MountFlags {
+        readonly: false,
+        nosuid: true,
+        nodev: true,
+        noexec: false,
+    };
+}
+
+/// One step of building the new root.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MountOp {
+    /// A tmpfs of `size_bytes` at `target`.
+    Tmpfs {
+        target: PathBuf,
+        size_bytes: u64,
+        mode: u32,
+        flags: MountFlags,
+    },
+    /// Bind the host path `source` at `target` (recursively).
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        flags: MountFlags,
+        file: bool,
+    },
+    /// An overlay with the host path `lower` below and a fresh upper in a scratch tmpfs.
+    Overlay {
+        lower: PathBuf,
+        target: PathBuf,
+        flags: MountFlags,
+    },
+    /// A fresh procfs (of the sandbox's pid namespace).
+    Proc { target: PathBuf },
+    /// A read-only sysfs.
+    Sysfs { target: PathBuf },
+    /// A fresh devpts instance.
+    Devpts { target: PathBuf },
+    /// Bind the host device node `source` at `target` (a file).
+    Device { source: PathBuf, target: PathBuf },
+    /// A directory.
+    Mkdir { path: PathBuf, mode: u32 },
+    /// A symbolic link at `path` pointing to `to`.
+    Symlink { to: String, path: PathBuf },
+    /// A file with these contents.
+    File {
+        path: PathBuf,
+        contents: String,
+        mode: u32,
+    },
+    /// Make an already mounted path read-only (bind onto itself, remount ro).
+    ReadOnly { target: PathBuf },
+    /// Hide a file or directory (`/dev/null` over files, an empty read-only tmpfs over
+    /// directories); missing paths are ignored.
+    Mask { target: PathBuf },
+}
+
+/// The policy the agent applies to every exec it starts.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecPolicy {
+    /// uid of the code.
+    pub uid: u32,
+    /// gid of the code.
+    pub gid: u32,
+    /// Base environment (PATH, HOME, LANG and the spec's env).
+    pub env: BTreeMap<String, String>,
+    /// Default working directory.
+    pub workdir: String,
+    /// Set `PR_SET_NO_NEW_PRIVS`.
+    pub no_new_privs: bool,
+    /// Drop every capability (bounding, ambient, inheritable, permitted, effective).
+    pub drop_caps: bool,
+    /// Apply the seccomp allowlist.
+    pub seccomp: bool,
+    /// Landlock: paths writable below (everything else read-only); `None` = off.
+    pub landlock_writable: Option<Vec<String>>,
+}
+
+/// The monitor's one-line JSON answer on its stdout once the sandbox is up (or not).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LaunchReport {
+    /// The agent listens; `state.json` is written.
+    Ready(SandboxState),
+    /// Launch failed; nothing is left behind.
+    Failed { code: ErrorCode, message: String },
+}
+
+/// What `state.json` records about a live native sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxState {
+    pub id: String,
+    /// Host pid of the monitor (parent of the agent, outside the namespaces).
+    pub monitor_pid: u32,
+    /// Start time of the monitor (clock ticks since boot), to detect pid reuse.
+    pub monitor_start_ticks: u64,
+    /// Host pid of the agent (PID 1 inside).
+    pub init_pid: u32,
+    pub created_at_ms: u64,
+    pub expires_at_ms: u64,
+    pub owner_pid: Option<u32>,
+    /// Cgroup directories to remove at destroy.
+    pub cgroups: Vec<PathBuf>,
+    /// Hardening actually applied, e.g. `seccomp: allowlist (301 syscalls)`.
+    pub applied: Vec<String>,
+    /// The user's spec.
+    pub spec: serde_json::Value,
+}

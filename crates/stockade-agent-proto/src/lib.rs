@@ -1,0 +1,176 @@
+//! The Stockade agent protocol: the messages between a provider (host side) and the
+//! agent that runs as PID 1 inside every Linux sandbox, the exec types every provider
+//! shares, bounded output capture, and the launch plan of the native provider.
+//!
+//! Framing: each message is a little-endian `u32` length followed by that many bytes of
+//! `postcard`. A connection starts with [`ClientMsg::Hello`] carrying
+//! [`PROTOCOL_VERSION`]; the agent answers [`AgentMsg::Hello`] or an error. The client
+//! may pipeline its request right after its hello.
+
+pub mod capture;
+pub mod codec;
+pub mod launch;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+pub use capture::BoundedCapture;
+
+/// Version of this protocol. Bumped on any incompatible change.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest frame accepted (guards against a peer announcing a huge length).
+pub const MAX_FRAME_BYTES: u32 = 64 << 20;
+
+/// Size of an output chunk streamed to the client.
+pub const CHUNK_BYTES: usize = 64 << 10;
+
+/// Error codes shared by every layer: the agent, providers, the daemon, the CLI (exit
+/// codes) and the SDKs (exception classes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    /// The spec or request is invalid; the message lists why.
+    InvalidSpec,
+    /// No such sandbox, exec, file or image.
+    NotFound,
+    /// A backend or host feature needed is missing; the message says how to fix it.
+    Unavailable,
+    /// An operation (not the user's code) ran out of time.
+    Timeout,
+    /// A quota or size limit was reached.
+    LimitExceeded,
+    /// The policy forbids the operation.
+    PolicyDenied,
+    /// A bug or an unexpected host failure.
+    Internal,
+}
+
+impl ErrorCode {
+    /// Stable lowercase name (`invalid_spec`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::InvalidSpec => "invalid_spec",
+            ErrorCode::NotFound => "not_found",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::LimitExceeded => "limit_exceeded",
+            ErrorCode::PolicyDenied => "policy_denied",
+            ErrorCode::Internal => "internal",
+        }
+    }
+}
+
+/// Which output stream a chunk belongs to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// One command to run in a sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ExecRequest {
+    /// Program and arguments; the program is looked up in PATH when it has no `/`.
+    pub argv: Vec<String>,
+    /// Environment added on top of the sandbox's base environment.
+    pub env: BTreeMap<String, String>,
+    /// Working directory (default: the sandbox's workdir).
+    pub cwd: Option<String>,
+    /// Bytes fed to stdin, which is then closed (default: empty).
+    #[serde(with = "serde_bytes")]
+    pub stdin: Vec<u8>,
+    /// Deadline in milliseconds; at it everything the exec started is killed.
+    pub timeout_ms: Option<u64>,
+    /// Cap on each captured stream (default 1 MiB), keeping head and tail.
+    pub output_limit_bytes: u64,
+    /// Send output chunks as they come (the head of each stream, up to half the cap).
+    pub stream: bool,
+}
+
+impl ExecRequest {
+    /// A request for `argv` with the defaults: no stdin, no deadline, 1 MiB per stream.
+    pub fn new<I: IntoIterator<Item = S>, S: Into<String>>(argv: I) -> ExecRequest {
+        ExecRequest {
+            argv: argv.into_iter().map(Into::into).collect(),
+            env: BTreeMap::new(),
+            cwd: None,
+            stdin: Vec::new(),
+            timeout_ms: None,
+            output_limit_bytes: 1 << 20,
+            stream: false,
+        }
+    }
+}
+
+/// How an exec ended.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExecOutcome {
+    /// Exit code, or 128 + signal number when killed by a signal (as shells report).
+    pub exit_code: i32,
+    /// The signal that killed the process, if one did.
+    pub signal: Option<i32>,
+    /// The exec deadline passed and everything it started was killed.
+    pub timed_out: bool,
+    /// The kernel's OOM killer killed a process of this exec.
+    pub oom_killed: bool,
+    /// Wall time from start to exit, in milliseconds.
+    pub duration_ms: u64,
+    /// Captured stdout (head + tail when truncated).
+    #[serde(with = "serde_bytes")]
+    pub stdout: Vec<u8>,
+    /// Captured stderr (head + tail when truncated).
+    #[serde(with = "serde_bytes")]
+    pub stderr: Vec<u8>,
+    /// Bytes of stdout dropped between head and tail.
+    pub stdout_dropped: u64,
+    /// Bytes of stderr dropped between head and tail.
+    pub stderr_dropped: u64,
+}
+
+impl ExecOutcome {
+    /// Whether either stream was cut.
+    pub fn truncated(&self) -> bool {
+        self.stdout_dropped > 0 || self.stderr_dropped > 0
+    }
+}
+
+/// Messages from the host side to the agent.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum ClientMsg {
+    /// First message of every connection.
+    Hello { version: u32 },
+    /// Liveness check; answered with [`AgentMsg::Pong`].
+    Ping,
+    /// Run a command; answered with `Started`, `Output`s and `Exited` (or `Error`).
+    Exec(ExecRequest),
+    /// More stdin for the running exec of this connection.
+    Stdin(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// Close the running exec's stdin.
+    CloseStdin,
+    /// Kill everything the running exec of this connection started.
+    Kill,
+}
+
+/// Messages from the agent to the host side.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub enum AgentMsg {
+    /// Answer to [`ClientMsg::Hello`].
+    Hello { version: u32, agent_version: String },
+    /// Answer to [`ClientMsg::Ping`].
+    Pong,
+    /// The exec's process started with this pid (inside the sandbox).
+    Started { pid: u32 },
+    /// A chunk of live output.
+    Output {
+        stream: Stream,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+    },
+    /// The exec ended.
+    Exited(ExecOutcome),
+    /// The request failed (the user's code did not run, or the agent broke).
+    Error { code: ErrorCode, message: String },
+}

@@ -1,0 +1,131 @@
+//! What a provider can enforce, and the check that refuses specs it cannot honour.
+
+use serde::{Deserialize, Serialize};
+use stockade_spec::{Network, SpecError, SpecErrors, ValidatedSpec};
+
+/// Features a provider supports. A spec asking for one that is missing is refused
+/// with every reason listed, never silently weakened.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Capabilities {
+    /// Runs on read-only views of the host's `/usr` (no image).
+    pub host_rootfs: bool,
+    /// Runs OCI images.
+    pub images: bool,
+    /// Gives egress when `network` is on.
+    pub network_egress: bool,
+    /// Writable root overlay.
+    pub writable_root: bool,
+    /// Host path mounts.
+    pub mounts: bool,
+    /// Enforces a memory cap.
+    pub memory_limit: bool,
+    /// Enforces a CPU quota.
+    pub cpu_limit: bool,
+    /// Enforces a pids cap.
+    pub pids_limit: bool,
+    /// Runs code as a chosen uid/gid.
+    pub users: bool,
+    /// Applies seccomp (when false, `hardening.seccomp` must be turned off explicitly).
+    pub seccomp: bool,
+    /// Applies landlock.
+    pub landlock: bool,
+}
+
+impl Capabilities {
+    /// Everything a Linux provider with full isolation supports.
+    pub const FULL_LINUX: Capabilities = Capabilities {
+        host_rootfs: true,
+        images: true,
+        network_egress: true,
+        writable_root: true,
+        mounts: true,
+        memory_limit: true,
+        cpu_limit: true,
+        pids_limit: true,
+        users: true,
+        seccomp: true,
+        landlock: true,
+    };
+
+    /// Refuses a spec that needs something this provider lacks, naming each gap.
+    pub fn check(&self, provider: &str, spec: &ValidatedSpec) -> Result<(), SpecErrors> {
+        let mut errs = Vec::new();
+        let mut need = |ok: bool, field: &str, what: &str| {
+            if !ok {
+                errs.push(SpecError {
+                    field: field.into(),
+                    message: format!("the {provider} provider cannot {what}"),
+                });
+            }
+        };
+        need(
+            spec.image.is_some() || self.host_rootfs,
+            "image",
+            "run without an image; name one with --image",
+        );
+        need(
+            spec.image.is_none() || self.images,
+            "image",
+            "run OCI images",
+        );
+        need(
+            spec.network == Network::None || self.network_egress,
+            "network",
+            "give network egress",
+        );
+        need(
+            !spec.writable || self.writable_root,
+            "writable",
+            "make the root writable",
+        );
+        need(
+            spec.mounts.is_empty() || self.mounts,
+            "mounts",
+            "mount host paths",
+        );
+        need(
+            !spec.hardening.seccomp || self.seccomp,
+            "hardening.seccomp",
+            "apply seccomp; turn it off explicitly to accept that",
+        );
+        need(
+            !spec.hardening.landlock || self.landlock,
+            "hardening.landlock",
+            "apply landlock; turn it off explicitly to accept that",
+        );
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(SpecErrors(errs))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_spec::SandboxSpec;
+
+    #[test]
+    fn lists_each_gap() {
+        let caps = Capabilities {
+            network_egress: false,
+            seccomp: false,
+            ..Capabilities::FULL_LINUX
+        };
+        let spec = SandboxSpec {
+            network: Network::Egress,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let errs = caps.check("toy", &spec).unwrap_err();
+        assert_eq!(errs.0.len(), 2, "{errs}");
+        assert!(
+            errs.to_string()
+                .contains("the toy provider cannot give network egress"),
+            "{errs}"
+        );
+        Capabilities::FULL_LINUX.check("full", &spec).unwrap();
+    }
+}

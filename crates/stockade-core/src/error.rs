@@ -1,0 +1,110 @@
+//! The one error type of the provider boundary.
+
+pub use stockade_agent_proto::ErrorCode;
+use stockade_spec::SpecErrors;
+
+/// An error from a provider or the core. Every variant has an [`ErrorCode`] and a
+/// lowercase message naming the thing at fault.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The spec or request is invalid (every problem listed).
+    #[error(transparent)]
+    InvalidSpec(#[from] SpecErrors),
+    /// A request (not a spec) is malformed.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
+    /// No such object.
+    #[error("{kind} {id} not found")]
+    NotFound { kind: &'static str, id: String },
+    /// A backend or host feature is missing.
+    #[error("{what} is unavailable: {reason} (fix: {fix})")]
+    Unavailable {
+        what: String,
+        reason: String,
+        fix: String,
+    },
+    /// An operation of ours ran out of time.
+    #[error("{operation} timed out after {after_ms} ms")]
+    Timeout { operation: String, after_ms: u64 },
+    /// A quota or size limit was reached.
+    #[error("{what} exceeds the limit of {limit}")]
+    LimitExceeded { what: String, limit: String },
+    /// The policy forbids it.
+    #[error("denied: {0}")]
+    PolicyDenied(String),
+    /// A host operation failed unexpectedly.
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
+    /// A bug or an unexpected state; the message says which.
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl Error {
+    /// The code of this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            Error::InvalidSpec(_) | Error::InvalidRequest(_) => ErrorCode::InvalidSpec,
+            Error::NotFound { .. } => ErrorCode::NotFound,
+            Error::Unavailable { .. } => ErrorCode::Unavailable,
+            Error::Timeout { .. } => ErrorCode::Timeout,
+            Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
+            Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
+            Error::Io { .. } | Error::Internal(_) => ErrorCode::Internal,
+        }
+    }
+
+    /// An I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Error {
+        Error::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// Rebuilds an error received over the wire (agent, daemon) from code and message.
+    pub fn from_wire(code: ErrorCode, message: String) -> Error {
+        match code {
+            ErrorCode::InvalidSpec => Error::InvalidRequest(message),
+            ErrorCode::NotFound => Error::NotFound {
+                kind: "object",
+                id: message,
+            },
+            ErrorCode::Unavailable => Error::Unavailable {
+                what: "backend".into(),
+                reason: message,
+                fix: "see `stockade doctor`".into(),
+            },
+            ErrorCode::Timeout => Error::Timeout {
+                operation: message,
+                after_ms: 0,
+            },
+            ErrorCode::LimitExceeded => Error::LimitExceeded {
+                what: message,
+                limit: "the configured limit".into(),
+            },
+            ErrorCode::PolicyDenied => Error::PolicyDenied(message),
+            ErrorCode::Internal => Error::Internal(message),
+        }
+    }
+
+    /// Process exit code the CLI uses for this error (the user's code's own exit codes
+    /// pass through unchanged; these sit above the range shells use for signals).
+    pub fn exit_code(&self) -> i32 {
+        match self.code() {
+            ErrorCode::InvalidSpec => 64,
+            ErrorCode::NotFound => 65,
+            ErrorCode::Unavailable => 69,
+            ErrorCode::Timeout => 66,
+            ErrorCode::LimitExceeded => 67,
+            ErrorCode::PolicyDenied => 77,
+            ErrorCode::Internal => 70,
+        }
+    }
+}
+
+/// Result with the core [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,250 @@
+//! Stockade core: the [`Provider`] trait every isolation backend implements, the
+//! [`Capabilities`] check, exec types, the [`Sandbox`] handle and the one [`Error`].
+//!
+//! A provider turns a [`ValidatedSpec`] into a running sandbox and runs
+//! [`ExecRequest`]s in it. Specs a provider cannot honour are refused through
+//! [`Capabilities::check`], never silently weakened.
+
+mod caps;
+mod error;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+pub use caps::Capabilities;
+pub use error::{Error, ErrorCode, Result};
+pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream};
+pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
+
+/// A chunk of live output of an exec.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OutputChunk {
+    pub stream: Stream,
+    pub data: Vec<u8>,
+}
+
+/// Where a provider sends live output. Bounded: a slow reader slows the exec's
+/// output pump, never grows memory.
+pub type OutputSender = mpsc::Sender<OutputChunk>;
+
+/// Options of `create` that are about the caller, not the sandbox.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CreateOptions {
+    /// Destroy the sandbox when this host process dies (an embedding program that
+    /// crashed must not leak sandboxes). `None`: the sandbox lives its lifetime.
+    pub owner_pid: Option<u32>,
+}
+
+/// What is known about a sandbox.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxInfo {
+    /// Sandbox id (unique on this host).
+    pub id: String,
+    /// Provider name (`native`, `docker`, ...).
+    pub provider: String,
+    /// Creation time, unix milliseconds.
+    pub created_at_ms: u64,
+    /// End of the lifetime, unix milliseconds.
+    pub expires_at_ms: u64,
+    /// Host process whose death destroys the sandbox, if any.
+    pub owner_pid: Option<u32>,
+    /// The spec as requested.
+    pub spec: serde_json::Value,
+    /// Hardening actually applied, one line each.
+    pub applied: Vec<String>,
+}
+
+/// What `gc` removed.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcReport {
+    /// Ids of sandboxes reaped (expired, owner dead, or left half-made by a crash).
+    pub reaped: Vec<String>,
+    /// Problems met (each names the object).
+    pub errors: Vec<String>,
+}
+
+/// One line of a provider's self-check.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Check {
+    /// What was checked (`user namespaces`, `cgroups`, ...).
+    pub name: String,
+    /// Whether it is usable.
+    pub ok: bool,
+    /// What was found.
+    pub detail: String,
+    /// How to fix it when not ok.
+    pub fix: Option<String>,
+}
+
+/// An isolation backend.
+#[async_trait]
+pub trait Provider: Send + Sync + 'static {
+    /// Short name (`native`, `docker`, `wasm`, `microvm`).
+    fn name(&self) -> &'static str;
+
+    /// What this provider can enforce.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Checks the host; `Err(Unavailable)` says what is missing and how to fix it.
+    async fn probe(&self) -> Result<Vec<Check>>;
+
+    /// Starts a sandbox. The spec is checked against [`Self::capabilities`] first.
+    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo>;
+
+    /// Runs one command and waits for it. Live output goes to `output` when given.
+    /// A non-zero exit is an outcome, not an error.
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+    ) -> Result<ExecOutcome>;
+
+    /// Kills everything in the sandbox and removes all its state. Idempotent.
+    async fn destroy(&self, id: &str) -> Result<()>;
+
+    /// The live sandboxes of this provider.
+    async fn list(&self) -> Result<Vec<SandboxInfo>>;
+
+    /// One sandbox.
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
+
+    /// Reaps what expired, lost its owner, or was left half-made by a crash.
+    async fn gc(&self) -> Result<GcReport>;
+}
+
+/// A live sandbox. Call [`Sandbox::destroy`] when done; a sandbox created with an
+/// owner also dies with its owner process.
+#[derive(Clone)]
+pub struct Sandbox {
+    provider: Arc<dyn Provider>,
+    info: SandboxInfo,
+}
+
+impl std::fmt::Debug for Sandbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sandbox")
+            .field("id", &self.info.id)
+            .field("provider", &self.info.provider)
+            .finish()
+    }
+}
+
+impl Sandbox {
+    /// Creates a sandbox on `provider`.
+    pub async fn create(
+        provider: Arc<dyn Provider>,
+        spec: SandboxSpec,
+        opts: CreateOptions,
+    ) -> Result<Sandbox> {
+        let spec = spec.validate()?;
+        provider.capabilities().check(provider.name(), &spec)?;
+        let info = provider.create(spec, opts).await?;
+        Ok(Sandbox { provider, info })
+    }
+
+    /// A handle to an existing sandbox.
+    pub async fn attach(provider: Arc<dyn Provider>, id: &str) -> Result<Sandbox> {
+        let info = provider.inspect(id).await?;
+        Ok(Sandbox { provider, info })
+    }
+
+    /// The sandbox id.
+    pub fn id(&self) -> &str {
+        &self.info.id
+    }
+
+    /// What is known about the sandbox.
+    pub fn info(&self) -> &SandboxInfo {
+        &self.info
+    }
+
+    /// Runs a command and waits for it.
+    pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome> {
+        self.provider.exec(&self.info.id, req, None).await
+    }
+
+    /// Runs a command, sending live output to `output`.
+    pub async fn exec_streaming(
+        &self,
+        req: ExecRequest,
+        output: OutputSender,
+    ) -> Result<ExecOutcome> {
+        self.provider.exec(&self.info.id, req, Some(output)).await
+    }
+
+    /// Destroys the sandbox (idempotent).
+    pub async fn destroy(&self) -> Result<()> {
+        self.provider.destroy(&self.info.id).await
+    }
+}
+
+/// Checks an exec request before it reaches a provider.
+pub fn check_request(req: &ExecRequest) -> Result<()> {
+    if req.argv.is_empty() {
+        return Err(Error::InvalidRequest(
+            "argv is empty; give a command to run".into(),
+        ));
+    }
+    if req.argv[0].is_empty() {
+        return Err(Error::InvalidRequest("argv[0] is empty".into()));
+    }
+    if let Some(bad) = req.argv.iter().find(|a| a.contains('\0')) {
+        return Err(Error::InvalidRequest(format!(
+            "argument {bad:?} contains NUL"
+        )));
+    }
+    for (k, v) in &req.env {
+        if k.is_empty() || k.contains('=') || k.contains('\0') || v.contains('\0') {
+            return Err(Error::InvalidRequest(format!(
+                "environment variable {k:?} has an invalid name or value"
+            )));
+        }
+    }
+    if let Some(cwd) = &req.cwd
+        && !cwd.starts_with('/')
+    {
+        return Err(Error::InvalidRequest(format!(
+            "cwd {cwd:?} is not absolute"
+        )));
+    }
+    if req.timeout_ms == Some(0) {
+        return Err(Error::InvalidRequest(
+            "exec timeout must be positive".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_checked() {
+        assert!(check_request(&ExecRequest::new(["true"])).is_ok());
+        assert!(
+            check_request(&ExecRequest::new(Vec::<String>::new()))
+                .unwrap_err()
+                .to_string()
+                .contains("argv is empty")
+        );
+        let mut r = ExecRequest::new(["true"]);
+        r.cwd = Some("rel".into());
+        assert!(
+            check_request(&r)
+                .unwrap_err()
+                .to_string()
+                .contains("cwd \"rel\"")
+        );
+        let mut r = ExecRequest::new(["true"]);
+        r.env.insert("A=B".into(), "x".into());
+        assert_eq!(
+            check_request(&r).unwrap_err().code(),
+            ErrorCode::InvalidSpec
+        );
+    }
+}
