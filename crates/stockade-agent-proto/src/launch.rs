@@ -39,6 +39,8 @@ pub struct LaunchPlan {
     pub exec: ExecPolicy,
     /// The user's spec, stored as given for `inspect`.
     pub spec: serde_json::Value,
+    /// Hardening this plan applies, one line each, reported by `inspect`.
+    pub applied: Vec<String>,
 }
 
 /// Network of a native sandbox.

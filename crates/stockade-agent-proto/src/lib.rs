@@ -88,6 +88,9 @@ pub struct ExecRequest {
     pub output_limit_bytes: u64,
     /// Send output chunks as they come (the head of each stream, up to half the cap).
     pub stream: bool,
+    /// Keep stdin open after `stdin` for [`ClientMsg::Stdin`] messages until
+    /// [`ClientMsg::CloseStdin`] (default false: stdin ends after `stdin`).
+    pub keep_stdin_open: bool,
 }
 
 impl ExecRequest {
@@ -101,6 +104,7 @@ impl ExecRequest {
             timeout_ms: None,
             output_limit_bytes: 1 << 20,
             stream: false,
+            keep_stdin_open: false,
         }
     }
 }

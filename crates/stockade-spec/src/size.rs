@@ -49,7 +49,7 @@ pub fn format_size(bytes: u64) -> String {
         (1 << 10, "KiB"),
     ];
     for (mult, name) in UNITS {
-        if bytes >= mult && bytes % mult == 0 {
+        if bytes >= mult && bytes.is_multiple_of(mult) {
             return format!("{}{name}", bytes / mult);
         }
     }

@@ -1,0 +1,99 @@
+//! Cgroup creation, joining, killing and removal for a launch plan.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use stockade_agent_proto::launch::{CgroupDir, CgroupPlan};
+
+/// Settings whose name starts with `?` are optional: skipped when the file is missing
+/// (e.g. `memory.memsw.limit_in_bytes` without swap accounting).
+fn write_settings(dir: &CgroupDir) -> Result<(), String> {
+    for (file, value) in &dir.settings {
+        let (optional, file) = match file.strip_prefix('?') {
+            Some(f) => (true, f),
+            None => (false, file.as_str()),
+        };
+        let path = dir.path.join(file);
+        if optional && !path.exists() {
+            continue;
+        }
+        fs::write(&path, value)
+            .map_err(|e| format!("cannot set {} = {value:?}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Creates the parents (if missing) and the sandbox's own groups with their limits.
+pub fn create(plan: &CgroupPlan) -> Result<(), String> {
+    for p in &plan.parents {
+        fs::create_dir_all(&p.path)
+            .map_err(|e| format!("cannot create cgroup {}: {e}", p.path.display()))?;
+        write_settings(p)?;
+    }
+    for (i, d) in plan.dirs.iter().enumerate() {
+        if let Err(e) = fs::create_dir(&d.path)
+            .map_err(|e| format!("cannot create cgroup {}: {e}", d.path.display()))
+            .and_then(|_| write_settings(d))
+        {
+            remove(&plan.dirs[..=i]);
+            return Err(e);
+        }
+    }
+    Ok(())
+}
+
+/// Moves `pid` into every group of the sandbox.
+pub fn join(plan: &CgroupPlan, pid: u32) -> Result<(), String> {
+    for d in &plan.dirs {
+        let procs = d.path.join("cgroup.procs");
+        fs::write(&procs, pid.to_string())
+            .map_err(|e| format!("cannot move pid {pid} into {}: {e}", procs.display()))?;
+    }
+    Ok(())
+}
+
+/// Kills every process of the sandbox through `cgroup.kill`, when there is one.
+pub fn kill(plan: &CgroupPlan) -> bool {
+    match &plan.kill_file {
+        Some(f) => fs::write(f, "1").is_ok(),
+        None => false,
+    }
+}
+
+/// Removes the groups, retrying while dying processes still hold them (up to 2 s).
+/// Returns the ones that could not be removed.
+pub fn remove(dirs: &[CgroupDir]) -> Vec<String> {
+    remove_paths(dirs.iter().map(|d| d.path.as_path()))
+}
+
+/// Like [`remove`], by path.
+pub fn remove_paths<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<String> {
+    let deadline = Instant::now() + Duration::from_secs(2);
+    let mut left = Vec::new();
+    for p in paths {
+        loop {
+            match fs::remove_dir(p) {
+                Ok(()) => break,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
+                Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => {
+                    left.push(format!("cannot remove cgroup {}: {e}", p.display()));
+                    break;
+                }
+            }
+        }
+    }
+    left
+}
+
+/// Reads the OOM kill counter (`key N` line) from `path`.
+pub fn read_counter(text: &str, key: &str) -> u64 {
+    text.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.trim().parse().ok())
+        .unwrap_or(0)
+}

@@ -1,0 +1,386 @@
+//! `stockade-agent monitor`: the host-side jailer and supervisor of one native sandbox.
+//!
+//! Reads a [`LaunchPlan`] (JSON) on stdin, creates the cgroups, forks the agent into
+//! new namespaces (it becomes PID 1 there, builds the root and pivots into it), starts
+//! the network helper, writes `state.json`, answers one [`LaunchReport`] line on stdout,
+//! and then stays outside the namespaces until the sandbox must end: its lifetime
+//! passes, its owner process dies, it receives SIGTERM (destroy), or the agent dies.
+//! Then it kills everything and removes every trace (cgroups, helper, state dir).
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sched::CloneFlags;
+use nix::sys::signal::{SigSet, Signal, kill};
+use nix::sys::signalfd::SignalFd;
+use nix::sys::wait::waitpid;
+use nix::unistd::Pid;
+use stockade_agent_proto::ErrorCode;
+use stockade_agent_proto::launch::{LaunchPlan, LaunchReport, NetworkPlan, SandboxState};
+use stockade_sys::process::{Forked, fork_into};
+
+use crate::{cgroup, rootfs, server};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn report(out: &mut impl Write, r: &LaunchReport) {
+    let mut line = serde_json::to_string(r).unwrap_or_else(|e| {
+        format!("{{\"failed\":{{\"code\":\"internal\",\"message\":\"{e}\"}}}}")
+    });
+    line.push('\n');
+    // The caller may have gone away; the sandbox then lives on until gc or its lifetime.
+    let _ = out.write_all(line.as_bytes());
+    let _ = out.flush();
+}
+
+fn fail(code: ErrorCode, message: String) -> LaunchReport {
+    LaunchReport::Failed { code, message }
+}
+
+/// Entry point of `stockade-agent monitor`.
+pub fn main() -> i32 {
+    let mut input = String::new();
+    let mut stdout = std::io::stdout();
+    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
+        report(
+            &mut stdout,
+            &fail(ErrorCode::Internal, format!("cannot read launch plan: {e}")),
+        );
+        return 2;
+    }
+    let plan: LaunchPlan = match serde_json::from_str(&input) {
+        Ok(p) => p,
+        Err(e) => {
+            report(
+                &mut stdout,
+                &fail(ErrorCode::InvalidSpec, format!("invalid launch plan: {e}")),
+            );
+            return 2;
+        }
+    };
+    // Detach: the caller reaps our parent half at once and reads the report from the
+    // pipe we keep; we are reparented to init and outlive the caller.
+    match stockade_sys::process::fork() {
+        Ok(Forked::Parent(_)) => return 0,
+        Ok(Forked::Child) => {}
+        Err(e) => {
+            report(
+                &mut stdout,
+                &fail(
+                    ErrorCode::Internal,
+                    format!("cannot detach the monitor: {e}"),
+                ),
+            );
+            return 2;
+        }
+    }
+    let _ = nix::unistd::setsid();
+    // Hold the state dir's lock for our whole life: gc treats an unlocked dir as dead.
+    let lock = match lock_state_dir(&plan.state_dir) {
+        Ok(l) => l,
+        Err(e) => {
+            report(&mut stdout, &fail(ErrorCode::Internal, e));
+            return 2;
+        }
+    };
+    let launched = launch(&plan);
+    let (child, helper) = match launched {
+        Ok(v) => v,
+        Err((code, message)) => {
+            let _ = fs::remove_dir_all(&plan.state_dir);
+            report(&mut stdout, &fail(code, message));
+            return 1;
+        }
+    };
+    let state = SandboxState {
+        id: plan.id.clone(),
+        monitor_pid: std::process::id(),
+        monitor_start_ticks: stockade_sys::process::start_ticks(std::process::id()).unwrap_or(0),
+        init_pid: child.as_raw() as u32,
+        created_at_ms: now_ms(),
+        expires_at_ms: plan.expires_at_ms,
+        owner_pid: plan.owner_pid,
+        cgroups: plan.cgroups.dirs.iter().map(|d| d.path.clone()).collect(),
+        applied: plan.applied.clone(),
+        spec: plan.spec.clone(),
+    };
+    if let Err(e) = write_state(&plan.state_dir, &state) {
+        teardown(&plan, child, helper.as_ref());
+        report(&mut stdout, &fail(ErrorCode::Internal, e));
+        return 1;
+    }
+    report(&mut stdout, &LaunchReport::Ready(state));
+    redirect_stdio_to_null();
+    supervise(&plan, child);
+    teardown(&plan, child, helper.as_ref());
+    drop(lock);
+    0
+}
+
+fn lock_state_dir(dir: &Path) -> Result<nix::fcntl::Flock<fs::File>, String> {
+    let path = dir.join("lock");
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| format!("cannot lock {}: {e}", path.display()))
+}
+
+fn write_state(dir: &Path, state: &SandboxState) -> Result<(), String> {
+    let tmp = dir.join("state.json.tmp");
+    let json = serde_json::to_vec_pretty(state).map_err(|e| format!("cannot encode state: {e}"))?;
+    fs::write(&tmp, json).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    fs::rename(&tmp, dir.join("state.json"))
+        .map_err(|e| format!("cannot write {}/state.json: {e}", dir.display()))
+}
+
+fn redirect_stdio_to_null() {
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        use std::os::fd::AsRawFd;
+        for fd in [0, 1] {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
+/// Everything up to a listening agent. On error nothing is left but the state dir.
+fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String)> {
+    let internal = |m: String| (ErrorCode::Internal, m);
+    cgroup::create(&plan.cgroups).map_err(|m| {
+        (
+            ErrorCode::Unavailable,
+            format!("{m} (is this root on a host with cgroups? see `stockade doctor`)"),
+        )
+    })?;
+    let (sync_r, sync_w) = nix::unistd::pipe().map_err(|e| internal(format!("pipe: {e}")))?;
+    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| internal(format!("pipe: {e}")))?;
+    let flags = CloneFlags::CLONE_NEWNS
+        | CloneFlags::CLONE_NEWPID
+        | CloneFlags::CLONE_NEWNET
+        | CloneFlags::CLONE_NEWUTS
+        | CloneFlags::CLONE_NEWIPC;
+    let child = match fork_into(flags) {
+        Err(e) => {
+            cgroup::remove(&plan.cgroups.dirs);
+            return Err((
+                ErrorCode::Unavailable,
+                format!("cannot create namespaces: {e}"),
+            ));
+        }
+        Ok(Forked::Child) => {
+            drop(sync_w);
+            drop(ready_r);
+            init(plan, sync_r, ready_w)
+        }
+        Ok(Forked::Parent(pid)) => pid,
+    };
+    drop(sync_r);
+    drop(ready_w);
+    let abort = |msg: (ErrorCode, String), helper: Option<&Helper>| {
+        teardown(plan, child, helper);
+        msg
+    };
+    if let Err(m) = cgroup::join(&plan.cgroups, child.as_raw() as u32) {
+        return Err(abort(internal(m), None));
+    }
+    let helper = match &plan.network {
+        NetworkPlan::LoopbackOnly => None,
+        NetworkPlan::UserModeNat { argv, .. } => match start_helper(plan, argv, child) {
+            Ok(h) => Some(h),
+            Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
+        },
+    };
+    let mut w = fs::File::from(sync_w);
+    if w.write_all(b"g").is_err() {
+        return Err(abort(
+            internal("the sandbox init died before setup".into()),
+            helper.as_ref(),
+        ));
+    }
+    drop(w);
+    let mut answer = String::new();
+    let _ = fs::File::from(ready_r).read_to_string(&mut answer);
+    if answer != "ok" {
+        let msg = if answer.is_empty() {
+            "the sandbox init died during setup".to_string()
+        } else {
+            answer
+        };
+        return Err(abort(internal(msg), helper.as_ref()));
+    }
+    Ok((child, helper))
+}
+
+/// The user-mode NAT helper (pasta), daemonized; we keep its pid to stop it.
+struct Helper {
+    pid_file: PathBuf,
+}
+
+fn start_helper(plan: &LaunchPlan, argv: &[String], child: Pid) -> Result<Helper, String> {
+    let pid_file = plan.state_dir.join("net-helper.pid");
+    let netns = format!("/proc/{}/ns/net", child.as_raw());
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .arg("--pid")
+        .arg(&pid_file)
+        .arg("--netns")
+        .arg(&netns)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| {
+            format!(
+                "cannot start network helper {}: {e} (install it: apt-get install passt)",
+                argv[0]
+            )
+        })?;
+    if !out.status.success() {
+        return Err(format!(
+            "network helper {} failed ({}): {}",
+            argv[0],
+            out.status,
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(Helper { pid_file })
+}
+
+fn stop_helper(h: &Helper) {
+    if let Some(pid) = fs::read_to_string(&h.pid_file)
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+}
+
+/// PID 1 of the new namespaces: waits to be placed in the cgroups, builds the root,
+/// listens, tells the monitor, and serves until killed. Never returns.
+fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
+    let mut ready = fs::File::from(ready_w);
+    let mut go = [0u8; 1];
+    if fs::File::from(sync_r).read_exact(&mut go).is_err() {
+        stockade_sys::process::exit_now(1);
+    }
+    match setup_init(plan) {
+        Ok((listener, oom)) => {
+            let _ = ready.write_all(b"ok");
+            drop(ready);
+            server::serve(listener, plan.exec.clone(), oom)
+        }
+        Err(e) => {
+            let _ = ready.write_all(e.as_bytes());
+            stockade_sys::process::exit_now(1)
+        }
+    }
+}
+
+fn setup_init(
+    plan: &LaunchPlan,
+) -> Result<(std::os::unix::net::UnixListener, Option<server::OomCounter>), String> {
+    // Join a fresh cgroup namespace now that we sit in the sandbox's cgroups, so
+    // /proc/self/cgroup shows "/" inside.
+    nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| format!("cannot unshare the cgroup namespace: {e}"))?;
+    nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set hostname: {e}"))?;
+    stockade_sys::net::loopback_up().map_err(|e| format!("cannot bring loopback up: {e}"))?;
+    let oom = match &plan.cgroups.oom_counter {
+        Some(c) => Some(
+            server::OomCounter::open(&c.path, &c.key)
+                .map_err(|e| format!("cannot open {}: {e}", c.path.display()))?,
+        ),
+        None => None,
+    };
+    let sock = plan.state_dir.join("agent.sock");
+    let _ = fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock)
+        .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+    rootfs::build_and_pivot(
+        &plan.state_dir.join("root"),
+        &plan.mounts,
+        plan.readonly_root,
+    )?;
+    Ok((listener, oom))
+}
+
+/// Waits until the sandbox must end.
+fn supervise(plan: &LaunchPlan, child: Pid) {
+    let mut mask = SigSet::empty();
+    for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
+        mask.add(s);
+    }
+    let _ = mask.thread_block();
+    let sigfd = SignalFd::new(&mask).ok();
+    let child_fd = rustix::process::Pid::from_raw(child.as_raw())
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    let owner_fd = match plan.owner_pid {
+        Some(pid) => match rustix::process::Pid::from_raw(pid as i32)
+            .map(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()))
+        {
+            Some(Ok(fd)) => Some(fd),
+            _ => return, // owner already gone
+        },
+        None => None,
+    };
+    loop {
+        let left = plan.expires_at_ms.saturating_sub(now_ms());
+        if left == 0 {
+            return;
+        }
+        let mut fds: Vec<PollFd> = Vec::new();
+        for fd in [child_fd.as_ref(), owner_fd.as_ref()].into_iter().flatten() {
+            fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
+        }
+        if let Some(s) = &sigfd {
+            fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
+        }
+        let timeout = PollTimeout::try_from(Duration::from_millis(left.min(60_000)))
+            .unwrap_or(PollTimeout::MAX);
+        match poll(&mut fds, timeout) {
+            Ok(0) => continue,
+            Ok(_) => {
+                if fds
+                    .iter()
+                    .any(|f| f.revents().is_some_and(|r| !r.is_empty()))
+                {
+                    return;
+                }
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
+        }
+    }
+}
+
+/// Kills everything and removes every trace of the sandbox.
+fn teardown(plan: &LaunchPlan, child: Pid, helper: Option<&Helper>) {
+    cgroup::kill(&plan.cgroups);
+    // Killing PID 1 of a pid namespace kills every process in it.
+    let _ = kill(child, Signal::SIGKILL);
+    let _ = waitpid(child, None);
+    if let Some(h) = helper {
+        stop_helper(h);
+    }
+    let left = cgroup::remove(&plan.cgroups.dirs);
+    for l in &left {
+        eprintln!("stockade monitor: {l}");
+    }
+    if left.is_empty() {
+        let _ = fs::remove_dir_all(&plan.state_dir);
+    }
+}

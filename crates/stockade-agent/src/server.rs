@@ -1,0 +1,392 @@
+//! PID 1 of a sandbox: accepts connections from the host side, runs each exec through
+//! a shim, streams its output, and reaps every orphan.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::FileExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{SigSet, Signal};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::Pid;
+use stockade_agent_proto::codec::{read_msg, write_msg};
+use stockade_agent_proto::launch::ExecPolicy;
+use stockade_agent_proto::{
+    AgentMsg, BoundedCapture, CHUNK_BYTES, ClientMsg, ErrorCode, ExecOutcome, ExecRequest,
+    PROTOCOL_VERSION, Stream,
+};
+
+use crate::shim::{ShimConfig, ShimEvent};
+
+/// The sandbox's OOM kill counter, opened before pivot_root.
+pub struct OomCounter {
+    file: fs::File,
+    key: String,
+}
+
+impl OomCounter {
+    /// Opens the counter file.
+    pub fn open(path: &Path, key: &str) -> std::io::Result<OomCounter> {
+        Ok(OomCounter {
+            file: fs::File::open(path)?,
+            key: key.to_string(),
+        })
+    }
+
+    fn read(&self) -> u64 {
+        let mut buf = vec![0u8; 4096];
+        let n = self.file.read_at(&mut buf, 0).unwrap_or(0);
+        crate::cgroup::read_counter(&String::from_utf8_lossy(&buf[..n]), &self.key)
+    }
+}
+
+struct Shared {
+    policy: ExecPolicy,
+    oom: Option<OomCounter>,
+}
+
+/// Serves forever on `listener`.
+pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>) -> ! {
+    let _ = nix::sys::prctl::set_dumpable(false);
+    // Orphans of every exec end up with us; reap them on SIGCHLD. Block it here so
+    // every thread inherits the block and only the reaper takes it.
+    let mut chld = SigSet::empty();
+    chld.add(Signal::SIGCHLD);
+    let _ = chld.thread_block();
+    std::thread::spawn(move || reap_forever(chld));
+    redirect_stdio();
+    let shared = Arc::new(Shared { policy, oom });
+    for conn in listener.incoming() {
+        match conn {
+            Ok(stream) => {
+                let shared = shared.clone();
+                std::thread::spawn(move || {
+                    let _ = handle(stream, &shared);
+                });
+            }
+            Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
+        }
+    }
+    stockade_sys::process::exit_now(0)
+}
+
+fn redirect_stdio() {
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in [0, 1, 2] {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+}
+
+fn reap_forever(mask: SigSet) -> ! {
+    loop {
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(_) => continue,
+            }
+        }
+        let _ = mask.wait();
+    }
+}
+
+fn send(conn: &Mutex<UnixStream>, msg: &AgentMsg) -> bool {
+    match conn.lock() {
+        Ok(mut c) => write_msg(&mut *c, msg).is_ok(),
+        Err(_) => false,
+    }
+}
+
+fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
+    match read_msg::<_, ClientMsg>(&mut stream).map_err(|e| e.to_string())? {
+        Some(ClientMsg::Hello { version }) if version == PROTOCOL_VERSION => {}
+        Some(ClientMsg::Hello { version }) => {
+            let message = format!(
+                "protocol version {version} is not supported; this agent speaks {PROTOCOL_VERSION}"
+            );
+            let _ = write_msg(
+                &mut stream,
+                &AgentMsg::Error {
+                    code: ErrorCode::Unavailable,
+                    message,
+                },
+            );
+            return Ok(());
+        }
+        _ => return Err("connection did not start with hello".into()),
+    }
+    write_msg(
+        &mut stream,
+        &AgentMsg::Hello {
+            version: PROTOCOL_VERSION,
+            agent_version: env!("CARGO_PKG_VERSION").into(),
+        },
+    )
+    .map_err(|e| e.to_string())?;
+    match read_msg::<_, ClientMsg>(&mut stream).map_err(|e| e.to_string())? {
+        None => Ok(()),
+        Some(ClientMsg::Ping) => write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string()),
+        Some(ClientMsg::Exec(req)) => {
+            let conn = Arc::new(Mutex::new(stream.try_clone().map_err(|e| e.to_string())?));
+            let outcome = run_exec(&stream, &conn, req, shared);
+            let msg = match outcome {
+                Ok(o) => AgentMsg::Exited(o),
+                Err(message) => AgentMsg::Error {
+                    code: ErrorCode::Internal,
+                    message,
+                },
+            };
+            send(&conn, &msg);
+            let _ = stream.shutdown(std::net::Shutdown::Both);
+            Ok(())
+        }
+        Some(other) => {
+            let message = format!("unexpected message {other:?} outside an exec");
+            write_msg(
+                &mut stream,
+                &AgentMsg::Error {
+                    code: ErrorCode::InvalidSpec,
+                    message,
+                },
+            )
+            .map_err(|e| e.to_string())
+        }
+    }
+}
+
+/// Runs one exec through a fresh shim and returns its outcome.
+fn run_exec(
+    client: &UnixStream,
+    conn: &Arc<Mutex<UnixStream>>,
+    req: ExecRequest,
+    shared: &Shared,
+) -> Result<ExecOutcome, String> {
+    let started = Instant::now();
+    let mut env: BTreeMap<String, String> = shared.policy.env.clone();
+    env.extend(req.env.clone());
+    let config = ShimConfig {
+        argv: req.argv.clone(),
+        env: env.into_iter().collect(),
+        cwd: req
+            .cwd
+            .clone()
+            .unwrap_or_else(|| shared.policy.workdir.clone()),
+        timeout_ms: req.timeout_ms,
+        policy: shared.policy.clone(),
+    };
+    let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("stockade-shim")
+        .arg("shim")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start the exec shim: {e}"))?;
+    drop(cmd);
+    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    // The reaper thread owns waiting; dropping Child does not wait.
+    drop(child);
+    let mut ctl = ours;
+    let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
+    line.push(b'\n');
+    ctl.write_all(&line)
+        .map_err(|e| format!("cannot configure the exec shim: {e}"))?;
+    let oom_before = shared.oom.as_ref().map(|c| c.read());
+
+    // stdin: initial bytes, then more from the client if asked.
+    let (stdin_tx, stdin_rx) = std::sync::mpsc::channel::<Option<Vec<u8>>>();
+    let _ = stdin_tx.send(Some(req.stdin.clone()));
+    if !req.keep_stdin_open {
+        let _ = stdin_tx.send(None);
+    }
+    if let Some(mut pipe) = stdin {
+        std::thread::spawn(move || {
+            while let Ok(Some(data)) = stdin_rx.recv() {
+                if pipe.write_all(&data).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    // Client messages during the exec: stdin, kill; end of connection kills.
+    let mut ctl_for_client = ctl.try_clone().map_err(|e| e.to_string())?;
+    let mut client_r = client.try_clone().map_err(|e| e.to_string())?;
+    let done = Arc::new(AtomicBool::new(false));
+    let done_c = done.clone();
+    std::thread::spawn(move || {
+        loop {
+            match read_msg::<_, ClientMsg>(&mut client_r) {
+                Ok(Some(ClientMsg::Stdin(d))) => {
+                    let _ = stdin_tx.send(Some(d));
+                }
+                Ok(Some(ClientMsg::CloseStdin)) => {
+                    let _ = stdin_tx.send(None);
+                }
+                Ok(Some(_)) | Ok(None) | Err(_) => {
+                    if !done_c.load(Ordering::SeqCst) {
+                        let _ = ctl_for_client.write_all(b"kill\n");
+                    }
+                    break;
+                }
+            }
+        }
+    });
+    let background = Arc::new(AtomicBool::new(false));
+    let pump = {
+        let conn = conn.clone();
+        let background = background.clone();
+        let (limit, stream) = (req.output_limit_bytes, req.stream);
+        std::thread::spawn(move || {
+            pump_output(stdout, stderr, limit, stream.then_some(conn), &background)
+        })
+    };
+    let mut events = BufReader::new(ctl.try_clone().map_err(|e| e.to_string())?);
+    let mut outcome = ExecOutcome::default();
+    let mut line = String::new();
+    loop {
+        line.clear();
+        match events.read_line(&mut line) {
+            Ok(0) | Err(_) => {
+                done.store(true, Ordering::SeqCst);
+                return Err("the exec shim died".into());
+            }
+            Ok(_) => {}
+        }
+        match serde_json::from_str::<ShimEvent>(line.trim()) {
+            Ok(ShimEvent::Started { pid }) => {
+                send(conn, &AgentMsg::Started { pid });
+            }
+            Ok(ShimEvent::Exited {
+                exit_code,
+                signal,
+                timed_out,
+                background: bg,
+            }) => {
+                outcome.exit_code = exit_code;
+                outcome.signal = signal;
+                outcome.timed_out = timed_out;
+                background.store(bg, Ordering::SeqCst);
+                break;
+            }
+            Err(e) => return Err(format!("bad message from the exec shim: {e}")),
+        }
+    }
+    done.store(true, Ordering::SeqCst);
+    let (out, err) = pump
+        .join()
+        .map_err(|_| "output pump panicked".to_string())?;
+    outcome.duration_ms = started.elapsed().as_millis() as u64;
+    outcome.stdout_dropped = out.dropped();
+    outcome.stderr_dropped = err.dropped();
+    outcome.stdout = out.into_bytes();
+    outcome.stderr = err.into_bytes();
+    if let (Some(before), Some(c)) = (oom_before, shared.oom.as_ref()) {
+        outcome.oom_killed =
+            c.read() > before && outcome.signal == Some(libc::SIGKILL) && !outcome.timed_out;
+    }
+    Ok(outcome)
+}
+
+/// Reads both pipes until EOF (or, once the exec ended leaving background processes
+/// holding them, until they are empty). Streams head bytes when asked.
+fn pump_output(
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+    limit: u64,
+    live: Option<Arc<Mutex<UnixStream>>>,
+    background: &AtomicBool,
+) -> (BoundedCapture, BoundedCapture) {
+    let mut caps = [BoundedCapture::new(limit), BoundedCapture::new(limit)];
+    let mut pipes: [Option<Box<dyn ReadFd>>; 2] = [
+        stdout.map(|s| Box::new(s) as Box<dyn ReadFd>),
+        stderr.map(|s| Box::new(s) as Box<dyn ReadFd>),
+    ];
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    loop {
+        if pipes.iter().all(Option::is_none) {
+            break;
+        }
+        let draining = background.load(Ordering::SeqCst);
+        let ready: Vec<usize> = {
+            let mut fds = Vec::new();
+            let mut idx = Vec::new();
+            for (i, p) in pipes.iter().enumerate() {
+                if let Some(p) = p {
+                    fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
+                    idx.push(i);
+                }
+            }
+            let timeout = if draining {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::from(50u8)
+            };
+            match poll(&mut fds, timeout) {
+                Ok(0) if draining => break,
+                Ok(_) => fds
+                    .iter()
+                    .zip(idx)
+                    .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+                    .map(|(_, i)| i)
+                    .collect(),
+                Err(_) => Vec::new(),
+            }
+        };
+        for i in ready {
+            let Some(p) = pipes[i].as_mut() else { continue };
+            match p.read(&mut buf) {
+                Ok(0) | Err(_) => pipes[i] = None,
+                Ok(n) => {
+                    let head = caps[i].push(&buf[..n]);
+                    if let (Some(conn), false) = (&live, head.is_empty()) {
+                        let stream = if i == 0 {
+                            Stream::Stdout
+                        } else {
+                            Stream::Stderr
+                        };
+                        send(
+                            conn,
+                            &AgentMsg::Output {
+                                stream,
+                                data: head.to_vec(),
+                            },
+                        );
+                    }
+                }
+            }
+        }
+    }
+    let [o, e] = caps;
+    (o, e)
+}
+
+trait ReadFd: Read + Send {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_>;
+}
+impl ReadFd for std::process::ChildStdout {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
+    }
+}
+impl ReadFd for std::process::ChildStderr {
+    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.as_fd()
+    }
+}

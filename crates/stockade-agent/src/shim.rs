@@ -1,0 +1,390 @@
+//! `stockade-agent shim`: runs one exec. Started fresh (single-threaded) by PID 1 for
+//! every exec, with the exec's stdio pipes as fds 0-2 and a control socket as fd 3.
+//!
+//! It becomes a child subreaper, so everything the exec starts (also processes that
+//! call setsid or double-fork) stays its descendant. It forks the user's process,
+//! which drops to the sandbox user, loses every capability, sets no_new_privs, enters
+//! landlock and seccomp, and execs. At the deadline, on a `kill` line, or when the
+//! control socket closes, it kills every descendant and reaps them.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::fs;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{Gid, Pid, Uid};
+use serde::{Deserialize, Serialize};
+use stockade_agent_proto::launch::ExecPolicy;
+use stockade_sys::process::{Forked, exit_now, fork};
+
+/// What PID 1 tells the shim.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ShimConfig {
+    pub argv: Vec<String>,
+    pub env: Vec<(String, String)>,
+    pub cwd: String,
+    pub timeout_ms: Option<u64>,
+    pub policy: ExecPolicy,
+}
+
+/// What the shim tells PID 1, one JSON line each.
+#[derive(Debug, Serialize, Deserialize)]
+pub enum ShimEvent {
+    Started {
+        pid: u32,
+    },
+    Exited {
+        exit_code: i32,
+        signal: Option<i32>,
+        timed_out: bool,
+        background: bool,
+    },
+}
+
+fn send(ctl: &mut UnixStream, ev: &ShimEvent) {
+    if let Ok(mut line) = serde_json::to_vec(ev) {
+        line.push(b'\n');
+        let _ = ctl.write_all(&line);
+    }
+}
+
+/// Entry point of `stockade-agent shim`.
+pub fn main() -> i32 {
+    // fd 3 was set up by PID 1 (stockade_sys::process::pass_fd).
+    let Some(ctl) = stockade_sys::process::take_inherited_fd(3) else {
+        eprintln!("stockade-shim: no control socket on fd 3; this command is run by the agent");
+        return 2;
+    };
+    let mut ctl = UnixStream::from(ctl);
+    let mut line = String::new();
+    let mut reader = BufReader::new(ctl.try_clone().expect("clone control socket"));
+    if reader.read_line(&mut line).is_err() {
+        return 2;
+    }
+    let config: ShimConfig = match serde_json::from_str(&line) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("stockade-shim: bad config: {e}");
+            return 2;
+        }
+    };
+    let _ = nix::unistd::setsid();
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    let _ = nix::sys::prctl::set_dumpable(false);
+    // Under memory pressure the kernel picks the exec's processes, never the agent.
+    let _ = stockade_sys::process::set_oom_score_adj(1000);
+    let filters = if config.policy.seccomp {
+        stockade_sys::seccomp::build().ok()
+    } else {
+        None
+    };
+    if config.policy.seccomp && filters.is_none() {
+        report_failure(&mut ctl, "cannot build the seccomp filter");
+        return 1;
+    }
+    let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).expect("pipe2");
+    let started = Instant::now();
+    let child = match fork() {
+        Ok(Forked::Child) => {
+            drop(err_r);
+            let msg = exec_child(&config, filters.as_ref());
+            let mut w = fs::File::from(err_w);
+            let _ = w.write_all(msg.as_bytes());
+            exit_now(if msg.contains("permission denied") {
+                126
+            } else {
+                127
+            });
+        }
+        Ok(Forked::Parent(pid)) => pid,
+        Err(e) => {
+            report_failure(&mut ctl, &format!("cannot fork: {e}"));
+            return 1;
+        }
+    };
+    drop(err_w);
+    // Our copies of the exec's stdio must not keep its pipes open.
+    if let Ok(null) = fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in [0, 1, 2] {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
+        }
+    }
+    let mut exec_error = String::new();
+    let _ = fs::File::from(err_r).read_to_string(&mut exec_error);
+    send(
+        &mut ctl,
+        &ShimEvent::Started {
+            pid: child.as_raw() as u32,
+        },
+    );
+    let deadline = config
+        .timeout_ms
+        .map(|ms| started + Duration::from_millis(ms));
+    let (status, timed_out) = wait_child(child, &mut reader, deadline);
+    let (mut exit_code, signal) = match status {
+        WaitStatus::Exited(_, c) => (c, None),
+        WaitStatus::Signaled(_, s, _) => (128 + s as i32, Some(s as i32)),
+        _ => (255, None),
+    };
+    let killed = timed_out || status == WaitStatus::StillAlive;
+    let background = !killed && has_descendants();
+    if !exec_error.is_empty() {
+        // The program never ran (the child said why on the exec's stderr): report
+        // what a shell would.
+        exit_code = if exec_error.contains("permission denied") {
+            126
+        } else {
+            127
+        };
+    }
+    send(
+        &mut ctl,
+        &ShimEvent::Exited {
+            exit_code,
+            signal,
+            timed_out,
+            background,
+        },
+    );
+    0
+}
+
+fn report_failure(ctl: &mut UnixStream, msg: &str) {
+    eprintln!("stockade-shim: {msg}");
+    send(
+        ctl,
+        &ShimEvent::Exited {
+            exit_code: 126,
+            signal: None,
+            timed_out: false,
+            background: false,
+        },
+    );
+}
+
+/// Waits for the child, the deadline, or a kill request. Returns the child's status
+/// (`StillAlive` when we were told to kill) and whether the deadline passed.
+fn wait_child(
+    child: Pid,
+    ctl: &mut BufReader<UnixStream>,
+    deadline: Option<Instant>,
+) -> (WaitStatus, bool) {
+    let pidfd = rustix::process::Pid::from_raw(child.as_raw())
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
+    loop {
+        if let Ok(st) = waitpid(child, Some(WaitPidFlag::WNOHANG))
+            && st != WaitStatus::StillAlive
+        {
+            return (st, false);
+        }
+        let timeout = match deadline {
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return (kill_descendants(child), true);
+                }
+                PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
+            }
+            None => PollTimeout::NONE,
+        };
+        let ctl_fd = ctl.get_ref().as_fd();
+        let mut fds = vec![PollFd::new(ctl_fd, PollFlags::POLLIN)];
+        if let Some(p) = &pidfd {
+            fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+        }
+        let pidfd_missing = pidfd.is_none();
+        let timeout = if pidfd_missing {
+            PollTimeout::from(10u8)
+        } else {
+            timeout
+        };
+        match poll(&mut fds, timeout) {
+            Ok(_) => {
+                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                    let mut line = String::new();
+                    // "kill" or end of stream: the caller gave up on this exec.
+                    if ctl
+                        .read_line(&mut line)
+                        .map(|n| n == 0 || line.trim() == "kill")
+                        .unwrap_or(true)
+                    {
+                        return (kill_descendants(child), false);
+                    }
+                }
+            }
+            Err(Errno::EINTR) => {}
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Pids of all processes below us (children, and orphans reparented to us).
+fn descendants() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut parent: HashMap<i32, i32> = HashMap::new();
+    if let Ok(dir) = fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            if let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok())
+                && let Some(pp) = stockade_sys::process::parent_pid(pid as u32)
+            {
+                parent.insert(pid, pp as i32);
+            }
+        }
+    }
+    let mut below: HashSet<i32> = HashSet::new();
+    let mut changed = true;
+    while changed {
+        changed = false;
+        for (&pid, &pp) in &parent {
+            if (pp == me || below.contains(&pp)) && below.insert(pid) {
+                changed = true;
+            }
+        }
+    }
+    below.into_iter().collect()
+}
+
+fn has_descendants() -> bool {
+    !descendants().is_empty()
+}
+
+/// Kills every descendant and reaps them, until none is left (bounded to 5 s for
+/// processes stuck in uninterruptible sleep). Returns the main child's status
+/// (`StillAlive` if it could not be collected).
+fn kill_descendants(child: Pid) -> WaitStatus {
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut main = WaitStatus::StillAlive;
+    loop {
+        let pids = descendants();
+        if pids.is_empty() || Instant::now() > until {
+            return main;
+        }
+        for p in &pids {
+            let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
+        }
+        while let Ok(st) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            if st == WaitStatus::StillAlive {
+                break;
+            }
+            if st.pid() == Some(child) {
+                main = st;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// In the forked child: apply the policy and exec. Returns only on failure, with the
+/// reason (also written to the exec's stderr).
+fn exec_child(config: &ShimConfig, filters: Option<&stockade_sys::seccomp::Filters>) -> String {
+    let msg = match prepare_and_exec(config, filters) {
+        Ok(never) => match never {},
+        Err(m) => m,
+    };
+    let _ = writeln!(std::io::stderr(), "stockade: {msg}");
+    msg
+}
+
+fn prepare_and_exec(
+    config: &ShimConfig,
+    filters: Option<&stockade_sys::seccomp::Filters>,
+) -> Result<std::convert::Infallible, String> {
+    let p = &config.policy;
+    let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    stockade_sys::process::reset_signals();
+    if p.drop_caps {
+        stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
+    }
+    let gid = Gid::from_raw(p.gid);
+    nix::unistd::setgroups(&[gid]).map_err(|e| format!("cannot set groups to [{}]: {e}", p.gid))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot set gid {}: {e}", p.gid))?;
+    let uid = Uid::from_raw(p.uid);
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot set uid {}: {e}", p.uid))?;
+    if p.drop_caps {
+        stockade_sys::caps::clear_all().map_err(|e| e.to_string())?;
+    }
+    if p.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+    }
+    nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {
+        format!(
+            "cannot enter working directory {}: {}",
+            config.cwd,
+            describe(e)
+        )
+    })?;
+    let program = resolve(
+        &config.argv[0],
+        config
+            .env
+            .iter()
+            .find(|(k, _)| k == "PATH")
+            .map(|(_, v)| v.as_str()),
+    )?;
+    let c = |s: &str| CString::new(s).map_err(|_| format!("argument {s:?} contains NUL"));
+    let argv: Vec<CString> = config.argv.iter().map(|a| c(a)).collect::<Result<_, _>>()?;
+    let envp: Vec<CString> = config
+        .env
+        .iter()
+        .map(|(k, v)| c(&format!("{k}={v}")))
+        .collect::<Result<_, _>>()?;
+    let prog = c(&program)?;
+    if let Some(writable) = &p.landlock_writable {
+        stockade_sys::landlock::restrict(writable).map_err(|e| e.to_string())?;
+    }
+    if let Some(f) = filters {
+        f.apply().map_err(|e| e.to_string())?;
+    }
+    nix::unistd::execve(&prog, &argv, &envp)
+        .map_err(|e| format!("cannot execute {}: {}", config.argv[0], describe(e)))
+}
+
+fn describe(e: Errno) -> &'static str {
+    match e {
+        Errno::ENOENT => "no such file or directory",
+        Errno::EACCES => "permission denied",
+        Errno::ENOEXEC => "not an executable format",
+        Errno::ENOTDIR => "not a directory",
+        other => other.desc(),
+    }
+}
+
+/// Finds `name` in PATH unless it contains a slash (as execvp would, but with the
+/// exec's own PATH).
+fn resolve(name: &str, path: Option<&str>) -> Result<String, String> {
+    if name.contains('/') {
+        return Ok(name.to_string());
+    }
+    for dir in path
+        .unwrap_or(stockade_default_path())
+        .split(':')
+        .filter(|d| !d.is_empty())
+    {
+        let candidate = Path::new(dir).join(name);
+        if let Ok(m) = fs::metadata(&candidate)
+            && m.is_file()
+            && m.permissions().mode() & 0o111 != 0
+        {
+            return Ok(candidate.to_string_lossy().into_owned());
+        }
+    }
+    Err(format!("cannot execute {name}: command not found in PATH"))
+}
+
+fn stockade_default_path() -> &'static str {
+    "/usr/local/bin:/usr/bin:/bin"
+}

@@ -1,0 +1,29 @@
+//! `stockade create [spec flags]`
+
+use clap::Args;
+use serde_json::json;
+use stockade::{CreateOptions, Result, Sandbox};
+
+use super::Ctx;
+use crate::spec_args::SpecArgs;
+
+#[derive(Args, Debug)]
+pub struct CreateArgs {
+    #[command(flatten)]
+    pub spec: SpecArgs,
+}
+
+pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
+    let spec = a.spec.to_spec()?;
+    let sb = Sandbox::create(ctx.provider()?, spec, CreateOptions::default()).await?;
+    if ctx.json {
+        let i = sb.info();
+        println!(
+            "{}",
+            json!({"id": i.id, "provider": i.provider, "created_at_ms": i.created_at_ms, "expires_at_ms": i.expires_at_ms})
+        );
+    } else {
+        println!("{}", sb.id());
+    }
+    Ok(0)
+}

@@ -1,0 +1,62 @@
+//! `stockade doctor`
+
+use serde_json::json;
+use stockade::Result;
+
+use super::Ctx;
+
+pub async fn run(ctx: &Ctx) -> Result<i32> {
+    let checks = stockade_native::host_checks();
+    let ok = |name: &str| checks.iter().any(|c| c.name == name && c.ok);
+    let native = [
+        "root",
+        "namespaces",
+        "cgroups",
+        "landlock",
+        "seccomp",
+        "stockade-agent",
+    ]
+    .iter()
+    .all(|n| ok(n));
+    let providers = vec![
+        (
+            "native",
+            native,
+            if native {
+                "usable".to_string()
+            } else {
+                "needs the failing checks above".to_string()
+            },
+        ),
+        ("docker", false, "not built into this version".to_string()),
+        ("microvm", false, "not built into this version".to_string()),
+        ("wasm", false, "not built into this version".to_string()),
+    ];
+    if ctx.json {
+        let p: Vec<_> = providers
+            .iter()
+            .map(|(n, u, d)| json!({"name": n, "usable": u, "detail": d}))
+            .collect();
+        println!("{}", json!({"checks": checks, "providers": p}));
+    } else {
+        for c in &checks {
+            println!(
+                "{} {:<24} {}",
+                if c.ok { "ok  " } else { "FAIL" },
+                c.name,
+                c.detail
+            );
+            if let Some(f) = &c.fix {
+                println!("     {:<24} fix: {f}", "");
+            }
+        }
+        println!();
+        for (n, u, d) in &providers {
+            println!(
+                "provider {n:<8} {} ({d})",
+                if *u { "usable" } else { "unavailable" }
+            );
+        }
+    }
+    Ok(if native { 0 } else { 1 })
+}

@@ -1,0 +1,42 @@
+//! One module per command.
+
+pub mod create;
+pub mod doctor;
+pub mod exec;
+pub mod gc;
+pub mod inspect;
+pub mod ls;
+pub mod rm;
+pub mod run;
+
+use std::sync::Arc;
+
+use stockade::{Provider, Result};
+
+/// Global options every command sees.
+pub struct Ctx {
+    pub json: bool,
+    pub provider: Option<String>,
+}
+
+impl Ctx {
+    pub fn provider(&self) -> Result<Arc<dyn Provider>> {
+        stockade::provider(self.provider.as_deref())
+    }
+}
+
+/// Human-friendly duration until a unix-ms instant.
+pub fn until(ms: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let s = ms.saturating_sub(now) / 1000;
+    if s >= 3600 {
+        format!("{}h{}m", s / 3600, s % 3600 / 60)
+    } else if s >= 60 {
+        format!("{}m{}s", s / 60, s % 60)
+    } else {
+        format!("{s}s")
+    }
+}

@@ -1,0 +1,78 @@
+//! `stockade`: run untrusted code in a sandbox that is secure by default.
+
+mod commands;
+mod output;
+mod spec_args;
+
+use clap::{Parser, Subcommand};
+
+/// Run untrusted, AI-written code in sandboxes that are secure by default.
+#[derive(Parser, Debug)]
+#[command(name = "stockade", version, about, propagate_version = true)]
+struct Cli {
+    /// Print machine-readable JSON.
+    #[arg(long, global = true)]
+    json: bool,
+    /// Isolation backend (default: $STOCKADE_PROVIDER or native).
+    #[arg(long, global = true, value_name = "NAME")]
+    provider: Option<String>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Create a sandbox, run one command (or --language code) in it, destroy it.
+    Run(commands::run::RunArgs),
+    /// Create a sandbox and print its id; it lives until `rm` or its lifetime ends.
+    Create(commands::create::CreateArgs),
+    /// Run a command in an existing sandbox.
+    Exec(commands::exec::ExecArgs),
+    /// List live sandboxes.
+    Ls,
+    /// Show a sandbox's spec and the hardening actually applied.
+    Inspect { id: String },
+    /// Destroy sandboxes.
+    Rm(commands::rm::RmArgs),
+    /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
+    Gc,
+    /// Check what this host supports and which providers are usable.
+    Doctor,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stockade: error: cannot start the runtime: {e}");
+            std::process::exit(70);
+        }
+    };
+    let ctx = commands::Ctx {
+        json: cli.json,
+        provider: cli.provider.clone(),
+    };
+    let code = rt.block_on(async {
+        let result = match cli.command {
+            Command::Run(a) => commands::run::run(&ctx, a).await,
+            Command::Create(a) => commands::create::run(&ctx, a).await,
+            Command::Exec(a) => commands::exec::run(&ctx, a).await,
+            Command::Ls => commands::ls::run(&ctx).await,
+            Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
+            Command::Rm(a) => commands::rm::run(&ctx, a).await,
+            Command::Gc => commands::gc::run(&ctx).await,
+            Command::Doctor => commands::doctor::run(&ctx).await,
+        };
+        match result {
+            Ok(code) => code,
+            Err(e) => output::error(ctx.json, &e),
+        }
+    });
+    // Do not wait for the runtime's blocking pool; everything owed is done.
+    drop(rt);
+    std::process::exit(code);
+}

@@ -1,0 +1,127 @@
+//! The spec flags shared by `run` and `create`.
+
+use std::path::PathBuf;
+
+use clap::Args;
+use stockade::spec::{Mount, Network, SandboxSpec, SpecError, SpecErrors, User, parse_size};
+
+/// Sandbox spec flags. Unset flags keep the secure defaults.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SpecArgs {
+    /// Give the sandbox network egress (default: none, loopback only).
+    #[arg(long)]
+    pub network: bool,
+    /// Make the root writable (a tmpfs overlay, discarded at destroy).
+    #[arg(long)]
+    pub writable: bool,
+    /// Sandbox lifetime in seconds (default 300); for `run` also the exec deadline.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Memory cap, e.g. 512m, 1g (default 512m, no swap).
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+    /// CPU quota in CPUs, e.g. 0.5 (default 1).
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<f64>,
+    /// Maximum processes and threads (default 64).
+    #[arg(long, value_name = "N")]
+    pub pids: Option<u32>,
+    /// Size of the writable /tmp (default 64m).
+    #[arg(long, value_name = "SIZE")]
+    pub tmp_size: Option<String>,
+    /// Environment variable for the code (repeatable).
+    #[arg(long = "env", short = 'e', value_name = "K=V")]
+    pub env: Vec<String>,
+    /// Host path to mount inside, read-only unless :rw (repeatable).
+    #[arg(long = "mount", value_name = "HOST:PATH[:rw]")]
+    pub mounts: Vec<String>,
+    /// Working directory inside (default /tmp).
+    #[arg(long, value_name = "PATH")]
+    pub workdir: Option<PathBuf>,
+    /// uid[:gid] of the code inside (default 1000:1000).
+    #[arg(long, value_name = "UID[:GID]")]
+    pub user: Option<String>,
+    /// Hostname inside (default sandbox).
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// Turn the seccomp allowlist off (opt-out, reported by inspect).
+    #[arg(long)]
+    pub no_seccomp: bool,
+    /// Turn landlock off (opt-out, reported by inspect).
+    #[arg(long)]
+    pub no_landlock: bool,
+}
+
+impl SpecArgs {
+    /// Builds the spec, listing every problem with the flags at once.
+    pub fn to_spec(&self) -> Result<SandboxSpec, SpecErrors> {
+        let mut errs = Vec::new();
+        let mut bad = |field: &str, message: String| {
+            errs.push(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
+        let mut s = SandboxSpec::default();
+        if self.network {
+            s.network = Network::Egress;
+        }
+        s.writable = self.writable;
+        if let Some(t) = self.timeout {
+            s.timeout_secs = t;
+        }
+        if let Some(m) = &self.memory {
+            match parse_size(m) {
+                Ok(b) => s.limits.memory_bytes = b,
+                Err(e) => bad("--memory", e),
+            }
+        }
+        if let Some(m) = &self.tmp_size {
+            match parse_size(m) {
+                Ok(b) => s.limits.tmp_bytes = b,
+                Err(e) => bad("--tmp-size", e),
+            }
+        }
+        if let Some(c) = self.cpus {
+            s.limits.cpus = c;
+        }
+        if let Some(p) = self.pids {
+            s.limits.pids = p;
+        }
+        for kv in &self.env {
+            match kv.split_once('=') {
+                Some((k, v)) => {
+                    s.env.insert(k.to_string(), v.to_string());
+                }
+                None => bad("--env", format!("{kv:?} is not K=V")),
+            }
+        }
+        for m in &self.mounts {
+            match Mount::parse(m) {
+                Ok(m) => s.mounts.push(m),
+                Err(e) => bad("--mount", e),
+            }
+        }
+        s.workdir = self.workdir.clone();
+        if let Some(u) = &self.user {
+            match User::parse(u) {
+                Ok(u) => s.user = u,
+                Err(e) => bad("--user", e),
+            }
+        }
+        if let Some(h) = &self.hostname {
+            s.hostname = h.clone();
+        }
+        s.hardening.seccomp = !self.no_seccomp;
+        s.hardening.landlock = !self.no_landlock;
+        // Report flag problems together with the spec's own.
+        match s.clone().validate() {
+            Ok(_) if errs.is_empty() => Ok(s),
+            Ok(_) => Err(SpecErrors(errs)),
+            Err(SpecErrors(more)) => {
+                errs.extend(more);
+                Err(SpecErrors(errs))
+            }
+        }
+    }
+}

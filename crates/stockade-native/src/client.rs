@@ -1,0 +1,94 @@
+//! Host side of the agent protocol over the sandbox's unix socket.
+
+use std::path::Path;
+
+use stockade_agent_proto::codec::asynch::read_msg;
+use stockade_agent_proto::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest, PROTOCOL_VERSION};
+use stockade_core::{Error, OutputChunk, OutputSender};
+use tokio::net::UnixStream;
+
+fn lost(id: &str, e: impl std::fmt::Display) -> Error {
+    Error::Internal(format!(
+        "lost the connection to the agent of sandbox {id}: {e}"
+    ))
+}
+
+async fn connect(id: &str, socket: &Path) -> Result<UnixStream, Error> {
+    UnixStream::connect(socket)
+        .await
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
+                Error::NotFound {
+                    kind: "sandbox",
+                    id: id.to_string(),
+                }
+            }
+            _ => Error::io(format!("cannot connect to {}", socket.display()), e),
+        })
+}
+
+async fn hello(id: &str, s: &mut UnixStream, then: &ClientMsg) -> Result<(), Error> {
+    // Pipelined: hello and the request leave together.
+    let mut buf = stockade_agent_proto::codec::encode(&ClientMsg::Hello {
+        version: PROTOCOL_VERSION,
+    })
+    .map_err(|e| lost(id, e))?;
+    buf.extend(stockade_agent_proto::codec::encode(then).map_err(|e| lost(id, e))?);
+    tokio::io::AsyncWriteExt::write_all(s, &buf)
+        .await
+        .map_err(|e| lost(id, e))?;
+    match read_msg::<_, AgentMsg>(s).await.map_err(|e| lost(id, e))? {
+        Some(AgentMsg::Hello { .. }) => Ok(()),
+        Some(AgentMsg::Error { code, message }) => Err(Error::from_wire(code, message)),
+        other => Err(lost(id, format!("unexpected answer to hello: {other:?}"))),
+    }
+}
+
+/// Checks the agent answers.
+pub async fn ping(id: &str, socket: &Path) -> Result<(), Error> {
+    let mut s = connect(id, socket).await?;
+    hello(id, &mut s, &ClientMsg::Ping).await?;
+    match read_msg::<_, AgentMsg>(&mut s)
+        .await
+        .map_err(|e| lost(id, e))?
+    {
+        Some(AgentMsg::Pong) => Ok(()),
+        other => Err(lost(id, format!("unexpected answer to ping: {other:?}"))),
+    }
+}
+
+/// Runs one exec. Dropping the future closes the connection, and the agent then kills
+/// everything the exec started.
+pub async fn exec(
+    id: &str,
+    socket: &Path,
+    mut req: ExecRequest,
+    output: Option<OutputSender>,
+) -> Result<ExecOutcome, Error> {
+    req.stream = output.is_some();
+    let mut s = connect(id, socket).await?;
+    hello(id, &mut s, &ClientMsg::Exec(req)).await?;
+    loop {
+        match read_msg::<_, AgentMsg>(&mut s)
+            .await
+            .map_err(|e| lost(id, e))?
+        {
+            Some(AgentMsg::Started { .. }) => {}
+            Some(AgentMsg::Output { stream, data }) => {
+                if let Some(tx) = &output {
+                    // A reader that went away does not stop the exec.
+                    let _ = tx.send(OutputChunk { stream, data }).await;
+                }
+            }
+            Some(AgentMsg::Exited(outcome)) => return Ok(outcome),
+            Some(AgentMsg::Error { code, message }) => return Err(Error::from_wire(code, message)),
+            Some(other) => return Err(lost(id, format!("unexpected message {other:?}"))),
+            None => {
+                return Err(lost(
+                    id,
+                    "the agent closed the connection (the sandbox was destroyed or its lifetime ended)",
+                ));
+            }
+        }
+    }
+}

@@ -1,0 +1,161 @@
+//! Host checks for `stockade doctor` and `Provider::probe`.
+
+use std::path::Path;
+
+use stockade_core::Check;
+
+use crate::layout::{self, CgroupLayout};
+
+fn check(name: &str, ok: bool, detail: String, fix: &str) -> Check {
+    Check {
+        name: name.into(),
+        ok,
+        detail,
+        fix: (!ok).then(|| fix.to_string()),
+    }
+}
+
+fn read(p: &str) -> String {
+    std::fs::read_to_string(p)
+        .unwrap_or_default()
+        .trim()
+        .to_string()
+}
+
+/// What this host supports, for the native provider and the others.
+pub fn host_checks() -> Vec<Check> {
+    let mut v = Vec::new();
+    let root = nix::unistd::geteuid().is_root();
+    v.push(check(
+        "root",
+        root,
+        if root {
+            "running as root".into()
+        } else {
+            "not root".into()
+        },
+        "run as root; the native provider needs it for cgroups",
+    ));
+    let userns = read("/proc/sys/user/max_user_namespaces")
+        .parse::<u64>()
+        .unwrap_or(0);
+    v.push(check(
+        "user namespaces",
+        userns > 0,
+        format!("max_user_namespaces = {userns}"),
+        "sysctl -w user.max_user_namespaces=15000",
+    ));
+    let ns_ok = ["mnt", "pid", "net", "uts", "ipc", "cgroup"]
+        .iter()
+        .all(|n| Path::new(&format!("/proc/self/ns/{n}")).exists());
+    v.push(check(
+        "namespaces",
+        ns_ok,
+        "mount, pid, net, uts, ipc, cgroup".into(),
+        "use a kernel with namespaces enabled",
+    ));
+    let cg = layout::detect().cgroups;
+    let (ok, detail) = match &cg {
+        CgroupLayout::V2 { root } => (true, format!("cgroup v2 at {}", root.display())),
+        CgroupLayout::Hybrid { v1, unified } => (
+            ["memory", "pids", "cpu"]
+                .iter()
+                .all(|c| v1.contains_key(*c)),
+            format!(
+                "hybrid: v1 controllers {} + {}",
+                v1.keys().cloned().collect::<Vec<_>>().join(","),
+                unified
+                    .as_ref()
+                    .map(|u| format!("cgroup2 at {} (cgroup.kill)", u.display()))
+                    .unwrap_or_else(|| "no cgroup2".into())
+            ),
+        ),
+        CgroupLayout::None => (false, "no cgroup filesystem mounted".into()),
+    };
+    v.push(check(
+        "cgroups",
+        ok,
+        detail,
+        "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids and cpu controllers",
+    ));
+    let abi = stockade_sys::landlock::kernel_abi();
+    v.push(check(
+        "landlock",
+        abi >= 3,
+        format!("ABI {abi}"),
+        "boot a kernel >= 6.2 with lsm=landlock",
+    ));
+    let seccomp = read("/proc/self/status")
+        .lines()
+        .any(|l| l.starts_with("Seccomp:"));
+    v.push(check(
+        "seccomp",
+        seccomp,
+        if seccomp {
+            "available".into()
+        } else {
+            "missing".into()
+        },
+        "use a kernel with CONFIG_SECCOMP_FILTER",
+    ));
+    let overlay = read("/proc/filesystems").contains("overlay");
+    v.push(check(
+        "overlayfs",
+        overlay,
+        if overlay {
+            "available (writable roots)".into()
+        } else {
+            "missing".into()
+        },
+        "modprobe overlay",
+    ));
+    let pasta = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("pasta").is_file());
+    v.push(check(
+        "pasta (network egress)",
+        pasta,
+        if pasta {
+            "installed".into()
+        } else {
+            "not installed".into()
+        },
+        "apt-get install passt",
+    ));
+    let agent = crate::find_agent();
+    v.push(check(
+        "stockade-agent",
+        agent.is_ok(),
+        agent
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|e| e.to_string()),
+        "install stockade-agent beside stockade or set STOCKADE_AGENT",
+    ));
+    let kvm = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    v.push(check(
+        "kvm",
+        kvm,
+        if kvm {
+            "/dev/kvm opens".into()
+        } else {
+            "/dev/kvm missing or not accessible".into()
+        },
+        "enable virtualization; needed by the microvm provider only",
+    ));
+    let docker = std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_ok();
+    v.push(check(
+        "dockerd",
+        docker,
+        if docker {
+            "/var/run/docker.sock answers".into()
+        } else {
+            "no daemon at /var/run/docker.sock".into()
+        },
+        "apt-get install docker.io && dockerd &; needed by the docker provider only",
+    ));
+    v
+}

@@ -1,0 +1,348 @@
+//! The native provider: Linux namespaces, cgroups, capabilities, no_new_privs, landlock
+//! and seccomp, with no daemon. The embedded default.
+//!
+//! `create` computes a [`LaunchPlan`](stockade_agent_proto::launch::LaunchPlan) (pure,
+//! see [`plan`]) and hands it to `stockade-agent monitor`, a small single-threaded
+//! jailer that builds the sandbox, forks the agent into it as PID 1, and supervises it
+//! from outside until its lifetime ends, its owner dies, or it is destroyed. Execs talk
+//! to the agent over a unix socket in the sandbox's state directory, which the code
+//! inside cannot see.
+
+mod client;
+mod doctor;
+pub mod layout;
+pub mod plan;
+mod state;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use stockade_agent_proto::launch::{LaunchReport, SandboxState};
+use stockade_core::{
+    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, GcReport, OutputSender,
+    Provider, Result, SandboxInfo, ValidatedSpec,
+};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+
+pub use doctor::host_checks;
+pub use state::default_state_root;
+
+/// The native provider.
+#[derive(Clone, Debug)]
+pub struct NativeProvider {
+    state_root: PathBuf,
+}
+
+impl Default for NativeProvider {
+    fn default() -> Self {
+        NativeProvider::new()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program
+/// (or its parent directory, for test binaries in `target/*/deps`), then `PATH`.
+pub fn find_agent() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("STOCKADE_AGENT") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::Unavailable {
+                what: "the stockade agent".into(),
+                reason: format!("STOCKADE_AGENT={} does not exist", p.display()),
+                fix: "point STOCKADE_AGENT at the stockade-agent binary".into(),
+            })
+        };
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join("stockade-agent"));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join("stockade-agent"));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("stockade-agent")));
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| Error::Unavailable {
+        what: "the stockade agent".into(),
+        reason: "stockade-agent was not found next to this program or in PATH".into(),
+        fix: "install it beside stockade (cargo install --path crates/stockade-agent) or set STOCKADE_AGENT".into(),
+    })
+}
+
+fn which(name: &str) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")
+        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+fn new_id() -> String {
+    let mut b = [0u8; 6];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        b = (now_ms() ^ std::process::id() as u64).to_le_bytes()[..6]
+            .try_into()
+            .unwrap_or_default();
+    }
+    format!(
+        "sb-{}",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    )
+}
+
+impl NativeProvider {
+    /// A provider keeping state under [`default_state_root`].
+    pub fn new() -> NativeProvider {
+        NativeProvider {
+            state_root: default_state_root(),
+        }
+    }
+
+    /// A provider keeping state under `root` (tests use their own).
+    pub fn with_state_root(root: impl Into<PathBuf>) -> NativeProvider {
+        NativeProvider {
+            state_root: root.into(),
+        }
+    }
+
+    /// Where sandbox state lives.
+    pub fn state_root(&self) -> &Path {
+        &self.state_root
+    }
+
+    fn dir(&self, id: &str) -> Result<PathBuf> {
+        state::check_id(id)?;
+        Ok(self.state_root.join(id))
+    }
+
+    fn info(st: &SandboxState) -> SandboxInfo {
+        SandboxInfo {
+            id: st.id.clone(),
+            provider: "native".into(),
+            created_at_ms: st.created_at_ms,
+            expires_at_ms: st.expires_at_ms,
+            owner_pid: st.owner_pid,
+            spec: st.spec.clone(),
+            applied: st.applied.clone(),
+        }
+    }
+
+    fn require_root() -> Result<()> {
+        if nix::unistd::geteuid().is_root() {
+            Ok(())
+        } else {
+            Err(Error::Unavailable {
+                what: "the native provider".into(),
+                reason: "it needs root to create cgroups and namespaces (rootless mode is not implemented yet)".into(),
+                fix: "run as root (sudo), or use --provider docker".into(),
+            })
+        }
+    }
+
+    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
+        Self::require_root()?;
+        let agent = find_agent()?;
+        let id = new_id();
+        let dir = self.state_root.join(&id);
+        state::make_dirs(&self.state_root, &dir)?;
+        let mount_is_file = spec
+            .mounts
+            .iter()
+            .map(|m| match std::fs::metadata(&m.host) {
+                Ok(md) => Ok(md.is_file()),
+                Err(e) => Err(Error::InvalidRequest(format!(
+                    "mount source {} cannot be used: {e}",
+                    m.host.display()
+                ))),
+            })
+            .collect::<Result<Vec<bool>>>();
+        let ctx = mount_is_file.map(|mount_is_file| plan::PlanContext {
+            id: id.clone(),
+            state_dir: dir.clone(),
+            host: layout::detect(),
+            pasta: which("pasta"),
+            now_ms: now_ms(),
+            owner_pid: opts.owner_pid,
+            mount_is_file,
+        });
+        let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
+        let plan = match planned {
+            Ok(p) => p,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
+        let json = serde_json::to_vec(&plan)
+            .map_err(|e| Error::Internal(format!("cannot encode launch plan: {e}")))?;
+        // Kept for gc: a monitor that crashed before state.json still names its cgroups.
+        std::fs::write(dir.join("plan.json"), &json)
+            .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
+        let log = std::fs::File::create(dir.join("monitor.log"))
+            .map_err(|e| Error::io("cannot create monitor log", e))?;
+        let mut child = tokio::process::Command::new(&agent)
+            .arg("monitor")
+            .env_clear()
+            .env(
+                "PATH",
+                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+            )
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .map_err(|e| {
+                let _ = std::fs::remove_dir_all(&dir);
+                Error::io(format!("cannot start {}", agent.display()), e)
+            })?;
+        let mut stdin = child
+            .stdin
+            .take()
+            .ok_or_else(|| Error::Internal("monitor stdin missing".into()))?;
+        stdin
+            .write_all(&json)
+            .await
+            .map_err(|e| Error::io("cannot send the launch plan", e))?;
+        drop(stdin);
+        let stdout = child
+            .stdout
+            .take()
+            .ok_or_else(|| Error::Internal("monitor stdout missing".into()))?;
+        let mut line = String::new();
+        let read = tokio::time::timeout(
+            Duration::from_secs(30),
+            tokio::io::BufReader::new(stdout).read_line(&mut line),
+        )
+        .await;
+        // The monitor forks away from us at once; reap the parent half.
+        let _ = child.wait().await;
+        match read {
+            Err(_) => {
+                state::reap_dir(&dir);
+                return Err(Error::Timeout {
+                    operation: format!("starting sandbox {id}"),
+                    after_ms: 30_000,
+                });
+            }
+            Ok(Err(e)) => return Err(Error::io("cannot read the monitor's report", e)),
+            Ok(Ok(_)) => {}
+        }
+        match serde_json::from_str::<LaunchReport>(line.trim()) {
+            Ok(LaunchReport::Ready(st)) => Ok(st),
+            Ok(LaunchReport::Failed { code, message }) => {
+                state::reap_dir(&dir);
+                Err(match code {
+                    stockade_core::ErrorCode::Unavailable => Error::Unavailable {
+                        what: "the native provider".into(),
+                        reason: message,
+                        fix: "see `stockade doctor`".into(),
+                    },
+                    c => Error::from_wire(c, message),
+                })
+            }
+            Err(_) => {
+                let log = std::fs::read_to_string(dir.join("monitor.log")).unwrap_or_default();
+                state::reap_dir(&dir);
+                Err(Error::Internal(format!(
+                    "the sandbox monitor failed without a report: {}",
+                    log.trim()
+                )))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl Provider for NativeProvider {
+    fn name(&self) -> &'static str {
+        "native"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            images: false,
+            ..Capabilities::FULL_LINUX
+        }
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        Ok(host_checks())
+    }
+
+    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.capabilities().check(self.name(), &spec)?;
+        let st = self.launch(&spec, &opts).await?;
+        Ok(Self::info(&st))
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+    ) -> Result<ExecOutcome> {
+        stockade_core::check_request(&req)?;
+        let dir = self.dir(id)?;
+        if !dir.join("state.json").exists() {
+            return Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            });
+        }
+        client::exec(id, &dir.join("agent.sock"), req, output).await
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        let dir = self.dir(id)?;
+        tokio::task::spawn_blocking(move || state::destroy_dir(&dir))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))?
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        Ok(state::live(&self.state_root)
+            .iter()
+            .map(Self::info)
+            .collect())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        let dir = self.dir(id)?;
+        match state::read_live(&dir) {
+            Some(st) => Ok(Self::info(&st)),
+            None => Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            }),
+        }
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        let root = self.state_root.clone();
+        tokio::task::spawn_blocking(move || state::gc(&root))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))
+    }
+}
+
+/// Pings a sandbox's agent (health check).
+pub async fn ping(provider: &NativeProvider, id: &str) -> Result<()> {
+    let dir = provider.dir(id)?;
+    client::ping(id, &dir.join("agent.sock")).await
+}

@@ -1,0 +1,626 @@
+//! From a validated spec and the host layout to a launch plan. Pure: no I/O, so every
+//! decision about what to mount and what to limit is unit-tested.
+
+use std::path::{Path, PathBuf};
+
+use stockade_agent_proto::launch::{
+    CgroupDir, CgroupPlan, ExecPolicy, LaunchPlan, MountFlags, MountOp, NetworkPlan, OomCounter,
+};
+use stockade_core::{Error, ValidatedSpec};
+use stockade_spec::{Network, format_size};
+
+use crate::layout::{CgroupLayout, DEVICES, Entry, HostLayout};
+
+/// Everything besides the spec that the plan depends on.
+#[derive(Clone, Debug)]
+pub struct PlanContext {
+    pub id: String,
+    pub state_dir: PathBuf,
+    pub host: HostLayout,
+    /// The user-mode NAT helper (`pasta`), when installed.
+    pub pasta: Option<PathBuf>,
+    pub now_ms: u64,
+    pub owner_pid: Option<u32>,
+    /// For each spec mount, whether the host path is a file (else a directory).
+    pub mount_is_file: Vec<bool>,
+}
+
+/// Name of the cgroup directory holding every sandbox, in each hierarchy.
+pub const CGROUP_PARENT: &str = "stockade";
+/// CFS period used for the CPU quota.
+const CPU_PERIOD_US: u64 = 100_000;
+
+/// Builds the plan.
+pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error> {
+    let writable = spec.writable;
+    let mut ops = Vec::new();
+    let root_size = if writable {
+        spec.limits.tmp_bytes
+    } else {
+        4 << 20
+    };
+    ops.push(MountOp::Tmpfs {
+        target: "/".into(),
+        size_bytes: root_size,
+        mode: 0o755,
+        flags: MountFlags::RW,
+    });
+    for (path, entry) in &ctx.host.root {
+        ops.push(match entry {
+            Entry::Symlink(to) => MountOp::Symlink {
+                to: to.clone(),
+                path: path.clone(),
+            },
+            _ if writable => MountOp::Overlay {
+                lower: path.clone(),
+                target: path.clone(),
+                flags: MountFlags::RW,
+            },
+            _ => MountOp::Bind {
+                source: path.clone(),
+                target: path.clone(),
+                flags: MountFlags::RO_HOST,
+                file: false,
+            },
+        });
+    }
+    ops.extend(etc_ops(spec, ctx));
+    ops.extend(proc_sys_dev_ops(spec));
+    ops.push(MountOp::Tmpfs {
+        target: "/tmp".into(),
+        size_bytes: spec.limits.tmp_bytes,
+        mode: 0o1777,
+        flags: MountFlags::RW,
+    });
+    for (i, m) in spec.mounts.iter().enumerate() {
+        let flags = if m.writable {
+            MountFlags::RW
+        } else {
+            MountFlags::RO_HOST
+        };
+        let file = ctx.mount_is_file.get(i).copied().unwrap_or(false);
+        ops.push(MountOp::Bind {
+            source: m.host.clone(),
+            target: m.target.clone(),
+            flags,
+            file,
+        });
+    }
+    let workdir = spec.effective_workdir();
+    if !spec.mounts.iter().any(|m| workdir.starts_with(&m.target)) && !workdir.starts_with("/tmp") {
+        ops.push(MountOp::Mkdir {
+            path: workdir.clone(),
+            mode: 0o755,
+        });
+    }
+    if writable {
+        ops.push(MountOp::Mask {
+            target: "/.stockade".into(),
+        });
+    }
+
+    let mut landlock_writable = vec![
+        "/tmp".to_string(),
+        "/dev/shm".to_string(),
+        "/dev/pts".to_string(),
+    ];
+    if writable {
+        landlock_writable = vec!["/".to_string()];
+    } else {
+        landlock_writable.extend(
+            spec.mounts
+                .iter()
+                .filter(|m| m.writable)
+                .map(|m| m.target.display().to_string()),
+        );
+    }
+    let exec = ExecPolicy {
+        uid: spec.user.uid,
+        gid: spec.user.gid,
+        env: spec.base_env(),
+        workdir: workdir.display().to_string(),
+        no_new_privs: spec.hardening.no_new_privileges,
+        drop_caps: spec.hardening.drop_capabilities,
+        seccomp: spec.hardening.seccomp,
+        landlock_writable: spec.hardening.landlock.then_some(landlock_writable),
+    };
+    let network = match spec.network {
+        Network::None => NetworkPlan::LoopbackOnly,
+        Network::Egress => {
+            let pasta = ctx.pasta.as_ref().ok_or_else(|| Error::Unavailable {
+                what: "network egress".into(),
+                reason: "the user-mode NAT helper pasta is not installed".into(),
+                fix: "apt-get install passt".into(),
+            })?;
+            NetworkPlan::UserModeNat {
+                argv: pasta_argv(pasta),
+                resolv_conf: resolv_conf(&ctx.host),
+            }
+        }
+    };
+    let cgroups = cgroup_plan(spec, ctx)?;
+    let applied = applied(spec, &cgroups, &network);
+    Ok(LaunchPlan {
+        id: ctx.id.clone(),
+        state_dir: ctx.state_dir.clone(),
+        hostname: spec.hostname.clone(),
+        network,
+        cgroups,
+        mounts: ops,
+        readonly_root: !writable,
+        expires_at_ms: ctx.now_ms + spec.timeout_secs * 1000,
+        owner_pid: ctx.owner_pid,
+        exec,
+        spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+        applied,
+    })
+}
+
+/// pasta with every port forward off (nothing of the sandbox is exposed, nothing of
+/// the host is forwarded in) and without mapping the gateway to the host's loopback.
+fn pasta_argv(pasta: &Path) -> Vec<String> {
+    [
+        pasta.display().to_string().as_str(),
+        "--config-net",
+        "--quiet",
+        "--no-map-gw",
+        "-t",
+        "none",
+        "-u",
+        "none",
+        "-T",
+        "none",
+        "-U",
+        "none",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
+}
+
+fn resolv_conf(host: &HostLayout) -> String {
+    // A loopback resolver of the host is not reachable from the sandbox; fall back to
+    // a public one then.
+    let usable: Vec<&String> = host
+        .nameservers
+        .iter()
+        .filter(|l| !l.contains(" 127.") && !l.contains(" ::1"))
+        .collect();
+    if usable.is_empty() {
+        "nameserver 1.1.1.1\n".to_string()
+    } else {
+        usable.iter().map(|l| format!("{l}\n")).collect()
+    }
+}
+
+fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
+    let u = spec.user;
+    let mut ops = vec![MountOp::Mkdir {
+        path: "/etc".into(),
+        mode: 0o755,
+    }];
+    let file = |path: &str, contents: String| MountOp::File {
+        path: path.into(),
+        contents,
+        mode: 0o644,
+    };
+    let mut passwd = "root:x:0:0:root:/root:/usr/sbin/nologin\n".to_string();
+    let mut group = "root:x:0:\n".to_string();
+    if u.uid != 0 {
+        passwd.push_str(&format!(
+            "sandbox:x:{}:{}:sandbox:/tmp:/bin/sh\n",
+            u.uid, u.gid
+        ));
+    }
+    if u.gid != 0 {
+        group.push_str(&format!("sandbox:x:{}:\n", u.gid));
+    }
+    passwd.push_str("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n");
+    group.push_str("nogroup:x:65534:\n");
+    ops.push(file("/etc/passwd", passwd));
+    ops.push(file("/etc/group", group));
+    ops.push(file("/etc/hostname", format!("{}\n", spec.hostname)));
+    ops.push(file(
+        "/etc/hosts",
+        format!(
+            "127.0.0.1\tlocalhost {0}\n::1\tlocalhost ip6-localhost {0}\n",
+            spec.hostname
+        ),
+    ));
+    ops.push(file(
+        "/etc/nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n".into(),
+    ));
+    if spec.network == Network::Egress {
+        ops.push(file("/etc/resolv.conf", resolv_conf(&ctx.host)));
+    }
+    for (path, entry) in &ctx.host.etc {
+        ops.push(match entry {
+            Entry::Symlink(to) => MountOp::Symlink {
+                to: to.clone(),
+                path: path.clone(),
+            },
+            Entry::File => MountOp::Bind {
+                source: path.clone(),
+                target: path.clone(),
+                flags: MountFlags::RO_HOST,
+                file: true,
+            },
+            Entry::Dir => MountOp::Bind {
+                source: path.clone(),
+                target: path.clone(),
+                flags: MountFlags::RO_HOST,
+                file: false,
+            },
+        });
+    }
+    ops
+}
+
+fn proc_sys_dev_ops(spec: &ValidatedSpec) -> Vec<MountOp> {
+    let mut ops = vec![MountOp::Proc {
+        target: "/proc".into(),
+    }];
+    for p in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
+        ops.push(MountOp::ReadOnly { target: p.into() });
+    }
+    for p in [
+        "/proc/kcore",
+        "/proc/keys",
+        "/proc/timer_list",
+        "/proc/sched_debug",
+        "/proc/acpi",
+        "/proc/scsi",
+        "/proc/kallsyms",
+    ] {
+        ops.push(MountOp::Mask { target: p.into() });
+    }
+    ops.push(MountOp::Sysfs {
+        target: "/sys".into(),
+    });
+    ops.push(MountOp::Tmpfs {
+        target: "/dev".into(),
+        size_bytes: 64 << 10,
+        mode: 0o755,
+        flags: MountFlags {
+            readonly: false,
+            nosuid: true,
+            nodev: false,
+            noexec: true,
+        },
+    });
+    for d in DEVICES {
+        ops.push(MountOp::Device {
+            source: format!("/dev/{d}").into(),
+            target: format!("/dev/{d}").into(),
+        });
+    }
+    ops.push(MountOp::Devpts {
+        target: "/dev/pts".into(),
+    });
+    ops.push(MountOp::Symlink {
+        to: "pts/ptmx".into(),
+        path: "/dev/ptmx".into(),
+    });
+    ops.push(MountOp::Tmpfs {
+        target: "/dev/shm".into(),
+        size_bytes: spec.limits.tmp_bytes,
+        mode: 0o1777,
+        flags: MountFlags::RW,
+    });
+    for (name, to) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        ops.push(MountOp::Symlink {
+            to: to.into(),
+            path: format!("/dev/{name}").into(),
+        });
+    }
+    ops
+}
+
+fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Error> {
+    let l = &spec.limits;
+    let quota = ((l.cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);
+    let id = &ctx.id;
+    match &ctx.host.cgroups {
+        CgroupLayout::V2 { root } => {
+            let parent = root.join(CGROUP_PARENT);
+            let dir = parent.join(id);
+            let enable = (
+                "cgroup.subtree_control".to_string(),
+                "+cpu +memory +pids".to_string(),
+            );
+            Ok(CgroupPlan {
+                parents: vec![
+                    CgroupDir {
+                        path: root.clone(),
+                        settings: vec![enable.clone()],
+                    },
+                    CgroupDir {
+                        path: parent,
+                        settings: vec![enable],
+                    },
+                ],
+                dirs: vec![CgroupDir {
+                    path: dir.clone(),
+                    settings: vec![
+                        ("memory.max".into(), l.memory_bytes.to_string()),
+                        ("?memory.swap.max".into(), "0".into()),
+                        ("pids.max".into(), l.pids.to_string()),
+                        ("cpu.max".into(), format!("{quota} {CPU_PERIOD_US}")),
+                    ],
+                }],
+                kill_file: Some(dir.join("cgroup.kill")),
+                oom_counter: Some(OomCounter {
+                    path: dir.join("memory.events"),
+                    key: "oom_kill".into(),
+                }),
+            })
+        }
+        CgroupLayout::Hybrid { v1, unified } => {
+            let need = |c: &str| {
+                v1.get(c).cloned().ok_or_else(|| Error::Unavailable {
+                    what: format!("the {c} cgroup controller"),
+                    reason: "it is not mounted".into(),
+                    fix: format!("mount it: mount -t cgroup -o {c} cgroup /sys/fs/cgroup/{c}"),
+                })
+            };
+            let (mem, pids, cpu) = (need("memory")?, need("pids")?, need("cpu")?);
+            let mut parents = Vec::new();
+            let mut dirs = Vec::new();
+            let mut add = |base: &Path, settings: Vec<(String, String)>| {
+                parents.push(CgroupDir {
+                    path: base.join(CGROUP_PARENT),
+                    settings: vec![],
+                });
+                dirs.push(CgroupDir {
+                    path: base.join(CGROUP_PARENT).join(id),
+                    settings,
+                });
+            };
+            add(
+                &mem,
+                vec![
+                    ("memory.limit_in_bytes".into(), l.memory_bytes.to_string()),
+                    (
+                        "?memory.memsw.limit_in_bytes".into(),
+                        l.memory_bytes.to_string(),
+                    ),
+                    ("?memory.swappiness".into(), "0".into()),
+                ],
+            );
+            add(&pids, vec![("pids.max".into(), l.pids.to_string())]);
+            add(
+                &cpu,
+                vec![
+                    ("cpu.cfs_period_us".into(), CPU_PERIOD_US.to_string()),
+                    ("cpu.cfs_quota_us".into(), quota.to_string()),
+                ],
+            );
+            let kill_file = unified.as_ref().map(|u| {
+                add(u, vec![]);
+                u.join(CGROUP_PARENT).join(id).join("cgroup.kill")
+            });
+            Ok(CgroupPlan {
+                parents,
+                dirs,
+                kill_file,
+                oom_counter: Some(OomCounter {
+                    path: mem.join(CGROUP_PARENT).join(id).join("memory.oom_control"),
+                    key: "oom_kill".into(),
+                }),
+            })
+        }
+        CgroupLayout::None => Err(Error::Unavailable {
+            what: "cgroups".into(),
+            reason:
+                "no cgroup filesystem is mounted, so memory, cpu and pids limits cannot be enforced"
+                    .into(),
+            fix: "mount cgroup2 at /sys/fs/cgroup (mount -t cgroup2 none /sys/fs/cgroup)".into(),
+        }),
+    }
+}
+
+fn applied(spec: &ValidatedSpec, cg: &CgroupPlan, net: &NetworkPlan) -> Vec<String> {
+    let l = &spec.limits;
+    let mut v = vec![
+        "namespaces: mount, pid, network, uts, ipc, cgroup".to_string(),
+        if spec.writable {
+            "root: host /usr etc. under a discarded tmpfs overlay (writable)".to_string()
+        } else {
+            "root: read-only, pivot_root onto host /usr, /bin, /lib (ro, nosuid, nodev) and a synthetic /etc".to_string()
+        },
+        format!("/tmp: tmpfs {} (nosuid, nodev)", format_size(l.tmp_bytes)),
+        match net {
+            NetworkPlan::LoopbackOnly => "network: none (own namespace, loopback only)".to_string(),
+            NetworkPlan::UserModeNat { .. } => {
+                "network: egress through pasta (no port forwards, host loopback unreachable)"
+                    .to_string()
+            }
+        },
+        format!(
+            "cgroups: memory {} (no swap), cpu {} CPUs, pids {}{}",
+            format_size(l.memory_bytes),
+            l.cpus,
+            l.pids,
+            if cg.kill_file.is_some() {
+                ", cgroup.kill"
+            } else {
+                ""
+            }
+        ),
+        format!("user: uid {} gid {}", spec.user.uid, spec.user.gid),
+        format!("lifetime: {} s", spec.timeout_secs),
+    ];
+    let h = spec.hardening;
+    v.push(if h.drop_capabilities {
+        "capabilities: all dropped".into()
+    } else {
+        "capabilities: NOT dropped (opt-out)".into()
+    });
+    v.push(if h.no_new_privileges {
+        "no_new_privs: set".into()
+    } else {
+        "no_new_privs: NOT set (opt-out)".into()
+    });
+    v.push(if h.seccomp {
+        format!(
+            "seccomp: allowlist of {} syscalls, others EPERM",
+            stockade_sys::seccomp::allowed_names().len()
+        )
+    } else {
+        "seccomp: OFF (opt-out)".into()
+    });
+    v.push(if h.landlock {
+        "landlock: read-only except /tmp, /dev/shm and writable mounts".into()
+    } else {
+        "landlock: OFF (opt-out)".into()
+    });
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::CgroupLayout;
+    use std::collections::BTreeMap;
+    use stockade_spec::{Mount, SandboxSpec};
+
+    fn ctx(cgroups: CgroupLayout) -> PlanContext {
+        PlanContext {
+            id: "sb-test".into(),
+            state_dir: "/run/stockade/sb-test".into(),
+            host: HostLayout {
+                root: vec![
+                    ("/usr".into(), Entry::Dir),
+                    ("/bin".into(), Entry::Symlink("usr/bin".into())),
+                    ("/lib".into(), Entry::Symlink("usr/lib".into())),
+                ],
+                etc: vec![
+                    ("/etc/ld.so.cache".into(), Entry::File),
+                    ("/etc/alternatives".into(), Entry::Dir),
+                ],
+                nameservers: vec!["nameserver 10.0.0.53".into()],
+                cgroups,
+            },
+            pasta: Some("/usr/bin/pasta".into()),
+            now_ms: 1_000_000,
+            owner_pid: Some(42),
+            mount_is_file: vec![false],
+        }
+    }
+
+    fn hybrid() -> CgroupLayout {
+        let v1: BTreeMap<String, PathBuf> = ["memory", "pids", "cpu"]
+            .iter()
+            .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
+            .collect();
+        CgroupLayout::Hybrid {
+            v1,
+            unified: Some("/sys/fs/cgroup/unified".into()),
+        }
+    }
+
+    #[test]
+    fn default_plan_on_hybrid_host() {
+        let spec = SandboxSpec::default().validate().unwrap();
+        let p = plan(&spec, &ctx(hybrid())).unwrap();
+        assert!(p.readonly_root);
+        assert_eq!(p.network, NetworkPlan::LoopbackOnly);
+        assert_eq!(p.expires_at_ms, 1_000_000 + 300_000);
+        insta::assert_json_snapshot!(p);
+    }
+
+    #[test]
+    fn pure_v2_limits() {
+        let mut spec = SandboxSpec::default();
+        spec.limits.cpus = 0.5;
+        spec.limits.memory_bytes = 1 << 30;
+        let p = plan(
+            &spec.validate().unwrap(),
+            &ctx(CgroupLayout::V2 {
+                root: "/sys/fs/cgroup".into(),
+            }),
+        )
+        .unwrap();
+        insta::assert_json_snapshot!(p.cgroups);
+    }
+
+    #[test]
+    fn writable_root_uses_overlays_and_mounts_follow_spec() {
+        let mut spec = SandboxSpec {
+            writable: true,
+            network: Network::Egress,
+            ..Default::default()
+        };
+        spec.mounts.push(Mount {
+            host: "/srv/data".into(),
+            target: "/work".into(),
+            writable: true,
+        });
+        spec.workdir = Some("/work".into());
+        let p = plan(&spec.validate().unwrap(), &ctx(hybrid())).unwrap();
+        assert!(!p.readonly_root);
+        assert!(p.mounts.contains(&MountOp::Overlay {
+            lower: "/usr".into(),
+            target: "/usr".into(),
+            flags: MountFlags::RW
+        }));
+        assert!(p.mounts.contains(&MountOp::Bind {
+            source: "/srv/data".into(),
+            target: "/work".into(),
+            flags: MountFlags::RW,
+            file: false
+        }));
+        assert!(p.mounts.contains(&MountOp::Mask {
+            target: "/.stockade".into()
+        }));
+        assert!(matches!(p.network, NetworkPlan::UserModeNat { .. }));
+        assert_eq!(p.exec.workdir, "/work");
+    }
+
+    #[test]
+    fn egress_without_pasta_is_unavailable_with_a_fix() {
+        let spec = SandboxSpec {
+            network: Network::Egress,
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let mut c = ctx(hybrid());
+        c.pasta = None;
+        let err = plan(&spec, &c).unwrap_err();
+        assert!(err.to_string().contains("apt-get install passt"), "{err}");
+    }
+
+    #[test]
+    fn no_cgroups_is_unavailable() {
+        let spec = SandboxSpec::default().validate().unwrap();
+        let err = plan(&spec, &ctx(CgroupLayout::None)).unwrap_err();
+        assert_eq!(err.code(), stockade_core::ErrorCode::Unavailable);
+    }
+
+    #[test]
+    fn read_only_mounts_stay_out_of_landlock_writes() {
+        let mut spec = SandboxSpec::default();
+        spec.mounts.push(Mount {
+            host: "/srv/ro".into(),
+            target: "/data".into(),
+            writable: false,
+        });
+        let p = plan(&spec.validate().unwrap(), &ctx(hybrid())).unwrap();
+        let w = p.exec.landlock_writable.unwrap();
+        assert!(!w.iter().any(|x| x == "/data"), "{w:?}");
+        assert!(w.iter().any(|x| x == "/tmp"));
+    }
+}

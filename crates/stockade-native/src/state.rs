@@ -1,0 +1,264 @@
+//! Sandbox state on disk (`<state root>/<id>/`), destroy, and garbage collection.
+//!
+//! A live sandbox's monitor holds an exclusive `flock` on `<id>/lock` for its whole
+//! life. A directory whose lock can be taken belongs to a dead monitor and is reaped:
+//! its cgroups killed and removed, its network helper stopped, the directory deleted.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use nix::fcntl::{Flock, FlockArg};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use stockade_agent_proto::launch::{LaunchPlan, SandboxState};
+use stockade_core::{Error, GcReport, Result};
+
+use crate::layout::{self, CgroupLayout};
+use crate::plan::CGROUP_PARENT;
+
+/// How long a directory without state may be in the making before gc reaps it.
+const GRACE: Duration = Duration::from_secs(30);
+
+/// `$STOCKADE_STATE_DIR`, else `/run/stockade` for root, else
+/// `$XDG_RUNTIME_DIR/stockade`.
+pub fn default_state_root() -> PathBuf {
+    if let Some(p) = std::env::var_os("STOCKADE_STATE_DIR") {
+        return PathBuf::from(p);
+    }
+    if nix::unistd::geteuid().is_root() {
+        return PathBuf::from("/run/stockade");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("stockade"),
+        None => PathBuf::from(format!("/tmp/stockade-{}", nix::unistd::geteuid())),
+    }
+}
+
+/// Refuses ids that are not plain names (so no id can point outside the state root).
+pub fn check_id(id: &str) -> Result<()> {
+    let ok = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "sandbox id {id:?} is not a valid id"
+        )))
+    }
+}
+
+/// Creates the state root (0700) and a sandbox directory with its empty `root/`.
+pub fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(root)
+        .map_err(|e| Error::io(format!("cannot create {}", root.display()), e))?;
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    fs::DirBuilder::new()
+        .mode(0o755)
+        .create(dir.join("root"))
+        .map_err(|e| Error::io(format!("cannot create {}/root", dir.display()), e))
+}
+
+/// Whether the monitor owning `dir` is alive (holds the lock).
+fn monitor_alive(dir: &Path) -> bool {
+    let Ok(f) = fs::OpenOptions::new().write(true).open(dir.join("lock")) else {
+        return false;
+    };
+    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+        Ok(_released_on_drop) => false,
+        Err(_) => true,
+    }
+}
+
+fn read_state(dir: &Path) -> Option<SandboxState> {
+    serde_json::from_slice(&fs::read(dir.join("state.json")).ok()?).ok()
+}
+
+/// The state of a live sandbox.
+pub fn read_live(dir: &Path) -> Option<SandboxState> {
+    let st = read_state(dir)?;
+    monitor_alive(dir).then_some(st)
+}
+
+/// Every live sandbox under `root`, oldest first.
+pub fn live(root: &Path) -> Vec<SandboxState> {
+    let mut v: Vec<SandboxState> = entries(root).iter().filter_map(|d| read_live(d)).collect();
+    v.sort_by_key(|s| s.created_at_ms);
+    v
+}
+
+fn entries(root: &Path) -> Vec<PathBuf> {
+    fs::read_dir(root)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Destroys the sandbox in `dir`: asks its monitor to tear down and waits; reaps by
+/// hand what a dead monitor left. Idempotent.
+pub fn destroy_dir(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    if let Some(st) = read_state(dir)
+        && stockade_sys::process::is_same_process(st.monitor_pid, st.monitor_start_ticks)
+    {
+        let _ = kill(Pid::from_raw(st.monitor_pid as i32), Signal::SIGTERM);
+        let until = Instant::now() + Duration::from_secs(10);
+        while stockade_sys::process::is_same_process(st.monitor_pid, st.monitor_start_ticks)
+            && Instant::now() < until
+        {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+    }
+    if dir.exists() && !monitor_alive(dir) {
+        let errors = reap_dir(dir);
+        if let Some(e) = errors.first() {
+            return Err(Error::Internal(e.clone()));
+        }
+    }
+    Ok(())
+}
+
+fn cgroups_of(dir: &Path) -> Vec<PathBuf> {
+    if let Some(st) = read_state(dir) {
+        return st.cgroups;
+    }
+    fs::read(dir.join("plan.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<LaunchPlan>(&b).ok())
+        .map(|p| p.cgroups.dirs.into_iter().map(|d| d.path).collect())
+        .unwrap_or_default()
+}
+
+/// Kills every process in a cgroup directory and removes it.
+fn kill_and_remove_cgroup(cg: &Path) -> Option<String> {
+    if !cg.exists() {
+        return None;
+    }
+    let _ = fs::write(cg.join("cgroup.kill"), "1");
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let procs = fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
+        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
+            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+        }
+        match fs::remove_dir(cg) {
+            Ok(()) => return None,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
+            Err(e) if Instant::now() > until => {
+                return Some(format!("cannot remove cgroup {}: {e}", cg.display()));
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+/// Removes everything a dead monitor left in `dir`. Returns problems met.
+pub fn reap_dir(dir: &Path) -> Vec<String> {
+    let mut errors = Vec::new();
+    for cg in cgroups_of(dir) {
+        errors.extend(kill_and_remove_cgroup(&cg));
+    }
+    if let Some(pid) = fs::read_to_string(dir.join("net-helper.pid"))
+        .ok()
+        .and_then(|s| s.trim().parse::<i32>().ok())
+        && fs::read_to_string(format!("/proc/{pid}/comm"))
+            .is_ok_and(|c| c.trim() == "pasta" || c.trim() == "passt")
+    {
+        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
+    }
+    if let Err(e) = fs::remove_dir_all(dir)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        errors.push(format!("cannot remove {}: {e}", dir.display()));
+    }
+    errors
+}
+
+fn older_than(p: &Path, age: Duration) -> bool {
+    fs::metadata(p)
+        .and_then(|m| m.modified())
+        .map(|t| SystemTime::now().duration_since(t).unwrap_or_default() > age)
+        .unwrap_or(true)
+}
+
+/// Reaps every sandbox under `root` whose monitor is dead, and empty Stockade cgroups
+/// that no sandbox owns.
+pub fn gc(root: &Path) -> GcReport {
+    let mut report = GcReport::default();
+    let mut known = std::collections::HashSet::new();
+    for dir in entries(root) {
+        let id = dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        known.insert(id.clone());
+        if monitor_alive(&dir) {
+            continue;
+        }
+        let has_state = dir.join("state.json").exists();
+        if !has_state && !older_than(&dir, GRACE) {
+            continue; // being created right now
+        }
+        let errs = reap_dir(&dir);
+        if errs.is_empty() {
+            report.reaped.push(id);
+        }
+        report.errors.extend(errs);
+    }
+    // Cgroups whose sandbox directory is gone (e.g. the state root was wiped).
+    let bases: Vec<PathBuf> = match layout::detect().cgroups {
+        CgroupLayout::V2 { root } => vec![root],
+        CgroupLayout::Hybrid { v1, unified } => v1.into_values().chain(unified).collect(),
+        CgroupLayout::None => vec![],
+    };
+    for base in bases {
+        for cg in entries(&base.join(CGROUP_PARENT)) {
+            let id = cg
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            let empty = fs::read_to_string(cg.join("cgroup.procs"))
+                .map(|s| s.trim().is_empty())
+                .unwrap_or(false);
+            if !known.contains(&id)
+                && empty
+                && older_than(&cg, GRACE)
+                && fs::remove_dir(&cg).is_ok()
+                && !report.reaped.contains(&id)
+            {
+                report.reaped.push(id);
+            }
+        }
+    }
+    report
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_cannot_escape_the_state_root() {
+        for bad in ["", "..", "../etc", "a/b", ".hidden", "x y"] {
+            assert!(check_id(bad).is_err(), "{bad:?}");
+        }
+        check_id("sb-0123456789ab").unwrap();
+    }
+}

@@ -1,0 +1,50 @@
+//! Stockade: run untrusted, AI-written code in sandboxes that are secure by default.
+//!
+//! This crate picks a provider by name (`native` by default, or `STOCKADE_PROVIDER`)
+//! and re-exports the core API.
+//!
+//! ```no_run
+//! # async fn demo() -> stockade::Result<()> {
+//! use stockade::{CreateOptions, ExecRequest, Sandbox, SandboxSpec};
+//! let provider = stockade::provider(None)?;
+//! let sb = Sandbox::create(provider, SandboxSpec::default(), CreateOptions::default()).await?;
+//! let out = sb.exec(ExecRequest::new(["python3", "-c", "print(6 * 7)"])).await?;
+//! assert_eq!(out.stdout, b"42\n");
+//! sb.destroy().await?;
+//! # Ok(()) }
+//! ```
+
+use std::sync::Arc;
+
+pub use stockade_core::*;
+pub use stockade_native::NativeProvider;
+
+/// Names of the providers this build knows.
+pub const PROVIDERS: &[&str] = &["native"];
+
+/// The default provider name: `$STOCKADE_PROVIDER`, else `native`.
+pub fn default_provider_name() -> String {
+    std::env::var("STOCKADE_PROVIDER")
+        .ok()
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "native".to_string())
+}
+
+/// The provider called `name` (default: [`default_provider_name`]).
+pub fn provider(name: Option<&str>) -> Result<Arc<dyn Provider>> {
+    let name = name
+        .map(str::to_string)
+        .unwrap_or_else(default_provider_name);
+    match name.as_str() {
+        "native" => Ok(Arc::new(NativeProvider::new())),
+        "docker" | "microvm" | "wasm" => Err(Error::Unavailable {
+            what: format!("the {name} provider"),
+            reason: "it is not built into this version of stockade".into(),
+            fix: "use --provider native".into(),
+        }),
+        other => Err(Error::InvalidRequest(format!(
+            "unknown provider {other:?}; known: {}",
+            PROVIDERS.join(", ")
+        ))),
+    }
+}
