@@ -10,7 +10,7 @@
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -84,20 +84,23 @@ pub fn main() -> i32 {
         }
     }
     let _ = nix::unistd::setsid();
-    // Hold the state dir's lock for our whole life: gc treats an unlocked dir as dead.
-    let lock = match lock_state_dir(&plan.state_dir) {
-        Ok(l) => l,
-        Err(e) => {
-            report(&mut stdout, &fail(ErrorCode::Internal, e));
-            return 2;
-        }
-    };
     let launched = launch(&plan);
     let (child, helper) = match launched {
         Ok(v) => v,
         Err((code, message)) => {
             let _ = fs::remove_dir_all(&plan.state_dir);
             report(&mut stdout, &fail(code, message));
+            return 1;
+        }
+    };
+    // Hold the state dir's lock for the rest of our life: gc treats an unlocked dir
+    // with state as dead. Taken after the fork so PID 1 does not share it (gc ignores
+    // young dirs without state meanwhile).
+    let lock = match lock_state_dir(&plan.state_dir) {
+        Ok(l) => l,
+        Err(e) => {
+            teardown(&plan, child, helper.as_ref());
+            report(&mut stdout, &fail(ErrorCode::Internal, e));
             return 1;
         }
     };
@@ -227,46 +230,71 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
     Ok((child, helper))
 }
 
-/// The user-mode NAT helper (pasta), daemonized; we keep its pid to stop it.
+/// The user-mode NAT helper (slirp4netns). It exits by itself when `exit_w` closes,
+/// which happens when we exit, however we exit.
 struct Helper {
-    pid_file: PathBuf,
+    pid: Pid,
+    _exit_w: OwnedFd,
 }
 
+/// Fds the helper sees its ready and exit pipes as (above any fd we hold).
+const READY_FD: i32 = 10;
+const EXIT_FD: i32 = 11;
+
 fn start_helper(plan: &LaunchPlan, argv: &[String], child: Pid) -> Result<Helper, String> {
-    let pid_file = plan.state_dir.join("net-helper.pid");
-    let netns = format!("/proc/{}/ns/net", child.as_raw());
-    let out = std::process::Command::new(&argv[0])
-        .args(&argv[1..])
-        .arg("--pid")
-        .arg(&pid_file)
-        .arg("--netns")
-        .arg(&netns)
+    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (exit_r, exit_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let log_path = plan.state_dir.join("net-helper.log");
+    let log = fs::File::create(&log_path).map_err(|e| format!("cannot create helper log: {e}"))?;
+    let mut cmd = std::process::Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .arg(format!("--ready-fd={READY_FD}"))
+        .arg(format!("--exit-fd={EXIT_FD}"))
+        .arg(format!("/proc/{}/ns/net", child.as_raw()))
+        .arg("tap0")
         .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| {
-            format!(
-                "cannot start network helper {}: {e} (install it: apt-get install passt)",
-                argv[0]
-            )
-        })?;
-    if !out.status.success() {
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log);
+    stockade_sys::process::pass_fd(&mut cmd, ready_w, READY_FD);
+    stockade_sys::process::pass_fd(&mut cmd, exit_r, EXIT_FD);
+    let spawned = cmd.spawn().map_err(|e| {
+        format!(
+            "cannot start network helper {}: {e} (install it: apt-get install slirp4netns)",
+            argv[0]
+        )
+    });
+    // Drop our copies of the helper's pipe ends (held by the command's closures).
+    drop(cmd);
+    let pid = Pid::from_raw(spawned?.id() as i32);
+    let _ = fs::write(
+        plan.state_dir.join("net-helper.pid"),
+        pid.as_raw().to_string(),
+    );
+    let mut ready = fs::File::from(ready_r);
+    let mut byte = [0u8; 1];
+    let came_up = {
+        let mut fds = [PollFd::new(ready.as_fd(), PollFlags::POLLIN)];
+        matches!(poll(&mut fds, PollTimeout::from(10_000u16)), Ok(n) if n > 0)
+    };
+    if !came_up || ready.read_exact(&mut byte).is_err() {
+        let _ = kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+        let log = fs::read_to_string(&log_path).unwrap_or_default();
         return Err(format!(
-            "network helper {} failed ({}): {}",
+            "network helper {} did not come up: {}",
             argv[0],
-            out.status,
-            String::from_utf8_lossy(&out.stderr).trim()
+            log.trim()
         ));
     }
-    Ok(Helper { pid_file })
+    Ok(Helper {
+        pid,
+        _exit_w: exit_w,
+    })
 }
 
 fn stop_helper(h: &Helper) {
-    if let Some(pid) = fs::read_to_string(&h.pid_file)
-        .ok()
-        .and_then(|s| s.trim().parse::<i32>().ok())
-    {
-        let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-    }
+    let _ = kill(h.pid, Signal::SIGKILL);
+    let _ = waitpid(h.pid, None);
 }
 
 /// PID 1 of the new namespaces: waits to be placed in the cgroups, builds the root,

@@ -109,17 +109,17 @@ pub fn host_checks() -> Vec<Check> {
         },
         "modprobe overlay",
     ));
-    let pasta = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
-        .any(|d| d.join("pasta").is_file());
+    let slirp = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .any(|d| d.join("slirp4netns").is_file());
     v.push(check(
-        "pasta (network egress)",
-        pasta,
-        if pasta {
+        "slirp4netns (network egress)",
+        slirp,
+        if slirp {
             "installed".into()
         } else {
             "not installed".into()
         },
-        "apt-get install passt",
+        "apt-get install slirp4netns",
     ));
     let agent = crate::find_agent();
     v.push(check(

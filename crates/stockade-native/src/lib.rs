@@ -175,7 +175,7 @@ impl NativeProvider {
             id: id.clone(),
             state_dir: dir.clone(),
             host: layout::detect(),
-            pasta: which("pasta"),
+            slirp: which("slirp4netns"),
             now_ms: now_ms(),
             owner_pid: opts.owner_pid,
             mount_is_file,

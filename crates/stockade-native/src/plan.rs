@@ -17,8 +17,8 @@ pub struct PlanContext {
     pub id: String,
     pub state_dir: PathBuf,
     pub host: HostLayout,
-    /// The user-mode NAT helper (`pasta`), when installed.
-    pub pasta: Option<PathBuf>,
+    /// The user-mode NAT helper (`slirp4netns`), when installed.
+    pub slirp: Option<PathBuf>,
     pub now_ms: u64,
     pub owner_pid: Option<u32>,
     /// For each spec mount, whether the host path is a file (else a directory).
@@ -127,14 +127,14 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
     let network = match spec.network {
         Network::None => NetworkPlan::LoopbackOnly,
         Network::Egress => {
-            let pasta = ctx.pasta.as_ref().ok_or_else(|| Error::Unavailable {
+            let slirp = ctx.slirp.as_ref().ok_or_else(|| Error::Unavailable {
                 what: "network egress".into(),
-                reason: "the user-mode NAT helper pasta is not installed".into(),
-                fix: "apt-get install passt".into(),
+                reason: "the user-mode NAT helper slirp4netns is not installed".into(),
+                fix: "apt-get install slirp4netns".into(),
             })?;
             NetworkPlan::UserModeNat {
-                argv: pasta_argv(pasta),
-                resolv_conf: resolv_conf(&ctx.host),
+                argv: slirp_argv(slirp),
+                resolv_conf: RESOLV_CONF.into(),
             }
         }
     };
@@ -156,41 +156,25 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
     })
 }
 
-/// pasta with every port forward off (nothing of the sandbox is exposed, nothing of
-/// the host is forwarded in) and without mapping the gateway to the host's loopback.
-fn pasta_argv(pasta: &Path) -> Vec<String> {
-    [
-        pasta.display().to_string().as_str(),
-        "--config-net",
-        "--quiet",
-        "--no-map-gw",
-        "-t",
-        "none",
-        "-u",
-        "none",
-        "-T",
-        "none",
-        "-U",
-        "none",
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect()
-}
+/// slirp4netns's DNS forwarder inside the sandbox (it resolves with the host's
+/// resolver, so a host resolver on loopback works too).
+const RESOLV_CONF: &str = "nameserver 10.0.2.3\n";
 
-fn resolv_conf(host: &HostLayout) -> String {
-    // A loopback resolver of the host is not reachable from the sandbox; fall back to
-    // a public one then.
-    let usable: Vec<&String> = host
-        .nameservers
-        .iter()
-        .filter(|l| !l.contains(" 127.") && !l.contains(" ::1"))
-        .collect();
-    if usable.is_empty() {
-        "nameserver 1.1.1.1\n".to_string()
-    } else {
-        usable.iter().map(|l| format!("{l}\n")).collect()
-    }
+/// slirp4netns with the host's loopback unreachable (`--disable-host-loopback`), no
+/// port forwards (none is ever added), and itself sandboxed (own mount namespace,
+/// seccomp). The monitor appends the ready/exit fds, the netns path and the tap name.
+fn slirp_argv(slirp: &Path) -> Vec<String> {
+    let flags = [
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--enable-sandbox",
+        "--enable-seccomp",
+        "--netns-type=path",
+    ];
+    std::iter::once(slirp.display().to_string())
+        .chain(flags.iter().map(|s| s.to_string()))
+        .collect()
 }
 
 fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
@@ -232,7 +216,7 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
         "passwd: files\ngroup: files\nhosts: files dns\n".into(),
     ));
     if spec.network == Network::Egress {
-        ops.push(file("/etc/resolv.conf", resolv_conf(&ctx.host)));
+        ops.push(file("/etc/resolv.conf", RESOLV_CONF.into()));
     }
     for (path, entry) in &ctx.host.etc {
         ops.push(match entry {
@@ -444,7 +428,7 @@ fn applied(spec: &ValidatedSpec, cg: &CgroupPlan, net: &NetworkPlan) -> Vec<Stri
         match net {
             NetworkPlan::LoopbackOnly => "network: none (own namespace, loopback only)".to_string(),
             NetworkPlan::UserModeNat { .. } => {
-                "network: egress through pasta (no port forwards, host loopback unreachable)"
+                "network: egress through slirp4netns (no port forwards, host loopback unreachable)"
                     .to_string()
             }
         },
@@ -513,7 +497,7 @@ mod tests {
                 nameservers: vec!["nameserver 10.0.0.53".into()],
                 cgroups,
             },
-            pasta: Some("/usr/bin/pasta".into()),
+            slirp: Some("/usr/bin/slirp4netns".into()),
             now_ms: 1_000_000,
             owner_pid: Some(42),
             mount_is_file: vec![false],
@@ -590,7 +574,7 @@ mod tests {
     }
 
     #[test]
-    fn egress_without_pasta_is_unavailable_with_a_fix() {
+    fn egress_without_slirp_is_unavailable_with_a_fix() {
         let spec = SandboxSpec {
             network: Network::Egress,
             ..Default::default()
@@ -598,9 +582,12 @@ mod tests {
         .validate()
         .unwrap();
         let mut c = ctx(hybrid());
-        c.pasta = None;
+        c.slirp = None;
         let err = plan(&spec, &c).unwrap_err();
-        assert!(err.to_string().contains("apt-get install passt"), "{err}");
+        assert!(
+            err.to_string().contains("apt-get install slirp4netns"),
+            "{err}"
+        );
     }
 
     #[test]

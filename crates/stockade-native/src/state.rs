@@ -178,8 +178,7 @@ pub fn reap_dir(dir: &Path) -> Vec<String> {
     if let Some(pid) = fs::read_to_string(dir.join("net-helper.pid"))
         .ok()
         .and_then(|s| s.trim().parse::<i32>().ok())
-        && fs::read_to_string(format!("/proc/{pid}/comm"))
-            .is_ok_and(|c| c.trim() == "pasta" || c.trim() == "passt")
+        && fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "slirp4netns")
     {
         let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
     }

@@ -1,0 +1,194 @@
+//! What the sandbox looks like from inside, and exec semantics.
+
+use std::time::{Duration, Instant};
+
+use stockade::spec::Network;
+use stockade::{ExecRequest, SandboxSpec};
+use tokio::sync::mpsc;
+
+use crate::*;
+
+#[tokio::test]
+async fn defaults_inside_the_sandbox() {
+    if !require_root("defaults_inside_the_sandbox") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let out = sh(&sb, "id -u; id -g; hostname; pwd; cat /proc/self/status | grep -E '^(CapEff|CapBnd|NoNewPrivs|Seccomp):'; df -k /tmp | tail -1; cat /proc/1/comm", 5_000).await;
+    let s = text(&out.stdout);
+    let lines: Vec<&str> = s.lines().collect();
+    assert_eq!(
+        &lines[..4],
+        ["1000", "1000", "sandbox", "/tmp"],
+        "{s} {}",
+        text(&out.stderr)
+    );
+    assert!(s.contains("CapEff:\t0000000000000000"), "{s}");
+    assert!(s.contains("CapBnd:\t0000000000000000"), "{s}");
+    assert!(s.contains("NoNewPrivs:\t1"), "{s}");
+    assert!(s.contains("Seccomp:\t2"), "{s}");
+    assert!(s.contains(" 65536 "), "/tmp is 64 MiB: {s}");
+    let info = sb.info();
+    assert!(
+        info.applied
+            .iter()
+            .any(|a| a.starts_with("seccomp: allowlist")),
+        "{:?}",
+        info.applied
+    );
+    assert!(
+        info.applied.iter().any(|a| a.contains("memory 512MiB")),
+        "{:?}",
+        info.applied
+    );
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn python_runs_and_exit_codes_pass_through() {
+    if !require_root("python_runs_and_exit_codes_pass_through") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let out = py(&sb, "print(sum(range(10)))", 10_000).await;
+    assert_eq!(
+        (out.exit_code, text(&out.stdout)),
+        (0, "45\n".into()),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = py(
+        &sb,
+        "import sys; sys.stderr.write('bad\\n'); sys.exit(3)",
+        10_000,
+    )
+    .await;
+    assert_eq!((out.exit_code, text(&out.stderr)), (3, "bad\n".into()));
+    let mut req = ExecRequest::new(["/bin/cat"]);
+    req.stdin = b"from stdin".to_vec();
+    assert_eq!(sb.exec(req).await.unwrap().stdout, b"from stdin");
+    let mut req = ExecRequest::new(["sh", "-c", "echo $GREETING; pwd"]);
+    req.env.insert("GREETING".into(), "hi".into());
+    req.cwd = Some("/usr".into());
+    assert_eq!(text(&sb.exec(req).await.unwrap().stdout), "hi\n/usr\n");
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn output_streams_live() {
+    if !require_root("output_streams_live") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let (tx, mut rx) = mpsc::channel(16);
+    let start = Instant::now();
+    let task = tokio::spawn({
+        let sb = sb.clone();
+        async move {
+            sb.exec_streaming(
+                ExecRequest::new(["sh", "-c", "echo first; sleep 2; echo second"]),
+                tx,
+            )
+            .await
+        }
+    });
+    let first = rx.recv().await.expect("a chunk");
+    assert_eq!(first.data, b"first\n");
+    assert!(
+        start.elapsed() < Duration::from_millis(1500),
+        "first chunk came after {:?}",
+        start.elapsed()
+    );
+    let out = task.await.unwrap().unwrap();
+    assert_eq!(out.stdout, b"first\nsecond\n");
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn writable_root_is_discarded_at_destroy() {
+    if !require_root("writable_root_is_discarded_at_destroy") {
+        return;
+    }
+    // Root inside (still without capabilities) so the root-owned /usr is writable.
+    let spec = SandboxSpec {
+        writable: true,
+        user: stockade::spec::User { uid: 0, gid: 0 },
+        ..Default::default()
+    };
+    let sb = sandbox(spec).await;
+    let out = sh(&sb, "echo x > /usr/bin/stockade-overlay-probe && echo y > /newfile && cat /usr/bin/stockade-overlay-probe /newfile", 5_000).await;
+    assert_eq!(text(&out.stdout), "x\ny\n", "{}", text(&out.stderr));
+    assert!(
+        !std::path::Path::new("/usr/bin/stockade-overlay-probe").exists(),
+        "the overlay wrote through to the host"
+    );
+    let out = sh(&sb, "ls /.stockade", 5_000).await;
+    assert!(
+        out.stdout.is_empty(),
+        "overlay scratch is visible: {}",
+        text(&out.stdout)
+    );
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn network_egress_when_asked_reaches_out_but_not_the_host_loopback() {
+    if !require_root("network_egress_when_asked_reaches_out_but_not_the_host_loopback") {
+        return;
+    }
+    if which("slirp4netns").is_none() {
+        let msg = "network egress needs slirp4netns: apt-get install slirp4netns";
+        if std::env::var_os("CI").is_some() {
+            panic!("{msg}");
+        }
+        eprintln!("SKIPPED: {msg}");
+        return;
+    }
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let sb = sandbox(SandboxSpec {
+        network: Network::Egress,
+        ..Default::default()
+    })
+    .await;
+    let code = [
+        "import socket".to_string(),
+        "s = socket.create_connection(('pypi.org', 443), timeout=10); print('egress ok'); s.close()".to_string(),
+        "for host in ('127.0.0.1', '10.0.2.2'):".to_string(),
+        "    try:".to_string(),
+        format!("        socket.create_connection((host, {port}), timeout=2); print('HOST REACHED', host)"),
+        "    except OSError as e: print('host blocked', e)".to_string(),
+    ]
+    .join("\n");
+    let out = py(&sb, &code, 30_000).await;
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("egress ok"),
+        "no egress: {s} {}",
+        text(&out.stderr)
+    );
+    assert!(!s.contains("HOST REACHED"), "{s}");
+    destroy_clean(sb).await;
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_with_every_problem() {
+    let mut spec = SandboxSpec::default();
+    spec.limits.pids = 0;
+    spec.limits.memory_bytes = 1;
+    spec.timeout_secs = 0;
+    let err = stockade::Sandbox::create(provider(), spec, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), stockade::ErrorCode::InvalidSpec);
+    let msg = err.to_string();
+    for field in ["limits.pids", "limits.memory_bytes", "timeout_secs"] {
+        assert!(msg.contains(field), "{field} missing from: {msg}");
+    }
+}

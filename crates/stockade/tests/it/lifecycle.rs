@@ -1,0 +1,149 @@
+//! Lifetimes, destroy, crash cleanup and concurrency. Nothing may leak.
+
+use std::time::Duration;
+
+use stockade::{CreateOptions, Sandbox, SandboxSpec};
+
+use crate::*;
+
+#[tokio::test]
+async fn lifetime_end_kills_everything_and_removes_all_state() {
+    if !require_root("lifetime_end_kills_everything_and_removes_all_state") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec {
+        timeout_secs: 1,
+        ..Default::default()
+    })
+    .await;
+    let id = sb.id().to_string();
+    let _ = sh(&sb, "(sleep 1000 &); true", 5_000).await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let err = provider().inspect(&id).await.unwrap_err();
+    assert_eq!(err.code(), stockade::ErrorCode::NotFound);
+    assert_no_trace(&id);
+}
+
+#[tokio::test]
+async fn owner_death_destroys_the_sandbox() {
+    if !require_root("owner_death_destroys_the_sandbox") {
+        return;
+    }
+    let mut owner = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let sb = Sandbox::create(
+        provider(),
+        SandboxSpec::default(),
+        CreateOptions {
+            owner_pid: Some(owner.id()),
+        },
+    )
+    .await
+    .unwrap();
+    let id = sb.id().to_string();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        if !state_root().join(&id).exists() {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(gone, "sandbox {id} outlived its owner");
+    assert_no_trace(&id);
+}
+
+#[tokio::test]
+async fn gc_reaps_what_a_killed_monitor_left() {
+    if !require_root("gc_reaps_what_a_killed_monitor_left") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let id = sb.id().to_string();
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state_root().join(&id).join("state.json")).unwrap())
+            .unwrap();
+    let monitor = state["monitor_pid"].as_i64().unwrap();
+    let init = state["init_pid"].as_i64().unwrap();
+    // A crash: the monitor dies without cleaning up.
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-9", &monitor.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let report = provider().gc().await.unwrap();
+    assert!(report.reaped.contains(&id), "{report:?}");
+    assert_no_trace(&id);
+    let mut init_gone = false;
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{init}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            init_gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(init_gone, "the sandbox's init {init} survived gc");
+    // Destroying what gc already reaped is fine.
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test]
+async fn unknown_ids_are_not_found_and_bad_ids_refused() {
+    if !require_root("unknown_ids_are_not_found_and_bad_ids_refused") {
+        return;
+    }
+    let p = provider();
+    assert_eq!(
+        p.inspect("sb-000000000000").await.unwrap_err().code(),
+        stockade::ErrorCode::NotFound
+    );
+    let err = p
+        .exec(
+            "sb-000000000000",
+            stockade::ExecRequest::new(["true"]),
+            None,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), stockade::ErrorCode::NotFound);
+    p.destroy("sb-000000000000").await.unwrap();
+    assert_eq!(
+        p.destroy("../../etc").await.unwrap_err().code(),
+        stockade::ErrorCode::InvalidSpec
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fifty_sandboxes_at_once_all_work_and_all_clean_up() {
+    if !require_root("fifty_sandboxes_at_once_all_work_and_all_clean_up") {
+        return;
+    }
+    let mut tasks = Vec::new();
+    for i in 0..50 {
+        tasks.push(tokio::spawn(async move {
+            let sb = sandbox(SandboxSpec::default()).await;
+            let out = py(&sb, &format!("print({i} * 2)"), 60_000).await;
+            let id = sb.id().to_string();
+            sb.destroy().await.unwrap();
+            (i, id, out)
+        }));
+    }
+    for t in tasks {
+        let (i, id, out) = t.await.unwrap();
+        assert_eq!(
+            text(&out.stdout),
+            format!("{}\n", i * 2),
+            "sandbox {i}: {}",
+            text(&out.stderr)
+        );
+        assert_no_trace(&id);
+    }
+}
