@@ -1,0 +1,289 @@
+//! The `stockade` binary as scripts use it: JSON field names, exit codes, errors.
+//! Needs root (native provider); fails in CI without it, skips loudly elsewhere.
+
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn require_root(test: &str) -> bool {
+    let root = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false);
+    if root {
+        return true;
+    }
+    let msg = format!("{test}: needs root for the native provider; run the tests as root");
+    if std::env::var_os("CI").is_some() {
+        panic!("{msg}");
+    }
+    eprintln!("SKIPPED: {msg}");
+    false
+}
+
+fn state_dir() -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("stockade-cli-it-{}", std::process::id()))
+}
+
+fn stockade(args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stockade"));
+    c.args(args)
+        .env("STOCKADE_STATE_DIR", state_dir())
+        .env_remove("STOCKADE_PROVIDER");
+    c
+}
+
+fn run(args: &[&str]) -> Output {
+    stockade(args).output().expect("run stockade")
+}
+
+fn json(out: &Output) -> Value {
+    serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
+}
+
+#[test]
+fn run_json_has_the_promised_fields_and_exit_code_passes_through() {
+    if !require_root("run_json") {
+        return;
+    }
+    let out = run(&[
+        "run",
+        "--json",
+        "--",
+        "/usr/bin/python3",
+        "-c",
+        "import sys; print('hi'); sys.exit(7)",
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(7),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&out);
+    for field in [
+        "exit_code",
+        "stdout",
+        "stderr",
+        "timed_out",
+        "oom_killed",
+        "truncated",
+        "duration_ms",
+    ] {
+        assert!(v.get(field).is_some(), "missing {field}: {v}");
+    }
+    assert_eq!(v["exit_code"], 7);
+    assert_eq!(v["stdout"], "hi\n");
+    assert_eq!(v["timed_out"], false);
+}
+
+#[test]
+fn host_environment_does_not_reach_the_sandbox() {
+    if !require_root("host_environment") {
+        return;
+    }
+    let out = stockade(&["run", "--json", "--", "/usr/bin/env"])
+        .env("STOCKADE_HOST_SECRET", "leaked-value")
+        .output()
+        .unwrap();
+    let v = json(&out);
+    let env = v["stdout"].as_str().unwrap();
+    assert!(!env.contains("leaked-value"), "host env leaked: {env}");
+    let mut keys: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();
+    keys.sort();
+    assert_eq!(keys, ["HOME", "LANG", "PATH"], "{env}");
+}
+
+#[test]
+fn languages_run_with_the_hosts_interpreters() {
+    if !require_root("languages") {
+        return;
+    }
+    for (lang, code, want) in [
+        ("python", "print(6 * 7)", "42\n"),
+        ("bash", "echo $((6 * 7))", "42\n"),
+        ("sh", "echo 42", "42\n"),
+        ("javascript", "console.log(6 * 7)", "42\n"),
+    ] {
+        let out = run(&["run", "--json", "--language", lang, "--code", code]);
+        let v = json(&out);
+        assert_eq!(v["stdout"], want, "{lang}: {v}");
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("prog.py");
+    std::fs::write(&file, "import sys\nprint('from file', sys.argv[0])\n").unwrap();
+    let v = json(&run(&[
+        "run",
+        "--json",
+        "-l",
+        "python",
+        "-f",
+        file.to_str().unwrap(),
+    ]));
+    assert_eq!(v["stdout"], "from file /code/main.py\n", "{v}");
+    let out = run(&["run", "--json", "--language", "cobol", "--code", "x"]);
+    assert_eq!(out.status.code(), Some(64));
+    assert!(
+        json(&out)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("unknown language")
+    );
+}
+
+#[test]
+fn timeout_flag_is_the_exec_deadline_for_run() {
+    if !require_root("timeout_flag") {
+        return;
+    }
+    let out = run(&[
+        "run",
+        "--json",
+        "--timeout",
+        "1",
+        "--",
+        "sh",
+        "-c",
+        "sleep 30",
+    ]);
+    let v = json(&out);
+    assert_eq!(v["timed_out"], true, "{v}");
+    assert_eq!(v["exit_code"], 137);
+    assert!(v["duration_ms"].as_u64().unwrap() < 2500, "{v}");
+}
+
+#[test]
+fn create_exec_ls_inspect_rm() {
+    if !require_root("create_exec_ls_inspect_rm") {
+        return;
+    }
+    let out = run(&["create", "--json", "--memory", "256m", "--env", "FOO=bar"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = json(&out)["id"].as_str().unwrap().to_string();
+    let ex = run(&[
+        "exec",
+        "--json",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "echo $FOO > /tmp/f; cat /tmp/f",
+    ]);
+    assert_eq!(json(&ex)["stdout"], "bar\n");
+    let again = run(&["exec", "--json", &id, "--", "cat", "/tmp/f"]);
+    assert_eq!(
+        json(&again)["stdout"],
+        "bar\n",
+        "state persists between execs"
+    );
+    let ls = json(&run(&["ls", "--json"]));
+    assert!(
+        ls.as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == id.as_str()),
+        "{ls}"
+    );
+    let info = json(&run(&["inspect", "--json", &id]));
+    assert_eq!(info["spec"]["limits"]["memory_bytes"], 256u64 << 20);
+    let applied: Vec<String> = info["applied"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect();
+    assert!(
+        applied.iter().any(|a| a.contains("memory 256MiB")),
+        "{applied:?}"
+    );
+    assert!(run(&["rm", &id]).status.success());
+    let gone = run(&["exec", "--json", &id, "--", "true"]);
+    assert_eq!(gone.status.code(), Some(65), "not found after rm");
+    assert_eq!(json(&gone)["error"]["code"], "not_found");
+    assert!(run(&["rm", &id]).status.success(), "rm is idempotent");
+}
+
+#[test]
+fn bad_flags_list_every_problem() {
+    let out = run(&[
+        "run", "--memory", "lots", "--pids", "0", "--mount", "nocolon", "--", "true",
+    ]);
+    assert_eq!(out.status.code(), Some(64));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in ["--memory", "limits.pids", "--mount"] {
+        assert!(err.contains(needle), "{needle} missing: {err}");
+    }
+}
+
+#[test]
+fn doctor_reports_providers() {
+    let out = run(&["doctor", "--json"]);
+    let v = json(&out);
+    let names: Vec<&str> = v["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"native"), "{v}");
+    assert!(
+        v["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "cgroups"),
+        "{v}"
+    );
+}
+
+#[test]
+fn killing_the_cli_mid_run_leaves_nothing() {
+    if !require_root("killing_the_cli") {
+        return;
+    }
+    let mut child = stockade(&["run", "--", "sleep", "60"]).spawn().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    // The sandbox this CLI owns (other tests run sandboxes in parallel).
+    let owned: Vec<std::path::PathBuf> = std::fs::read_dir(state_dir())
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|d| {
+            std::fs::read(d.join("state.json"))
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                .is_some_and(|v| v["owner_pid"] == child.id())
+        })
+        .collect();
+    assert_eq!(owned.len(), 1, "the running CLI owns one sandbox");
+    kill9(child.id());
+    child.wait().unwrap();
+    let mut gone = false;
+    for _ in 0..100 {
+        if !owned[0].exists() {
+            gone = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(gone, "{} outlived the killed CLI", owned[0].display());
+}
+
+fn kill9(pid: u32) {
+    assert!(
+        Command::new("kill")
+            .args(["-9", &pid.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Fails when anything of Stockade is left on the host: cgroups, monitor or agent
+# processes, sandbox state directories, mounts.
+set -uo pipefail
+leaks=0
+report() { echo "leak-check: $*" >&2; leaks=1; }
+
+cgs=$(find /sys/fs/cgroup -maxdepth 3 -path '*/stockade/sb-*' -type d 2>/dev/null)
+[ -z "$cgs" ] || report "cgroups left: $cgs"
+procs=$(pgrep -a -f 'stockade-agent (monitor|shim)|stockade-shim' | grep -v pgrep)
+[ -z "$procs" ] || report "processes left: $procs"
+for root in /run/stockade /tmp/stockade-it-* /tmp/stockade-cli-it-*; do
+  [ -d "$root" ] || continue
+  left=$(find "$root" -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/null)
+  [ -z "$left" ] || report "state left in $root: $left"
+done
+mnts=$(grep -E 'stockade/sb-' /proc/self/mountinfo)
+[ -z "$mnts" ] || report "mounts left: $mnts"
+slirps=$(pgrep -a slirp4netns)
+[ -z "$slirps" ] || report "network helpers left: $slirps"
+# Remove the (empty) per-run state roots of the test binaries.
+rmdir /tmp/stockade-it-* /tmp/stockade-cli-it-* 2>/dev/null || true
+[ $leaks = 0 ] && echo "leak-check: nothing left"
+exit $leaks

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Stockade needs on a Debian machine and builds it. Idempotent.
+# Usage: scripts/setup.sh [release|debug]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+profile=${1:-release}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+mkdir -p "$CARGO_TARGET_DIR"
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# Debian packages: slirp4netns gives sandboxes network egress when asked; python3 and
+# node are the host interpreters sandboxes use without an image; bubblewrap and
+# hyperfine are the benchmark's anchors.
+want=(slirp4netns python3 bubblewrap hyperfine gcc pkg-config ca-certificates curl)
+[ -x /usr/bin/node ] || want+=(nodejs)
+missing=()
+for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  [ -x "$HOME/.cargo/bin/cargo" ] || curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+
+if [ "$profile" = release ]; then
+  cargo build --release --bins >&2
+else
+  cargo build --bins >&2
+fi
