@@ -306,20 +306,31 @@ pub(crate) async fn run(
     for (k, v) in &env {
         b.env(k, v);
     }
-    for p in &sb.preopens {
-        let perms = if p.writable {
+    let perms = |writable: bool| {
+        if writable {
             FsPerms::ReadWrite
         } else {
             FsPerms::ReadOnly
-        };
-        b.preopened_dir(&p.host, &p.guest, perms).map_err(|e| {
-            Error::Internal(format!(
-                "cannot open {} for {} in sandbox {id}: {e:#}",
-                p.host.display(),
-                p.guest
-            ))
-        })?;
+        }
+    };
+    for p in &sb.preopens {
+        b.preopened_dir(&p.host, &p.guest, perms(p.writable))
+            .map_err(|e| {
+                Error::Internal(format!(
+                    "cannot open {} for {} in sandbox {id}: {e:#}",
+                    p.host.display(),
+                    p.guest
+                ))
+            })?;
     }
+    // WASI preview 1 has no working directory: wasi-libc starts every program in
+    // `/` and resolves a path by the longest matching preopen name. A preopen named
+    // `.` matches what nothing else does, relative paths included, so it makes the
+    // working directory where relative paths land (`getcwd` still says `/`).
+    let cwd = req.cwd.as_deref().unwrap_or(&sb.workdir);
+    let (cwd_host, cwd_writable, _cwd_handle) = crate::fs::open_cwd(sb, cwd)?;
+    b.preopened_dir(&cwd_host, ".", perms(cwd_writable))
+        .map_err(|e| Error::Internal(format!("cannot open working directory {cwd}: {e:#}")))?;
     let refused = Arc::new(AtomicBool::new(false));
     let mut store = Store::new(
         engine,

@@ -194,6 +194,21 @@ fn resolve(sb: &SandboxEntry, path: &str) -> Result<Resolved> {
     })
 }
 
+/// The working directory `cwd` of an exec, opened without leaving the sandbox, as a
+/// host path for `preopened_dir` and whether it is writable. For a directory below
+/// a preopen the path is `/proc/self/fd/N` of a handle cap-std opened (so a link
+/// planted by the guest cannot redirect it); the returned `Dir` keeps it open.
+pub(crate) fn open_cwd(sb: &SandboxEntry, cwd: &str) -> Result<(PathBuf, bool, Option<Dir>)> {
+    use std::os::fd::AsRawFd;
+    let r = resolve(sb, cwd)?;
+    if r.rel.as_os_str().is_empty() {
+        return Ok((r.preopen.host.clone(), r.preopen.writable, None));
+    }
+    let dir = r.dir()?.open_dir(&r.rel).map_err(|e| r.err("enter", e))?;
+    let path = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+    Ok((path, r.preopen.writable, Some(dir)))
+}
+
 fn entry_of(name: String, md: &cap_std::fs::Metadata) -> FileEntry {
     let ft = md.file_type();
     let kind = if ft.is_symlink() {

@@ -2,7 +2,7 @@
 
 use std::os::unix::fs::symlink;
 
-use stockade_core::ErrorCode;
+use stockade_core::{ErrorCode, Provider};
 use stockade_spec::Mount;
 
 use crate::support::{create, guest, provider, run, spec, text};
@@ -142,4 +142,43 @@ async fn escapes_through_dotdot_and_symlinks_are_refused() {
     assert!(!outside.path().join("planted2").exists());
     assert!(!std::path::Path::new("/etc/stockade-escape").exists());
     assert_eq!(std::fs::read_to_string(&secret).unwrap(), "host secret");
+}
+
+#[tokio::test]
+async fn relative_paths_start_in_the_working_directory() {
+    let Some(g) = guest() else { return };
+    let (p, _scratch) = provider();
+    let outside = tempfile::tempdir().unwrap();
+    let data = tempfile::tempdir().unwrap();
+    std::fs::write(data.path().join("in.txt"), "data").unwrap();
+    let mut s = spec(&g);
+    s.mounts = vec![mount(data.path(), "/data", false)];
+    let id = create(&p, s).await;
+    let out = run(&p, &id, &["g", "write", "rel.txt", "r"]).await;
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    assert_eq!(p.read_file(&id, "/tmp/rel.txt").await.unwrap(), b"r");
+
+    // An exec's own cwd, in a subdirectory and in a read-only mount.
+    p.mkdir(&id, "/tmp/sub").await.unwrap();
+    let req = stockade_core::ExecRequest {
+        cwd: Some("/tmp/sub".into()),
+        ..stockade_core::ExecRequest::new(["g", "write", "here.txt", "h"])
+    };
+    assert_eq!(p.exec(&id, req, None).await.unwrap().exit_code, 0);
+    assert_eq!(p.read_file(&id, "/tmp/sub/here.txt").await.unwrap(), b"h");
+    let req = stockade_core::ExecRequest {
+        cwd: Some("/data".into()),
+        ..stockade_core::ExecRequest::new(["g", "cat", "in.txt"])
+    };
+    assert_eq!(text(&p.exec(&id, req, None).await.unwrap().stdout), "data");
+
+    // A cwd that is a link leading out of the sandbox is refused, not followed.
+    std::os::unix::fs::symlink(outside.path(), p.tmp_host_path(&id).unwrap().join("out")).unwrap();
+    let req = stockade_core::ExecRequest {
+        cwd: Some("/tmp/out".into()),
+        ..stockade_core::ExecRequest::new(["g", "write", "planted", "x"])
+    };
+    let err = p.exec(&id, req, None).await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::PolicyDenied, "{err}");
+    assert!(!outside.path().join("planted").exists());
 }

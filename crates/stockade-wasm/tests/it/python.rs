@@ -59,7 +59,7 @@ async fn python_sees_files_and_env_and_no_network() {
     let code = r#"
 import os
 n = int(open('/data/n.txt').read())
-open('/tmp/out.txt', 'w').write(str(n * 2))
+open('out.txt', 'w').write(str(n * 2))
 print(open('/tmp/out.txt').read(), os.environ['GREETING'], 'USER' in os.environ)
 try:
     open('/data/n.txt', 'w').write('x')
