@@ -301,11 +301,7 @@ fn stop_helper(h: &Helper) {
 /// listens, tells the monitor, and serves until killed. Never returns.
 fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
     let mut ready = fs::File::from(ready_w);
-    let mut go = [0u8; 1];
-    if fs::File::from(sync_r).read_exact(&mut go).is_err() {
-        stockade_sys::process::exit_now(1);
-    }
-    match setup_init(plan) {
+    match setup_init(plan, sync_r) {
         Ok((listener, oom)) => {
             let _ = ready.write_all(b"ok");
             drop(ready);
@@ -320,11 +316,10 @@ fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
 
 fn setup_init(
     plan: &LaunchPlan,
+    sync_r: OwnedFd,
 ) -> Result<(std::os::unix::net::UnixListener, Option<server::OomCounter>), String> {
-    // Join a fresh cgroup namespace now that we sit in the sandbox's cgroups, so
-    // /proc/self/cgroup shows "/" inside.
-    nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
-        .map_err(|e| format!("cannot unshare the cgroup namespace: {e}"))?;
+    // The root is built while the monitor moves us into the cgroups (a v1 migration
+    // waits for an RCU grace period, ~10 ms); nothing here forks or allocates much.
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set hostname: {e}"))?;
     stockade_sys::net::loopback_up().map_err(|e| format!("cannot bring loopback up: {e}"))?;
     let oom = match &plan.cgroups.oom_counter {
@@ -343,6 +338,14 @@ fn setup_init(
         &plan.mounts,
         plan.readonly_root,
     )?;
+    let mut go = [0u8; 1];
+    fs::File::from(sync_r)
+        .read_exact(&mut go)
+        .map_err(|_| "the monitor went away during setup".to_string())?;
+    // Now inside the sandbox's cgroups: a fresh cgroup namespace makes
+    // /proc/self/cgroup show "/" inside.
+    nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
+        .map_err(|e| format!("cannot unshare the cgroup namespace: {e}"))?;
     Ok((listener, oom))
 }
 
