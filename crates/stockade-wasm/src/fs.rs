@@ -33,9 +33,13 @@ const MAX_GREP_LINE_CHARS: usize = 1000;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FileKind {
+    /// A regular file.
     File,
+    /// A directory.
     Dir,
+    /// A symbolic link (never followed by listings and walks).
     Symlink,
+    /// Anything else (fifo, socket, device).
     Other,
 }
 

@@ -116,6 +116,30 @@ async fn fifty_sandboxes_at_once() {
 }
 
 #[tokio::test]
+async fn a_sandbox_dies_with_its_owner() {
+    let Some(g) = guest() else { return };
+    let (p, _scratch) = provider();
+    let mut owner = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let v = spec(&g).validate().unwrap();
+    let opts = stockade_core::CreateOptions {
+        owner_pid: Some(owner.id()),
+    };
+    let id = p.create(v, opts).await.unwrap().id;
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    assert!(p.inspect(&id).await.is_ok(), "alive while its owner is");
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert_eq!(
+        p.inspect(&id).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+}
+
+#[tokio::test]
 async fn gc_reaps_what_a_dead_process_left() {
     let (p, scratch) = provider();
     // A directory as a crashed process (pid that cannot be alive) would leave it.

@@ -25,7 +25,11 @@ pub fn require<T>(part: &str, found: Result<T, String>, fix: &str) -> Option<T> 
                 .name()
                 .unwrap_or("this test")
                 .to_string();
-            eprintln!(
+            // Straight to stderr: the test harness would swallow eprintln! of a
+            // passing test, and a skip must be seen.
+            use std::io::Write;
+            let _ = writeln!(
+                std::io::stderr(),
                 "\n*** SKIPPED #{n}: {test}: {part} is missing: {why}\n*** fix: {fix} (in CI this fails)\n"
             );
             None
