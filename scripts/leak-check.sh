@@ -7,7 +7,9 @@ report() { echo "leak-check: $*" >&2; leaks=1; }
 
 cgs=$(find /sys/fs/cgroup -maxdepth 3 -path '*/stockade/sb-*' -type d 2>/dev/null)
 [ -z "$cgs" ] || report "cgroups left: $cgs"
-procs=$(pgrep -a -f 'stockade-agent (monitor|shim)|stockade-shim' | grep -v pgrep)
+# Live processes only (zombies wait for their parent and hold nothing).
+live() { ps -eo stat=,pid=,args= | awk '$1 !~ /^Z/' | grep -E "$1" | grep -v grep; }
+procs=$(live 'stockade-agent (monitor|shim)|stockade-shim')
 [ -z "$procs" ] || report "processes left: $procs"
 for root in /run/stockade /tmp/stockade-it-* /tmp/stockade-cli-it-*; do
   [ -d "$root" ] || continue
@@ -16,7 +18,7 @@ for root in /run/stockade /tmp/stockade-it-* /tmp/stockade-cli-it-*; do
 done
 mnts=$(grep -E 'stockade/sb-' /proc/self/mountinfo)
 [ -z "$mnts" ] || report "mounts left: $mnts"
-slirps=$(pgrep -a slirp4netns)
+slirps=$(live 'slirp4netns')
 [ -z "$slirps" ] || report "network helpers left: $slirps"
 # Remove the (empty) per-run state roots of the test binaries.
 rmdir /tmp/stockade-it-* /tmp/stockade-cli-it-* 2>/dev/null || true

@@ -300,6 +300,10 @@ fn stop_helper(h: &Helper) {
 /// PID 1 of the new namespaces: waits to be placed in the cgroups, builds the root,
 /// listens, tells the monitor, and serves until killed. Never returns.
 fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
+    // Die with the monitor: a killed monitor must not leave the sandbox running past
+    // its lifetime (gc then only has directories to remove). Had it died before this
+    // call, the sync pipe below reads EOF and setup stops.
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let mut ready = fs::File::from(ready_w);
     match setup_init(plan, sync_r) {
         Ok((listener, oom)) => {

@@ -38,6 +38,9 @@ enum Command {
     Gc,
     /// Check what this host supports and which providers are usable.
     Doctor,
+    /// WASI runtimes for the wasm provider.
+    #[command(subcommand)]
+    Runtime(commands::runtime::RuntimeCmd),
 }
 
 fn main() {
@@ -66,6 +69,7 @@ fn main() {
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
+            Command::Runtime(c) => commands::runtime::run(&ctx, c).await,
         };
         match result {
             Ok(code) => code,

@@ -7,6 +7,8 @@ pub mod landlock;
 pub mod net;
 pub mod process;
 pub mod seccomp;
+#[cfg(feature = "wasmtime")]
+pub mod wasm;
 
 /// A failed system call, naming the call and what it was applied to.
 #[derive(Debug, thiserror::Error)]

@@ -139,18 +139,12 @@ fn write_artifact(module: &Module, cache: &Path, artifact: &Path) -> Result<()> 
         })
 }
 
-/// Maps a precompiled artifact.
-///
-/// This is the crate's one `unsafe` call, allowed here alone. wasmtime cannot check
-/// that an artifact's machine code is what its compiler produced, so loading one is
-/// as trusting as running a native binary.
-#[allow(unsafe_code)]
+/// Maps a precompiled artifact (through `stockade-sys`, the one crate allowed
+/// `unsafe`). `path` passed `home::check_trusted` (owned by us or root, writable by no
+/// one else), and cache artifacts live in a 0700 directory that only this code writes,
+/// after `Module::serialize` of a module it compiled.
 fn deserialize_trusted(engine: &Engine, path: &Path) -> Result<Module> {
-    // SAFETY: `path` passed `home::check_trusted` (owned by us or root, writable by
-    // no one else), and cache artifacts live in a 0700 directory that only this
-    // code writes, after `Module::serialize` of a module it compiled. wasmtime checks
-    // the header, its version and the engine configuration before mapping the code.
-    unsafe { Module::deserialize_file(engine, path) }.map_err(|e| {
+    stockade_sys::wasm::deserialize_trusted(engine, path).map_err(|e| {
         Error::InvalidRequest(format!(
             "cannot load precompiled module {}: {e:#}",
             path.display()

@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 pub use stockade_core::*;
 pub use stockade_native::NativeProvider;
+pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
-pub const PROVIDERS: &[&str] = &["native"];
+pub const PROVIDERS: &[&str] = &["native", "wasm"];
 
 /// The default provider name: `$STOCKADE_PROVIDER`, else `native`.
 pub fn default_provider_name() -> String {
@@ -37,7 +38,8 @@ pub fn provider(name: Option<&str>) -> Result<Arc<dyn Provider>> {
         .unwrap_or_else(default_provider_name);
     match name.as_str() {
         "native" => Ok(Arc::new(NativeProvider::new())),
-        "docker" | "microvm" | "wasm" => Err(Error::Unavailable {
+        "wasm" => Ok(Arc::new(WasmProvider::new()?)),
+        "docker" | "microvm" => Err(Error::Unavailable {
             what: format!("the {name} provider"),
             reason: "it is not built into this version of stockade".into(),
             fix: "use --provider native".into(),

@@ -5,6 +5,22 @@ use stockade::Result;
 
 use super::Ctx;
 
+fn wasm_row() -> (&'static str, bool, String) {
+    match stockade::wasm::list_runtimes() {
+        Ok(l) => {
+            let py = l.runtimes.iter().any(|r| r.installed);
+            let detail = if py {
+                "usable; python-wasm installed".to_string()
+            } else {
+                "usable for .wasm modules; for python: stockade runtime install python-wasm"
+                    .to_string()
+            };
+            ("wasm", true, detail)
+        }
+        Err(e) => ("wasm", false, e.to_string()),
+    }
+}
+
 pub async fn run(ctx: &Ctx) -> Result<i32> {
     let checks = stockade_native::host_checks();
     let ok = |name: &str| checks.iter().any(|c| c.name == name && c.ok);
@@ -30,7 +46,7 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
         ),
         ("docker", false, "not built into this version".to_string()),
         ("microvm", false, "not built into this version".to_string()),
-        ("wasm", false, "not built into this version".to_string()),
+        wasm_row(),
     ];
     if ctx.json {
         let p: Vec<_> = providers

@@ -8,6 +8,7 @@ pub mod inspect;
 pub mod ls;
 pub mod rm;
 pub mod run;
+pub mod runtime;
 
 use std::sync::Arc;
 

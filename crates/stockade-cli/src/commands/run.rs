@@ -59,50 +59,89 @@ fn host_interpreter(preset: &LanguagePreset) -> Result<String> {
     })
 }
 
-pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
-    let mut spec = a.spec.to_spec()?;
-    let argv = match (&a.language, &a.code, &a.file) {
-        (None, None, None) => {
-            if a.command.is_empty() {
+/// The argv that runs `--code`/`-f` of a language on `provider`.
+fn language_argv(
+    provider: &str,
+    preset: &LanguagePreset,
+    code: Option<&String>,
+    file: Option<&PathBuf>,
+    spec: &mut stockade::SandboxSpec,
+) -> Result<Vec<String>> {
+    let read = |f: &PathBuf| {
+        std::fs::read_to_string(f)
+            .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", f.display())))
+    };
+    if provider == "wasm" {
+        // WASI runtimes carry their interpreter: the image names it.
+        let image = stockade::wasm::image_for_language(preset.names[0]).ok_or_else(|| {
+            Error::Unavailable {
+                what: format!("{} on the wasm provider", preset.names[0]),
+                reason: "no WASI runtime for this language is known".into(),
+                fix: "use --language python, or another provider".into(),
+            }
+        })?;
+        spec.image.get_or_insert_with(|| image.to_string());
+        let code = match (code, file) {
+            (Some(c), None) => c.clone(),
+            (None, Some(f)) => read(f)?,
+            _ => {
                 return Err(Error::InvalidRequest(
-                    "give a command after --, or --language with --code or -f".into(),
+                    "--language needs --code or -f".into(),
                 ));
             }
-            a.command.clone()
+        };
+        return Ok(preset.code_argv(image, &code));
+    }
+    let interp = host_interpreter(preset)?;
+    match (code, file) {
+        (Some(code), None) => Ok(preset.code_argv(&interp, code)),
+        (None, Some(file)) => {
+            let host = std::fs::canonicalize(file)
+                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+            // Mounted read-only, as the code file of a run should be.
+            let target = format!("/code/main.{}", preset.extension);
+            spec.mounts.push(Mount {
+                host,
+                target: target.clone().into(),
+                writable: false,
+            });
+            Ok(preset.file_argv(&interp, &target))
         }
+        _ => Err(Error::InvalidRequest(
+            "--language needs --code or -f".into(),
+        )),
+    }
+}
+
+pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
+    let mut spec = a.spec.to_spec()?;
+    let provider = ctx.provider()?;
+    let argv = match (&a.language, &a.code, &a.file) {
+        (None, None, None) if a.command.is_empty() => {
+            return Err(Error::InvalidRequest(
+                "give a command after --, or --language with --code or -f".into(),
+            ));
+        }
+        (None, None, None) => a.command.clone(),
         (None, _, _) => {
             return Err(Error::InvalidRequest(
                 "--code and -f need --language".into(),
             ));
         }
+        (Some(_), _, _) if !a.command.is_empty() => {
+            return Err(Error::InvalidRequest(
+                "give either a command or --language with --code/-f, not both".into(),
+            ));
+        }
         (Some(lang), code, file) => {
-            if !a.command.is_empty() {
-                return Err(Error::InvalidRequest(
-                    "give either a command or --language with --code/-f, not both".into(),
-                ));
-            }
             let preset = LanguagePreset::find(lang).map_err(Error::InvalidRequest)?;
-            let interp = host_interpreter(preset)?;
-            match (code, file) {
-                (Some(code), None) => preset.code_argv(&interp, code),
-                (None, Some(file)) => {
-                    let host = std::fs::canonicalize(file).map_err(|e| {
-                        Error::InvalidRequest(format!("code file {}: {e}", file.display()))
-                    })?;
-                    let target = format!("/code/main.{}", preset.extension);
-                    spec.mounts.push(Mount {
-                        host,
-                        target: target.clone().into(),
-                        writable: false,
-                    });
-                    preset.file_argv(&interp, &target)
-                }
-                _ => {
-                    return Err(Error::InvalidRequest(
-                        "--language needs --code or -f".into(),
-                    ));
-                }
-            }
+            language_argv(
+                provider.name(),
+                preset,
+                code.as_ref(),
+                file.as_ref(),
+                &mut spec,
+            )?
         }
     };
     let deadline = a.spec.timeout.map(|t| t as f64);
@@ -115,7 +154,6 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         a.output_limit.as_deref(),
         a.stdin,
     )?;
-    let provider = ctx.provider()?;
     // Owned by this process: if we are killed, the sandbox goes with us.
     let opts = CreateOptions {
         owner_pid: Some(std::process::id()),

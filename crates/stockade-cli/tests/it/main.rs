@@ -287,3 +287,45 @@ fn kill9(pid: u32) {
             .success()
     );
 }
+
+#[test]
+fn wasm_provider_runs_python_from_the_cli() {
+    let out = run(&[
+        "run",
+        "--json",
+        "--provider",
+        "wasm",
+        "--language",
+        "python",
+        "--code",
+        "import sys; print(6 * 7, sys.platform)",
+    ]);
+    let v = json(&out);
+    assert_eq!(
+        v["stdout"], "42 wasi\n",
+        "python.wasm did not run ({v}); install it with `stockade runtime install python-wasm` (CI does in crates/stockade-wasm/ci-setup.sh)"
+    );
+    let out = run(&[
+        "run",
+        "--json",
+        "--provider",
+        "wasm",
+        "--timeout",
+        "1",
+        "--language",
+        "python",
+        "--code",
+        "while True: pass",
+    ]);
+    let v = json(&out);
+    assert_eq!(v["timed_out"], true, "{v}");
+    let ls = json(&run(&["runtime", "ls", "--json"]));
+    assert!(
+        ls["runtimes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["name"] == "python-wasm" && r["installed"] == true),
+        "{ls}"
+    );
+}

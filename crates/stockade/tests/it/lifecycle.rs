@@ -69,7 +69,7 @@ async fn gc_reaps_what_a_killed_monitor_left() {
             .unwrap();
     let monitor = state["monitor_pid"].as_i64().unwrap();
     let init = state["init_pid"].as_i64().unwrap();
-    // A crash: the monitor dies without cleaning up.
+    // A crash: the monitor dies without cleaning up; gc removes what it left.
     assert!(
         std::process::Command::new("kill")
             .args(["-9", &monitor.to_string()])
@@ -77,7 +77,17 @@ async fn gc_reaps_what_a_killed_monitor_left() {
             .unwrap()
             .success()
     );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // PID 1 has a parent-death signal: the sandbox dies with its monitor, before gc.
+    let mut died = false;
+    for _ in 0..100 {
+        let stat = std::fs::read_to_string(format!("/proc/{init}/stat")).unwrap_or_default();
+        if stat.is_empty() || stat.contains(") Z ") {
+            died = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(died, "the sandbox's init {init} outlived its monitor");
     let report = provider().gc().await.unwrap();
     assert!(report.reaped.contains(&id), "{report:?}");
     assert_no_trace(&id);
