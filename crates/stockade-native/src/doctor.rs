@@ -78,6 +78,22 @@ pub fn host_checks() -> Vec<Check> {
         detail,
         "mount cgroup2 at /sys/fs/cgroup, or the v1 memory, pids and cpu controllers",
     ));
+    // Not a requirement: a tuning hint. Cgroup migrations (one per sandbox) wait for an
+    // RCU grace period unless the hierarchy favours dynamic changes.
+    let mountinfo = read("/proc/self/mountinfo");
+    let favor = mountinfo
+        .lines()
+        .any(|l| l.contains(" - cgroup2 ") && l.contains("favordynmods"));
+    v.push(Check {
+        name: "cgroup favordynmods".into(),
+        ok: true,
+        detail: if favor {
+            "on (sandbox starts skip an RCU grace period)".into()
+        } else {
+            "off; optional tuning, sandboxes start 2-4 ms faster with: mount -o remount,favordynmods <cgroup2 mount>".into()
+        },
+        fix: None,
+    });
     let abi = stockade_sys::landlock::kernel_abi();
     v.push(check(
         "landlock",
