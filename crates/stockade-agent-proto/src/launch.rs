@@ -184,6 +184,8 @@ pub struct ExecPolicy {
     pub seccomp: bool,
     /// Landlock: paths writable below (everything else read-only); `None` = off.
     pub landlock_writable: Option<Vec<String>>,
+    /// The agent exits (ending the sandbox) after this long without requests.
+    pub idle_timeout_ms: Option<u64>,
 }
 
 /// The monitor's one-line JSON answer on its stdout once the sandbox is up (or not).

@@ -9,6 +9,7 @@
 
 pub mod capture;
 pub mod codec;
+pub mod files;
 pub mod launch;
 
 use std::collections::BTreeMap;
@@ -156,6 +157,8 @@ pub enum ClientMsg {
     CloseStdin,
     /// Kill everything the running exec of this connection started.
     Kill,
+    /// A file operation, run as the sandbox user; answered with `FileDone` or `Error`.
+    File(files::FileOp),
 }
 
 /// Messages from the agent to the host side.
@@ -177,4 +180,6 @@ pub enum AgentMsg {
     Exited(ExecOutcome),
     /// The request failed (the user's code did not run, or the agent broke).
     Error { code: ErrorCode, message: String },
+    /// Result of a [`ClientMsg::File`].
+    FileDone(files::FileResult),
 }

@@ -7,6 +7,7 @@
 //! - `--version`.
 
 mod cgroup;
+mod fileop;
 mod monitor;
 mod rootfs;
 mod server;
@@ -17,6 +18,7 @@ fn main() {
     let code = match args.next().as_deref() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
+        Some("fileop") => fileop::main(),
         Some("--version") | Some("-V") => {
             println!(
                 "stockade-agent {} (protocol {})",

@@ -10,7 +10,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -52,6 +52,30 @@ impl OomCounter {
 struct Shared {
     policy: ExecPolicy,
     oom: Option<OomCounter>,
+    /// Connections being served.
+    active: AtomicUsize,
+    /// When the last connection ended (unix ms).
+    last_ms: AtomicU64,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Ends the sandbox (PID 1 exits, the kernel kills the namespace, the monitor cleans
+/// up) once it has been idle for `idle_ms`.
+fn idle_watchdog(shared: &Shared, idle_ms: u64) -> ! {
+    let tick = std::time::Duration::from_millis((idle_ms / 4).clamp(10, 1000));
+    loop {
+        std::thread::sleep(tick);
+        let quiet = now_ms().saturating_sub(shared.last_ms.load(Ordering::SeqCst));
+        if shared.active.load(Ordering::SeqCst) == 0 && quiet >= idle_ms {
+            stockade_sys::process::exit_now(0);
+        }
+    }
 }
 
 /// Serves forever on `listener`.
@@ -64,13 +88,26 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
     let _ = chld.thread_block();
     std::thread::spawn(move || reap_forever(chld));
     redirect_stdio();
-    let shared = Arc::new(Shared { policy, oom });
+    let idle = policy.idle_timeout_ms;
+    let shared = Arc::new(Shared {
+        policy,
+        oom,
+        active: AtomicUsize::new(0),
+        last_ms: AtomicU64::new(now_ms()),
+    });
+    if let Some(idle) = idle {
+        let shared = shared.clone();
+        std::thread::spawn(move || idle_watchdog(&shared, idle));
+    }
     for conn in listener.incoming() {
         match conn {
             Ok(stream) => {
                 let shared = shared.clone();
+                shared.active.fetch_add(1, Ordering::SeqCst);
                 std::thread::spawn(move || {
                     let _ = handle(stream, &shared);
+                    shared.last_ms.store(now_ms(), Ordering::SeqCst);
+                    shared.active.fetch_sub(1, Ordering::SeqCst);
                 });
             }
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
@@ -139,6 +176,10 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
     match read_msg::<_, ClientMsg>(&mut stream).map_err(|e| e.to_string())? {
         None => Ok(()),
         Some(ClientMsg::Ping) => write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string()),
+        Some(ClientMsg::File(op)) => {
+            let answer = crate::fileop::spawn(op, &shared.policy);
+            write_msg(&mut stream, &answer).map_err(|e| e.to_string())
+        }
         Some(ClientMsg::Exec(req)) => {
             let conn = Arc::new(Mutex::new(stream.try_clone().map_err(|e| e.to_string())?));
             let outcome = run_exec(&stream, &conn, req, shared);

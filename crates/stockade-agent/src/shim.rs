@@ -303,23 +303,9 @@ fn prepare_and_exec(
     config: &ShimConfig,
     filters: Option<&stockade_sys::seccomp::Filters>,
 ) -> Result<std::convert::Infallible, String> {
-    let p = &config.policy;
     let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
     stockade_sys::process::reset_signals();
-    if p.drop_caps {
-        stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
-    }
-    let gid = Gid::from_raw(p.gid);
-    nix::unistd::setgroups(&[gid]).map_err(|e| format!("cannot set groups to [{}]: {e}", p.gid))?;
-    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot set gid {}: {e}", p.gid))?;
-    let uid = Uid::from_raw(p.uid);
-    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot set uid {}: {e}", p.uid))?;
-    if p.drop_caps {
-        stockade_sys::caps::clear_all().map_err(|e| e.to_string())?;
-    }
-    if p.no_new_privs {
-        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
-    }
+    become_sandbox_user(&config.policy)?;
     nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {
         format!(
             "cannot enter working directory {}: {}",
@@ -343,14 +329,40 @@ fn prepare_and_exec(
         .map(|(k, v)| c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
     let prog = c(&program)?;
-    if let Some(writable) = &p.landlock_writable {
-        stockade_sys::landlock::restrict(writable).map_err(|e| e.to_string())?;
-    }
+    enter_landlock(&config.policy)?;
     if let Some(f) = filters {
         f.apply().map_err(|e| e.to_string())?;
     }
     nix::unistd::execve(&prog, &argv, &envp)
         .map_err(|e| format!("cannot execute {}: {}", config.argv[0], describe(e)))
+}
+
+/// Drops to the sandbox user: no capabilities in any set, the policy's uid and gid,
+/// no_new_privs. Shared by execs and file operations.
+pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
+    if p.drop_caps {
+        stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
+    }
+    let gid = Gid::from_raw(p.gid);
+    nix::unistd::setgroups(&[gid]).map_err(|e| format!("cannot set groups to [{}]: {e}", p.gid))?;
+    nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot set gid {}: {e}", p.gid))?;
+    let uid = Uid::from_raw(p.uid);
+    nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot set uid {}: {e}", p.uid))?;
+    if p.drop_caps {
+        stockade_sys::caps::clear_all().map_err(|e| e.to_string())?;
+    }
+    if p.no_new_privs {
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Enters the policy's landlock domain, if it has one.
+pub fn enter_landlock(p: &ExecPolicy) -> Result<(), String> {
+    if let Some(writable) = &p.landlock_writable {
+        stockade_sys::landlock::restrict(writable).map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 fn describe(e: Errno) -> &'static str {

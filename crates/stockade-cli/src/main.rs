@@ -16,6 +16,10 @@ struct Cli {
     /// Isolation backend (default: $STOCKADE_PROVIDER or native).
     #[arg(long, global = true, value_name = "NAME")]
     provider: Option<String>,
+    /// Where sessions, runtimes and images live (default: $STOCKADE_HOME, else
+    /// /var/lib/stockade for root, else the XDG data dir).
+    #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME")]
+    home: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -38,6 +42,18 @@ enum Command {
     Gc,
     /// Check what this host supports and which providers are usable.
     Doctor,
+    /// File operations inside a sandbox (as the sandbox user).
+    Fs {
+        /// Sandbox id.
+        id: String,
+        #[command(subcommand)]
+        cmd: commands::fs::FsCmd,
+    },
+    /// Copy files or directories between the host and a sandbox (ID:/path).
+    Cp(commands::cp::CpArgs),
+    /// Named, persistent workspaces with a sandbox while in use.
+    #[command(subcommand)]
+    Session(commands::session::SessionCmd),
     /// WASI runtimes for the wasm provider.
     #[command(subcommand)]
     Runtime(commands::runtime::RuntimeCmd),
@@ -58,6 +74,7 @@ fn main() {
     let ctx = commands::Ctx {
         json: cli.json,
         provider: cli.provider.clone(),
+        home: cli.home.clone(),
     };
     let code = rt.block_on(async {
         let result = match cli.command {
@@ -70,6 +87,9 @@ fn main() {
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,
+            Command::Fs { id, cmd } => commands::fs::run(&ctx, &id, cmd).await,
+            Command::Cp(a) => commands::cp::run(&ctx, a).await,
+            Command::Session(c) => commands::session::run(&ctx, c).await,
         };
         match result {
             Ok(code) => code,

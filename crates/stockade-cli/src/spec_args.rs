@@ -35,6 +35,10 @@ pub struct SpecArgs {
     /// Host path to mount inside, read-only unless :rw (repeatable).
     #[arg(long = "mount", value_name = "HOST:PATH[:rw]")]
     pub mounts: Vec<String>,
+    /// Host directory mounted at /work (read-only; DIR:rw for writes) and made the
+    /// working directory.
+    #[arg(long, value_name = "DIR[:rw]")]
+    pub workspace: Option<String>,
     /// Working directory inside (default /tmp).
     #[arg(long, value_name = "PATH")]
     pub workdir: Option<PathBuf>,
@@ -103,6 +107,23 @@ impl SpecArgs {
             }
         }
         s.workdir = self.workdir.clone();
+        if let Some(w) = &self.workspace {
+            let (dir, writable) = match w.strip_suffix(":rw") {
+                Some(d) => (d, true),
+                None => (w.strip_suffix(":ro").unwrap_or(w), false),
+            };
+            match std::fs::canonicalize(dir) {
+                Ok(host) => {
+                    s.mounts.push(Mount {
+                        host,
+                        target: "/work".into(),
+                        writable,
+                    });
+                    s.workdir.get_or_insert_with(|| "/work".into());
+                }
+                Err(e) => bad("--workspace", format!("workspace {dir}: {e}")),
+            }
+        }
         if let Some(u) = &self.user {
             match User::parse(u) {
                 Ok(u) => s.user = u,

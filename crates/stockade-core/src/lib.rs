@@ -7,6 +7,8 @@
 
 mod caps;
 mod error;
+mod policy;
+mod session;
 
 use std::sync::Arc;
 
@@ -16,6 +18,9 @@ use tokio::sync::mpsc;
 
 pub use caps::Capabilities;
 pub use error::{Error, ErrorCode, Result};
+pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
+pub use session::{SessionConfig, SessionInfo, SessionManager};
+pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream};
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
@@ -114,6 +119,17 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Reaps what expired, lost its owner, or was left half-made by a crash.
     async fn gc(&self) -> Result<GcReport>;
+
+    /// Runs one file operation inside the sandbox as the sandbox user, so it can touch
+    /// only what the code itself could. Providers without file operations say so.
+    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
+        let _ = (id, op);
+        Err(Error::Unavailable {
+            what: format!("file operations on the {} provider", self.name()),
+            reason: "this provider does not implement them".into(),
+            fix: "use the native provider".into(),
+        })
+    }
 }
 
 /// A live sandbox. Call [`Sandbox::destroy`] when done; a sandbox created with an
@@ -122,6 +138,7 @@ pub trait Provider: Send + Sync + 'static {
 pub struct Sandbox {
     provider: Arc<dyn Provider>,
     info: SandboxInfo,
+    policy: Option<Arc<Policy>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -143,13 +160,21 @@ impl Sandbox {
         let spec = spec.validate()?;
         provider.capabilities().check(provider.name(), &spec)?;
         let info = provider.create(spec, opts).await?;
-        Ok(Sandbox { provider, info })
+        Ok(Sandbox {
+            provider,
+            info,
+            policy: None,
+        })
     }
 
     /// A handle to an existing sandbox.
     pub async fn attach(provider: Arc<dyn Provider>, id: &str) -> Result<Sandbox> {
         let info = provider.inspect(id).await?;
-        Ok(Sandbox { provider, info })
+        Ok(Sandbox {
+            provider,
+            info,
+            policy: None,
+        })
     }
 
     /// The sandbox id.
@@ -162,8 +187,22 @@ impl Sandbox {
         &self.info
     }
 
+    /// Puts an approval policy in front of every exec and file write of this handle.
+    pub fn with_policy(mut self, policy: Arc<Policy>) -> Sandbox {
+        self.policy = Some(policy);
+        self
+    }
+
+    fn approve(&self, action: Action<'_>) -> Result<()> {
+        match &self.policy {
+            Some(p) => p.check(&self.info.id, &action),
+            None => Ok(()),
+        }
+    }
+
     /// Runs a command and waits for it.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome> {
+        self.approve(Action::Exec(&req))?;
         self.provider.exec(&self.info.id, req, None).await
     }
 
@@ -173,13 +212,94 @@ impl Sandbox {
         req: ExecRequest,
         output: OutputSender,
     ) -> Result<ExecOutcome> {
+        self.approve(Action::Exec(&req))?;
         self.provider.exec(&self.info.id, req, Some(output)).await
+    }
+
+    /// Runs a file operation (writes are checked by the approval policy first).
+    pub async fn file(&self, op: FileOp) -> Result<FileResult> {
+        if op.writes() {
+            self.approve(Action::FileWrite(&op))?;
+        }
+        self.provider.file(&self.info.id, op).await
+    }
+
+    /// Writes a file (parents created).
+    pub async fn write(&self, path: &str, data: impl Into<Vec<u8>>) -> Result<()> {
+        self.file(FileOp::Write {
+            path: path.into(),
+            data: data.into(),
+            mode: None,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Reads a whole file (up to the file limit).
+    pub async fn read(&self, path: &str) -> Result<Vec<u8>> {
+        match self
+            .file(FileOp::Read {
+                path: path.into(),
+                offset: 0,
+                limit: files::MAX_FILE_BYTES,
+            })
+            .await?
+        {
+            FileResult::Data { data, .. } => Ok(data),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Replaces `old` by `new` in a file; returns the number of replacements.
+    pub async fn edit(&self, path: &str, old: &str, new: &str, replace_all: bool) -> Result<u64> {
+        match self
+            .file(FileOp::Edit {
+                path: path.into(),
+                old: old.into(),
+                new: new.into(),
+                replace_all,
+            })
+            .await?
+        {
+            FileResult::Edited { replacements } => Ok(replacements),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Lists a directory.
+    pub async fn ls(&self, path: &str) -> Result<Vec<FileEntry>> {
+        match self.file(FileOp::Ls { path: path.into() }).await? {
+            FileResult::Entries(e) => Ok(e),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Unpacks a tar (or tar.gz) archive into the directory `dest`.
+    pub async fn upload(&self, dest: &str, archive: Vec<u8>) -> Result<()> {
+        self.file(FileOp::Upload {
+            dest: dest.into(),
+            archive,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Packs a file or directory into a tar archive.
+    pub async fn download(&self, path: &str) -> Result<Vec<u8>> {
+        match self.file(FileOp::Download { path: path.into() }).await? {
+            FileResult::Archive(a) => Ok(a),
+            other => Err(unexpected(other)),
+        }
     }
 
     /// Destroys the sandbox (idempotent).
     pub async fn destroy(&self) -> Result<()> {
         self.provider.destroy(&self.info.id).await
     }
+}
+
+fn unexpected(r: FileResult) -> Error {
+    Error::Internal(format!("unexpected file operation result {r:?}"))
 }
 
 /// Checks an exec request before it reaches a provider.

@@ -92,3 +92,39 @@ pub async fn exec(
         }
     }
 }
+
+/// Runs one file operation.
+pub async fn file(
+    id: &str,
+    socket: &Path,
+    op: stockade_core::FileOp,
+) -> Result<stockade_core::FileResult, Error> {
+    let mut s = connect(id, socket).await?;
+    hello(id, &mut s, &ClientMsg::File(op)).await?;
+    match read_msg::<_, AgentMsg>(&mut s)
+        .await
+        .map_err(|e| lost(id, e))?
+    {
+        Some(AgentMsg::FileDone(r)) => Ok(r),
+        Some(AgentMsg::Error { code, message }) => Err(file_error(code, message)),
+        other => Err(lost(
+            id,
+            format!("unexpected answer to a file operation: {other:?}"),
+        )),
+    }
+}
+
+fn file_error(code: stockade_core::ErrorCode, message: String) -> Error {
+    use stockade_core::ErrorCode as C;
+    match code {
+        C::NotFound => Error::NotFound {
+            kind: "path",
+            id: message,
+        },
+        C::LimitExceeded => Error::LimitExceeded {
+            what: message,
+            limit: "the file operation limits".into(),
+        },
+        other => Error::from_wire(other, message),
+    }
+}

@@ -333,6 +333,17 @@ impl Provider for NativeProvider {
         }
     }
 
+    async fn file(&self, id: &str, op: stockade_core::FileOp) -> Result<stockade_core::FileResult> {
+        let dir = self.dir(id)?;
+        if !dir.join("state.json").exists() {
+            return Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            });
+        }
+        client::file(id, &dir.join("agent.sock"), op).await
+    }
+
     async fn gc(&self) -> Result<GcReport> {
         let root = self.state_root.clone();
         tokio::task::spawn_blocking(move || state::gc(&root))

@@ -123,6 +123,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         drop_caps: spec.hardening.drop_capabilities,
         seccomp: spec.hardening.seccomp,
         landlock_writable: spec.hardening.landlock.then_some(landlock_writable),
+        idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
     };
     let network = match spec.network {
         Network::None => NetworkPlan::LoopbackOnly,

@@ -194,6 +194,9 @@ pub struct SandboxSpec {
     pub writable: bool,
     /// Sandbox lifetime in seconds (default 300); at its end everything is killed.
     pub timeout_secs: u64,
+    /// Destroy the sandbox after this long without execs or file operations
+    /// (default: none; the lifetime still applies).
+    pub idle_timeout_secs: Option<u64>,
     /// Resource limits.
     pub limits: Limits,
     /// Extra environment variables (the environment is otherwise only PATH, HOME, LANG).
@@ -219,6 +222,7 @@ impl Default for SandboxSpec {
             network: Network::None,
             writable: false,
             timeout_secs: DEFAULT_TIMEOUT_SECS,
+            idle_timeout_secs: None,
             limits: Limits::default(),
             env: BTreeMap::new(),
             mounts: Vec::new(),

@@ -151,6 +151,12 @@ impl SandboxSpec {
                 ),
             );
         }
+        if self.idle_timeout_secs == Some(0) {
+            bad(
+                "idle_timeout_secs".into(),
+                "idle timeout must be positive".into(),
+            );
+        }
         for (k, v) in &self.env {
             if let Some(m) = check_env_name(k) {
                 bad(format!("env.{k}"), m);

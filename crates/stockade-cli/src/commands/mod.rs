@@ -1,14 +1,17 @@
 //! One module per command.
 
+pub mod cp;
 pub mod create;
 pub mod doctor;
 pub mod exec;
+pub mod fs;
 pub mod gc;
 pub mod inspect;
 pub mod ls;
 pub mod rm;
 pub mod run;
 pub mod runtime;
+pub mod session;
 
 use std::sync::Arc;
 
@@ -18,6 +21,7 @@ use stockade::{Provider, Result};
 pub struct Ctx {
     pub json: bool,
     pub provider: Option<String>,
+    pub home: Option<std::path::PathBuf>,
 }
 
 impl Ctx {

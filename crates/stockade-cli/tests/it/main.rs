@@ -329,3 +329,178 @@ fn wasm_provider_runs_python_from_the_cli() {
         "{ls}"
     );
 }
+
+#[test]
+fn fs_cp_and_workspace_from_the_cli() {
+    if !require_root("fs_cp_and_workspace") {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(ws.path(), Some(1000), Some(1000)).unwrap();
+    std::fs::write(ws.path().join("input.txt"), "from host\n").unwrap();
+    let id = json(&run(&[
+        "create",
+        "--json",
+        "--workspace",
+        &format!("{}:rw", ws.path().display()),
+    ]))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let pwd = json(&run(&[
+        "exec",
+        "--json",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "pwd; cat input.txt",
+    ]));
+    assert_eq!(pwd["stdout"], "/work\nfrom host\n");
+    assert!(
+        run(&["fs", &id, "write", "/work/out.txt", "written by fs"])
+            .status
+            .success()
+    );
+    assert_eq!(
+        std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
+        "written by fs"
+    );
+    let r = json(&run(&["fs", "--json", &id, "read", "/work/out.txt"]));
+    assert_eq!(r["data"], "written by fs");
+    let e = json(&run(&[
+        "fs",
+        "--json",
+        &id,
+        "edit",
+        "/work/out.txt",
+        "fs",
+        "the CLI",
+    ]));
+    assert_eq!(e["replacements"], 1);
+    let ls = json(&run(&["fs", "--json", &id, "ls", "/work"]));
+    let names: Vec<&str> = ls
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["input.txt", "out.txt"]);
+    let g = json(&run(&["fs", "--json", &id, "grep", "CLI", "/work"]));
+    assert_eq!(g["matches"][0]["line"], "written by the CLI");
+    let gl = json(&run(&["fs", "--json", &id, "glob", "*.txt", "/work"]));
+    assert_eq!(gl["paths"].as_array().unwrap().len(), 2);
+    let missing = run(&["fs", "--json", &id, "read", "/work/nope"]);
+    assert_eq!(missing.status.code(), Some(65));
+    // cp in and out, directories included; a symlink is read inside the sandbox.
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("pkg/sub")).unwrap();
+    std::fs::write(src.path().join("pkg/sub/mod.py"), "X = 1\n").unwrap();
+    assert!(
+        run(&[
+            "cp",
+            src.path().join("pkg").to_str().unwrap(),
+            &format!("{id}:/tmp/pkg")
+        ])
+        .status
+        .success()
+    );
+    let _ = run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "ln -s /etc/hostname /tmp/pkg/hostlink",
+    ]);
+    let out = tempfile::tempdir().unwrap();
+    assert!(
+        run(&[
+            "cp",
+            &format!("{id}:/tmp/pkg"),
+            out.path().join("back").to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("back/sub/mod.py")).unwrap(),
+        "X = 1\n"
+    );
+    assert!(
+        run(&[
+            "cp",
+            &format!("{id}:/tmp/pkg/hostlink"),
+            out.path().join("h").to_str().unwrap()
+        ])
+        .status
+        .success()
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.path().join("h")).unwrap(),
+        "sandbox\n",
+        "the link was read on the host, not inside"
+    );
+    assert!(run(&["rm", &id]).status.success());
+    // Read-only workspace by default.
+    let ro = json(&run(&[
+        "run",
+        "--json",
+        "--workspace",
+        ws.path().to_str().unwrap(),
+        "--",
+        "sh",
+        "-c",
+        "touch x",
+    ]));
+    assert_ne!(ro["exit_code"], 0, "{ro}");
+    assert!(!ws.path().join("x").exists());
+}
+
+#[test]
+fn session_exec_persists_the_workspace() {
+    if !require_root("session_exec") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let h = home.path().to_str().unwrap();
+    let a = json(&run(&[
+        "session",
+        "--home",
+        h,
+        "exec",
+        "--json",
+        "demo",
+        "--",
+        "sh",
+        "-c",
+        "echo 1 >> log; cat log",
+    ]));
+    assert_eq!(a["stdout"], "1\n", "{a}");
+    assert!(
+        run(&["session", "--home", h, "release", "demo"])
+            .status
+            .success()
+    );
+    let b = json(&run(&[
+        "session",
+        "--home",
+        h,
+        "exec",
+        "--json",
+        "demo",
+        "--",
+        "sh",
+        "-c",
+        "echo 2 >> log; cat log",
+    ]));
+    assert_eq!(b["stdout"], "1\n2\n", "the workspace survived the release");
+    let ls = json(&run(&["session", "--home", h, "ls", "--json"]));
+    assert_eq!(ls[0]["name"], "demo");
+    assert!(
+        run(&["session", "--home", h, "rm", "demo"])
+            .status
+            .success()
+    );
+    assert!(!home.path().join("sessions/demo").exists());
+}

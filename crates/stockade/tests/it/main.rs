@@ -6,6 +6,7 @@
 
 mod attacks;
 mod behaviour;
+mod files;
 mod lifecycle;
 
 use std::path::PathBuf;

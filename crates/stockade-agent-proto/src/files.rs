@@ -1,0 +1,175 @@
+//! File operations: requests and results, shared by every provider.
+
+use std::path::{Component, Path};
+
+use serde::{Deserialize, Serialize};
+
+/// Largest file accepted by `write` or returned by one `read`.
+pub const MAX_FILE_BYTES: u64 = 32 << 20;
+/// Largest tar archive moved by one upload or download (after decompression).
+pub const MAX_TRANSFER_BYTES: u64 = 32 << 20;
+/// Most entries one `ls`, `glob`, upload or download handles.
+pub const MAX_ENTRIES: u32 = 10_000;
+/// Default and largest number of `grep` matches returned.
+pub const DEFAULT_GREP_MATCHES: u32 = 1_000;
+/// Default number of bytes one `read` returns.
+pub const DEFAULT_READ_BYTES: u64 = 1 << 20;
+
+/// One file operation. Paths are inside the sandbox; relative paths are relative to
+/// the sandbox's working directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileOp {
+    /// Write `data` to `path` (parents created), replacing it; `mode` defaults to 0644.
+    Write {
+        path: String,
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        mode: Option<u32>,
+    },
+    /// Read up to `limit` bytes from `offset`.
+    Read {
+        path: String,
+        offset: u64,
+        limit: u64,
+    },
+    /// Replace `old` with `new`: exactly one occurrence unless `replace_all`.
+    Edit {
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+    },
+    /// List a directory (or describe one file).
+    Ls { path: String },
+    /// Describe one path (following symlinks).
+    Stat { path: String },
+    /// Paths below `root` matching a glob pattern (relative to `root`).
+    Glob { pattern: String, root: String },
+    /// Lines matching a regex in files below `root` (optionally only files matching
+    /// `include`), at most `max_matches`.
+    Grep {
+        regex: String,
+        root: String,
+        include: Option<String>,
+        max_matches: u32,
+    },
+    /// Create a directory (and its parents when `parents`).
+    Mkdir { path: String, parents: bool },
+    /// Remove a file, or a directory (its contents too when `recursive`).
+    Rm { path: String, recursive: bool },
+    /// Unpack a tar (optionally gzip-compressed) archive into the directory `dest`.
+    Upload {
+        dest: String,
+        #[serde(with = "serde_bytes")]
+        archive: Vec<u8>,
+    },
+    /// Pack `path` (a file or a directory) into a tar archive.
+    Download { path: String },
+}
+
+impl FileOp {
+    /// Whether the operation changes the sandbox's files (approval policies ask).
+    pub fn writes(&self) -> bool {
+        matches!(
+            self,
+            FileOp::Write { .. }
+                | FileOp::Edit { .. }
+                | FileOp::Mkdir { .. }
+                | FileOp::Rm { .. }
+                | FileOp::Upload { .. }
+        )
+    }
+
+    /// The main path the operation is about.
+    pub fn path(&self) -> &str {
+        match self {
+            FileOp::Write { path, .. }
+            | FileOp::Read { path, .. }
+            | FileOp::Edit { path, .. }
+            | FileOp::Ls { path }
+            | FileOp::Stat { path }
+            | FileOp::Mkdir { path, .. }
+            | FileOp::Rm { path, .. }
+            | FileOp::Download { path } => path,
+            FileOp::Glob { root, .. } | FileOp::Grep { root, .. } => root,
+            FileOp::Upload { dest, .. } => dest,
+        }
+    }
+}
+
+/// Kind of a directory entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FileKind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// One entry of `ls` / `stat`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FileEntry {
+    pub name: String,
+    pub kind: FileKind,
+    pub size: u64,
+    pub mode: u32,
+    /// Modification time, unix seconds.
+    pub mtime: i64,
+}
+
+/// One `grep` match.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GrepMatch {
+    pub path: String,
+    pub line_number: u64,
+    pub line: String,
+}
+
+/// Result of a file operation.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FileResult {
+    /// Done, nothing to return.
+    Done,
+    /// Bytes read; `size` is the file's size, `eof` whether the read reached its end.
+    Data {
+        #[serde(with = "serde_bytes")]
+        data: Vec<u8>,
+        size: u64,
+        eof: bool,
+    },
+    /// Number of replacements made.
+    Edited { replacements: u64 },
+    /// Directory entries (or the one entry of a stat).
+    Entries(Vec<FileEntry>),
+    /// Paths (glob), relative to the root, sorted; `truncated` when capped.
+    Paths { paths: Vec<String>, truncated: bool },
+    /// Grep matches; `truncated` when capped.
+    Matches {
+        matches: Vec<GrepMatch>,
+        truncated: bool,
+    },
+    /// A tar archive.
+    Archive(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// Checks an archive entry's path: relative, without `..` or root components, not
+/// empty. Used wherever an untrusted archive is unpacked (in the sandbox and, for
+/// `cp` out of a sandbox, on the host).
+pub fn safe_entry_path(path: &Path) -> Result<(), String> {
+    if path.as_os_str().is_empty() {
+        return Err("archive entry with an empty path".into());
+    }
+    for c in path.components() {
+        match c {
+            Component::Normal(_) | Component::CurDir => {}
+            _ => {
+                return Err(format!(
+                    "archive entry {} leaves the target directory",
+                    path.display()
+                ));
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,622 @@
+//! `stockade-agent fileop`: one file operation, run by PID 1 in a fresh child that has
+//! become the sandbox user (no capabilities, no_new_privs, landlock) inside the
+//! sandbox's root. Every path, `..` and symlink resolves in the sandbox's own view of
+//! the filesystem; the host's files are not reachable from here at all.
+
+use std::fs;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+
+use stockade_agent_proto::codec::{read_msg, write_msg};
+use stockade_agent_proto::files::{
+    DEFAULT_GREP_MATCHES, FileEntry, FileKind, FileOp, FileResult, GrepMatch, MAX_ENTRIES,
+    MAX_FILE_BYTES, MAX_TRANSFER_BYTES, safe_entry_path,
+};
+use stockade_agent_proto::launch::ExecPolicy;
+use stockade_agent_proto::{AgentMsg, ErrorCode};
+
+/// What the agent sends the fileop child: the operation and the policy to apply.
+#[derive(serde::Serialize, serde::Deserialize)]
+pub struct FileJob {
+    pub op: FileOp,
+    pub policy: ExecPolicy,
+}
+
+/// An error with its code and a message naming the path.
+pub struct OpError(pub ErrorCode, pub String);
+
+type R<T> = Result<T, OpError>;
+
+fn io_err(what: &str, path: &Path, e: io::Error) -> OpError {
+    let code = match e.kind() {
+        io::ErrorKind::NotFound => ErrorCode::NotFound,
+        io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
+            ErrorCode::PolicyDenied
+        }
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge => {
+            ErrorCode::LimitExceeded
+        }
+        _ => ErrorCode::InvalidSpec,
+    };
+    if code == ErrorCode::NotFound {
+        // The client reports "path <this> not found".
+        return OpError(code, path.display().to_string());
+    }
+    OpError(code, format!("cannot {what} {}: {e}", path.display()))
+}
+
+fn invalid(msg: String) -> OpError {
+    OpError(ErrorCode::InvalidSpec, msg)
+}
+
+fn limit(msg: String) -> OpError {
+    OpError(ErrorCode::LimitExceeded, msg)
+}
+
+/// Entry point of `stockade-agent fileop` (fd 3: the control socket).
+pub fn main() -> i32 {
+    let Some(fd) = stockade_sys::process::take_inherited_fd(3) else {
+        eprintln!("stockade-fileop: no control socket on fd 3; this command is run by the agent");
+        return 2;
+    };
+    let mut sock = UnixStream::from(fd);
+    let job: FileJob = match read_msg(&mut sock) {
+        Ok(Some(j)) => j,
+        _ => return 2,
+    };
+    let result = crate::shim::become_sandbox_user(&job.policy)
+        .and_then(|_| crate::shim::enter_landlock(&job.policy))
+        .map_err(|m| OpError(ErrorCode::Internal, m))
+        .and_then(|_| {
+            let _ = std::env::set_current_dir(&job.policy.workdir);
+            run(&job.op)
+        });
+    let msg = match result {
+        Ok(r) => AgentMsg::FileDone(r),
+        Err(OpError(code, message)) => AgentMsg::Error { code, message },
+    };
+    let _ = write_msg(&mut sock, &msg);
+    0
+}
+
+fn p(path: &str) -> R<PathBuf> {
+    if path.is_empty() || path.contains('\0') {
+        return Err(invalid(format!("path {path:?} is empty or contains NUL")));
+    }
+    Ok(PathBuf::from(path))
+}
+
+fn kind_of(ft: fs::FileType) -> FileKind {
+    if ft.is_symlink() {
+        FileKind::Symlink
+    } else if ft.is_dir() {
+        FileKind::Dir
+    } else if ft.is_file() {
+        FileKind::File
+    } else {
+        FileKind::Other
+    }
+}
+
+fn entry(name: String, m: &fs::Metadata) -> FileEntry {
+    FileEntry {
+        name,
+        kind: kind_of(m.file_type()),
+        size: m.len(),
+        mode: m.mode() & 0o7777,
+        mtime: m.mtime(),
+    }
+}
+
+/// Runs one operation (also used by tests on a plain directory).
+pub fn run(op: &FileOp) -> R<FileResult> {
+    match op {
+        FileOp::Write { path, data, mode } => {
+            let path = p(path)?;
+            if data.len() as u64 > MAX_FILE_BYTES {
+                return Err(limit(format!(
+                    "{} bytes for {} exceed the {MAX_FILE_BYTES}-byte file limit",
+                    data.len(),
+                    path.display()
+                )));
+            }
+            if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+                fs::create_dir_all(parent).map_err(|e| io_err("create directory", parent, e))?;
+            }
+            fs::write(&path, data).map_err(|e| io_err("write", &path, e))?;
+            if let Some(m) = mode {
+                // Never setuid/setgid bits from a caller.
+                fs::set_permissions(&path, fs::Permissions::from_mode(m & 0o1777))
+                    .map_err(|e| io_err("chmod", &path, e))?;
+            }
+            Ok(FileResult::Done)
+        }
+        FileOp::Read {
+            path,
+            offset,
+            limit: want,
+        } => {
+            let path = p(path)?;
+            let mut f = fs::File::open(&path).map_err(|e| io_err("read", &path, e))?;
+            let md = f.metadata().map_err(|e| io_err("stat", &path, e))?;
+            if md.is_dir() {
+                return Err(invalid(format!(
+                    "{} is a directory; use ls",
+                    path.display()
+                )));
+            }
+            let want = (*want).min(MAX_FILE_BYTES);
+            f.seek(SeekFrom::Start(*offset))
+                .map_err(|e| io_err("seek in", &path, e))?;
+            let mut data = Vec::new();
+            f.take(want)
+                .read_to_end(&mut data)
+                .map_err(|e| io_err("read", &path, e))?;
+            let size = md.len();
+            Ok(FileResult::Data {
+                eof: offset + data.len() as u64 >= size,
+                data,
+                size,
+            })
+        }
+        FileOp::Edit {
+            path,
+            old,
+            new,
+            replace_all,
+        } => {
+            let path = p(path)?;
+            if old.is_empty() {
+                return Err(invalid("edit needs a non-empty old text".into()));
+            }
+            let md = fs::metadata(&path).map_err(|e| io_err("edit", &path, e))?;
+            if md.len() > MAX_FILE_BYTES {
+                return Err(limit(format!(
+                    "{} is larger than the {MAX_FILE_BYTES}-byte file limit",
+                    path.display()
+                )));
+            }
+            let text = fs::read_to_string(&path).map_err(|e| io_err("edit", &path, e))?;
+            let n = text.matches(old.as_str()).count() as u64;
+            if n == 0 {
+                return Err(invalid(format!(
+                    "the old text was not found in {}",
+                    path.display()
+                )));
+            }
+            if n > 1 && !replace_all {
+                return Err(invalid(format!(
+                    "the old text occurs {n} times in {}; add context to make it unique or set replace_all",
+                    path.display()
+                )));
+            }
+            let out = if *replace_all {
+                text.replace(old.as_str(), new)
+            } else {
+                text.replacen(old.as_str(), new, 1)
+            };
+            fs::write(&path, out).map_err(|e| io_err("write", &path, e))?;
+            Ok(FileResult::Edited { replacements: n })
+        }
+        FileOp::Ls { path } => {
+            let path = p(path)?;
+            let md = fs::symlink_metadata(&path).map_err(|e| io_err("list", &path, e))?;
+            if !md.is_dir() {
+                let name = path
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                return Ok(FileResult::Entries(vec![entry(name, &md)]));
+            }
+            let mut out = Vec::new();
+            for e in fs::read_dir(&path).map_err(|e| io_err("list", &path, e))? {
+                let e = e.map_err(|e| io_err("list", &path, e))?;
+                if out.len() as u32 >= MAX_ENTRIES {
+                    return Err(limit(format!(
+                        "{} has more than {MAX_ENTRIES} entries; use glob",
+                        path.display()
+                    )));
+                }
+                if let Ok(m) = e.metadata() {
+                    out.push(entry(e.file_name().to_string_lossy().into_owned(), &m));
+                }
+            }
+            out.sort_by(|a, b| a.name.cmp(&b.name));
+            Ok(FileResult::Entries(out))
+        }
+        FileOp::Stat { path } => {
+            let path = p(path)?;
+            let md = fs::metadata(&path).map_err(|e| io_err("stat", &path, e))?;
+            let name = path
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| "/".into());
+            Ok(FileResult::Entries(vec![entry(name, &md)]))
+        }
+        FileOp::Glob { pattern, root } => {
+            let root = p(root)?;
+            let m = globset::Glob::new(pattern)
+                .map_err(|e| invalid(format!("bad glob {pattern:?}: {e}")))?
+                .compile_matcher();
+            let mut paths = Vec::new();
+            let mut truncated = false;
+            for e in walkdir::WalkDir::new(&root)
+                .min_depth(1)
+                .follow_links(false)
+                .into_iter()
+                .flatten()
+            {
+                let rel = e.path().strip_prefix(&root).unwrap_or(e.path());
+                if m.is_match(rel) {
+                    if paths.len() as u32 >= MAX_ENTRIES {
+                        truncated = true;
+                        break;
+                    }
+                    paths.push(rel.to_string_lossy().into_owned());
+                }
+            }
+            if !root.exists() {
+                return Err(io_err("glob in", &root, io::ErrorKind::NotFound.into()));
+            }
+            paths.sort();
+            Ok(FileResult::Paths { paths, truncated })
+        }
+        FileOp::Grep {
+            regex,
+            root,
+            include,
+            max_matches,
+        } => grep(regex, &p(root)?, include.as_deref(), *max_matches),
+        FileOp::Mkdir { path, parents } => {
+            let path = p(path)?;
+            let r = if *parents {
+                fs::create_dir_all(&path)
+            } else {
+                fs::create_dir(&path)
+            };
+            r.map_err(|e| io_err("create directory", &path, e))?;
+            Ok(FileResult::Done)
+        }
+        FileOp::Rm { path, recursive } => {
+            let path = p(path)?;
+            let md = fs::symlink_metadata(&path).map_err(|e| io_err("remove", &path, e))?;
+            let r = match (md.is_dir(), recursive) {
+                (true, true) => fs::remove_dir_all(&path),
+                (true, false) => fs::remove_dir(&path),
+                (false, _) => fs::remove_file(&path),
+            };
+            r.map_err(|e| io_err("remove", &path, e))?;
+            Ok(FileResult::Done)
+        }
+        FileOp::Upload { dest, archive } => upload(&p(dest)?, archive),
+        FileOp::Download { path } => download(&p(path)?),
+    }
+}
+
+fn grep(regex: &str, root: &Path, include: Option<&str>, max: u32) -> R<FileResult> {
+    let re = regex::Regex::new(regex).map_err(|e| invalid(format!("bad regex {regex:?}: {e}")))?;
+    let inc = match include {
+        Some(g) => Some(
+            globset::Glob::new(g)
+                .map_err(|e| invalid(format!("bad glob {g:?}: {e}")))?
+                .compile_matcher(),
+        ),
+        None => None,
+    };
+    let max = if max == 0 {
+        DEFAULT_GREP_MATCHES
+    } else {
+        max.min(10 * DEFAULT_GREP_MATCHES)
+    };
+    if !root.exists() {
+        return Err(io_err("grep in", root, io::ErrorKind::NotFound.into()));
+    }
+    let mut matches = Vec::new();
+    for e in walkdir::WalkDir::new(root)
+        .follow_links(false)
+        .into_iter()
+        .flatten()
+    {
+        if !e.file_type().is_file()
+            || e.metadata()
+                .map(|m| m.len() > MAX_FILE_BYTES)
+                .unwrap_or(true)
+        {
+            continue;
+        }
+        let rel = e.path().strip_prefix(root).unwrap_or(e.path());
+        if let Some(m) = &inc
+            && !m.is_match(rel)
+            && !m.is_match(e.file_name())
+        {
+            continue;
+        }
+        let Ok(bytes) = fs::read(e.path()) else {
+            continue;
+        };
+        if bytes.iter().take(8192).any(|b| *b == 0) {
+            continue; // binary
+        }
+        for (i, line) in String::from_utf8_lossy(&bytes).lines().enumerate() {
+            if re.is_match(line) {
+                if matches.len() as u32 >= max {
+                    return Ok(FileResult::Matches {
+                        matches,
+                        truncated: true,
+                    });
+                }
+                matches.push(GrepMatch {
+                    path: e.path().to_string_lossy().into_owned(),
+                    line_number: i as u64 + 1,
+                    line: line.to_string(),
+                });
+            }
+        }
+    }
+    Ok(FileResult::Matches {
+        matches,
+        truncated: false,
+    })
+}
+
+/// A reader that fails once more than `left` bytes went through it.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.left = self
+            .left
+            .checked_sub(n as u64)
+            .ok_or_else(|| io::Error::other("archive exceeds the transfer limit"))?;
+        Ok(n)
+    }
+}
+
+/// Decompresses (if gzip) within the transfer limit: a bomb stops at the limit.
+fn plain_tar(archive: &[u8]) -> R<Vec<u8>> {
+    if archive.len() as u64 > MAX_TRANSFER_BYTES {
+        return Err(limit(format!(
+            "archive of {} bytes exceeds the {MAX_TRANSFER_BYTES}-byte transfer limit",
+            archive.len()
+        )));
+    }
+    if archive.starts_with(&[0x1f, 0x8b]) {
+        let mut out = Vec::new();
+        Capped {
+            inner: flate2::read::GzDecoder::new(archive),
+            left: MAX_TRANSFER_BYTES,
+        }
+        .read_to_end(&mut out)
+        .map_err(|e| {
+            limit(format!(
+                "cannot decompress the archive: {e} (limit {MAX_TRANSFER_BYTES} bytes)"
+            ))
+        })?;
+        Ok(out)
+    } else {
+        Ok(archive.to_vec())
+    }
+}
+
+fn upload(dest: &Path, archive: &[u8]) -> R<FileResult> {
+    let tar = plain_tar(archive)?;
+    // Pass 1: check every entry before writing anything.
+    let mut count = 0u32;
+    let mut links = std::collections::HashSet::new();
+    let mut a = tar::Archive::new(&tar[..]);
+    for e in a
+        .entries()
+        .map_err(|e| invalid(format!("not a tar archive: {e}")))?
+    {
+        let e = e.map_err(|e| invalid(format!("corrupt tar archive: {e}")))?;
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(limit(format!(
+                "archive has more than {MAX_ENTRIES} entries"
+            )));
+        }
+        let path = e
+            .path()
+            .map_err(|e| invalid(format!("tar entry with a bad path: {e}")))?
+            .into_owned();
+        safe_entry_path(&path).map_err(invalid)?;
+        let t = e.header().entry_type();
+        if !(t.is_file() || t.is_dir() || t.is_symlink()) {
+            return Err(OpError(
+                ErrorCode::PolicyDenied,
+                format!(
+                    "tar entry {} is a {:?}; only files, directories and symlinks are accepted",
+                    path.display(),
+                    t
+                ),
+            ));
+        }
+        if let Some(link) = path.ancestors().skip(1).find(|a| links.contains(*a)) {
+            return Err(OpError(
+                ErrorCode::PolicyDenied,
+                format!(
+                    "tar entry {} goes through the symlink {} of the same archive",
+                    path.display(),
+                    link.display()
+                ),
+            ));
+        }
+        if t.is_symlink() {
+            links.insert(path);
+        }
+    }
+    // Pass 2: unpack; unpack_in also refuses writing through symlinks that leave dest.
+    fs::create_dir_all(dest).map_err(|e| io_err("create directory", dest, e))?;
+    let mut a = tar::Archive::new(&tar[..]);
+    a.set_preserve_permissions(false);
+    a.set_preserve_ownerships(false);
+    a.set_unpack_xattrs(false);
+    for e in a.entries().map_err(|e| invalid(e.to_string()))? {
+        let mut e = e.map_err(|e| invalid(e.to_string()))?;
+        let path = e.path().map(|p| p.into_owned()).unwrap_or_default();
+        match e.unpack_in(dest) {
+            Ok(true) => {}
+            Ok(false) => {
+                return Err(OpError(
+                    ErrorCode::PolicyDenied,
+                    format!("tar entry {} leaves the target directory", path.display()),
+                ));
+            }
+            Err(err) => return Err(io_err("unpack", &dest.join(&path), err)),
+        }
+    }
+    Ok(FileResult::Done)
+}
+
+fn download(path: &Path) -> R<FileResult> {
+    let md = fs::metadata(path).map_err(|e| io_err("read", path, e))?;
+    let mut b = tar::Builder::new(Vec::new());
+    b.follow_symlinks(false);
+    let mut total = 0u64;
+    let mut count = 0u32;
+    let mut add = |b: &mut tar::Builder<Vec<u8>>, full: &Path, name: &Path| -> R<()> {
+        count += 1;
+        if count > MAX_ENTRIES {
+            return Err(limit(format!(
+                "{} has more than {MAX_ENTRIES} entries",
+                path.display()
+            )));
+        }
+        let m = fs::symlink_metadata(full).map_err(|e| io_err("read", full, e))?;
+        total += m.len();
+        if total > MAX_TRANSFER_BYTES {
+            return Err(limit(format!(
+                "{} exceeds the {MAX_TRANSFER_BYTES}-byte transfer limit",
+                path.display()
+            )));
+        }
+        if m.file_type().is_file() || m.is_dir() || m.file_type().is_symlink() {
+            b.append_path_with_name(full, name)
+                .map_err(|e| io_err("pack", full, e))?;
+        }
+        Ok(())
+    };
+    if md.is_dir() {
+        for e in walkdir::WalkDir::new(path)
+            .min_depth(1)
+            .follow_links(false)
+            .sort_by_file_name()
+        {
+            let e = e.map_err(|e| invalid(format!("cannot walk {}: {e}", path.display())))?;
+            let rel = e
+                .path()
+                .strip_prefix(path)
+                .unwrap_or(e.path())
+                .to_path_buf();
+            add(&mut b, e.path(), &rel)?;
+        }
+    } else {
+        let name = PathBuf::from(path.file_name().unwrap_or_default());
+        add(&mut b, path, &name)?;
+    }
+    let bytes = b.into_inner().map_err(|e| io_err("pack", path, e))?;
+    Ok(FileResult::Archive(bytes))
+}
+
+/// Runs a file job through a fresh `fileop` child (called by PID 1).
+pub fn spawn(op: FileOp, policy: &ExecPolicy) -> AgentMsg {
+    let fail = |m: String| AgentMsg::Error {
+        code: ErrorCode::Internal,
+        message: m,
+    };
+    let (mut ours, theirs) = match UnixStream::pair() {
+        Ok(p) => p,
+        Err(e) => return fail(format!("socketpair: {e}")),
+    };
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    std::os::unix::process::CommandExt::arg0(&mut cmd, "stockade-fileop");
+    cmd.arg("fileop")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
+    if let Err(e) = cmd.spawn() {
+        return fail(format!("cannot start the file operation: {e}"));
+    }
+    drop(cmd);
+    if let Err(e) = write_msg(
+        &mut ours,
+        &FileJob {
+            op,
+            policy: policy.clone(),
+        },
+    ) {
+        return fail(format!("cannot send the file operation: {e}"));
+    }
+    let _ = ours.flush();
+    match read_msg::<_, AgentMsg>(&mut ours) {
+        Ok(Some(m)) => m,
+        Ok(None) => fail("the file operation died (out of memory or killed)".into()),
+        Err(e) => fail(format!("bad answer from the file operation: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_paths_must_stay_inside() {
+        for bad in ["../x", "/etc/passwd", "a/../../b", ""] {
+            assert!(safe_entry_path(Path::new(bad)).is_err(), "{bad}");
+        }
+        for good in ["a", "a/b/c.txt", "./a"] {
+            safe_entry_path(Path::new(good)).unwrap();
+        }
+    }
+
+    #[test]
+    fn edit_needs_a_unique_match() {
+        let d = std::env::temp_dir().join(format!("stockade-fileop-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        let f = d.join("a.txt").to_string_lossy().into_owned();
+        run(&FileOp::Write {
+            path: f.clone(),
+            data: b"one two one".to_vec(),
+            mode: None,
+        })
+        .ok()
+        .unwrap();
+        let e = |old: &str, all: bool| {
+            run(&FileOp::Edit {
+                path: f.clone(),
+                old: old.into(),
+                new: "X".into(),
+                replace_all: all,
+            })
+        };
+        assert!(e("three", false).err().unwrap().1.contains("not found"));
+        assert!(e("one", false).err().unwrap().1.contains("occurs 2 times"));
+        assert!(matches!(
+            e("one", true).ok().unwrap(),
+            FileResult::Edited { replacements: 2 }
+        ));
+        assert_eq!(fs::read_to_string(&f).unwrap(), "X two X");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn gzip_bombs_stop_at_the_limit() {
+        let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+        let zeros = vec![0u8; 1 << 20];
+        for _ in 0..(MAX_TRANSFER_BYTES >> 20) + 4 {
+            enc.write_all(&zeros).unwrap();
+        }
+        let bomb = enc.finish().unwrap();
+        assert!(bomb.len() < 1 << 20, "the bomb is small: {}", bomb.len());
+        let err = plain_tar(&bomb).err().unwrap();
+        assert_eq!(err.0, ErrorCode::LimitExceeded, "{}", err.1);
+    }
+}
