@@ -2,6 +2,12 @@
 # Fails when anything of Stockade is left on the host: cgroups, monitor or agent
 # processes, sandbox state directories, mounts.
 set -uo pipefail
+# Sandboxes owned by test processes that just exited are torn down by their monitors
+# within milliseconds; give that a few seconds before judging.
+for _ in $(seq 50); do
+  pgrep -f 'stockade-agent monitor' >/dev/null || break
+  sleep 0.1
+done
 leaks=0
 report() { echo "leak-check: $*" >&2; leaks=1; }
 

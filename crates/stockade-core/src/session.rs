@@ -29,6 +29,9 @@ pub struct SessionConfig {
     pub idle_timeout_secs: u64,
     /// Spec of session sandboxes (the workspace mount and workdir are added).
     pub spec: SandboxSpec,
+    /// Tie session sandboxes to this process (default none: they outlive the caller
+    /// until released or idle).
+    pub owner_pid: Option<u32>,
 }
 
 impl SessionConfig {
@@ -39,6 +42,7 @@ impl SessionConfig {
             max_live: 16,
             idle_timeout_secs: 600,
             spec: SandboxSpec::default(),
+            owner_pid: None,
         }
     }
 }
@@ -189,7 +193,14 @@ impl SessionManager {
         spec.workdir = Some(WORKSPACE_TARGET.into());
         spec.idle_timeout_secs = Some(self.config.idle_timeout_secs);
         spec.labels.insert("stockade.session".into(), name.into());
-        let sb = Sandbox::create(self.provider.clone(), spec, CreateOptions::default()).await?;
+        let sb = Sandbox::create(
+            self.provider.clone(),
+            spec,
+            CreateOptions {
+                owner_pid: self.config.owner_pid,
+            },
+        )
+        .await?;
         self.write(
             name,
             &Record {

@@ -389,6 +389,7 @@ fn sessions(home: &std::path::Path, max_live: usize, idle: u64) -> SessionManage
     let mut cfg = SessionConfig::new(home);
     cfg.max_live = max_live;
     cfg.idle_timeout_secs = idle;
+    cfg.owner_pid = Some(std::process::id());
     SessionManager::new(provider(), cfg)
 }
 

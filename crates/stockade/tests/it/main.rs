@@ -62,7 +62,12 @@ pub fn provider() -> Arc<dyn Provider> {
 }
 
 pub async fn sandbox(spec: SandboxSpec) -> Sandbox {
-    Sandbox::create(provider(), spec, CreateOptions::default())
+    // Owned by the test process: a test that panics before destroy leaks nothing
+    // past the test binary.
+    let opts = CreateOptions {
+        owner_pid: Some(std::process::id()),
+    };
+    Sandbox::create(provider(), spec, opts)
         .await
         .expect("create sandbox")
 }
