@@ -710,6 +710,119 @@ impl Provider for WasmProvider {
         Ok(self.sandbox(id)?.info.clone())
     }
 
+    async fn file(&self, id: &str, op: stockade_core::FileOp) -> Result<stockade_core::FileResult> {
+        use stockade_core::{FileOp as Op, FileResult as Res};
+        let entry = |e: FileEntry| stockade_core::FileEntry {
+            kind: match e.kind {
+                FileKind::File => stockade_core::FileKind::File,
+                FileKind::Dir => stockade_core::FileKind::Dir,
+                FileKind::Symlink => stockade_core::FileKind::Symlink,
+                FileKind::Other => stockade_core::FileKind::Other,
+            },
+            name: e.name,
+            size: e.size,
+            mode: e.mode,
+            mtime: (e.mtime_ms / 1000) as i64,
+        };
+        // The entry of one path, from its parent's listing.
+        let stat = |path: String| async move {
+            let (parent, name) = match path.trim_end_matches('/').rsplit_once('/') {
+                Some(("", n)) => ("/".to_string(), n.to_string()),
+                Some((p, n)) => (p.to_string(), n.to_string()),
+                None => (".".to_string(), path.clone()),
+            };
+            self.list_dir(id, &parent)
+                .await?
+                .into_iter()
+                .find(|e| e.name == name)
+                .ok_or(Error::NotFound {
+                    kind: "path",
+                    id: path,
+                })
+        };
+        Ok(match op {
+            Op::Write { path, data, .. } => {
+                self.write_file(id, &path, &data).await?;
+                Res::Done
+            }
+            Op::Read {
+                path,
+                offset,
+                limit,
+            } => {
+                let size = stat(path.clone()).await?.size;
+                let data = self.read_range(id, &path, offset, limit).await?;
+                Res::Data {
+                    eof: offset + data.len() as u64 >= size,
+                    data,
+                    size,
+                }
+            }
+            Op::Edit {
+                path,
+                old,
+                new,
+                replace_all,
+            } => Res::Edited {
+                replacements: self.edit_file(id, &path, &old, &new, replace_all).await? as u64,
+            },
+            Op::Ls { path } => Res::Entries(
+                self.list_dir(id, &path)
+                    .await?
+                    .into_iter()
+                    .map(entry)
+                    .collect(),
+            ),
+            Op::Stat { path } => Res::Entries(vec![entry(stat(path).await?)]),
+            Op::Glob { pattern, root } => Res::Paths {
+                paths: self.glob(id, &pattern, Some(&root)).await?,
+                truncated: false,
+            },
+            Op::Grep {
+                regex,
+                root,
+                include,
+                max_matches,
+            } => {
+                let max = if max_matches == 0 {
+                    stockade_core::files::DEFAULT_GREP_MATCHES
+                } else {
+                    max_matches
+                } as usize;
+                let matches = self
+                    .grep(id, &regex, Some(&root), include.as_deref(), max)
+                    .await?;
+                let truncated = matches.len() >= max;
+                Res::Matches {
+                    matches: matches
+                        .into_iter()
+                        .map(|m| stockade_core::GrepMatch {
+                            path: m.path,
+                            line_number: m.line_number,
+                            line: m.line,
+                        })
+                        .collect(),
+                    truncated,
+                }
+            }
+            Op::Mkdir { path, .. } => {
+                self.mkdir(id, &path).await?;
+                Res::Done
+            }
+            Op::Rm { path, recursive } => {
+                self.remove(id, &path, recursive).await?;
+                Res::Done
+            }
+            Op::Upload { .. } | Op::Download { .. } => {
+                return Err(Error::Unavailable {
+                    what: "archive upload and download on the wasm provider".into(),
+                    reason: "not implemented for WASI sandboxes yet".into(),
+                    fix: "write and read files one by one, or use the native provider".into(),
+                });
+            }
+        })
+    }
+
     async fn gc(&self) -> Result<GcReport> {
         let mut report = GcReport::default();
         let now = Instant::now();

@@ -142,3 +142,87 @@ async fn file_operations_round_trip_with_the_guest() {
         ErrorCode::NotFound
     );
 }
+
+/// The same `Provider::file` API as the Linux providers.
+#[tokio::test]
+async fn the_provider_file_api_matches_the_linux_providers() {
+    use stockade_core::{FileOp, FileResult, Provider};
+    let Some(g) = guest() else { return };
+    let (p, _scratch) = provider();
+    let id = create(&p, spec(&g)).await;
+    let file = |op| p.file(&id, op);
+    file(FileOp::Write {
+        path: "/tmp/a/b.txt".into(),
+        data: b"one two one\n".to_vec(),
+        mode: None,
+    })
+    .await
+    .unwrap();
+    match file(FileOp::Read {
+        path: "/tmp/a/b.txt".into(),
+        offset: 4,
+        limit: 3,
+    })
+    .await
+    .unwrap()
+    {
+        FileResult::Data { data, size, eof } => {
+            assert_eq!((data.as_slice(), size, eof), (&b"two"[..], 12, false))
+        }
+        other => panic!("{other:?}"),
+    }
+    let err = file(FileOp::Edit {
+        path: "/tmp/a/b.txt".into(),
+        old: "one".into(),
+        new: "1".into(),
+        replace_all: false,
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::InvalidSpec, "{err}");
+    assert_eq!(
+        file(FileOp::Edit {
+            path: "/tmp/a/b.txt".into(),
+            old: "one".into(),
+            new: "1".into(),
+            replace_all: true
+        })
+        .await
+        .unwrap(),
+        FileResult::Edited { replacements: 2 }
+    );
+    match file(FileOp::Ls {
+        path: "/tmp/a".into(),
+    })
+    .await
+    .unwrap()
+    {
+        FileResult::Entries(e) => assert_eq!(
+            (e[0].name.as_str(), e[0].kind, e[0].size),
+            ("b.txt", stockade_core::FileKind::File, 8)
+        ),
+        other => panic!("{other:?}"),
+    }
+    match file(FileOp::Grep {
+        regex: "two".into(),
+        root: "/tmp".into(),
+        include: None,
+        max_matches: 0,
+    })
+    .await
+    .unwrap()
+    {
+        FileResult::Matches { matches, truncated } => assert_eq!(
+            (matches.len(), truncated, matches[0].line_number),
+            (1, false, 1)
+        ),
+        other => panic!("{other:?}"),
+    }
+    let err = file(FileOp::Download {
+        path: "/tmp".into(),
+    })
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), ErrorCode::Unavailable, "{err}");
+    p.destroy(&id).await.unwrap();
+}
