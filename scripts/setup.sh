@@ -9,10 +9,11 @@ mkdir -p "$CARGO_TARGET_DIR"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 
-# Debian packages: slirp4netns gives sandboxes network egress when asked; python3 and
+# Debian packages: slirp4netns gives sandboxes network egress when asked, and nft
+# fences the host's own network off from it; python3 and
 # node are the host interpreters sandboxes use without an image; bubblewrap and
 # hyperfine are the benchmark's anchors.
-want=(slirp4netns python3 bubblewrap hyperfine gcc pkg-config ca-certificates curl)
+want=(slirp4netns nftables python3 bubblewrap hyperfine gcc pkg-config ca-certificates curl)
 [ -x /usr/bin/node ] || want+=(nodejs)
 missing=()
 for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done

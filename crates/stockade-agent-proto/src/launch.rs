@@ -50,10 +50,14 @@ pub enum NetworkPlan {
     /// Own network namespace with only loopback, brought up.
     LoopbackOnly,
     /// Own network namespace plus a user-mode NAT helper giving egress; `argv` is the
-    /// helper's command line, to which the netns path is appended.
+    /// helper's command line, to which the netns path is appended. `firewall` is an
+    /// nftables ruleset loaded (with the `nft` binary) inside the sandbox's namespace
+    /// first: it keeps the host's own addresses and private ranges out of reach.
     UserModeNat {
         argv: Vec<String>,
         resolv_conf: String,
+        nft: String,
+        firewall: String,
     },
 }
 

@@ -204,10 +204,21 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
     }
     let helper = match &plan.network {
         NetworkPlan::LoopbackOnly => None,
-        NetworkPlan::UserModeNat { argv, .. } => match start_helper(plan, argv, child) {
-            Ok(h) => Some(h),
-            Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
-        },
+        NetworkPlan::UserModeNat {
+            argv,
+            nft,
+            firewall,
+            ..
+        } => {
+            // The firewall goes in before there is any route out.
+            if let Err(m) = apply_firewall(plan, nft, firewall, child) {
+                return Err(abort((ErrorCode::Unavailable, m), None));
+            }
+            match start_helper(plan, argv, child) {
+                Ok(h) => Some(h),
+                Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
+            }
+        }
     };
     let mut w = fs::File::from(sync_w);
     if w.write_all(b"g").is_err() {
@@ -228,6 +239,36 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
         return Err(abort(internal(msg), helper.as_ref()));
     }
     Ok((child, helper))
+}
+
+/// Loads the nftables ruleset inside the sandbox's network namespace: this thread
+/// enters it, runs `nft -f`, and comes back. The code inside has no CAP_NET_ADMIN, so
+/// it cannot change the rules.
+fn apply_firewall(plan: &LaunchPlan, nft: &str, ruleset: &str, child: Pid) -> Result<(), String> {
+    let file = plan.state_dir.join("firewall.nft");
+    fs::write(&file, ruleset).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    let ours = fs::File::open("/proc/self/ns/net")
+        .map_err(|e| format!("cannot open our network namespace: {e}"))?;
+    let theirs = fs::File::open(format!("/proc/{}/ns/net", child.as_raw()))
+        .map_err(|e| format!("cannot open the sandbox's network namespace: {e}"))?;
+    nix::sched::setns(&theirs, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
+    let out = std::process::Command::new(nft)
+        .arg("-f")
+        .arg(&file)
+        .stdin(std::process::Stdio::null())
+        .output();
+    nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
+    let out =
+        out.map_err(|e| format!("cannot run {nft}: {e} (install it: apt-get install nftables)"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{nft} refused the sandbox firewall: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(())
 }
 
 /// The user-mode NAT helper (slirp4netns). It exits by itself when `exit_w` closes,

@@ -137,6 +137,19 @@ pub fn host_checks() -> Vec<Check> {
         },
         "apt-get install slirp4netns",
     ));
+    let nft = ["/usr/sbin/nft", "/sbin/nft", "/usr/bin/nft"]
+        .iter()
+        .any(|p| std::path::Path::new(p).is_file());
+    v.push(check(
+        "nft (egress firewall)",
+        nft,
+        if nft {
+            "installed".into()
+        } else {
+            "not installed".into()
+        },
+        "apt-get install nftables",
+    ));
     let agent = crate::find_agent();
     v.push(check(
         "stockade-agent",

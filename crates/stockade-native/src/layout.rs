@@ -53,6 +53,8 @@ pub struct HostLayout {
     pub nameservers: Vec<String>,
     /// The cgroup layout.
     pub cgroups: CgroupLayout,
+    /// The host's own IP addresses (sandboxes with egress must not reach them).
+    pub host_addresses: Vec<String>,
 }
 
 /// How cgroups are mounted.
@@ -100,7 +102,44 @@ pub fn detect() -> HostLayout {
         etc: pick(ETC_ALLOWLIST),
         nameservers,
         cgroups: parse_cgroups(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()),
+        host_addresses: host_addresses(
+            &fs::read_to_string("/proc/net/fib_trie").unwrap_or_default(),
+            &fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
+        ),
     }
+}
+
+/// The host's local addresses: IPv4 from `/proc/net/fib_trie` (`/32 host LOCAL`
+/// entries), IPv6 from `/proc/net/if_inet6`.
+pub fn host_addresses(fib_trie: &str, if_inet6: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut prev = "";
+    for line in fib_trie.lines() {
+        let t = line.trim();
+        if t.starts_with("/32 host LOCAL") {
+            if let Some(addr) = prev.split_whitespace().nth(1)
+                && !out.iter().any(|a| a == addr)
+            {
+                out.push(addr.to_string());
+            }
+        }
+        prev = t;
+    }
+    for line in if_inet6.lines() {
+        if let Some(hex) = line.split_whitespace().next()
+            && hex.len() == 32
+        {
+            let groups: Vec<&str> = (0..8).map(|i| &hex[i * 4..i * 4 + 4]).collect();
+            let v6 = groups.join(":");
+            if let Ok(a) = v6.parse::<std::net::Ipv6Addr>() {
+                let a = a.to_string();
+                if !out.contains(&a) {
+                    out.push(a);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Parses `/proc/self/mountinfo` into a cgroup layout.
@@ -163,5 +202,15 @@ mod tests {
             }
         );
         assert_eq!(parse_cgroups(""), CgroupLayout::None);
+    }
+
+    #[test]
+    fn reads_host_addresses() {
+        let fib = "Main:\n  +-- 0.0.0.0/0 3 0 5\n     |-- 192.0.2.2\n        /32 host LOCAL\n     |-- 127.0.0.1\n        /32 host LOCAL\n";
+        let v6 = "fd000000000000000000000000000002 04 40 00 82     eth0\n00000000000000000000000000000001 01 80 10 80       lo\n";
+        assert_eq!(
+            host_addresses(fib, v6),
+            ["192.0.2.2", "127.0.0.1", "fd00::2", "::1"]
+        );
     }
 }

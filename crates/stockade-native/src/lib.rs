@@ -82,8 +82,9 @@ pub fn find_agent() -> Result<PathBuf> {
 }
 
 fn which(name: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")
-        .unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin".into());
+    // The sbin directories too: nft lives there and is not on every user's PATH.
+    let mut path = std::env::var_os("PATH").unwrap_or_default();
+    path.push(":/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin");
     std::env::split_paths(&path)
         .map(|d| d.join(name))
         .find(|p| p.is_file())
@@ -176,6 +177,7 @@ impl NativeProvider {
             state_dir: dir.clone(),
             host: layout::detect(),
             slirp: which("slirp4netns"),
+            nft: which("nft"),
             now_ms: now_ms(),
             owner_pid: opts.owner_pid,
             mount_is_file,

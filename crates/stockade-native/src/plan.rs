@@ -19,6 +19,8 @@ pub struct PlanContext {
     pub host: HostLayout,
     /// The user-mode NAT helper (`slirp4netns`), when installed.
     pub slirp: Option<PathBuf>,
+    /// The nftables tool (`nft`), when installed.
+    pub nft: Option<PathBuf>,
     pub now_ms: u64,
     pub owner_pid: Option<u32>,
     /// For each spec mount, whether the host path is a file (else a directory).
@@ -133,9 +135,16 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 reason: "the user-mode NAT helper slirp4netns is not installed".into(),
                 fix: "apt-get install slirp4netns".into(),
             })?;
+            let nft = ctx.nft.as_ref().ok_or_else(|| Error::Unavailable {
+                what: "network egress".into(),
+                reason: "nft is not installed; it keeps the host's own network out of the sandbox's reach".into(),
+                fix: "apt-get install nftables".into(),
+            })?;
             NetworkPlan::UserModeNat {
                 argv: slirp_argv(slirp),
                 resolv_conf: RESOLV_CONF.into(),
+                nft: nft.display().to_string(),
+                firewall: firewall(&ctx.host.host_addresses),
             }
         }
     };
@@ -160,6 +169,48 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
 /// slirp4netns's DNS forwarder inside the sandbox (it resolves with the host's
 /// resolver, so a host resolver on loopback works too).
 const RESOLV_CONF: &str = "nameserver 10.0.2.3\n";
+
+/// Destinations a sandbox with egress may not reach: the host's own addresses (added
+/// per host), private and shared address space (the host's LAN, other machines'
+/// services), link-local (cloud metadata at 169.254.169.254), loopback, multicast and
+/// reserved ranges. Only slirp4netns's DNS forwarder at 10.0.2.3 is let through.
+/// Documentation and benchmarking ranges are not listed: they are not routable on the
+/// internet, and some egress proxies hand them out as stand-in addresses for public
+/// hosts (this project's own machines do).
+const DENIED_V4: &[&str] = &[
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.0.0.0/24",
+    "192.168.0.0/16",
+    "224.0.0.0/4",
+    "240.0.0.0/4",
+];
+const DENIED_V6: &[&str] = &["::1/128", "fc00::/7", "fe80::/10", "ff00::/8"];
+
+/// The nftables ruleset for a sandbox with egress (see [`DENIED_V4`]).
+pub fn firewall(host_addresses: &[String]) -> String {
+    let (v6, v4): (Vec<&String>, Vec<&String>) =
+        host_addresses.iter().partition(|a| a.contains(':'));
+    let mut d4: Vec<String> = DENIED_V4.iter().map(|s| s.to_string()).collect();
+    d4.extend(v4.iter().map(|a| a.to_string()));
+    let mut d6: Vec<String> = DENIED_V6.iter().map(|s| s.to_string()).collect();
+    d6.extend(v6.iter().map(|a| a.to_string()));
+    let mut rules = String::from(
+        "table inet stockade {\n  chain output {\n    type filter hook output priority 0; policy accept;\n",
+    );
+    rules.push_str("    oifname \"lo\" accept\n");
+    rules.push_str(
+        "    ip daddr 10.0.2.3 udp dport 53 accept\n    ip daddr 10.0.2.3 tcp dport 53 accept\n",
+    );
+    rules.push_str(&format!("    ip daddr {{ {} }} reject\n", d4.join(", ")));
+    rules.push_str(&format!("    ip6 daddr {{ {} }} reject\n", d6.join(", ")));
+    rules.push_str("  }\n}\n");
+    rules
+}
 
 /// slirp4netns with the host's loopback unreachable (`--disable-host-loopback`), no
 /// port forwards (none is ever added), and itself sandboxed (own mount namespace,
@@ -429,8 +480,7 @@ fn applied(spec: &ValidatedSpec, cg: &CgroupPlan, net: &NetworkPlan) -> Vec<Stri
         match net {
             NetworkPlan::LoopbackOnly => "network: none (own namespace, loopback only)".to_string(),
             NetworkPlan::UserModeNat { .. } => {
-                "network: egress through slirp4netns (no port forwards, host loopback unreachable)"
-                    .to_string()
+                "network: egress through slirp4netns (no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string()
             }
         },
         format!(
@@ -496,9 +546,11 @@ mod tests {
                     ("/etc/alternatives".into(), Entry::Dir),
                 ],
                 nameservers: vec!["nameserver 10.0.0.53".into()],
+                host_addresses: vec!["192.0.2.2".into(), "fd00::2".into()],
                 cgroups,
             },
             slirp: Some("/usr/bin/slirp4netns".into()),
+            nft: Some("/usr/sbin/nft".into()),
             now_ms: 1_000_000,
             owner_pid: Some(42),
             mount_is_file: vec![false],
@@ -570,7 +622,17 @@ mod tests {
         assert!(p.mounts.contains(&MountOp::Mask {
             target: "/.stockade".into()
         }));
-        assert!(matches!(p.network, NetworkPlan::UserModeNat { .. }));
+        match &p.network {
+            NetworkPlan::UserModeNat { firewall, .. } => {
+                assert!(
+                    firewall.contains("169.254.0.0/16")
+                        && firewall.contains("192.0.2.2")
+                        && firewall.contains("fd00::2"),
+                    "{firewall}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
         assert_eq!(p.exec.workdir, "/work");
     }
 

@@ -144,7 +144,12 @@ async fn network_egress_when_asked_reaches_out_but_not_the_host_loopback() {
         eprintln!("SKIPPED: {msg}");
         return;
     }
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    // A service on every host address: loopback and the host's own outbound address.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let probe = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+    probe.connect("1.1.1.1:53").unwrap();
+    let host_ip = probe.local_addr().unwrap().ip().to_string();
     let port = listener.local_addr().unwrap().port();
     let sb = sandbox(SandboxSpec {
         network: Network::Egress,
@@ -154,7 +159,7 @@ async fn network_egress_when_asked_reaches_out_but_not_the_host_loopback() {
     let code = [
         "import socket".to_string(),
         "s = socket.create_connection(('pypi.org', 443), timeout=10); print('egress ok'); s.close()".to_string(),
-        "for host in ('127.0.0.1', '10.0.2.2'):".to_string(),
+        format!("for host in ('127.0.0.1', '10.0.2.2', '{host_ip}', '169.254.169.254', '192.168.0.1', '172.17.0.1'):"),
         "    try:".to_string(),
         format!("        socket.create_connection((host, {port}), timeout=2); print('HOST REACHED', host)"),
         "    except OSError as e: print('host blocked', e)".to_string(),
@@ -168,6 +173,11 @@ async fn network_egress_when_asked_reaches_out_but_not_the_host_loopback() {
         text(&out.stderr)
     );
     assert!(!s.contains("HOST REACHED"), "{s}");
+    assert_eq!(s.matches("host blocked").count(), 6, "{s}");
+    assert!(
+        listener.accept().is_err(),
+        "the host's service received a connection"
+    );
     destroy_clean(sb).await;
 }
 
