@@ -116,12 +116,11 @@ pub fn host_addresses(fib_trie: &str, if_inet6: &str) -> Vec<String> {
     let mut prev = "";
     for line in fib_trie.lines() {
         let t = line.trim();
-        if t.starts_with("/32 host LOCAL") {
-            if let Some(addr) = prev.split_whitespace().nth(1)
-                && !out.iter().any(|a| a == addr)
-            {
-                out.push(addr.to_string());
-            }
+        if t.starts_with("/32 host LOCAL")
+            && let Some(addr) = prev.split_whitespace().nth(1)
+            && !out.iter().any(|a| a == addr)
+        {
+            out.push(addr.to_string());
         }
         prev = t;
     }
