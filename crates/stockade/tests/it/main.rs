@@ -6,6 +6,7 @@
 
 mod attacks;
 mod behaviour;
+mod conformance;
 mod files;
 mod lifecycle;
 
