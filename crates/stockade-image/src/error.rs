@@ -1,0 +1,143 @@
+//! The errors of the image store, import and unpacking.
+
+use std::path::PathBuf;
+
+/// What went wrong with an image, a blob or a layer. Messages are lowercase and name
+/// the object.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file system call failed.
+    #[error("cannot {op} {}: {source}", path.display())]
+    Io {
+        /// What was being done (`create`, `rename`, `read`...).
+        op: &'static str,
+        /// The path it was done to.
+        path: PathBuf,
+        /// The system error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A string is not a `sha256:<64 hex>` digest.
+    #[error("invalid digest {digest:?}: expected sha256:<64 lowercase hex digits>")]
+    InvalidDigest {
+        /// The string given.
+        digest: String,
+    },
+    /// Content does not hash to the digest it was announced with.
+    #[error("{what} is corrupt: expected digest {expected}, got {actual}")]
+    DigestMismatch {
+        /// What was checked (a blob, a layer's uncompressed content).
+        what: String,
+        /// The digest it should have.
+        expected: String,
+        /// The digest it has.
+        actual: String,
+    },
+    /// Content is not the size it was announced with.
+    #[error("{what} has {actual} bytes, expected {expected}")]
+    SizeMismatch {
+        /// What was checked.
+        what: String,
+        /// The size announced.
+        expected: u64,
+        /// The size found (possibly only a lower bound when too long).
+        actual: u64,
+    },
+    /// An image reference cannot be parsed.
+    #[error("invalid image reference {reference:?}: {reason}")]
+    InvalidReference {
+        /// The string given.
+        reference: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// No image with this reference is in the store.
+    #[error("image {reference} is not in the store")]
+    ImageNotFound {
+        /// The reference asked for.
+        reference: String,
+    },
+    /// A blob an image needs is not in the store.
+    #[error("blob {digest} is not in the store")]
+    BlobNotFound {
+        /// Its digest.
+        digest: String,
+    },
+    /// A JSON document (manifest, index, config) is malformed.
+    #[error("invalid {what}: {source}")]
+    Json {
+        /// The document.
+        what: String,
+        /// The parse error.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// An image or archive is well-formed JSON but not a usable image.
+    #[error("invalid {what}: {reason}")]
+    InvalidImage {
+        /// The thing refused (an archive path, a manifest digest).
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// A media type or compression the store does not handle.
+    #[error("unsupported {what}: {kind}")]
+    Unsupported {
+        /// The thing refused.
+        what: String,
+        /// Its media type or format.
+        kind: String,
+    },
+    /// An index names no manifest for this platform.
+    #[error("image {reference} has no manifest for {platform}")]
+    NoMatchingPlatform {
+        /// The image.
+        reference: String,
+        /// The platform wanted (`linux/amd64`).
+        platform: String,
+    },
+    /// A layer entry would write outside the layer root, through a symlink, or is
+    /// otherwise refused; nothing of the layer is kept.
+    #[error("layer {layer}: entry {entry:?} refused: {reason}")]
+    UnsafeEntry {
+        /// The layer's digest.
+        layer: String,
+        /// The entry's path as written in the archive.
+        entry: String,
+        /// Why it is refused.
+        reason: String,
+    },
+    /// A layer is larger than the unpacking limits allow (a decompression bomb, or a
+    /// genuinely huge image).
+    #[error("layer {layer}: more than {limit} {what}")]
+    LimitExceeded {
+        /// The layer's digest.
+        layer: String,
+        /// `entries` or `bytes`.
+        what: &'static str,
+        /// The limit that was passed.
+        limit: u64,
+    },
+    /// A tar stream cannot be read.
+    #[error("cannot read archive {what}: {source}")]
+    Archive {
+        /// The archive (a path or a layer digest).
+        what: String,
+        /// The read error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(
+        op: &'static str,
+        path: impl Into<PathBuf>,
+    ) -> impl FnOnce(std::io::Error) -> Error {
+        let path = path.into();
+        move |source| Error::Io { op, path, source }
+    }
+}
+
+/// The result type of this crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

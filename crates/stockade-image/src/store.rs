@@ -1,0 +1,534 @@
+//! The content-addressed image store under `$STOCKADE_HOME/images`:
+//!
+//! ```text
+//! blobs/sha256/<hex>     manifests, configs, layers, verified on write
+//! refs.json              reference -> manifest digest
+//! lock                   shared while importing or pulling, exclusive for gc
+//! layers/<hex>/          one layer unpacked (whiteouts kept as files), read-only
+//! rootfs/<hex>/          all layers of a manifest flattened, read-only
+//! tmp/                   blobs and trees being written; renamed into place
+//! ```
+
+use std::collections::{BTreeMap, HashSet};
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{Digest, HashingReader, HashingWriter};
+use crate::error::{Error, Result};
+use crate::oci::{self, ImageConfig, Manifest, RunConfig};
+use crate::reference::Reference;
+use crate::unpack::{Limits, Unpacker, Whiteouts};
+
+/// The largest JSON document (manifest, index, config) the store reads into memory.
+pub const MAX_DOCUMENT_BYTES: u64 = 4 << 20;
+
+/// The image store. Cheap to clone paths around; every method is safe to call from
+/// several processes at once.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    limits: Limits,
+}
+
+/// An image in the store: its manifest and config.
+#[derive(Debug, Clone)]
+pub struct Image {
+    /// The manifest digest: the image's identity.
+    pub digest: Digest,
+    /// The manifest.
+    pub manifest: Manifest,
+    /// The config blob's digest.
+    pub config_digest: Digest,
+    /// The config.
+    pub config: ImageConfig,
+}
+
+impl Image {
+    /// How the image says it should run (empty when the config has no `config`).
+    pub fn run_config(&self) -> RunConfig {
+        self.config.config.clone().unwrap_or_default()
+    }
+
+    /// The sum of the (compressed) layer sizes.
+    pub fn size(&self) -> u64 {
+        self.manifest.layers.iter().map(|l| l.size).sum()
+    }
+}
+
+/// What `gc` removed.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GcReport {
+    /// Blobs removed.
+    pub blobs: usize,
+    /// Unpacked layers and flattened root filesystems removed.
+    pub trees: usize,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+struct Refs {
+    refs: BTreeMap<String, Digest>,
+}
+
+/// A held store lock (released on drop).
+pub(crate) struct StoreLock(#[allow(dead_code)] File);
+
+impl Store {
+    /// Opens (creating it if needed) the store at `root`, with default unpack limits.
+    pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        let root = root.into();
+        for d in ["blobs/sha256", "layers", "rootfs", "tmp"] {
+            let p = root.join(d);
+            fs::create_dir_all(&p).map_err(Error::io("create directory", &p))?;
+        }
+        Ok(Store {
+            root,
+            limits: Limits::default(),
+        })
+    }
+
+    /// Opens the store at `$STOCKADE_HOME/images` (see [`crate::stockade_home`]).
+    pub fn open_default() -> Result<Store> {
+        Store::open(crate::stockade_home().join("images"))
+    }
+
+    /// Replaces the unpacking limits (default: [`Limits::default`]).
+    pub fn with_limits(mut self, limits: Limits) -> Store {
+        self.limits = limits;
+        self
+    }
+
+    /// The store's directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Where a blob lives (whether or not it is there).
+    pub fn blob_path(&self, digest: &Digest) -> PathBuf {
+        self.root.join("blobs/sha256").join(digest.hex())
+    }
+
+    /// Whether a blob is stored.
+    pub fn has_blob(&self, digest: &Digest) -> bool {
+        self.blob_path(digest).is_file()
+    }
+
+    /// Stores what `reader` yields, returning its digest. With `expected`, content
+    /// that hashes otherwise is an error and is not stored (nor is it when `size` is
+    /// given and differs). The blob appears atomically (temp file + rename).
+    pub fn put_blob(
+        &self,
+        reader: impl Read,
+        expected: Option<&Digest>,
+        size: Option<u64>,
+    ) -> Result<Digest> {
+        let tmp_dir = self.root.join("tmp");
+        let tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
+            .map_err(Error::io("create a file in", &tmp_dir))?;
+        let mut w = HashingWriter::new(io::BufWriter::new(tmp));
+        let what = || match expected {
+            Some(d) => format!("blob {d}"),
+            None => "blob".to_string(),
+        };
+        let mut reader = reader;
+        match size {
+            // One byte more than announced is enough to know it is too long.
+            Some(n) => io::copy(&mut reader.take(n + 1), &mut w),
+            None => io::copy(&mut reader, &mut w),
+        }
+        .map_err(|source| Error::Archive {
+            what: what(),
+            source,
+        })?;
+        let actual = w.digest();
+        if let Some(n) = size
+            && w.count != n
+        {
+            return Err(Error::SizeMismatch {
+                what: what(),
+                expected: n,
+                actual: w.count,
+            });
+        }
+        if let Some(d) = expected
+            && *d != actual
+        {
+            return Err(Error::DigestMismatch {
+                what: what(),
+                expected: d.to_string(),
+                actual: actual.to_string(),
+            });
+        }
+        let tmp = w
+            .inner
+            .into_inner()
+            .map_err(|e| Error::io("write", &tmp_dir)(e.into_error()))?;
+        tmp.as_file()
+            .sync_all()
+            .map_err(Error::io("sync", tmp.path()))?;
+        let dest = self.blob_path(&actual);
+        tmp.persist(&dest)
+            .map_err(|e| Error::io("rename into", &dest)(e.error))?;
+        Ok(actual)
+    }
+
+    /// Stores bytes in memory; see [`Store::put_blob`].
+    pub fn put_blob_bytes(&self, data: &[u8], expected: Option<&Digest>) -> Result<Digest> {
+        self.put_blob(data, expected, None)
+    }
+
+    /// Opens a stored blob.
+    pub fn open_blob(&self, digest: &Digest) -> Result<File> {
+        File::open(self.blob_path(digest)).map_err(|e| match e.kind() {
+            io::ErrorKind::NotFound => Error::BlobNotFound {
+                digest: digest.to_string(),
+            },
+            _ => Error::io("open", self.blob_path(digest))(e),
+        })
+    }
+
+    /// Reads a stored JSON document (at most [`MAX_DOCUMENT_BYTES`]).
+    pub fn read_document(&self, digest: &Digest) -> Result<Vec<u8>> {
+        let mut data = Vec::new();
+        self.open_blob(digest)?
+            .take(MAX_DOCUMENT_BYTES + 1)
+            .read_to_end(&mut data)
+            .map_err(Error::io("read", self.blob_path(digest)))?;
+        if data.len() as u64 > MAX_DOCUMENT_BYTES {
+            return Err(Error::InvalidImage {
+                what: format!("document {digest}"),
+                reason: format!("larger than {MAX_DOCUMENT_BYTES} bytes"),
+            });
+        }
+        Ok(data)
+    }
+
+    /// Takes the store lock: shared for writers of new images, exclusive for gc.
+    pub(crate) fn lock(&self, exclusive: bool) -> Result<StoreLock> {
+        let path = self.root.join("lock");
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(Error::io("open", &path))?;
+        if exclusive { f.lock() } else { f.lock_shared() }.map_err(Error::io("lock", &path))?;
+        Ok(StoreLock(f))
+    }
+
+    fn refs_path(&self) -> PathBuf {
+        self.root.join("refs.json")
+    }
+
+    fn read_refs(&self) -> Result<Refs> {
+        let path = self.refs_path();
+        match fs::read(&path) {
+            Ok(data) => oci::parse(&format!("reference index {}", path.display()), &data),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Refs::default()),
+            Err(e) => Err(Error::io("read", &path)(e)),
+        }
+    }
+
+    /// Read-modify-write of the reference index under its own lock.
+    fn update_refs<T>(&self, f: impl FnOnce(&mut Refs) -> Result<T>) -> Result<T> {
+        let lock_path = self.root.join("refs.lock");
+        let lock = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(Error::io("open", &lock_path))?;
+        lock.lock().map_err(Error::io("lock", &lock_path))?;
+        let mut refs = self.read_refs()?;
+        let out = f(&mut refs)?;
+        let path = self.refs_path();
+        let mut tmp = tempfile::NamedTempFile::new_in(self.root.join("tmp"))
+            .map_err(Error::io("create a file for", &path))?;
+        let data = serde_json::to_vec_pretty(&refs).expect("refs serialize");
+        tmp.write_all(&data).map_err(Error::io("write", &path))?;
+        tmp.persist(&path)
+            .map_err(|e| Error::io("rename into", &path)(e.error))?;
+        Ok(out)
+    }
+
+    /// Points `reference` at a manifest that is in the store.
+    pub fn tag(&self, reference: &Reference, manifest: &Digest) -> Result<()> {
+        if !self.has_blob(manifest) {
+            return Err(Error::BlobNotFound {
+                digest: manifest.to_string(),
+            });
+        }
+        let mut r = reference.clone();
+        r.digest = None;
+        self.update_refs(|refs| {
+            refs.refs.insert(r.to_string(), manifest.clone());
+            Ok(())
+        })
+    }
+
+    /// Every reference and the manifest it points at.
+    pub fn list(&self) -> Result<BTreeMap<String, Digest>> {
+        Ok(self.read_refs()?.refs)
+    }
+
+    /// Resolves a reference (`python:3.12`, `name@sha256:...`) or a bare manifest
+    /// digest to the manifest digest of an image in the store.
+    pub fn resolve(&self, reference: &str) -> Result<Digest> {
+        let not_found = || Error::ImageNotFound {
+            reference: reference.to_string(),
+        };
+        if let Ok(d) = Digest::parse(reference) {
+            return if self.has_blob(&d) {
+                Ok(d)
+            } else {
+                Err(not_found())
+            };
+        }
+        let r = Reference::parse(reference)?;
+        if let Some(d) = &r.digest {
+            return if self.has_blob(d) {
+                Ok(d.clone())
+            } else {
+                Err(not_found())
+            };
+        }
+        self.read_refs()?
+            .refs
+            .get(&r.to_string())
+            .cloned()
+            .ok_or_else(not_found)
+    }
+
+    /// The image `reference` names (see [`Store::resolve`]).
+    pub fn image(&self, reference: &str) -> Result<Image> {
+        self.image_by_digest(&self.resolve(reference)?)
+    }
+
+    /// The image with this manifest digest.
+    pub fn image_by_digest(&self, digest: &Digest) -> Result<Image> {
+        let data = self.read_document(digest)?;
+        let manifest: Manifest = oci::parse(&format!("manifest {digest}"), &data)?;
+        let config_digest = manifest.config.digest.clone();
+        let config: ImageConfig = oci::parse(
+            &format!("image config {config_digest}"),
+            &self.read_document(&config_digest)?,
+        )?;
+        Ok(Image {
+            digest: digest.clone(),
+            manifest,
+            config_digest,
+            config,
+        })
+    }
+
+    /// Removes a reference and everything no other reference needs. Returns the
+    /// manifest digest it pointed at.
+    pub fn remove(&self, reference: &str) -> Result<Digest> {
+        let r = Reference::parse(reference);
+        let digest = self.update_refs(|refs| {
+            let key = r.as_ref().map(|r| r.to_string()).ok();
+            if let Some(d) = key.as_ref().and_then(|k| refs.refs.remove(k)) {
+                return Ok(d);
+            }
+            // A digest: drop every reference to it.
+            let d = Digest::parse(reference).map_err(|_| Error::ImageNotFound {
+                reference: reference.to_string(),
+            })?;
+            let before = refs.refs.len();
+            refs.refs.retain(|_, v| *v != d);
+            if refs.refs.len() == before {
+                return Err(Error::ImageNotFound {
+                    reference: reference.to_string(),
+                });
+            }
+            Ok(d)
+        })?;
+        self.gc()?;
+        Ok(digest)
+    }
+
+    /// Removes blobs, unpacked layers and root filesystems no reference needs, and
+    /// leftovers in `tmp/`. Waits for imports and pulls in progress.
+    pub fn gc(&self) -> Result<GcReport> {
+        let _lock = self.lock(true)?;
+        let mut live: HashSet<String> = HashSet::new();
+        for d in self.list()?.values() {
+            live.insert(d.hex().to_string());
+            if let Ok(img) = self.image_by_digest(d) {
+                live.insert(img.config_digest.hex().to_string());
+                for l in &img.manifest.layers {
+                    live.insert(l.digest.hex().to_string());
+                }
+            }
+        }
+        let mut report = GcReport::default();
+        for (dir, is_tree) in [("blobs/sha256", false), ("layers", true), ("rootfs", true)] {
+            let dir = self.root.join(dir);
+            for e in fs::read_dir(&dir).map_err(Error::io("read", &dir))? {
+                let e = e.map_err(Error::io("read", &dir))?;
+                if live.contains(e.file_name().to_string_lossy().as_ref()) {
+                    continue;
+                }
+                let p = e.path();
+                if is_tree {
+                    make_writable(&p);
+                    fs::remove_dir_all(&p).map_err(Error::io("remove", &p))?;
+                    report.trees += 1;
+                } else {
+                    fs::remove_file(&p).map_err(Error::io("remove", &p))?;
+                    report.blobs += 1;
+                }
+            }
+        }
+        let tmp = self.root.join("tmp");
+        for e in fs::read_dir(&tmp)
+            .map_err(Error::io("read", &tmp))?
+            .flatten()
+        {
+            let p = e.path();
+            if e.file_type().is_ok_and(|t| t.is_dir()) {
+                make_writable(&p);
+                let _ = fs::remove_dir_all(&p);
+            } else {
+                let _ = fs::remove_file(&p);
+            }
+        }
+        Ok(report)
+    }
+
+    /// One layer unpacked on its own under `layers/<hex>/` (whiteout markers kept as
+    /// empty files), once per layer digest; shared read-only by every image using it.
+    pub fn unpack_layer(&self, layer: &Digest) -> Result<PathBuf> {
+        let dest = self.root.join("layers").join(layer.hex());
+        if dest.is_dir() {
+            return Ok(dest);
+        }
+        self.build_tree(&dest, |root| {
+            let mut u = Unpacker::new(root, self.limits);
+            let reader = decompressed(self.open_blob(layer)?, layer)?;
+            u.apply(&layer.to_string(), reader, Whiteouts::Keep)?;
+            u.finish()
+        })
+    }
+
+    /// The image's layers flattened in order (whiteouts applied) under
+    /// `rootfs/<manifest hex>/`, built once per manifest and shared read-only. Each
+    /// layer's uncompressed content is checked against the config's `diff_ids`.
+    pub fn rootfs(&self, image: &Image) -> Result<PathBuf> {
+        let dest = self.root.join("rootfs").join(image.digest.hex());
+        if dest.is_dir() {
+            return Ok(dest);
+        }
+        let diff_ids = image
+            .config
+            .rootfs
+            .as_ref()
+            .map(|r| r.diff_ids.clone())
+            .unwrap_or_default();
+        if !diff_ids.is_empty() && diff_ids.len() != image.manifest.layers.len() {
+            return Err(Error::InvalidImage {
+                what: format!("image {}", image.digest),
+                reason: format!(
+                    "{} layers but {} diff_ids in the config",
+                    image.manifest.layers.len(),
+                    diff_ids.len()
+                ),
+            });
+        }
+        self.build_tree(&dest, |root| {
+            let mut u = Unpacker::new(root, self.limits);
+            for (i, layer) in image.manifest.layers.iter().enumerate() {
+                let d = &layer.digest;
+                let mut hashing = HashingReader::new(decompressed(self.open_blob(d)?, d)?);
+                u.apply(&d.to_string(), &mut hashing, Whiteouts::Apply)?;
+                let (actual, _) = hashing.finish().map_err(|source| Error::Archive {
+                    what: format!("layer {d}"),
+                    source,
+                })?;
+                if let Some(want) = diff_ids.get(i)
+                    && *want != actual
+                {
+                    return Err(Error::DigestMismatch {
+                        what: format!("uncompressed layer {d}"),
+                        expected: want.to_string(),
+                        actual: actual.to_string(),
+                    });
+                }
+            }
+            u.finish()
+        })
+    }
+
+    /// Builds a tree in a private temp dir and renames it to `dest`; a concurrent
+    /// builder that finished first wins, and its tree is used.
+    fn build_tree(&self, dest: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<PathBuf> {
+        let tmp_dir = self.root.join("tmp");
+        let tmp = tempfile::Builder::new()
+            .prefix("tree-")
+            .tempdir_in(&tmp_dir)
+            .map_err(Error::io("create a directory in", &tmp_dir))?;
+        let result = fill(tmp.path());
+        let tmp = tmp.keep();
+        if let Err(e) = result {
+            make_writable(&tmp);
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        match fs::rename(&tmp, dest) {
+            Ok(()) => Ok(dest.to_path_buf()),
+            Err(_) if dest.is_dir() => {
+                make_writable(&tmp);
+                let _ = fs::remove_dir_all(&tmp);
+                Ok(dest.to_path_buf())
+            }
+            Err(e) => {
+                make_writable(&tmp);
+                let _ = fs::remove_dir_all(&tmp);
+                Err(Error::io("rename into", dest)(e))
+            }
+        }
+    }
+}
+
+/// A layer blob's tar stream: gzip is detected by its magic bytes, whatever the media
+/// type says; zstd is refused.
+pub(crate) fn decompressed(file: File, digest: &Digest) -> Result<Box<dyn Read>> {
+    let mut r = BufReader::new(file);
+    let head = r.fill_buf().map_err(|source| Error::Archive {
+        what: format!("layer {digest}"),
+        source,
+    })?;
+    if head.starts_with(&[0x1f, 0x8b]) {
+        Ok(Box::new(flate2::read::MultiGzDecoder::new(r)))
+    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Err(Error::Unsupported {
+            what: format!("layer {digest}"),
+            kind: "zstd compression".to_string(),
+        })
+    } else {
+        Ok(Box::new(r))
+    }
+}
+
+/// Restores owner write permission on every directory under `path`, so that a tree
+/// with read-only directories can be removed by a non-root owner.
+fn make_writable(path: &Path) {
+    use std::os::unix::fs::PermissionsExt;
+    let Ok(m) = fs::symlink_metadata(path) else {
+        return;
+    };
+    if !m.is_dir() {
+        return;
+    }
+    let _ = fs::set_permissions(
+        path,
+        fs::Permissions::from_mode(m.permissions().mode() | 0o700),
+    );
+    if let Ok(rd) = fs::read_dir(path) {
+        for e in rd.flatten() {
+            make_writable(&e.path());
+        }
+    }
+}

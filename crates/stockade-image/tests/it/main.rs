@@ -1,0 +1,8 @@
+//! Integration tests of the image store: hand-built malicious layers, whiteouts,
+//! imports of every archive format, and a real Debian image built by ci-setup.sh.
+
+mod debian;
+mod import;
+mod store;
+mod support;
+mod unpack;
