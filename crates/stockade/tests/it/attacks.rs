@@ -431,3 +431,70 @@ async fn exec_input_is_checked() {
     );
     destroy_clean(sb).await;
 }
+
+#[tokio::test]
+async fn cpu_quota_holds_a_multi_threaded_spin() {
+    if !require_root("cpu_quota_holds_a_multi_threaded_spin") {
+        return;
+    }
+    let mut spec = SandboxSpec::default();
+    spec.limits.cpus = 0.5;
+    let sb = sandbox(spec).await;
+    // Two spinning processes for 2 s of wall time would use ~4 CPU-seconds unlimited
+    // (on 2+ cores); half a CPU allows about 1.
+    let code = [
+        "import os, time, resource",
+        "pids = []",
+        "for _ in range(2):",
+        "    pid = os.fork()",
+        "    if pid == 0:",
+        "        end = time.time() + 2",
+        "        while time.time() < end: pass",
+        "        os._exit(0)",
+        "    pids.append(pid)",
+        "for p in pids: os.waitpid(p, 0)",
+        "r = resource.getrusage(resource.RUSAGE_CHILDREN)",
+        "print(r.ru_utime + r.ru_stime)",
+    ]
+    .join("\n");
+    let out = py(&sb, &code, 30_000).await;
+    let used: f64 = text(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("{} {}", text(&out.stdout), text(&out.stderr)));
+    assert!(
+        used < 1.4,
+        "two spinners used {used:.2} CPU-seconds in 2 s with cpus=0.5"
+    );
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn tmp_is_capped_at_its_size() {
+    if !require_root("tmp_is_capped_at_its_size") {
+        return;
+    }
+    let mut spec = SandboxSpec::default();
+    spec.limits.tmp_bytes = 8 << 20;
+    let sb = sandbox(spec).await;
+    let out = sh(
+        &sb,
+        "head -c 20000000 /dev/zero > /tmp/fill; echo rc=$?; du -k /tmp/fill | cut -f1",
+        30_000,
+    )
+    .await;
+    let s = text(&out.stdout);
+    assert!(
+        s.contains("rc=1"),
+        "filling /tmp beyond its size succeeded: {s} {}",
+        text(&out.stderr)
+    );
+    assert!(
+        text(&out.stderr).contains("No space left"),
+        "{}",
+        text(&out.stderr)
+    );
+    let kib: u64 = s.lines().last().unwrap().trim().parse().unwrap();
+    assert!(kib <= 8 * 1024, "/tmp holds {kib} KiB with an 8 MiB cap");
+    destroy_clean(sb).await;
+}
