@@ -118,6 +118,16 @@ pub enum Error {
         /// The limit that was passed.
         limit: u64,
     },
+    /// The registry refused or failed a request.
+    #[cfg(feature = "pull")]
+    #[error("cannot pull {reference}: {source}")]
+    Registry {
+        /// The image being pulled.
+        reference: String,
+        /// What the registry client reported.
+        #[source]
+        source: Box<oci_client::errors::OciDistributionError>,
+    },
     /// A tar stream cannot be read.
     #[error("cannot read archive {what}: {source}")]
     Archive {

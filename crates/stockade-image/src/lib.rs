@@ -14,6 +14,8 @@ mod digest;
 mod error;
 mod import;
 pub mod oci;
+#[cfg(feature = "pull")]
+mod pull;
 mod reference;
 mod store;
 mod unpack;
@@ -24,6 +26,8 @@ pub use digest::Digest;
 pub use error::{Error, Result};
 pub use import::{Imported, import};
 pub use oci::{ImageConfig, Manifest, RunConfig};
+#[cfg(feature = "pull")]
+pub use pull::{Auth, PullOptions, PullProgress, is_loopback_registry, pull};
 pub use reference::Reference;
 pub use store::{GcReport, Image, MAX_DOCUMENT_BYTES, Store};
 pub use unpack::Limits;

@@ -3,6 +3,8 @@
 
 mod debian;
 mod import;
+#[cfg(feature = "pull")]
+mod registry;
 mod store;
 mod support;
 mod unpack;

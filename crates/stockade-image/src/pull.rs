@@ -1,0 +1,346 @@
+//! Pulls from OCI and Docker registries (with `oci-client`): multi-platform indexes
+//! resolved to this platform, anonymous, basic or bearer auth, plain HTTP only for
+//! loopback registries and those the caller marks insecure. Every blob is verified
+//! by the store before it is kept; concurrent pulls of one reference wait for each
+//! other (a lock file per reference), so the second finds every blob present.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use futures_util::StreamExt;
+use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::manifest::OciDescriptor;
+use oci_client::secrets::RegistryAuth;
+
+use crate::digest::Digest;
+use crate::error::{Error, Result};
+use crate::oci::{self, Descriptor, Index, Manifest, Platform};
+use crate::reference::Reference;
+use crate::store::Store;
+
+/// The manifest media types a pull accepts.
+const ACCEPT: [&str; 4] = [
+    oci::MEDIA_MANIFEST,
+    oci::MEDIA_DOCKER_MANIFEST,
+    oci::MEDIA_INDEX,
+    oci::MEDIA_DOCKER_LIST,
+];
+
+/// Credentials for a registry.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub enum Auth {
+    /// No credentials (the default); anonymous bearer tokens are still fetched.
+    #[default]
+    Anonymous,
+    /// HTTP basic auth (also exchanged for a bearer token when the registry asks).
+    Basic {
+        /// The user name.
+        username: String,
+        /// The password or access token.
+        password: String,
+    },
+    /// A bearer token as is.
+    Bearer(String),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Auth::Anonymous => f.write_str("Anonymous"),
+            Auth::Basic { username, .. } => write!(f, "Basic({username}, ***)"),
+            Auth::Bearer(_) => f.write_str("Bearer(***)"),
+        }
+    }
+}
+
+/// How to pull.
+#[derive(Debug, Clone)]
+pub struct PullOptions {
+    /// Credentials. Default: anonymous.
+    pub auth: Auth,
+    /// Registries (`host[:port]`) that may be reached over plain HTTP. Loopback
+    /// registries (`127.0.0.1`, `localhost`, `[::1]`, any port) always may. Default:
+    /// none.
+    pub insecure_registries: Vec<String>,
+    /// The platform an index is resolved to. Default: linux and this architecture.
+    pub platform: Platform,
+}
+
+impl Default for PullOptions {
+    fn default() -> Self {
+        PullOptions {
+            auth: Auth::Anonymous,
+            insecure_registries: Vec::new(),
+            platform: oci::host_platform(),
+        }
+    }
+}
+
+/// Progress of a pull, for progress lines.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PullProgress {
+    /// The manifest is resolved: this many blob bytes in all, this many to fetch.
+    Resolved {
+        /// The manifest digest.
+        digest: Digest,
+        /// Bytes of config and layers.
+        total_bytes: u64,
+        /// Bytes not already in the store.
+        missing_bytes: u64,
+    },
+    /// Bytes of a blob arrived.
+    Bytes {
+        /// The blob.
+        blob: Digest,
+        /// Bytes of it so far.
+        done: u64,
+        /// Its size.
+        size: u64,
+    },
+}
+
+/// Whether a registry may be spoken to over plain HTTP without being marked
+/// insecure: loopback only.
+pub fn is_loopback_registry(registry: &str) -> bool {
+    let host = if let Some(rest) = registry.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        registry.split(':').next().unwrap_or("")
+    };
+    matches!(host, "127.0.0.1" | "localhost" | "::1")
+}
+
+/// Pulls `reference` into the store and tags it (when it names a tag). Returns the
+/// manifest digest. Blobs already in the store are not fetched again.
+pub async fn pull(
+    store: &Store,
+    reference: &str,
+    options: &PullOptions,
+    progress: &mut (dyn FnMut(PullProgress) + Send),
+) -> Result<Digest> {
+    let r = Reference::parse(reference)?;
+    let registry_err = |source: oci_client::errors::OciDistributionError| Error::Registry {
+        reference: r.to_string(),
+        source: Box::new(source),
+    };
+    let oref = match (&r.digest, &r.tag) {
+        (Some(d), _) => oci_client::Reference::with_digest(
+            r.registry.clone(),
+            r.repository.clone(),
+            d.to_string(),
+        ),
+        (None, Some(t)) => {
+            oci_client::Reference::with_tag(r.registry.clone(), r.repository.clone(), t.clone())
+        }
+        (None, None) => unreachable!("a parsed reference has a tag or a digest"),
+    };
+    let mut plain: Vec<String> = options.insecure_registries.clone();
+    if is_loopback_registry(&r.registry) {
+        plain.push(r.registry.clone());
+    }
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(plain),
+        platform_resolver: None,
+        ..Default::default()
+    });
+    let auth = match &options.auth {
+        Auth::Anonymous => RegistryAuth::Anonymous,
+        Auth::Basic { username, password } => {
+            RegistryAuth::Basic(username.clone(), password.clone())
+        }
+        Auth::Bearer(t) => RegistryAuth::Bearer(t.clone()),
+    };
+
+    // One pull per reference at a time; a second one waits, then finds the blobs.
+    let _pull_lock = lock_reference(store, &r).await?;
+    let _store_lock = store.lock(false)?;
+
+    let (bytes, _) = client
+        .pull_manifest_raw(&oref, &auth, &ACCEPT)
+        .await
+        .map_err(registry_err)?;
+    let mut digest = Digest::of(&bytes);
+    if let Some(pinned) = &r.digest
+        && *pinned != digest
+    {
+        return Err(Error::DigestMismatch {
+            what: format!("manifest of {r}"),
+            expected: pinned.to_string(),
+            actual: digest.to_string(),
+        });
+    }
+    let mut manifest_bytes = bytes.to_vec();
+    if oci::is_index(&media_type_of(&manifest_bytes), &manifest_bytes) {
+        store.put_blob_bytes(&manifest_bytes, Some(&digest))?;
+        let index: Index = oci::parse(&format!("index {digest} of {r}"), &manifest_bytes)?;
+        let chosen = oci::select_platform(&index, &options.platform).ok_or_else(|| {
+            Error::NoMatchingPlatform {
+                reference: r.to_string(),
+                platform: format!("{}/{}", options.platform.os, options.platform.architecture),
+            }
+        })?;
+        let by_digest = oci_client::Reference::with_digest(
+            r.registry.clone(),
+            r.repository.clone(),
+            chosen.digest.to_string(),
+        );
+        let (bytes, _) = client
+            .pull_manifest_raw(&by_digest, &auth, &ACCEPT)
+            .await
+            .map_err(registry_err)?;
+        digest = Digest::of(&bytes);
+        if digest != chosen.digest {
+            return Err(Error::DigestMismatch {
+                what: format!("manifest of {r} for {}", options.platform.architecture),
+                expected: chosen.digest.to_string(),
+                actual: digest.to_string(),
+            });
+        }
+        manifest_bytes = bytes.to_vec();
+    }
+    let manifest: Manifest = oci::parse(&format!("manifest {digest} of {r}"), &manifest_bytes)?;
+    let blobs: Vec<&Descriptor> = std::iter::once(&manifest.config)
+        .chain(&manifest.layers)
+        .collect();
+    progress(PullProgress::Resolved {
+        digest: digest.clone(),
+        total_bytes: blobs.iter().map(|b| b.size).sum(),
+        missing_bytes: blobs
+            .iter()
+            .filter(|b| !store.has_blob(&b.digest))
+            .map(|b| b.size)
+            .sum(),
+    });
+    for blob in blobs {
+        if store.has_blob(&blob.digest) {
+            continue;
+        }
+        fetch_blob(store, &client, &oref, blob, progress)
+            .await
+            .map_err(|e| match e {
+                FetchError::Registry(source) => registry_err(source),
+                FetchError::Store(e) => e,
+            })?;
+    }
+    // The manifest goes in last: a manifest in the store means its blobs are too.
+    store.put_blob_bytes(&manifest_bytes, Some(&digest))?;
+    if r.tag.is_some() {
+        store.tag(&r, &digest)?;
+    }
+    Ok(digest)
+}
+
+enum FetchError {
+    Registry(oci_client::errors::OciDistributionError),
+    Store(Error),
+}
+
+impl From<Error> for FetchError {
+    fn from(e: Error) -> Self {
+        FetchError::Store(e)
+    }
+}
+
+/// Streams a blob into a temp file, then has the store verify and keep it.
+async fn fetch_blob(
+    store: &Store,
+    client: &oci_client::Client,
+    image: &oci_client::Reference,
+    blob: &Descriptor,
+    progress: &mut (dyn FnMut(PullProgress) + Send),
+) -> std::result::Result<(), FetchError> {
+    let desc = OciDescriptor {
+        media_type: blob.media_type.clone(),
+        digest: blob.digest.to_string(),
+        size: i64::try_from(blob.size).unwrap_or(i64::MAX),
+        ..Default::default()
+    };
+    let tmp_dir = store.root().join("tmp");
+    let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
+        .map_err(Error::io("create a file in", &tmp_dir))?;
+    let mut stream = client
+        .pull_blob_stream(image, &desc)
+        .await
+        .map_err(FetchError::Registry)?;
+    let mut done = 0u64;
+    let mut last_report = 0u64;
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|source| Error::Archive {
+            what: format!("blob {} from the registry", blob.digest),
+            source,
+        })?;
+        done += chunk.len() as u64;
+        // A registry sending more than announced is cut off here, not after the disk fills.
+        if done > blob.size {
+            return Err(Error::SizeMismatch {
+                what: format!("blob {}", blob.digest),
+                expected: blob.size,
+                actual: done,
+            }
+            .into());
+        }
+        tmp.write_all(&chunk)
+            .map_err(Error::io("write", tmp.path().to_path_buf()))?;
+        if done - last_report >= 1 << 20 || done == blob.size {
+            last_report = done;
+            progress(PullProgress::Bytes {
+                blob: blob.digest.clone(),
+                done,
+                size: blob.size,
+            });
+        }
+    }
+    let file = tmp
+        .reopen()
+        .map_err(Error::io("open", tmp.path().to_path_buf()))?;
+    store.put_blob(file, Some(&blob.digest), Some(blob.size))?;
+    Ok(())
+}
+
+fn media_type_of(data: &[u8]) -> String {
+    #[derive(serde::Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Probe {
+        #[serde(default)]
+        media_type: String,
+    }
+    serde_json::from_slice::<Probe>(data)
+        .map(|p| p.media_type)
+        .unwrap_or_default()
+}
+
+/// Takes the lock file of a reference (waiting off the async threads).
+async fn lock_reference(store: &Store, r: &Reference) -> Result<std::fs::File> {
+    let dir = store.root().join("locks");
+    std::fs::create_dir_all(&dir).map_err(Error::io("create directory", &dir))?;
+    let mut name_only = r.clone();
+    name_only.digest = None;
+    let key = format!("{}@{:?}", name_only, r.digest);
+    let path: PathBuf = dir.join(format!("{}.lock", Digest::of(key.as_bytes()).hex()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(Error::io("open", &path))?;
+    let p = path.clone();
+    tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+        .await
+        .map_err(|e| Error::io("lock", &p)(std::io::Error::other(e)))?
+        .map_err(Error::io("lock", &path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_loopback_is_plain_http_by_default() {
+        assert!(is_loopback_registry("127.0.0.1:5000"));
+        assert!(is_loopback_registry("localhost"));
+        assert!(is_loopback_registry("[::1]:5000"));
+        assert!(!is_loopback_registry("127.0.0.2:5000"));
+        assert!(!is_loopback_registry("localhost.evil.com"));
+        assert!(!is_loopback_registry("docker.io"));
+    }
+}
