@@ -122,7 +122,7 @@ pub fn main() -> i32 {
         return 1;
     }
     report(&mut stdout, &LaunchReport::Ready(state));
-    redirect_stdio_to_null();
+    stockade_sys::process::stdio_to_null(&[0, 1]);
     supervise(&plan, child);
     teardown(&plan, child, helper.as_ref());
     drop(lock);
@@ -147,19 +147,6 @@ fn write_state(dir: &Path, state: &SandboxState) -> Result<(), String> {
     fs::write(&tmp, json).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
     fs::rename(&tmp, dir.join("state.json"))
         .map_err(|e| format!("cannot write {}/state.json: {e}", dir.display()))
-}
-
-fn redirect_stdio_to_null() {
-    if let Ok(null) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        use std::os::fd::AsRawFd;
-        for fd in [0, 1] {
-            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-        }
-    }
 }
 
 /// Everything up to a listening agent. On error nothing is left but the state dir.

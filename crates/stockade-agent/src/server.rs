@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -87,7 +87,7 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
     chld.add(Signal::SIGCHLD);
     let _ = chld.thread_block();
     std::thread::spawn(move || reap_forever(chld));
-    redirect_stdio();
+    stockade_sys::process::stdio_to_null(&[0, 1, 2]);
     let idle = policy.idle_timeout_ms;
     let shared = Arc::new(Shared {
         policy,
@@ -114,18 +114,6 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
         }
     }
     stockade_sys::process::exit_now(0)
-}
-
-fn redirect_stdio() {
-    if let Ok(null) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        for fd in [0, 1, 2] {
-            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-        }
-    }
 }
 
 fn reap_forever(mask: SigSet) -> ! {

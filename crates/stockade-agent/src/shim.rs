@@ -11,7 +11,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::{AsFd, AsRawFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -114,15 +114,7 @@ pub fn main() -> i32 {
     };
     drop(err_w);
     // Our copies of the exec's stdio must not keep its pipes open.
-    if let Ok(null) = fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/null")
-    {
-        for fd in [0, 1, 2] {
-            let _ = nix::unistd::dup2(null.as_raw_fd(), fd);
-        }
-    }
+    stockade_sys::process::stdio_to_null(&[0, 1, 2]);
     let mut exec_error = String::new();
     let _ = fs::File::from(err_r).read_to_string(&mut exec_error);
     send(

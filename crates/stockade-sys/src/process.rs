@@ -99,6 +99,20 @@ pub fn take_inherited_fd(fd: i32) -> Option<OwnedFd> {
     Some(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+/// Points the given standard descriptors (0, 1, 2) at `/dev/null`, e.g. so a
+/// process's own copies do not keep a pipe open. Best effort.
+pub fn stdio_to_null(fds: &[i32]) {
+    if let Ok(null) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+    {
+        for fd in fds {
+            let _ = nix::unistd::dup2(null.as_raw_fd(), *fd);
+        }
+    }
+}
+
 /// Start time of a process in clock ticks since boot (field 22 of `/proc/PID/stat`),
 /// used with the pid to tell a process from a later one that reused its pid.
 pub fn start_ticks(pid: u32) -> Option<u64> {
