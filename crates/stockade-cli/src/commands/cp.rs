@@ -63,11 +63,12 @@ async fn to_sandbox(p: &dyn Provider, src: &Path, id: &str, dest: &str) -> Resul
         }
         let data = std::fs::read(src)
             .map_err(|e| Error::io(format!("cannot read {}", src.display()), e))?;
-        let target = if dest.ends_with('/') {
-            format!(
-                "{dest}{}",
-                src.file_name().unwrap_or_default().to_string_lossy()
-            )
+        // Into DEST when it is a directory (or ends with '/'), as cp and docker cp do.
+        let stat = p.file(id, FileOp::Stat { path: dest.into() }).await;
+        let is_dir = matches!(&stat, Ok(FileResult::Entries(e)) if e.first().is_some_and(|e| e.kind == FileKind::Dir));
+        let name = src.file_name().unwrap_or_default().to_string_lossy();
+        let target = if dest.ends_with('/') || is_dir {
+            format!("{}/{name}", dest.trim_end_matches('/'))
         } else {
             dest.to_string()
         };

@@ -441,6 +441,18 @@ fn fs_cp_and_workspace_from_the_cli() {
         "sandbox\n",
         "the link was read on the host, not inside"
     );
+    // A file copied onto an existing directory lands inside it.
+    let single = src.path().join("single.txt");
+    std::fs::write(&single, "one file").unwrap();
+    assert!(
+        run(&["cp", single.to_str().unwrap(), &format!("{id}:/tmp")])
+            .status
+            .success()
+    );
+    assert_eq!(
+        json(&run(&["fs", "--json", &id, "read", "/tmp/single.txt"]))["data"],
+        "one file"
+    );
     assert!(run(&["rm", &id]).status.success());
     // Read-only workspace by default.
     let ro = json(&run(&[
