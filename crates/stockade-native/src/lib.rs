@@ -10,6 +10,7 @@
 
 mod client;
 mod doctor;
+mod image;
 pub mod layout;
 pub mod plan;
 mod state;
@@ -172,7 +173,16 @@ impl NativeProvider {
                 ))),
             })
             .collect::<Result<Vec<bool>>>();
-        let ctx = mount_is_file.map(|mount_is_file| plan::PlanContext {
+        let image = match spec.image.clone() {
+            // Flattening an image the first time takes seconds: off the async threads.
+            Some(r) => tokio::task::spawn_blocking(move || image::image_root(&r))
+                .await
+                .map_err(|e| Error::Internal(format!("image task failed: {e}")))
+                .and_then(|r| r.map(Some)),
+            None => Ok(None),
+        };
+        let ctx = mount_is_file.and_then(|m| image.map(|i| (m, i)));
+        let ctx = ctx.map(|(mount_is_file, image)| plan::PlanContext {
             id: id.clone(),
             state_dir: dir.clone(),
             host: layout::detect(),
@@ -181,6 +191,7 @@ impl NativeProvider {
             now_ms: now_ms(),
             owner_pid: opts.owner_pid,
             mount_is_file,
+            image,
         });
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
         let plan = match planned {
@@ -277,10 +288,7 @@ impl Provider for NativeProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            images: false,
-            ..Capabilities::FULL_LINUX
-        }
+        Capabilities::FULL_LINUX
     }
 
     async fn probe(&self) -> Result<Vec<Check>> {

@@ -25,6 +25,59 @@ pub struct PlanContext {
     pub owner_pid: Option<u32>,
     /// For each spec mount, whether the host path is a file (else a directory).
     pub mount_is_file: Vec<bool>,
+    /// The image to run on instead of the host's `/usr` (when the spec names one).
+    pub image: Option<ImageRoot>,
+}
+
+/// An image's flattened root filesystem (from `stockade-image`), read-only on the host.
+#[derive(Clone, Debug)]
+pub struct ImageRoot {
+    /// The rootfs directory on the host.
+    pub rootfs: PathBuf,
+    /// Its top-level entries but `/etc`, `/proc`, `/sys`, `/dev` and `/tmp`, as
+    /// sandbox paths (`/usr`).
+    pub root: Vec<(PathBuf, Entry)>,
+    /// Its `/etc` entries but those Stockade writes itself, as sandbox paths.
+    pub etc: Vec<(PathBuf, Entry)>,
+    /// The image config's `Env` (`KEY=VALUE`): over the defaults, under the spec's.
+    pub env: Vec<String>,
+    /// The image config's `WorkingDir`, used when the spec names none.
+    pub workdir: Option<PathBuf>,
+}
+
+impl ImageRoot {
+    /// Where a sandbox path of the image is on the host.
+    pub fn source(&self, path: &Path) -> PathBuf {
+        self.rootfs.join(path.strip_prefix("/").unwrap_or(path))
+    }
+}
+
+/// `/etc` entries Stockade writes itself; an image's own are not bound over them.
+pub const SYNTHETIC_ETC: &[&str] = &[
+    "passwd",
+    "group",
+    "shadow",
+    "gshadow",
+    "hostname",
+    "hosts",
+    "nsswitch.conf",
+    "resolv.conf",
+];
+
+/// (host source, sandbox target, entry) of the root's or `/etc`'s entries: the
+/// image's when there is one, else the host's.
+fn sources<'a>(
+    ctx: &'a PlanContext,
+    pick: impl Fn(&'a ImageRoot) -> &'a [(PathBuf, Entry)],
+    host: &'a [(PathBuf, Entry)],
+) -> Vec<(PathBuf, &'a PathBuf, &'a Entry)> {
+    match &ctx.image {
+        Some(img) => pick(img)
+            .iter()
+            .map(|(p, e)| (img.source(p), p, e))
+            .collect(),
+        None => host.iter().map(|(p, e)| (p.clone(), p, e)).collect(),
+    }
 }
 
 /// Name of the cgroup directory holding every sandbox, in each hierarchy.
@@ -47,22 +100,22 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         mode: 0o755,
         flags: MountFlags::RW,
     });
-    for (path, entry) in &ctx.host.root {
+    for (source, path, entry) in sources(ctx, |i| &i.root, &ctx.host.root) {
         ops.push(match entry {
             Entry::Symlink(to) => MountOp::Symlink {
                 to: to.clone(),
                 path: path.clone(),
             },
-            _ if writable => MountOp::Overlay {
-                lower: path.clone(),
+            Entry::Dir if writable => MountOp::Overlay {
+                lower: source,
                 target: path.clone(),
                 flags: MountFlags::RW,
             },
             _ => MountOp::Bind {
-                source: path.clone(),
+                source,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
-                file: false,
+                file: *entry == Entry::File,
             },
         });
     }
@@ -88,8 +141,16 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             file,
         });
     }
-    let workdir = spec.effective_workdir();
-    if !spec.mounts.iter().any(|m| workdir.starts_with(&m.target)) && !workdir.starts_with("/tmp") {
+    let image_workdir = ctx.image.as_ref().and_then(|i| i.workdir.clone());
+    let workdir = match (&spec.workdir, &image_workdir) {
+        (None, Some(w)) => w.clone(),
+        _ => spec.effective_workdir(),
+    };
+    let workdir_in_image = spec.workdir.is_none() && image_workdir.is_some();
+    if !workdir_in_image
+        && !spec.mounts.iter().any(|m| workdir.starts_with(&m.target))
+        && !workdir.starts_with("/tmp")
+    {
         ops.push(MountOp::Mkdir {
             path: workdir.clone(),
             mode: 0o755,
@@ -119,7 +180,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
     let exec = ExecPolicy {
         uid: spec.user.uid,
         gid: spec.user.gid,
-        env: spec.base_env(),
+        env: exec_env(spec, ctx),
         workdir: workdir.display().to_string(),
         no_new_privs: spec.hardening.no_new_privileges,
         drop_caps: spec.hardening.drop_capabilities,
@@ -270,20 +331,20 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
     if spec.network == Network::Egress {
         ops.push(file("/etc/resolv.conf", RESOLV_CONF.into()));
     }
-    for (path, entry) in &ctx.host.etc {
+    for (source, path, entry) in sources(ctx, |i| &i.etc, &ctx.host.etc) {
         ops.push(match entry {
             Entry::Symlink(to) => MountOp::Symlink {
                 to: to.clone(),
                 path: path.clone(),
             },
             Entry::File => MountOp::Bind {
-                source: path.clone(),
+                source,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
                 file: true,
             },
             Entry::Dir => MountOp::Bind {
-                source: path.clone(),
+                source,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
                 file: false,
@@ -291,6 +352,21 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
         });
     }
     ops
+}
+
+/// The exec environment: defaults, then the image's `Env`, then the spec's `env`.
+fn exec_env(spec: &ValidatedSpec, ctx: &PlanContext) -> std::collections::BTreeMap<String, String> {
+    let mut env = spec.base_env();
+    if let Some(img) = &ctx.image {
+        for kv in &img.env {
+            if let Some((k, v)) = kv.split_once('=')
+                && !spec.env.contains_key(k)
+            {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+    }
+    env
 }
 
 fn proc_sys_dev_ops(spec: &ValidatedSpec) -> Vec<MountOp> {
@@ -554,6 +630,7 @@ mod tests {
             now_ms: 1_000_000,
             owner_pid: Some(42),
             mount_is_file: vec![false],
+            image: None,
         }
     }
 
@@ -576,6 +653,101 @@ mod tests {
         assert_eq!(p.network, NetworkPlan::LoopbackOnly);
         assert_eq!(p.expires_at_ms, 1_000_000 + 300_000);
         insta::assert_json_snapshot!(p);
+    }
+
+    fn image_ctx() -> PlanContext {
+        let mut c = ctx(hybrid());
+        c.image = Some(ImageRoot {
+            rootfs: "/var/lib/stockade/images/rootfs/abc".into(),
+            root: vec![
+                ("/bin".into(), Entry::Symlink("usr/bin".into())),
+                ("/srv".into(), Entry::Dir),
+                ("/usr".into(), Entry::Dir),
+            ],
+            etc: vec![("/etc/ssl".into(), Entry::Dir)],
+            env: vec![
+                "PATH=/opt/py/bin:/usr/bin".into(),
+                "PYTHONDONTWRITEBYTECODE=1".into(),
+                "LANG=x".into(),
+            ],
+            workdir: Some("/srv".into()),
+        });
+        c
+    }
+
+    #[test]
+    fn image_root_replaces_the_host_usr() {
+        let mut spec = SandboxSpec {
+            image: Some("python:3.12".into()),
+            ..Default::default()
+        };
+        spec.env.insert("LANG".into(), "C.UTF-8".into());
+        let p = plan(&spec.clone().validate().unwrap(), &image_ctx()).unwrap();
+        let bind = |source: &str, target: &str, file: bool| MountOp::Bind {
+            source: source.into(),
+            target: target.into(),
+            flags: MountFlags::RO_HOST,
+            file,
+        };
+        assert!(p.mounts.contains(&bind(
+            "/var/lib/stockade/images/rootfs/abc/usr",
+            "/usr",
+            false
+        )));
+        assert!(p.mounts.contains(&bind(
+            "/var/lib/stockade/images/rootfs/abc/etc/ssl",
+            "/etc/ssl",
+            false
+        )));
+        assert!(p.mounts.contains(&MountOp::Symlink {
+            to: "usr/bin".into(),
+            path: "/bin".into()
+        }));
+        // Nothing of the host's root or /etc.
+        for op in &p.mounts {
+            if let MountOp::Bind { source, .. } = op {
+                assert!(
+                    !source.starts_with("/usr") && !source.starts_with("/etc"),
+                    "{op:?}"
+                );
+            }
+        }
+        // The synthetic /etc stays.
+        assert!(
+            p.mounts.iter().any(
+                |o| matches!(o, MountOp::File { path, .. } if path == Path::new("/etc/passwd"))
+            )
+        );
+        // Image env over the defaults, the spec's over the image's.
+        assert_eq!(p.exec.env["PATH"], "/opt/py/bin:/usr/bin");
+        assert_eq!(p.exec.env["PYTHONDONTWRITEBYTECODE"], "1");
+        assert_eq!(p.exec.env["LANG"], "C.UTF-8");
+        // The image's working directory, not created (it is in the read-only image).
+        assert_eq!(p.exec.workdir, "/srv");
+        assert!(
+            !p.mounts
+                .iter()
+                .any(|o| matches!(o, MountOp::Mkdir { path, .. } if path == Path::new("/srv")))
+        );
+        // Unless the spec names one.
+        spec.workdir = Some("/tmp".into());
+        let p = plan(&spec.validate().unwrap(), &image_ctx()).unwrap();
+        assert_eq!(p.exec.workdir, "/tmp");
+    }
+
+    #[test]
+    fn writable_image_root_overlays_the_image() {
+        let spec = SandboxSpec {
+            image: Some("python:3.12".into()),
+            writable: true,
+            ..Default::default()
+        };
+        let p = plan(&spec.validate().unwrap(), &image_ctx()).unwrap();
+        assert!(p.mounts.contains(&MountOp::Overlay {
+            lower: "/var/lib/stockade/images/rootfs/abc/usr".into(),
+            target: "/usr".into(),
+            flags: MountFlags::RW
+        }));
     }
 
     #[test]
