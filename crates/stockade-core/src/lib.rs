@@ -274,6 +274,69 @@ impl Sandbox {
         }
     }
 
+    /// Describes one path (following symlinks inside the sandbox).
+    pub async fn stat(&self, path: &str) -> Result<FileEntry> {
+        match self.file(FileOp::Stat { path: path.into() }).await? {
+            FileResult::Entries(mut e) if e.len() == 1 => Ok(e.remove(0)),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Paths below `root` matching a glob, relative to `root`, sorted.
+    pub async fn glob(&self, pattern: &str, root: &str) -> Result<Vec<String>> {
+        match self
+            .file(FileOp::Glob {
+                pattern: pattern.into(),
+                root: root.into(),
+            })
+            .await?
+        {
+            FileResult::Paths { paths, .. } => Ok(paths),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Lines matching `regex` in files below `root` (only files matching `include`
+    /// when given), at most `max_matches` (0: the default of 1000).
+    pub async fn grep(
+        &self,
+        regex: &str,
+        root: &str,
+        include: Option<&str>,
+        max_matches: u32,
+    ) -> Result<Vec<GrepMatch>> {
+        let op = FileOp::Grep {
+            regex: regex.into(),
+            root: root.into(),
+            include: include.map(str::to_string),
+            max_matches,
+        };
+        match self.file(op).await? {
+            FileResult::Matches { matches, .. } => Ok(matches),
+            other => Err(unexpected(other)),
+        }
+    }
+
+    /// Creates a directory and its parents.
+    pub async fn mkdir(&self, path: &str) -> Result<()> {
+        self.file(FileOp::Mkdir {
+            path: path.into(),
+            parents: true,
+        })
+        .await
+        .map(drop)
+    }
+
+    /// Removes a file or a directory tree.
+    pub async fn rm(&self, path: &str) -> Result<()> {
+        self.file(FileOp::Rm {
+            path: path.into(),
+            recursive: true,
+        })
+        .await
+        .map(drop)
+    }
+
     /// Unpacks a tar (or tar.gz) archive into the directory `dest`.
     pub async fn upload(&self, dest: &str, archive: Vec<u8>) -> Result<()> {
         self.file(FileOp::Upload {

@@ -774,10 +774,19 @@ impl Provider for WasmProvider {
                     .collect(),
             ),
             Op::Stat { path } => Res::Entries(vec![entry(stat(path).await?)]),
-            Op::Glob { pattern, root } => Res::Paths {
-                paths: self.glob(id, &pattern, Some(&root)).await?,
-                truncated: false,
-            },
+            Op::Glob { pattern, root } => {
+                // The file API returns paths relative to the root, as the agent does.
+                let prefix = format!("{}/", root.trim_end_matches('/'));
+                let paths = self.glob(id, &pattern, Some(&root)).await?;
+                let paths = paths
+                    .into_iter()
+                    .map(|p| p.strip_prefix(&prefix).map(str::to_string).unwrap_or(p))
+                    .collect();
+                Res::Paths {
+                    paths,
+                    truncated: false,
+                }
+            }
             Op::Grep {
                 regex,
                 root,

@@ -301,6 +301,35 @@ async fn conformance_file_api_round_trip() {
             "{}: {names:?}",
             t.name
         );
+        sb.mkdir("/tmp/d/e")
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", t.name));
+        sb.write("/tmp/d/e/f.txt", "needle\n").await.unwrap();
+        assert_eq!(
+            sb.glob("**/*.txt", "/tmp/d").await.unwrap(),
+            ["e/f.txt"],
+            "{}",
+            t.name
+        );
+        assert_eq!(
+            sb.grep("needle", "/tmp/d", None, 0).await.unwrap()[0].line,
+            "needle",
+            "{}",
+            t.name
+        );
+        assert_eq!(
+            sb.stat("/tmp/d/e/f.txt").await.unwrap().size,
+            7,
+            "{}",
+            t.name
+        );
+        sb.rm("/tmp/d").await.unwrap();
+        assert_eq!(
+            sb.stat("/tmp/d").await.unwrap_err().code(),
+            ErrorCode::NotFound,
+            "{}",
+            t.name
+        );
         let err = sb.write("/usr/evil", "x").await.unwrap_err();
         assert!(
             matches!(
