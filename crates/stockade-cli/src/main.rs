@@ -57,6 +57,9 @@ enum Command {
     /// WASI runtimes for the wasm provider.
     #[command(subcommand)]
     Runtime(commands::runtime::RuntimeCmd),
+    /// OCI images for --image: pull, import, ls, inspect, rm, prune.
+    #[command(subcommand)]
+    Image(commands::image::ImageCmd),
 }
 
 fn main() {
@@ -87,6 +90,7 @@ fn main() {
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,
+            Command::Image(c) => commands::image::run(&ctx, c).await,
             Command::Fs { id, cmd } => commands::fs::run(&ctx, &id, cmd).await,
             Command::Cp(a) => commands::cp::run(&ctx, a).await,
             Command::Session(c) => commands::session::run(&ctx, c).await,

@@ -39,6 +39,10 @@ pub struct SpecArgs {
     /// working directory.
     #[arg(long, value_name = "DIR[:rw]")]
     pub workspace: Option<String>,
+    /// Run on this OCI image's root instead of the host's /usr (`stockade image pull`
+    /// or `import` it first); its Env and WorkingDir apply unless flags override.
+    #[arg(long, value_name = "REF")]
+    pub image: Option<String>,
     /// Working directory inside (default /tmp).
     #[arg(long, value_name = "PATH")]
     pub workdir: Option<PathBuf>,
@@ -107,6 +111,7 @@ impl SpecArgs {
             }
         }
         s.workdir = self.workdir.clone();
+        s.image = self.image.clone();
         if let Some(w) = &self.workspace {
             let (dir, writable) = match w.strip_suffix(":rw") {
                 Some(d) => (d, true),

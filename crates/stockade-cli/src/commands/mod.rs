@@ -6,6 +6,7 @@ pub mod doctor;
 pub mod exec;
 pub mod fs;
 pub mod gc;
+pub mod image;
 pub mod inspect;
 pub mod ls;
 pub mod rm;
