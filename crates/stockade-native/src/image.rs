@@ -11,11 +11,16 @@ use crate::plan::{ImageRoot, SYNTHETIC_ETC};
 /// Top-level names of an image that the sandbox gets from elsewhere.
 const NOT_FROM_IMAGE: &[&str] = &["etc", "proc", "sys", "dev", "tmp"];
 
-/// Finds `reference` in the store (`$STOCKADE_HOME/images`), flattens it once, and
-/// lists its root. A missing image is `NotFound`, with how to get it.
-pub fn image_root(reference: &str) -> Result<ImageRoot, Error> {
+/// Finds `reference` in the store (`store`, default `$STOCKADE_HOME/images`),
+/// flattens it once, and lists its root. A missing image is `NotFound`, with how to
+/// get it.
+pub fn image_root(reference: &str, store: Option<&Path>) -> Result<ImageRoot, Error> {
     let internal = |e: stockade_image::Error| Error::Internal(e.to_string());
-    let store = Store::open_default().map_err(internal)?;
+    let store = match store {
+        Some(root) => Store::open(root),
+        None => Store::open_default(),
+    }
+    .map_err(internal)?;
     let image = store.image(reference).map_err(|e| match e {
         stockade_image::Error::ImageNotFound { .. } => Error::NotFound {
             kind: "image",

@@ -33,6 +33,8 @@ pub use state::default_state_root;
 #[derive(Clone, Debug)]
 pub struct NativeProvider {
     state_root: PathBuf,
+    /// The image store `--image` reads (default: `$STOCKADE_HOME/images`).
+    image_store: Option<PathBuf>,
 }
 
 impl Default for NativeProvider {
@@ -112,6 +114,7 @@ impl NativeProvider {
     pub fn new() -> NativeProvider {
         NativeProvider {
             state_root: default_state_root(),
+            image_store: None,
         }
     }
 
@@ -119,7 +122,14 @@ impl NativeProvider {
     pub fn with_state_root(root: impl Into<PathBuf>) -> NativeProvider {
         NativeProvider {
             state_root: root.into(),
+            image_store: None,
         }
+    }
+
+    /// Reads images from the store at `root` instead of `$STOCKADE_HOME/images`.
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> NativeProvider {
+        self.image_store = Some(root.into());
+        self
     }
 
     /// Where sandbox state lives.
@@ -175,10 +185,13 @@ impl NativeProvider {
             .collect::<Result<Vec<bool>>>();
         let image = match spec.image.clone() {
             // Flattening an image the first time takes seconds: off the async threads.
-            Some(r) => tokio::task::spawn_blocking(move || image::image_root(&r))
-                .await
-                .map_err(|e| Error::Internal(format!("image task failed: {e}")))
-                .and_then(|r| r.map(Some)),
+            Some(r) => {
+                let store = self.image_store.clone();
+                tokio::task::spawn_blocking(move || image::image_root(&r, store.as_deref()))
+                    .await
+                    .map_err(|e| Error::Internal(format!("image task failed: {e}")))
+                    .and_then(|r| r.map(Some))
+            }
             None => Ok(None),
         };
         let ctx = mount_is_file.and_then(|m| image.map(|i| (m, i)));
