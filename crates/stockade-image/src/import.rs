@@ -88,6 +88,9 @@ fn import_archive(store: &Store, path: &Path) -> Result<Vec<Imported>> {
     let mut docs: HashMap<String, Vec<u8>> = HashMap::new();
     let mut files: HashMap<String, Digest> = HashMap::new();
     let mut links: HashMap<String, String> = HashMap::new();
+    // A gzip-compressed archive may expand without bound: cap what it stores.
+    let max_bytes = store.limits().max_bytes;
+    let mut stored = 0u64;
     for entry in archive.entries().map_err(read_err)? {
         let mut entry = entry.map_err(read_err)?;
         let raw = entry.path_bytes().into_owned();
@@ -132,8 +135,16 @@ fn import_archive(store: &Store, path: &Path) -> Result<Vec<Imported>> {
             .strip_prefix("blobs/sha256/")
             .map(Digest::from_hex)
             .transpose()?;
-        let size = entry.header().size().ok();
-        let digest = store.put_blob(&mut entry, expected.as_ref(), size)?;
+        let size = entry.header().size().map_err(read_err)?;
+        stored = stored.saturating_add(size);
+        if stored > max_bytes {
+            return Err(Error::LimitExceeded {
+                layer: format!("archive {}", path.display()),
+                what: "bytes",
+                limit: max_bytes,
+            });
+        }
+        let digest = store.put_blob(&mut entry, expected.as_ref(), Some(size))?;
         files.insert(name, digest);
     }
     if let Some(index) = docs.get("index.json") {

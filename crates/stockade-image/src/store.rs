@@ -100,6 +100,11 @@ impl Store {
         self
     }
 
+    /// The unpacking limits; `max_bytes` also caps what one archive import stores.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// The store's directory.
     pub fn root(&self) -> &Path {
         &self.root

@@ -212,3 +212,28 @@ fn not_an_image_archive() {
         .unwrap();
     assert!(import(&store, &path, None).is_err());
 }
+
+#[test]
+fn an_archive_bomb_stops_at_the_byte_limit() {
+    let (dir, store) = store();
+    let store = store.with_limits(stockade_image::Limits {
+        max_entries: 100,
+        max_bytes: 1 << 20,
+    });
+    let zeros = vec![0u8; 8 << 20];
+    let tarball = Layer::new().file("layer/big.bin", &zeros).into_tar();
+    let path = dir.path().join("bomb.tar.gz");
+    std::fs::write(&path, crate::support::gzip(&tarball)).unwrap();
+    assert!(std::fs::metadata(&path).unwrap().len() < 1 << 20);
+    let e = import(&store, &path, None).unwrap_err();
+    assert!(
+        matches!(e, Error::LimitExceeded { what: "bytes", .. }),
+        "{e}"
+    );
+    assert_eq!(
+        std::fs::read_dir(store.root().join("blobs/sha256"))
+            .unwrap()
+            .count(),
+        0
+    );
+}
