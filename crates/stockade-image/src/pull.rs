@@ -202,6 +202,16 @@ pub async fn pull(
     let blobs: Vec<&Descriptor> = std::iter::once(&manifest.config)
         .chain(&manifest.layers)
         .collect();
+    // Sizes come from the registry: refuse an image larger than the store takes
+    // before fetching anything.
+    let total: u64 = blobs.iter().map(|b| b.size).fold(0, u64::saturating_add);
+    if total > store.limits().max_bytes {
+        return Err(Error::LimitExceeded {
+            layer: format!("image {r}"),
+            what: "bytes",
+            limit: store.limits().max_bytes,
+        });
+    }
     progress(PullProgress::Resolved {
         digest: digest.clone(),
         total_bytes: blobs.iter().map(|b| b.size).sum(),

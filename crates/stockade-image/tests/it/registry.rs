@@ -448,3 +448,38 @@ async fn basic_auth() {
         "credentials are not printed"
     );
 }
+
+#[tokio::test]
+async fn an_image_larger_than_the_limit_is_not_fetched() {
+    let Some(reg) = Registry::start("127.0.0.1", None) else {
+        return;
+    };
+    // Incompressible (skopeo gzips layers on push).
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let noise: Vec<u8> = (0..4 << 20)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let big = Layer::new().file("big", &noise).into_tar();
+    let built = build(&[big], false);
+    let layout = layout_of(&built);
+    reg.push(layout.path(), "v1", "test/big:1", false);
+    let (_d, store) = store();
+    let store = store.with_limits(stockade_image::Limits {
+        max_entries: 100,
+        max_bytes: 1 << 20,
+    });
+    let r = format!("{}/test/big:1", reg.addr);
+    let e = pull_quiet(&store, &r, &PullOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, Error::LimitExceeded { what: "bytes", .. }),
+        "{e}"
+    );
+    assert!(!store.has_blob(&built.layers[0].0));
+}
