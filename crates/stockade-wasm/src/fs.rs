@@ -12,7 +12,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 
 use cap_std::fs::{Dir, MetadataExt};
-use serde::{Deserialize, Serialize};
 use stockade_core::{Error, Result};
 use stockade_spec::format_size;
 
@@ -29,45 +28,9 @@ const MAX_GREP_FILE_BYTES: u64 = 16 << 20;
 /// Longest line grep returns (longer lines are cut, on a character boundary).
 const MAX_GREP_LINE_CHARS: usize = 1000;
 
-/// Kind of a directory entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum FileKind {
-    /// A regular file.
-    File,
-    /// A directory.
-    Dir,
-    /// A symbolic link (never followed by listings and walks).
-    Symlink,
-    /// Anything else (fifo, socket, device).
-    Other,
-}
-
-/// One entry of [`WasmProvider::list_dir`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FileEntry {
-    /// File name.
-    pub name: String,
-    /// What it is (symlinks are not followed).
-    pub kind: FileKind,
-    /// Size in bytes.
-    pub size: u64,
-    /// Permission bits.
-    pub mode: u32,
-    /// Modification time, unix milliseconds.
-    pub mtime_ms: u64,
-}
-
-/// One line found by [`WasmProvider::grep`].
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GrepMatch {
-    /// Sandbox path of the file.
-    pub path: String,
-    /// Line number, from 1.
-    pub line_number: u64,
-    /// The line, without its newline (cut at 1000 characters).
-    pub line: String,
-}
+// The entry, kind and match types are the shared ones of the file API, so the
+// wasm provider answers `Provider::file` with the same values as the agent.
+pub use stockade_core::{FileEntry, FileKind, GrepMatch};
 
 /// A sandbox path resolved to a preopen and a path relative to it.
 struct Resolved {
@@ -224,18 +187,18 @@ fn entry_of(name: String, md: &cap_std::fs::Metadata) -> FileEntry {
     } else {
         FileKind::Other
     };
-    let mtime_ms = md
+    let mtime = md
         .modified()
         .ok()
         .and_then(|t| t.into_std().duration_since(std::time::UNIX_EPOCH).ok())
-        .map(|d| d.as_millis() as u64)
+        .map(|d| d.as_secs() as i64)
         .unwrap_or(0);
     FileEntry {
         name,
         kind,
         size: md.len(),
         mode: md.mode() & 0o7777,
-        mtime_ms,
+        mtime,
     }
 }
 
@@ -274,7 +237,8 @@ fn walk(dir: &Dir, rel: &Path, guest: &str) -> Result<Vec<(PathBuf, FileKind)>> 
             }
         }
     }
-    out.sort();
+    // Paths are unique, so ordering by path alone is total.
+    out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
 
@@ -489,7 +453,7 @@ impl WasmProvider {
                             kind: FileKind::Dir,
                             size: 0,
                             mode: 0o755,
-                            mtime_ms: 0,
+                            mtime: 0,
                         })
                         .collect());
                 }

@@ -712,18 +712,6 @@ impl Provider for WasmProvider {
 
     async fn file(&self, id: &str, op: stockade_core::FileOp) -> Result<stockade_core::FileResult> {
         use stockade_core::{FileOp as Op, FileResult as Res};
-        let entry = |e: FileEntry| stockade_core::FileEntry {
-            kind: match e.kind {
-                FileKind::File => stockade_core::FileKind::File,
-                FileKind::Dir => stockade_core::FileKind::Dir,
-                FileKind::Symlink => stockade_core::FileKind::Symlink,
-                FileKind::Other => stockade_core::FileKind::Other,
-            },
-            name: e.name,
-            size: e.size,
-            mode: e.mode,
-            mtime: (e.mtime_ms / 1000) as i64,
-        };
         // The entry of one path, from its parent's listing.
         let stat = |path: String| async move {
             let (parent, name) = match path.trim_end_matches('/').rsplit_once('/') {
@@ -766,14 +754,8 @@ impl Provider for WasmProvider {
             } => Res::Edited {
                 replacements: self.edit_file(id, &path, &old, &new, replace_all).await? as u64,
             },
-            Op::Ls { path } => Res::Entries(
-                self.list_dir(id, &path)
-                    .await?
-                    .into_iter()
-                    .map(entry)
-                    .collect(),
-            ),
-            Op::Stat { path } => Res::Entries(vec![entry(stat(path).await?)]),
+            Op::Ls { path } => Res::Entries(self.list_dir(id, &path).await?),
+            Op::Stat { path } => Res::Entries(vec![stat(path).await?]),
             Op::Glob { pattern, root } => {
                 // The file API returns paths relative to the root, as the agent does.
                 let prefix = format!("{}/", root.trim_end_matches('/'));
@@ -802,17 +784,7 @@ impl Provider for WasmProvider {
                     .grep(id, &regex, Some(&root), include.as_deref(), max)
                     .await?;
                 let truncated = matches.len() >= max;
-                Res::Matches {
-                    matches: matches
-                        .into_iter()
-                        .map(|m| stockade_core::GrepMatch {
-                            path: m.path,
-                            line_number: m.line_number,
-                            line: m.line,
-                        })
-                        .collect(),
-                    truncated,
-                }
+                Res::Matches { matches, truncated }
             }
             Op::Mkdir { path, .. } => {
                 self.mkdir(id, &path).await?;
