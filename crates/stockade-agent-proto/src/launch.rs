@@ -41,6 +41,10 @@ pub struct LaunchPlan {
     pub spec: serde_json::Value,
     /// Hardening this plan applies, one line each, reported by `inspect`.
     pub applied: Vec<String>,
+    /// Files the monitor holds a shared `flock` on for the sandbox's life, so that
+    /// what they guard (an image's root filesystem) is not removed under it.
+    #[serde(default)]
+    pub hold_locks: Vec<PathBuf>,
 }
 
 /// Network of a native sandbox.

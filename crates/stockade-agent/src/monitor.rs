@@ -104,6 +104,19 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    // Shared locks on what the sandbox runs from (its image), for its whole life.
+    let mut held = Vec::new();
+    for path in &plan.hold_locks {
+        match fs::File::open(path).and_then(|f| f.lock_shared().map(|()| f)) {
+            Ok(f) => held.push(f),
+            Err(e) => {
+                teardown(&plan, child, helper.as_ref());
+                let e = format!("cannot lock {}: {e}", path.display());
+                report(&mut stdout, &fail(ErrorCode::Internal, e));
+                return 1;
+            }
+        }
+    }
     let state = SandboxState {
         id: plan.id.clone(),
         monitor_pid: std::process::id(),
@@ -125,6 +138,7 @@ pub fn main() -> i32 {
     stockade_sys::process::stdio_to_null(&[0, 1]);
     supervise(&plan, child);
     teardown(&plan, child, helper.as_ref());
+    drop(held);
     drop(lock);
     0
 }

@@ -80,6 +80,20 @@ pub enum Error {
         /// Why.
         reason: String,
     },
+    /// The image is used by a running sandbox.
+    #[error("image {reference} is in use by a running sandbox; destroy the sandbox first")]
+    InUse {
+        /// The reference asked to be removed.
+        reference: String,
+    },
+    /// The configuration file does not parse.
+    #[error("config file {}: {reason}", path.display())]
+    Config {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        reason: String,
+    },
     /// A media type or compression the store does not handle.
     #[error("unsupported {what}: {kind}")]
     Unsupported {

@@ -303,12 +303,7 @@ fn from_docker_manifest(
         let mut layers = Vec::new();
         for l in &e.layers {
             let mut d = find(l)?;
-            d.media_type = if is_gzip(store, &d.digest) {
-                oci::MEDIA_LAYER_GZIP
-            } else {
-                oci::MEDIA_LAYER_TAR
-            }
-            .to_string();
+            d.media_type = layer_media_type(store, &d.digest).to_string();
             layers.push(d);
         }
         let manifest = Manifest {
@@ -330,16 +325,18 @@ fn from_docker_manifest(
     Ok(out)
 }
 
-fn is_gzip(store: &Store, d: &Digest) -> bool {
-    let mut head = [0u8; 2];
-    store
-        .open_blob(d)
-        .and_then(|mut f| {
-            f.read_exact(&mut head)
-                .map_err(Error::io("read", store.blob_path(d)))
-        })
-        .is_ok()
-        && head == [0x1f, 0x8b]
+/// The layer media type matching a blob's compression (by its magic bytes).
+fn layer_media_type(store: &Store, d: &Digest) -> &'static str {
+    let mut head = [0u8; 4];
+    let read = store.open_blob(d).and_then(|mut f| {
+        f.read_exact(&mut head)
+            .map_err(Error::io("read", store.blob_path(d)))
+    });
+    match read {
+        Ok(()) if head.starts_with(&crate::store::GZIP_MAGIC) => oci::MEDIA_LAYER_GZIP,
+        Ok(()) if head == crate::store::ZSTD_MAGIC => oci::MEDIA_LAYER_ZSTD,
+        _ => oci::MEDIA_LAYER_TAR,
+    }
 }
 
 /// `a/../b` -> `b`; `None` when it climbs out.

@@ -10,6 +10,7 @@
 //! # Ok::<(), stockade_image::Error>(())
 //! ```
 
+mod config;
 mod digest;
 mod error;
 mod import;
@@ -22,6 +23,7 @@ mod unpack;
 
 use std::path::PathBuf;
 
+pub use config::{Config, Registries};
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use import::{Imported, import};

@@ -23,6 +23,8 @@ pub const MEDIA_CONFIG: &str = "application/vnd.oci.image.config.v1+json";
 pub const MEDIA_LAYER_TAR: &str = "application/vnd.oci.image.layer.v1.tar";
 /// Gzip-compressed OCI layer.
 pub const MEDIA_LAYER_GZIP: &str = "application/vnd.oci.image.layer.v1.tar+gzip";
+/// A zstd-compressed layer.
+pub const MEDIA_LAYER_ZSTD: &str = "application/vnd.oci.image.layer.v1.tar+zstd";
 /// The annotation naming a manifest in an OCI layout's index.
 pub const ANNOTATION_REF_NAME: &str = "org.opencontainers.image.ref.name";
 /// The annotation containerd and Docker 25+ write with the full image name.

@@ -76,6 +76,31 @@ impl Default for PullOptions {
     }
 }
 
+impl PullOptions {
+    /// Options from the environment and the config file: `STOCKADE_REGISTRY_TOKEN`
+    /// (bearer), or `STOCKADE_REGISTRY_USERNAME` with `STOCKADE_REGISTRY_PASSWORD`
+    /// (basic), else anonymous; plain-HTTP registries from `[registries] insecure`.
+    pub fn from_env(config: &crate::Config) -> PullOptions {
+        let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let auth = match (
+            var("STOCKADE_REGISTRY_TOKEN"),
+            var("STOCKADE_REGISTRY_USERNAME"),
+        ) {
+            (Some(token), _) => Auth::Bearer(token),
+            (None, Some(username)) => Auth::Basic {
+                username,
+                password: var("STOCKADE_REGISTRY_PASSWORD").unwrap_or_default(),
+            },
+            (None, None) => Auth::Anonymous,
+        };
+        PullOptions {
+            auth,
+            insecure_registries: config.registries.insecure.clone(),
+            ..Default::default()
+        }
+    }
+}
+
 /// Progress of a pull, for progress lines.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PullProgress {

@@ -79,7 +79,7 @@ impl Store {
     /// Opens (creating it if needed) the store at `root`, with default unpack limits.
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
         let root = root.into();
-        for d in ["blobs/sha256", "layers", "rootfs", "tmp"] {
+        for d in ["blobs/sha256", "layers", "rootfs", "tmp", "inuse"] {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(Error::io("create directory", &p))?;
         }
@@ -335,6 +335,11 @@ impl Store {
         let digest = self.update_refs(|refs| {
             let key = r.as_ref().map(|r| r.to_string()).ok();
             if let Some(d) = key.as_ref().and_then(|k| refs.refs.remove(k)) {
+                if !refs.refs.values().any(|v| *v == d) && self.in_use(&d) {
+                    return Err(Error::InUse {
+                        reference: reference.to_string(),
+                    });
+                }
                 return Ok(d);
             }
             // A digest: drop every reference to it.
@@ -348,10 +353,41 @@ impl Store {
                     reference: reference.to_string(),
                 });
             }
+            // The last reference of an image a running sandbox uses stays.
+            if !refs.refs.values().any(|v| *v == d) && self.in_use(&d) {
+                return Err(Error::InUse {
+                    reference: reference.to_string(),
+                });
+            }
             Ok(d)
         })?;
         self.gc()?;
         Ok(digest)
+    }
+
+    /// Marks `digest`'s root filesystem in use for as long as the returned file (or a
+    /// process that opened the same path and took a shared lock on it) stays open:
+    /// `remove` refuses to drop its last reference and `gc` keeps its tree. Take it
+    /// before [`Store::rootfs`], so gc cannot remove the tree in between.
+    pub fn hold(&self, digest: &Digest) -> Result<(PathBuf, File)> {
+        let path = self.root.join("inuse").join(digest.hex());
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(Error::io("open", &path))?;
+        f.lock_shared().map_err(Error::io("lock", &path))?;
+        Ok((path, f))
+    }
+
+    /// Whether a sandbox holds `digest` (see [`Store::hold`]).
+    pub fn in_use(&self, digest: &Digest) -> bool {
+        let path = self.root.join("inuse").join(digest.hex());
+        match File::open(&path) {
+            Ok(f) => matches!(f.try_lock(), Err(fs::TryLockError::WouldBlock)),
+            Err(_) => false,
+        }
     }
 
     /// Removes blobs, unpacked layers and root filesystems no reference needs, and
@@ -373,7 +409,15 @@ impl Store {
             let dir = self.root.join(dir);
             for e in fs::read_dir(&dir).map_err(Error::io("read", &dir))? {
                 let e = e.map_err(Error::io("read", &dir))?;
-                if live.contains(e.file_name().to_string_lossy().as_ref()) {
+                let name = e.file_name();
+                let name = name.to_string_lossy();
+                if live.contains(name.as_ref()) {
+                    continue;
+                }
+                // A tree a running sandbox uses stays until it is gone.
+                if dir.ends_with("rootfs")
+                    && Digest::parse(&format!("sha256:{name}")).is_ok_and(|d| self.in_use(&d))
+                {
                     continue;
                 }
                 let p = e.path();
@@ -385,6 +429,18 @@ impl Store {
                     fs::remove_file(&p).map_err(Error::io("remove", &p))?;
                     report.blobs += 1;
                 }
+            }
+        }
+        let inuse = self.root.join("inuse");
+        for e in fs::read_dir(&inuse)
+            .map_err(Error::io("read", &inuse))?
+            .flatten()
+        {
+            let name = e.file_name();
+            let held = Digest::parse(&format!("sha256:{}", name.to_string_lossy()))
+                .is_ok_and(|d| self.in_use(&d));
+            if !held && !live.contains(name.to_string_lossy().as_ref()) {
+                let _ = fs::remove_file(e.path());
             }
         }
         let tmp = self.root.join("tmp");
@@ -497,25 +553,31 @@ impl Store {
     }
 }
 
-/// A layer blob's tar stream: gzip is detected by its magic bytes, whatever the media
-/// type says; zstd is refused.
+/// A layer blob's tar stream: gzip and zstd are detected by their magic bytes,
+/// whatever the media type says.
 pub(crate) fn decompressed(file: File, digest: &Digest) -> Result<Box<dyn Read>> {
     let mut r = BufReader::new(file);
     let head = r.fill_buf().map_err(|source| Error::Archive {
         what: format!("layer {digest}"),
         source,
     })?;
-    if head.starts_with(&[0x1f, 0x8b]) {
+    if head.starts_with(&GZIP_MAGIC) {
         Ok(Box::new(flate2::read::MultiGzDecoder::new(r)))
-    } else if head.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Err(Error::Unsupported {
+    } else if head.starts_with(&ZSTD_MAGIC) {
+        let z = ruzstd::decoding::StreamingDecoder::new(r).map_err(|e| Error::Archive {
             what: format!("layer {digest}"),
-            kind: "zstd compression".to_string(),
-        })
+            source: std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()),
+        })?;
+        Ok(Box::new(z))
     } else {
         Ok(Box::new(r))
     }
 }
+
+/// The first bytes of a gzip stream.
+pub(crate) const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+/// The first bytes of a zstd frame.
+pub(crate) const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
 
 /// Restores owner write permission on every directory under `path`, so that a tree
 /// with read-only directories can be removed by a non-root owner.

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use stockade_core::Error;
-use stockade_image::{Reference, Store};
+use stockade_image::{Config, PullOptions, Reference, Store};
 
 use crate::layout::Entry;
 use crate::plan::{ImageRoot, SYNTHETIC_ETC};
@@ -11,16 +11,67 @@ use crate::plan::{ImageRoot, SYNTHETIC_ETC};
 /// Top-level names of an image that the sandbox gets from elsewhere.
 const NOT_FROM_IMAGE: &[&str] = &["etc", "proc", "sys", "dev", "tmp"];
 
-/// Finds `reference` in the store (`store`, default `$STOCKADE_HOME/images`),
-/// flattens it once, and lists its root. A missing image is `NotFound`, with how to
-/// get it.
-pub fn image_root(reference: &str, store: Option<&Path>) -> Result<ImageRoot, Error> {
-    let internal = |e: stockade_image::Error| Error::Internal(e.to_string());
-    let store = match store {
+/// Opens the store at `store` (default `$STOCKADE_HOME/images`).
+fn open_store(store: Option<&Path>) -> Result<Store, Error> {
+    match store {
         Some(root) => Store::open(root),
         None => Store::open_default(),
     }
-    .map_err(internal)?;
+    .map_err(|e| Error::Internal(e.to_string()))
+}
+
+/// Pulls `reference` when the store does not have it (pull on first use), with the
+/// credentials of the environment and the registries of the config file.
+pub async fn ensure_image(reference: &str, store: Option<&Path>) -> Result<(), Error> {
+    let store = open_store(store)?;
+    match store.resolve(reference) {
+        Ok(_) => return Ok(()),
+        Err(stockade_image::Error::ImageNotFound { .. }) => {}
+        Err(e @ stockade_image::Error::InvalidReference { .. }) => {
+            return Err(Error::InvalidRequest(e.to_string()));
+        }
+        Err(e) => return Err(Error::Internal(e.to_string())),
+    }
+    let config = Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+    let options = PullOptions::from_env(&config);
+    stockade_image::pull(&store, reference, &options, &mut |_| {})
+        .await
+        .map(|_| ())
+        .map_err(|e| pull_error(reference, e))
+}
+
+/// A failed pull as an error that says what to do.
+pub fn pull_error(reference: &str, e: stockade_image::Error) -> Error {
+    use stockade_image::Error as E;
+    match e {
+        E::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
+        E::LimitExceeded { .. } => Error::LimitExceeded {
+            what: e.to_string(),
+            limit: "the image store's limits".into(),
+        },
+        E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
+        E::Registry { .. } | E::NoMatchingPlatform { .. } => Error::Unavailable {
+            what: format!("image {reference}"),
+            reason: format!("it is not in the image store and pulling it failed: {e}"),
+            fix: "check the reference, the network and STOCKADE_REGISTRY_* credentials; \
+                  plain-HTTP registries need `insecure` in the config file; \
+                  or `stockade image import` an archive"
+                .into(),
+        },
+        e => Error::Internal(format!("pulling {reference}: {e}")),
+    }
+}
+
+/// Finds `reference` in the store (`store`, default `$STOCKADE_HOME/images`),
+/// flattens it once, and lists its root. A missing image is `NotFound`, with how to
+/// get it.
+/// The returned file holds the image in use until the monitor holds it too.
+pub fn image_root(
+    reference: &str,
+    store: Option<&Path>,
+) -> Result<(ImageRoot, std::fs::File), Error> {
+    let internal = |e: stockade_image::Error| Error::Internal(e.to_string());
+    let store = open_store(store)?;
     let image = store.image(reference).map_err(|e| match e {
         stockade_image::Error::ImageNotFound { .. } => Error::NotFound {
             kind: "image",
@@ -34,9 +85,17 @@ pub fn image_root(reference: &str, store: Option<&Path>) -> Result<ImageRoot, Er
         stockade_image::Error::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
         e => internal(e),
     })?;
+    // In use from here on: gc keeps the tree, `image rm` refuses.
+    let (in_use_lock, guard) = store.hold(&image.digest).map_err(internal)?;
     let rootfs = store.rootfs(&image).map_err(internal)?;
     let run = image.run_config();
-    Ok(ImageRoot {
+    let user = match run.user.as_deref().map(str::trim) {
+        None | Some("") => None,
+        Some(u) => image_user(&rootfs, u).map_err(|reason| {
+            Error::InvalidRequest(format!("image {reference} names user {u:?}: {reason}"))
+        })?,
+    };
+    let root = ImageRoot {
         root: entries(&rootfs, Path::new("/"), NOT_FROM_IMAGE)?,
         etc: entries(&rootfs.join("etc"), Path::new("/etc"), SYNTHETIC_ETC)?,
         rootfs,
@@ -45,7 +104,61 @@ pub fn image_root(reference: &str, store: Option<&Path>) -> Result<ImageRoot, Er
             .working_dir
             .filter(|w| w.starts_with('/'))
             .map(PathBuf::from),
-    })
+        user,
+        in_use_lock: Some(in_use_lock),
+    };
+    Ok((root, guard))
+}
+
+/// The uid and gid of an image config's `User` (`name`, `uid`, `name:group`,
+/// `uid:gid`), looked up in the image's own `/etc/passwd` and `/etc/group`. Root is
+/// `None`: the sandbox keeps its default non-root user.
+pub fn image_user(rootfs: &Path, user: &str) -> Result<Option<(u32, u32)>, String> {
+    let (u, g) = match user.split_once(':') {
+        Some((u, g)) => (u, Some(g)),
+        None => (user, None),
+    };
+    // Read as plain files: the rootfs is unpacked with no symlink leaving it, but a
+    // symlinked /etc/passwd could still point at the host's, so refuse links.
+    let read = |name: &str| -> String {
+        let p = rootfs.join("etc").join(name);
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_file() => std::fs::read_to_string(&p).unwrap_or_default(),
+            _ => String::new(),
+        }
+    };
+    let passwd = read("passwd");
+    let lookup = |table: &str, key: &str, id_field: usize| -> Option<(u32, Option<u32>)> {
+        table.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&key)).then(|| {
+                let id = f.get(id_field)?.parse().ok()?;
+                Some((id, f.get(id_field + 1).and_then(|g| g.parse().ok())))
+            })?
+        })
+    };
+    let (uid, primary_gid) = match u.parse::<u32>() {
+        Ok(uid) => {
+            let gid = passwd.lines().find_map(|l| {
+                let f: Vec<&str> = l.split(':').collect();
+                (f.get(2).and_then(|x| x.parse::<u32>().ok()) == Some(uid))
+                    .then(|| f.get(3).and_then(|g| g.parse().ok()))?
+            });
+            (uid, gid)
+        }
+        Err(_) => lookup(&passwd, u, 2)
+            .ok_or_else(|| format!("no user {u:?} in the image's /etc/passwd"))?,
+    };
+    let gid = match g {
+        None => primary_gid.unwrap_or(uid),
+        Some(g) => match g.parse::<u32>() {
+            Ok(gid) => gid,
+            Err(_) => lookup(&read("group"), g, 2)
+                .map(|(gid, _)| gid)
+                .ok_or_else(|| format!("no group {g:?} in the image's /etc/group"))?,
+        },
+    };
+    Ok((uid != 0).then_some((uid, gid)))
 }
 
 /// The entries of `dir` (none when it does not exist) as paths under `under`.
@@ -79,4 +192,36 @@ fn entries(dir: &Path, under: &Path, skip: &[&str]) -> Result<Vec<(PathBuf, Entr
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn image_users_resolve_from_the_image() {
+        let dir = tempfile::tempdir().unwrap();
+        let etc = dir.path().join("etc");
+        std::fs::create_dir(&etc).unwrap();
+        std::fs::write(
+            etc.join("passwd"),
+            "root:x:0:0::/root:/bin/sh\napp:x:1001:1002::/home/app:/bin/sh\n",
+        )
+        .unwrap();
+        std::fs::write(etc.join("group"), "root:x:0:\nstaff:x:50:\n").unwrap();
+        let r = dir.path();
+        assert_eq!(image_user(r, "app").unwrap(), Some((1001, 1002)));
+        assert_eq!(image_user(r, "app:staff").unwrap(), Some((1001, 50)));
+        assert_eq!(image_user(r, "1001").unwrap(), Some((1001, 1002)));
+        assert_eq!(image_user(r, "4242").unwrap(), Some((4242, 4242)));
+        assert_eq!(image_user(r, "4242:7").unwrap(), Some((4242, 7)));
+        assert_eq!(image_user(r, "root").unwrap(), None);
+        assert_eq!(image_user(r, "0").unwrap(), None);
+        assert!(image_user(r, "ghost").unwrap_err().contains("ghost"));
+        assert!(image_user(r, "app:ghosts").unwrap_err().contains("ghosts"));
+        // A passwd that is a symlink (to the host's, say) is not read.
+        std::fs::remove_file(etc.join("passwd")).unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", etc.join("passwd")).unwrap();
+        assert!(image_user(r, "root").is_err());
+    }
 }

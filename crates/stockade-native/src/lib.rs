@@ -187,12 +187,22 @@ impl NativeProvider {
             // Flattening an image the first time takes seconds: off the async threads.
             Some(r) => {
                 let store = self.image_store.clone();
+                if let Err(e) = image::ensure_image(&r, store.as_deref()).await {
+                    let _ = std::fs::remove_dir_all(&dir);
+                    return Err(e);
+                }
                 tokio::task::spawn_blocking(move || image::image_root(&r, store.as_deref()))
                     .await
                     .map_err(|e| Error::Internal(format!("image task failed: {e}")))
                     .and_then(|r| r.map(Some))
             }
             None => Ok(None),
+        };
+        // Our hold on the image lasts until the monitor holds it (or creation failed).
+        let (image, _image_guard) = match image {
+            Ok(Some((root, guard))) => (Ok(Some(root)), Some(guard)),
+            Ok(None) => (Ok(None), None),
+            Err(e) => (Err(e), None),
         };
         let ctx = mount_is_file.and_then(|m| image.map(|i| (m, i)));
         let ctx = ctx.map(|(mount_is_file, image)| plan::PlanContext {

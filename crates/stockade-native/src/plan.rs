@@ -43,6 +43,23 @@ pub struct ImageRoot {
     pub env: Vec<String>,
     /// The image config's `WorkingDir`, used when the spec names none.
     pub workdir: Option<PathBuf>,
+    /// The image config's `User` as uid and gid, when it names a user other than
+    /// root: used when the spec keeps the default user. An image asking for root
+    /// still runs as the default non-root user unless the spec says `--user 0`.
+    pub user: Option<(u32, u32)>,
+    /// The store's in-use lock file of this image: the monitor holds a shared lock on
+    /// it for the sandbox's life (see `stockade_image::Store::hold`).
+    pub in_use_lock: Option<PathBuf>,
+}
+
+/// The user execs run as: the spec's, or the image's when the spec keeps the default.
+pub fn effective_user(spec: &ValidatedSpec, ctx: &PlanContext) -> stockade_spec::User {
+    match ctx.image.as_ref().and_then(|i| i.user) {
+        Some((uid, gid)) if spec.user == stockade_spec::User::default() => {
+            stockade_spec::User { uid, gid }
+        }
+        _ => spec.user,
+    }
 }
 
 impl ImageRoot {
@@ -178,8 +195,8 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         );
     }
     let exec = ExecPolicy {
-        uid: spec.user.uid,
-        gid: spec.user.gid,
+        uid: effective_user(spec, ctx).uid,
+        gid: effective_user(spec, ctx).gid,
         env: exec_env(spec, ctx),
         workdir: workdir.display().to_string(),
         no_new_privs: spec.hardening.no_new_privileges,
@@ -210,7 +227,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         }
     };
     let cgroups = cgroup_plan(spec, ctx)?;
-    let applied = applied(spec, &cgroups, &network);
+    let applied = applied(spec, effective_user(spec, ctx), &cgroups, &network);
     Ok(LaunchPlan {
         id: ctx.id.clone(),
         state_dir: ctx.state_dir.clone(),
@@ -224,6 +241,11 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         exec,
         spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
         applied,
+        hold_locks: ctx
+            .image
+            .iter()
+            .filter_map(|i| i.in_use_lock.clone())
+            .collect(),
     })
 }
 
@@ -291,7 +313,7 @@ fn slirp_argv(slirp: &Path) -> Vec<String> {
 }
 
 fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
-    let u = spec.user;
+    let u = effective_user(spec, ctx);
     let mut ops = vec![MountOp::Mkdir {
         path: "/etc".into(),
         mode: 0o755,
@@ -543,7 +565,12 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
     }
 }
 
-fn applied(spec: &ValidatedSpec, cg: &CgroupPlan, net: &NetworkPlan) -> Vec<String> {
+fn applied(
+    spec: &ValidatedSpec,
+    user: stockade_spec::User,
+    cg: &CgroupPlan,
+    net: &NetworkPlan,
+) -> Vec<String> {
     let l = &spec.limits;
     let mut v = vec![
         "namespaces: mount, pid, network, uts, ipc, cgroup".to_string(),
@@ -570,7 +597,7 @@ fn applied(spec: &ValidatedSpec, cg: &CgroupPlan, net: &NetworkPlan) -> Vec<Stri
                 ""
             }
         ),
-        format!("user: uid {} gid {}", spec.user.uid, spec.user.gid),
+        format!("user: uid {} gid {}", user.uid, user.gid),
         format!("lifetime: {} s", spec.timeout_secs),
     ];
     let h = spec.hardening;
@@ -671,6 +698,8 @@ mod tests {
                 "LANG=x".into(),
             ],
             workdir: Some("/srv".into()),
+            user: None,
+            in_use_lock: Some("/var/lib/stockade/images/inuse/abc".into()),
         });
         c
     }

@@ -33,11 +33,23 @@ pub fn default_provider_name() -> String {
 
 /// The provider called `name` (default: [`default_provider_name`]).
 pub fn provider(name: Option<&str>) -> Result<Arc<dyn Provider>> {
+    provider_with_home(name, None)
+}
+
+/// Like [`provider`], keeping images (and other data) under `home` instead of
+/// `$STOCKADE_HOME`.
+pub fn provider_with_home(
+    name: Option<&str>,
+    home: Option<&std::path::Path>,
+) -> Result<Arc<dyn Provider>> {
     let name = name
         .map(str::to_string)
         .unwrap_or_else(default_provider_name);
     match name.as_str() {
-        "native" => Ok(Arc::new(NativeProvider::new())),
+        "native" => Ok(Arc::new(match home {
+            Some(h) => NativeProvider::new().with_image_store(h.join("images")),
+            None => NativeProvider::new(),
+        })),
         "wasm" => Ok(Arc::new(WasmProvider::new()?)),
         "docker" | "microvm" => Err(Error::Unavailable {
             what: format!("the {name} provider"),

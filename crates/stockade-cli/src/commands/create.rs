@@ -15,7 +15,14 @@ pub struct CreateArgs {
 
 pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
     let spec = a.spec.to_spec()?;
-    let sb = Sandbox::create(ctx.provider()?, spec, CreateOptions::default()).await?;
+    let provider = ctx.provider()?;
+    // Pull and unpack here, with progress, rather than silently inside create.
+    if provider.name() == "native"
+        && let Some(reference) = &spec.image
+    {
+        super::image::ensure_local(ctx, &super::image::store(ctx)?, reference).await?;
+    }
+    let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
     if ctx.json {
         let i = sb.info();
         println!(

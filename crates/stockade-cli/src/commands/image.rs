@@ -1,13 +1,14 @@
 //! `stockade image pull|import|ls|inspect|rm|prune`: the local OCI image store
 //! (`$STOCKADE_HOME/images`) that `--image` runs from.
 
-use std::io::Write;
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use clap::Subcommand;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use stockade::{Error, Result};
-use stockade_image::{Auth, PullOptions, PullProgress, Store};
+use stockade_image::{Auth, Config, Digest, Image, PullOptions, PullProgress, Store};
 
 use super::Ctx;
 
@@ -46,8 +47,136 @@ pub enum ImageCmd {
     Prune,
 }
 
+/// Pull options from the environment (`STOCKADE_REGISTRY_*`) and the config file.
+pub fn pull_options() -> Result<PullOptions> {
+    let config = Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+    Ok(PullOptions::from_env(&config))
+}
+
+/// Pulls `reference` into `store` with progress on stderr: bars on a terminal, one
+/// line per blob otherwise, nothing with `--json`.
+pub async fn pull_with_progress(
+    ctx: &Ctx,
+    store: &Store,
+    reference: &str,
+    opts: &PullOptions,
+) -> Result<Digest> {
+    let bars = MultiProgress::with_draw_target(if ctx.json {
+        ProgressDrawTarget::hidden()
+    } else {
+        ProgressDrawTarget::stderr()
+    });
+    let lines = !ctx.json && !std::io::stderr().is_terminal();
+    let total = bars.add(ProgressBar::new(0));
+    total.set_style(
+        ProgressStyle::with_template(
+            "{msg} [{bar:30}] {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} eta {eta}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    total.set_message(format!("pulling {reference}"));
+    if lines {
+        eprintln!("pulling {reference}");
+    }
+    let blob_style =
+        ProgressStyle::with_template("  {msg} [{bar:30}] {binary_bytes}/{binary_total_bytes}")
+            .expect("template")
+            .progress_chars("=> ");
+    let mut current: Option<(Digest, ProgressBar)> = None;
+    let mut base = 0u64;
+    let mut progress = |p: PullProgress| match p {
+        PullProgress::Resolved {
+            missing_bytes,
+            total_bytes,
+            ..
+        } => {
+            total.set_length(missing_bytes);
+            if lines {
+                eprintln!("  {} to fetch of {}", mib(missing_bytes), mib(total_bytes));
+            }
+        }
+        PullProgress::Bytes { blob, done, size } => {
+            if current.as_ref().is_none_or(|(d, _)| *d != blob) {
+                let bar = bars.add(ProgressBar::new(size));
+                bar.set_style(blob_style.clone());
+                bar.set_message(short(&blob));
+                current = Some((blob.clone(), bar));
+            }
+            if let Some((_, bar)) = &current {
+                bar.set_position(done);
+            }
+            total.set_position(base + done);
+            if done == size {
+                base += size;
+                if let Some((_, bar)) = current.take() {
+                    bar.finish_and_clear();
+                }
+                if lines {
+                    eprintln!("  fetched {} ({})", short(&blob), mib(size));
+                }
+            }
+        }
+    };
+    let digest = stockade_image::pull(store, reference, opts, &mut progress).await;
+    total.finish_and_clear();
+    let digest = digest.map_err(to_error)?;
+    if !ctx.json {
+        eprintln!("pulled {reference} ({})", short(&digest));
+    }
+    Ok(digest)
+}
+
+/// Makes sure `reference` is in `store` and unpacked, pulling it on first use and
+/// showing progress; returns the image.
+pub async fn ensure_local(ctx: &Ctx, store: &Store, reference: &str) -> Result<Image> {
+    let image = match store.image(reference) {
+        Ok(img) => img,
+        Err(stockade_image::Error::ImageNotFound { .. }) => {
+            pull_with_progress(ctx, store, reference, &pull_options()?).await?;
+            store.image(reference).map_err(to_error)?
+        }
+        Err(e) => return Err(to_error(e)),
+    };
+    if !store
+        .root()
+        .join("rootfs")
+        .join(image.digest.hex())
+        .is_dir()
+    {
+        let spinner = if ctx.json {
+            ProgressBar::hidden()
+        } else {
+            ProgressBar::new_spinner()
+        };
+        spinner.set_message(format!("unpacking {reference}"));
+        spinner.enable_steady_tick(std::time::Duration::from_millis(100));
+        let (s, img) = (store.clone(), image.clone());
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || s.rootfs(&img))
+            .await
+            .map_err(|e| Error::Internal(format!("unpack task failed: {e}")))?;
+        spinner.finish_and_clear();
+        built.map_err(to_error)?;
+        if !ctx.json {
+            eprintln!(
+                "unpacked {reference} ({} in {:.1} s)",
+                mib(image.size()),
+                started.elapsed().as_secs_f64()
+            );
+        }
+    }
+    Ok(image)
+}
+
+/// `sha256:0123456789ab`.
+fn short(d: &Digest) -> String {
+    let s = d.to_string();
+    s.chars().take(19).collect()
+}
+
 /// `--home`, else `$STOCKADE_HOME`, else /var/lib/stockade (root) or the XDG data dir.
-fn store(ctx: &Ctx) -> Result<Store> {
+pub fn store(ctx: &Ctx) -> Result<Store> {
     let home = ctx
         .home
         .clone()
@@ -56,7 +185,7 @@ fn store(ctx: &Ctx) -> Result<Store> {
 }
 
 /// Image errors as the CLI's error codes.
-fn to_error(e: stockade_image::Error) -> Error {
+pub fn to_error(e: stockade_image::Error) -> Error {
     use stockade_image::Error as E;
     match e {
         E::ImageNotFound { reference } => Error::NotFound {
@@ -71,6 +200,8 @@ fn to_error(e: stockade_image::Error) -> Error {
             limit: "the unpacking limits".into(),
         },
         E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
+        E::InUse { .. } => Error::InvalidRequest(e.to_string()),
+        E::Config { .. } => Error::InvalidRequest(e.to_string()),
         E::Registry { .. } => Error::Unavailable {
             what: "the registry".into(),
             reason: e.to_string(),
@@ -92,49 +223,15 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             insecure,
             username,
         } => {
-            let auth = match username {
-                Some(username) => Auth::Basic {
+            let mut opts = pull_options()?;
+            opts.insecure_registries.extend(insecure);
+            if let Some(username) = username {
+                opts.auth = Auth::Basic {
                     username,
                     password: std::env::var("STOCKADE_REGISTRY_PASSWORD").unwrap_or_default(),
-                },
-                None => Auth::Anonymous,
-            };
-            let opts = PullOptions {
-                auth,
-                insecure_registries: insecure,
-                ..Default::default()
-            };
-            let (mut total, mut base, mut done_in_blob) = (0u64, 0u64, 0u64);
-            let quiet = ctx.json;
-            let mut progress = |p: PullProgress| {
-                match p {
-                    PullProgress::Resolved { missing_bytes, .. } => total = missing_bytes,
-                    PullProgress::Bytes { done, size, .. } => {
-                        done_in_blob = done;
-                        if done == size {
-                            base += size;
-                            done_in_blob = 0;
-                        }
-                    }
-                }
-                if !quiet {
-                    let mut err = std::io::stderr();
-                    let _ = write!(
-                        err,
-                        "\rpulling {reference}: {} / {}   ",
-                        mib(base + done_in_blob),
-                        mib(total)
-                    );
-                    let _ = err.flush();
-                }
-            };
-            let digest = stockade_image::pull(&store, &reference, &opts, &mut progress)
-                .await
-                .map_err(to_error);
-            if !quiet {
-                eprintln!();
+                };
             }
-            let digest = digest?;
+            let digest = pull_with_progress(ctx, &store, &reference, &opts).await?;
             if ctx.json {
                 println!(
                     "{}",

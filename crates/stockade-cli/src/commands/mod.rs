@@ -27,7 +27,7 @@ pub struct Ctx {
 
 impl Ctx {
     pub fn provider(&self) -> Result<Arc<dyn Provider>> {
-        stockade::provider(self.provider.as_deref())
+        stockade::provider_with_home(self.provider.as_deref(), self.home.as_deref())
     }
 }
 

@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod images;
+
 fn require_root(test: &str) -> bool {
     let root = std::fs::read_to_string("/proc/self/status")
         .ok()

@@ -5,7 +5,9 @@ use std::io::Write;
 
 use stockade_image::{Digest, Error, import};
 
-use crate::support::{Built, Layer, build, store, tar_dir, tree, write_layout};
+use crate::support::{
+    Built, Compression, Layer, build, build_compressed, store, tar_dir, tree, write_layout,
+};
 
 fn two_layers() -> Built {
     build(
@@ -235,5 +237,26 @@ fn an_archive_bomb_stops_at_the_byte_limit() {
             .unwrap()
             .count(),
         0
+    );
+}
+
+#[test]
+fn zstd_layers_are_imported_and_unpacked() {
+    let (dir, store) = store();
+    let layers = [
+        Layer::new().dir("etc").file("etc/os", b"debian").into_tar(),
+        Layer::new().file("hello", &[7u8; 100_000]).into_tar(),
+    ];
+    let built = build_compressed(&layers, Compression::Zstd);
+    assert!(built.layers[0].1.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]));
+    let layout = dir.path().join("layout");
+    write_layout(&layout, &built, "zstd:1");
+    import(&store, &layout, None).unwrap();
+    let img = store.image("zstd:1").unwrap();
+    let root = store.rootfs(&img).unwrap();
+    assert_eq!(tree(&root), ["etc", "etc/os", "hello"]);
+    assert_eq!(
+        std::fs::read(root.join("hello")).unwrap(),
+        vec![7u8; 100_000]
     );
 }

@@ -1,146 +1,11 @@
 //! Pulls from real registries: Debian's `docker-registry` on loopback (one per
 //! test, in a temp dir), test images pushed with `skopeo`.
 
-use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
-
 use stockade_image::{Auth, Digest, Error, PullOptions, PullProgress, Store, pull};
 
-use crate::support::{Built, Layer, build, require, store, tree, write_layout};
+use stockade_testkit::Registry;
 
-const FIX: &str = "apt-get install docker-registry skopeo (crates/stockade-image/ci-setup.sh does)";
-
-/// A registry process, killed on drop.
-struct Registry {
-    child: Child,
-    addr: String,
-    dir: tempfile::TempDir,
-    creds: Option<(String, String)>,
-}
-
-impl Drop for Registry {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn tools() -> Result<(), String> {
-    for tool in ["/usr/bin/docker-registry", "/usr/bin/skopeo"] {
-        if !Path::new(tool).exists() {
-            return Err(format!("{tool} not found"));
-        }
-    }
-    Ok(())
-}
-
-impl Registry {
-    /// Starts a registry on `host` (a loopback address), with basic auth when asked.
-    fn start(host: &str, basic: Option<(&str, &str)>) -> Option<Registry> {
-        require("a registry and skopeo", tools(), FIX)?;
-        let dir = tempfile::tempdir().unwrap();
-        let port = TcpListener::bind((host, 0))
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let addr = format!("{host}:{port}");
-        let mut config = format!(
-            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
-             http:\n  addr: {addr}\n",
-            dir.path().join("data").display()
-        );
-        if let Some((user, password)) = basic {
-            let hash = Command::new("/usr/bin/python3")
-                .args([
-                    "-W",
-                    "ignore",
-                    "-c",
-                    "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
-                    password,
-                ])
-                .output()
-                .unwrap();
-            assert!(
-                hash.status.success(),
-                "bcrypt: {}",
-                String::from_utf8_lossy(&hash.stderr)
-            );
-            let htpasswd = dir.path().join("htpasswd");
-            std::fs::write(
-                &htpasswd,
-                format!("{user}:{}", String::from_utf8_lossy(&hash.stdout).trim()),
-            )
-            .unwrap();
-            config += &format!(
-                "auth:\n  htpasswd:\n    realm: stockade-test\n    path: {}\n",
-                htpasswd.display()
-            );
-        }
-        let config_path = dir.path().join("config.yml");
-        std::fs::write(&config_path, config).unwrap();
-        let child = Command::new("/usr/bin/docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let started = Instant::now();
-        while TcpStream::connect(&addr).is_err() {
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "registry on {addr} never listened"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Some(Registry {
-            child,
-            addr,
-            dir,
-            creds: basic.map(|(u, p)| (u.to_string(), p.to_string())),
-        })
-    }
-
-    /// Pushes an OCI layout (its index entry named `ref_name`) as `name:tag`.
-    fn push(&self, layout: &Path, ref_name: &str, dest: &str, all: bool) {
-        let mut cmd = Command::new("/usr/bin/skopeo");
-        cmd.args([
-            "--insecure-policy",
-            "copy",
-            "--quiet",
-            "--dest-tls-verify=false",
-        ]);
-        if all {
-            cmd.arg("--all");
-        }
-        if let Some((u, p)) = &self.creds {
-            cmd.arg(format!("--dest-creds={u}:{p}"));
-        }
-        let out = cmd
-            .arg(format!("oci:{}:{ref_name}", layout.display()))
-            .arg(format!("docker://{}/{dest}", self.addr))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "skopeo: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    /// The registry's own copy of a blob (to corrupt it).
-    fn blob_file(&self, d: &Digest) -> PathBuf {
-        self.dir
-            .path()
-            .join("data/docker/registry/v2/blobs/sha256")
-            .join(&d.hex()[..2])
-            .join(d.hex())
-            .join("data")
-    }
-}
+use crate::support::{Built, Layer, build, store, tree, write_layout};
 
 fn image() -> Built {
     build(
@@ -307,7 +172,7 @@ async fn corrupt_and_truncated_blobs_are_refused_and_not_stored() {
     let built = image();
     let layout = layout_of(&built);
     reg.push(layout.path(), "v1", "test/img:1", false);
-    let victim = reg.blob_file(&built.layers[1].0);
+    let victim = reg.blob_file(built.layers[1].0.hex());
     let mut data = std::fs::read(&victim).unwrap();
     let n = data.len();
     data[n / 2] ^= 0xff;

@@ -2,34 +2,10 @@
 
 use std::io::Write;
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stockade_image::{Digest, Image, Reference, Store};
 
-static SKIPPED: AtomicUsize = AtomicUsize::new(0);
-
-/// A part a test needs. In CI (`CI` set) a missing part fails the test with how to
-/// fix it; elsewhere the test prints SKIPPED, loudly, and gets `None`.
-pub fn require<T>(part: &str, found: Result<T, String>, fix: &str) -> Option<T> {
-    match found {
-        Ok(v) => Some(v),
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{part} is missing: {why}\nfix: {fix}")
-        }
-        Err(why) => {
-            let n = SKIPPED.fetch_add(1, Ordering::SeqCst) + 1;
-            let test = std::thread::current()
-                .name()
-                .unwrap_or("this test")
-                .to_string();
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED #{n}: {test}: {part} is missing: {why}\n*** fix: {fix} (in CI this fails)\n"
-            );
-            None
-        }
-    }
-}
+pub use stockade_testkit::require;
 
 /// A layer tar built entry by entry, names written raw (so `..` and absolute paths,
 /// which `tar::Builder` refuses, can be planted).
@@ -105,6 +81,26 @@ pub struct Built {
 /// An image made of these layer tars (gzipped when asked), with a config naming
 /// their diff_ids and a run config.
 pub fn build(layers: &[Vec<u8>], gz: bool) -> Built {
+    build_compressed(
+        layers,
+        if gz {
+            Compression::Gzip
+        } else {
+            Compression::None
+        },
+    )
+}
+
+/// How the layer blobs of a built image are compressed.
+#[derive(Clone, Copy)]
+pub enum Compression {
+    None,
+    Gzip,
+    Zstd,
+}
+
+/// Like [`build`], with any compression.
+pub fn build_compressed(layers: &[Vec<u8>], compression: Compression) -> Built {
     let diff_ids: Vec<String> = layers.iter().map(|l| Digest::of(l).to_string()).collect();
     let config = serde_json::to_vec(&serde_json::json!({
         "architecture": "amd64", "os": "linux",
@@ -115,12 +111,19 @@ pub fn build(layers: &[Vec<u8>], gz: bool) -> Built {
     .unwrap();
     let blobs: Vec<Vec<u8>> = layers
         .iter()
-        .map(|l| if gz { gzip(l) } else { l.clone() })
+        .map(|l| match compression {
+            Compression::None => l.clone(),
+            Compression::Gzip => gzip(l),
+            Compression::Zstd => ruzstd::encoding::compress_to_vec(
+                &l[..],
+                ruzstd::encoding::CompressionLevel::Fastest,
+            ),
+        })
         .collect();
-    let layer_media = if gz {
-        "application/vnd.oci.image.layer.v1.tar+gzip"
-    } else {
-        "application/vnd.oci.image.layer.v1.tar"
+    let layer_media = match compression {
+        Compression::None => "application/vnd.oci.image.layer.v1.tar",
+        Compression::Gzip => "application/vnd.oci.image.layer.v1.tar+gzip",
+        Compression::Zstd => "application/vnd.oci.image.layer.v1.tar+zstd",
     };
     let manifest = serde_json::to_vec(&serde_json::json!({
         "schemaVersion": 2,

@@ -1,0 +1,258 @@
+//! `--image` from the CLI: pull on first use with progress, the image's command and
+//! user, language presets from images, the config file, `image rm` of an image in use.
+//! A real `docker-registry` on loopback and the Debian test image (mmdebstrap).
+
+use std::path::Path;
+use std::process::Command;
+
+use stockade_testkit::{DEBIAN_FIX, Registry, debian_test_image, require};
+
+use crate::{json, require_root, state_dir};
+
+const HELLO: &[u8] = b"import os\nprint('hello from the image', os.getcwd(), os.getuid())\n";
+
+/// `stockade` with its own home (image store) and config file.
+fn stockade_in(home: &Path, args: &[&str]) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_stockade"));
+    c.args(args)
+        .env("STOCKADE_STATE_DIR", state_dir())
+        .env("STOCKADE_HOME", home)
+        .env("STOCKADE_CONFIG", home.join("config.toml"))
+        .env_remove("STOCKADE_PROVIDER")
+        .env_remove("STOCKADE_REGISTRY_USERNAME")
+        .env_remove("STOCKADE_REGISTRY_TOKEN");
+    c
+}
+
+/// A registry serving the Debian image plus `/srv/hello.py`, its config saying user
+/// nobody, workdir /srv and `Cmd ["python3", "hello.py"]`; returns it and the reference.
+fn registry_with_image(dir: &Path, host: &str) -> Option<(Registry, String)> {
+    let base = require("the Debian test image", debian_test_image(), DEBIAN_FIX)?;
+    let reg = Registry::start(host, None)?;
+    let layout = dir.join("layout");
+    let config = serde_json::json!({
+        "Env": ["PATH=/usr/local/bin:/usr/bin:/bin"], "WorkingDir": "/srv",
+        "User": "nobody", "Cmd": ["python3", "hello.py"],
+    });
+    stockade_testkit::oci_layout(&layout, &base, &[("srv/hello.py", HELLO)], config, "v1");
+    reg.push(&layout, "v1", "stockade-test/py:1", false);
+    let reference = format!("{}/stockade-test/py:1", reg.addr);
+    Some((reg, reference))
+}
+
+#[test]
+fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user() {
+    if !require_root("run_image") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+        return;
+    };
+    // No command: the image's Cmd, in its WorkingDir, as its User (nobody).
+    let out = stockade_in(home.path(), &["run", "--image", &reference])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "hello from the image /srv 65534\n",
+        "stderr: {stderr}"
+    );
+    // Progress went to stderr while it pulled and unpacked.
+    for want in ["pulling", "fetched", "unpacked"] {
+        assert!(stderr.contains(want), "no {want:?} in: {stderr}");
+    }
+    // A second run finds it in the store: no pull.
+    let out = stockade_in(
+        home.path(),
+        &["run", "--image", &reference, "--", "id", "-u"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n");
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("pulling"));
+    // --user overrides the image's user.
+    let out = stockade_in(
+        home.path(),
+        &[
+            "run", "--image", &reference, "--user", "2000", "--", "id", "-u",
+        ],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "2000\n");
+}
+
+#[test]
+fn languages_run_from_images_and_name_a_missing_interpreter() {
+    if !require_root("languages_from_images") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+        return;
+    };
+    // --language with --image: the interpreter is the image's, found on its PATH.
+    let v = json(
+        &stockade_in(
+            home.path(),
+            &[
+                "run",
+                "--json",
+                "--image",
+                &reference,
+                "-l",
+                "python",
+                "--code",
+                "import sys, os; print(sys.executable, os.path.exists('/srv/hello.py'))",
+            ],
+        )
+        .output()
+        .unwrap(),
+    );
+    assert_eq!(v["stdout"], "/usr/bin/python3 True\n", "{v}");
+
+    // The host has no ruby; the config maps ruby to an image without it: the error
+    // names the interpreter, the image and what to do.
+    assert!(
+        !Path::new("/usr/bin/ruby").exists(),
+        "this test assumes no host ruby"
+    );
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!("[languages]\nruby = \"{reference}\"\n"),
+    )
+    .unwrap();
+    let out = stockade_in(
+        home.path(),
+        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("ruby") && msg.contains(&reference), "{msg}");
+
+    // Without the config entry, the preset's own image is tried (docker.io here is
+    // unreachable), and the error says the host lacks ruby and how to fix it.
+    std::fs::write(home.path().join("config.toml"), "").unwrap();
+    let out = stockade_in(
+        home.path(),
+        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(69));
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("ruby is not installed on this host") && msg.contains("ruby:3.3-slim"),
+        "{msg}"
+    );
+
+    // A broken config file is an error naming the file.
+    std::fs::write(
+        home.path().join("config.toml"),
+        "[registries]\nsecure = 1\n",
+    )
+    .unwrap();
+    let out = stockade_in(
+        home.path(),
+        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("config.toml"));
+}
+
+#[test]
+fn plain_http_registries_other_than_loopback_need_the_config_file() {
+    if !require_root("insecure_registry_config") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    // 127.0.0.2 is loopback to the kernel but not to Stockade's plain-HTTP rule.
+    let Some((reg, reference)) = registry_with_image(home.path(), "127.0.0.2") else {
+        return;
+    };
+    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    std::fs::write(
+        home.path().join("config.toml"),
+        format!("[registries]\ninsecure = [\"{}\"]\n", reg.addr),
+    )
+    .unwrap();
+    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    assert!(
+        json(&out)["digest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:")
+    );
+}
+
+#[test]
+fn an_image_in_use_is_not_removed() {
+    if !require_root("image_in_use") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+        return;
+    };
+    let out = stockade_in(home.path(), &["image", "pull", &reference])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let created = json(
+        &stockade_in(home.path(), &["create", "--json", "--image", &reference])
+            .output()
+            .unwrap(),
+    );
+    let id = created["id"].as_str().unwrap().to_string();
+    let out = stockade_in(home.path(), &["image", "rm", "--json", &reference])
+        .output()
+        .unwrap();
+    let removed_while_running = out.status.code();
+    let msg = String::from_utf8_lossy(&out.stdout).to_string();
+    let rm = stockade_in(home.path(), &["rm", &id]).output().unwrap();
+    assert!(rm.status.success());
+    assert_eq!(removed_while_running, Some(64), "{msg}");
+    assert!(msg.contains("in use"), "{msg}");
+    let out = stockade_in(home.path(), &["image", "rm", &reference])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let ls = stockade_in(home.path(), &["image", "ls", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        ls.stdout.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&ls.stdout)
+    );
+}

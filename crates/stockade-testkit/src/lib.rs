@@ -1,0 +1,273 @@
+//! Test support shared by Stockade's crates (a dev-dependency only).
+//!
+//! - [`require`]: a part a test needs (root, a tool, an image). In CI (`CI` set) a
+//!   missing part fails the test with how to fix it; elsewhere the test prints a loud
+//!   SKIPPED line and returns.
+//! - [`Registry`]: Debian's `docker-registry` on loopback, one per test, images pushed
+//!   with `skopeo`.
+//! - [`debian_test_image`]: the Debian rootfs tar `crates/stockade-image/ci-setup.sh`
+//!   builds with mmdebstrap.
+
+use std::io::Write;
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+static SKIPPED: AtomicUsize = AtomicUsize::new(0);
+
+/// A part a test needs. In CI (`CI` set) a missing part fails the test with how to
+/// fix it; elsewhere the test prints SKIPPED, loudly, and gets `None`.
+pub fn require<T>(part: &str, found: Result<T, String>, fix: &str) -> Option<T> {
+    match found {
+        Ok(v) => Some(v),
+        Err(why) if std::env::var_os("CI").is_some() => {
+            panic!("{part} is missing: {why}\nfix: {fix}")
+        }
+        Err(why) => {
+            let n = SKIPPED.fetch_add(1, Ordering::SeqCst) + 1;
+            let test = std::thread::current()
+                .name()
+                .unwrap_or("this test")
+                .to_string();
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED #{n}: {test}: {part} is missing: {why}\n*** fix: {fix} (in CI this fails)\n"
+            );
+            None
+        }
+    }
+}
+
+/// `Ok` when this process runs as root.
+pub fn root() -> Result<(), String> {
+    let out = Command::new("id")
+        .arg("-u")
+        .output()
+        .map_err(|e| e.to_string())?;
+    if String::from_utf8_lossy(&out.stdout).trim() == "0" {
+        Ok(())
+    } else {
+        Err("not running as root".into())
+    }
+}
+
+/// How to get the registry tools.
+pub const REGISTRY_FIX: &str =
+    "apt-get install docker-registry skopeo (crates/stockade-image/ci-setup.sh does)";
+
+/// A registry process on loopback, killed on drop.
+pub struct Registry {
+    child: Child,
+    /// `HOST:PORT`.
+    pub addr: String,
+    dir: tempfile::TempDir,
+    creds: Option<(String, String)>,
+}
+
+impl Drop for Registry {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn registry_tools() -> Result<(), String> {
+    for tool in ["/usr/bin/docker-registry", "/usr/bin/skopeo"] {
+        if !Path::new(tool).exists() {
+            return Err(format!("{tool} not found"));
+        }
+    }
+    Ok(())
+}
+
+impl Registry {
+    /// Starts a registry on `host` (a loopback address), with basic auth when asked.
+    /// `None` (after a SKIPPED line) when the tools are missing outside CI.
+    pub fn start(host: &str, basic: Option<(&str, &str)>) -> Option<Registry> {
+        require("a registry and skopeo", registry_tools(), REGISTRY_FIX)?;
+        let mut extra = String::new();
+        let dir = tempfile::tempdir().unwrap();
+        if let Some((user, password)) = basic {
+            let hash = Command::new("/usr/bin/python3")
+                .args([
+                    "-W",
+                    "ignore",
+                    "-c",
+                    "import crypt,sys; print(crypt.crypt(sys.argv[1], crypt.mksalt(crypt.METHOD_BLOWFISH)))",
+                    password,
+                ])
+                .output()
+                .unwrap();
+            assert!(
+                hash.status.success(),
+                "bcrypt: {}",
+                String::from_utf8_lossy(&hash.stderr)
+            );
+            let htpasswd = dir.path().join("htpasswd");
+            std::fs::write(
+                &htpasswd,
+                format!("{user}:{}", String::from_utf8_lossy(&hash.stdout).trim()),
+            )
+            .unwrap();
+            extra = format!(
+                "auth:\n  htpasswd:\n    realm: stockade-test\n    path: {}\n",
+                htpasswd.display()
+            );
+        }
+        let creds = basic.map(|(u, p)| (u.to_string(), p.to_string()));
+        Some(Registry::start_with(host, dir, &extra, creds))
+    }
+
+    /// Starts a registry with `extra` appended to its YAML config (an `auth:`
+    /// section, say); `creds` are what `push` presents.
+    pub fn start_with(
+        host: &str,
+        dir: tempfile::TempDir,
+        extra: &str,
+        creds: Option<(String, String)>,
+    ) -> Registry {
+        let port = TcpListener::bind((host, 0))
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let addr = format!("{host}:{port}");
+        let config = format!(
+            "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
+             http:\n  addr: {addr}\n{extra}",
+            dir.path().join("data").display()
+        );
+        let config_path = dir.path().join("config.yml");
+        std::fs::write(&config_path, config).unwrap();
+        let child = Command::new("/usr/bin/docker-registry")
+            .arg("serve")
+            .arg(&config_path)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        while TcpStream::connect(&addr).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "registry on {addr} never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Registry {
+            child,
+            addr,
+            dir,
+            creds,
+        }
+    }
+
+    /// Pushes an OCI layout (its index entry named `ref_name`) as `dest`
+    /// (`name:tag`), all platforms of an index when `all`.
+    pub fn push(&self, layout: &Path, ref_name: &str, dest: &str, all: bool) {
+        let mut cmd = Command::new("/usr/bin/skopeo");
+        cmd.args([
+            "--insecure-policy",
+            "copy",
+            "--quiet",
+            "--dest-tls-verify=false",
+        ]);
+        if all {
+            cmd.arg("--all");
+        }
+        if let Some((u, p)) = &self.creds {
+            cmd.arg(format!("--dest-creds={u}:{p}"));
+        }
+        let out = cmd
+            .arg(format!("oci:{}:{ref_name}", layout.display()))
+            .arg(format!("docker://{}/{dest}", self.addr))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "skopeo: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// The registry's own copy of a blob given by its hex digest (to corrupt it).
+    pub fn blob_file(&self, hex: &str) -> PathBuf {
+        self.dir
+            .path()
+            .join("data/docker/registry/v2/blobs/sha256")
+            .join(&hex[..2])
+            .join(hex)
+            .join("data")
+    }
+}
+
+/// The Debian bookworm rootfs tar (python3-minimal) that
+/// `crates/stockade-image/ci-setup.sh` builds with mmdebstrap, cached under
+/// `/var/cache/stockade/test-images/<hash of that script>/`.
+pub fn debian_test_image() -> Result<PathBuf, String> {
+    use sha2::Digest as _;
+    let script = include_bytes!("../../stockade-image/ci-setup.sh");
+    let hex = format!("{:x}", sha2::Sha256::digest(script));
+    let p = Path::new("/var/cache/stockade/test-images")
+        .join(&hex[..16])
+        .join("debian-python.tar");
+    p.is_file()
+        .then_some(p.clone())
+        .ok_or_else(|| format!("{} does not exist", p.display()))
+}
+
+/// How to get the Debian test image.
+pub const DEBIAN_FIX: &str = "run crates/stockade-image/ci-setup.sh as root";
+
+/// Writes an OCI image layout into `dir`: `base` (a rootfs tar, e.g. the Debian
+/// test image) as the first layer, a second layer with `files` (path, contents), the
+/// image config's `config` section as given (`Env`, `User`, `Cmd`...), the index
+/// entry named `ref_name`.
+pub fn oci_layout(
+    dir: &Path,
+    base: &Path,
+    files: &[(&str, &[u8])],
+    config: serde_json::Value,
+    ref_name: &str,
+) {
+    use sha2::Digest as _;
+    let blobs = dir.join("blobs/sha256");
+    std::fs::create_dir_all(&blobs).unwrap();
+    let put = |data: &[u8]| {
+        let hex = format!("{:x}", sha2::Sha256::digest(data));
+        std::fs::write(blobs.join(&hex), data).unwrap();
+        (format!("sha256:{hex}"), data.len())
+    };
+    let mut b = tar::Builder::new(Vec::new());
+    for (path, body) in files {
+        let mut h = tar::Header::new_gnu();
+        h.set_size(body.len() as u64);
+        h.set_mode(0o755);
+        h.set_cksum();
+        b.append_data(&mut h, path, *body).unwrap();
+    }
+    let extra = b.into_inner().unwrap();
+    let base = std::fs::read(base).unwrap();
+    let layers = [put(&base), put(&extra)];
+    let config = serde_json::to_vec(&serde_json::json!({
+        "architecture": "amd64", "os": "linux", "config": config,
+        "rootfs": {"type": "layers", "diff_ids": layers.iter().map(|l| l.0.clone()).collect::<Vec<_>>()},
+    }))
+    .unwrap();
+    let (cd, cs) = put(&config);
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+        "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": cd, "size": cs},
+        "layers": layers.iter().map(|(d, n)| serde_json::json!({
+            "mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": d, "size": n})).collect::<Vec<_>>(),
+    }))
+    .unwrap();
+    let (md, ms) = put(&manifest);
+    std::fs::write(dir.join("oci-layout"), br#"{"imageLayoutVersion":"1.0.0"}"#).unwrap();
+    let index = serde_json::json!({"schemaVersion": 2, "manifests": [{
+        "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": md, "size": ms,
+        "annotations": {"org.opencontainers.image.ref.name": ref_name}}]});
+    std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+}
