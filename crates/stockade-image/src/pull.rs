@@ -276,7 +276,11 @@ impl From<Error> for FetchError {
     }
 }
 
-/// Streams a blob into a temp file, then has the store verify and keep it.
+/// Streams a blob into `tmp/partial-<hex>`, then has the store verify and keep it.
+/// An interrupted download leaves the partial file: the next pull asks the registry
+/// for the rest only (an HTTP range request), or starts over when the registry
+/// answers with the whole blob. Whatever arrived, the store checks the digest of the
+/// whole; a partial file that does not add up is dropped.
 async fn fetch_blob(
     store: &Store,
     client: &oci_client::Client,
@@ -284,29 +288,80 @@ async fn fetch_blob(
     blob: &Descriptor,
     progress: &mut (dyn FnMut(PullProgress) + Send),
 ) -> std::result::Result<(), FetchError> {
+    use oci_client::client::BlobResponse;
     let desc = OciDescriptor {
         media_type: blob.media_type.clone(),
         digest: blob.digest.to_string(),
         size: i64::try_from(blob.size).unwrap_or(i64::MAX),
         ..Default::default()
     };
-    let tmp_dir = store.root().join("tmp");
-    let mut tmp = tempfile::NamedTempFile::new_in(&tmp_dir)
-        .map_err(Error::io("create a file in", &tmp_dir))?;
-    let mut stream = client
-        .pull_blob_stream(image, &desc)
+    let path = store
+        .root()
+        .join("tmp")
+        .join(format!("partial-{}", blob.digest.hex()));
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(&path)
+        .map_err(Error::io("open", &path))?;
+    // Two pulls of different images sharing this blob take turns.
+    let p = path.clone();
+    let mut file = tokio::task::spawn_blocking(move || file.lock().map(|()| file))
         .await
-        .map_err(FetchError::Registry)?;
-    let mut done = 0u64;
+        .map_err(|e| Error::io("lock", &p)(std::io::Error::other(e)))?
+        .map_err(Error::io("lock", &path))?;
+    if store.has_blob(&blob.digest) {
+        let _ = std::fs::remove_file(&path);
+        return Ok(());
+    }
+    let have = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut stream = if have > 0 && have < blob.size {
+        match client
+            .pull_blob_stream_partial(image, &desc, have, None)
+            .await
+            .map_err(FetchError::Registry)?
+        {
+            BlobResponse::Partial(s) => {
+                use std::io::Seek;
+                file.seek(std::io::SeekFrom::End(0))
+                    .map_err(Error::io("seek", &path))?;
+                s
+            }
+            BlobResponse::Full(s) => {
+                truncate(&mut file, &path)?;
+                s
+            }
+        }
+    } else {
+        truncate(&mut file, &path)?;
+        client
+            .pull_blob_stream(image, &desc)
+            .await
+            .map_err(FetchError::Registry)?
+    };
+    let mut done = file.metadata().map_err(Error::io("stat", &path))?.len();
     let mut last_report = 0u64;
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|source| Error::Archive {
-            what: format!("blob {} from the registry", blob.digest),
-            source,
+        let chunk = chunk.map_err(|source| {
+            // Bytes that arrived but do not verify are no base to resume from; a
+            // dropped connection's bytes are.
+            let bad = source
+                .get_ref()
+                .is_some_and(|e| e.is::<oci_client::errors::DigestError>());
+            if bad {
+                let _ = std::fs::remove_file(&path);
+            }
+            Error::Archive {
+                what: format!("blob {} from the registry", blob.digest),
+                source,
+            }
         })?;
         done += chunk.len() as u64;
         // A registry sending more than announced is cut off here, not after the disk fills.
         if done > blob.size {
+            let _ = std::fs::remove_file(&path);
             return Err(Error::SizeMismatch {
                 what: format!("blob {}", blob.digest),
                 expected: blob.size,
@@ -314,8 +369,7 @@ async fn fetch_blob(
             }
             .into());
         }
-        tmp.write_all(&chunk)
-            .map_err(Error::io("write", tmp.path().to_path_buf()))?;
+        file.write_all(&chunk).map_err(Error::io("write", &path))?;
         if done - last_report >= 1 << 20 || done == blob.size {
             last_report = done;
             progress(PullProgress::Bytes {
@@ -325,11 +379,21 @@ async fn fetch_blob(
             });
         }
     }
-    let file = tmp
-        .reopen()
-        .map_err(Error::io("open", tmp.path().to_path_buf()))?;
-    store.put_blob(file, Some(&blob.digest), Some(blob.size))?;
+    let whole = std::fs::File::open(&path).map_err(Error::io("open", &path))?;
+    let kept = store.put_blob(whole, Some(&blob.digest), Some(blob.size));
+    // Kept or not adding up: either way the partial file has served.
+    let _ = std::fs::remove_file(&path);
+    kept?;
     Ok(())
+}
+
+/// Empties a partial download to start it over.
+fn truncate(file: &mut std::fs::File, path: &std::path::Path) -> Result<()> {
+    use std::io::Seek;
+    file.set_len(0).map_err(Error::io("truncate", path))?;
+    file.seek(std::io::SeekFrom::Start(0))
+        .map(|_| ())
+        .map_err(Error::io("seek", path))
 }
 
 fn media_type_of(data: &[u8]) -> String {

@@ -73,6 +73,13 @@ impl Drop for Registry {
     }
 }
 
+impl Registry {
+    /// `Ok` when `docker-registry` and `skopeo` are installed.
+    pub fn available() -> Result<(), String> {
+        registry_tools()
+    }
+}
+
 fn registry_tools() -> Result<(), String> {
     for tool in ["/usr/bin/docker-registry", "/usr/bin/skopeo"] {
         if !Path::new(tool).exists() {
