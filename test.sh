@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Sets Stockade up and runs the whole test suite: formatting, lints, every crate's
-# tests (as root: the attack tests need it), and a final check that nothing leaked.
+# tests (as root: the attack tests need it), the Python SDK's tests, and a final
+# check that nothing leaked.
 #   sudo ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
@@ -13,6 +14,8 @@ done
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --no-fail-fast
+# The Python SDK: its wheel built and installed in a venv, pytest against it.
+sdk/python/test.sh
 
 scripts/leak-check.sh
 echo "test.sh: all green"

@@ -27,6 +27,7 @@ use stockade_core::{
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use doctor::host_checks;
+pub use image::ensure_image;
 pub use state::default_state_root;
 
 /// The native provider.

@@ -16,6 +16,8 @@
 
 use std::sync::Arc;
 
+pub mod code;
+
 pub use stockade_core::*;
 pub use stockade_native::NativeProvider;
 pub use stockade_wasm::{self as wasm, WasmProvider};

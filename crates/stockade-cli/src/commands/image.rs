@@ -186,29 +186,7 @@ pub fn store(ctx: &Ctx) -> Result<Store> {
 
 /// Image errors as the CLI's error codes.
 pub fn to_error(e: stockade_image::Error) -> Error {
-    use stockade_image::Error as E;
-    match e {
-        E::ImageNotFound { reference } => Error::NotFound {
-            kind: "image",
-            id: reference,
-        },
-        E::InvalidReference { .. } | E::InvalidDigest { .. } => {
-            Error::InvalidRequest(e.to_string())
-        }
-        E::LimitExceeded { .. } => Error::LimitExceeded {
-            what: e.to_string(),
-            limit: "the unpacking limits".into(),
-        },
-        E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
-        E::InUse { .. } => Error::InvalidRequest(e.to_string()),
-        E::Config { .. } => Error::InvalidRequest(e.to_string()),
-        E::Registry { .. } => Error::Unavailable {
-            what: "the registry".into(),
-            reason: e.to_string(),
-            fix: "check the reference, the network and credentials; plain-HTTP registries need --insecure-registry".into(),
-        },
-        e => Error::Internal(e.to_string()),
-    }
+    stockade::code::image_error(e)
 }
 
 fn mib(n: u64) -> String {

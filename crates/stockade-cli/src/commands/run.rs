@@ -1,9 +1,10 @@
 //! `stockade run [spec flags] -- CMD...` and `run --language L --code CODE | -f FILE`.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use clap::Args;
-use stockade::spec::{LanguagePreset, Mount};
+use stockade::code::Source;
+use stockade::spec::LanguagePreset;
 use stockade::{CreateOptions, Error, Result, Sandbox};
 
 use super::exec::{exec_and_print, request};
@@ -38,104 +39,18 @@ pub struct RunArgs {
     pub command: Vec<String>,
 }
 
-/// Where a language's interpreter comes from.
-enum Interpreter {
-    /// The host's (host-rootfs mode), at this path.
-    Host(String),
-    /// An image's (the spec names it), at this path inside.
-    Image(String),
-}
+/// Pulls and unpacks images with the CLI's progress bars.
+struct ProgressFetcher<'a>(&'a Ctx);
 
-/// Finds `name` in `dirs` under `root` (the host's `/`, or an image's rootfs), as a
-/// file or a symlink (an image's `/usr/bin/python3 -> python3.11` resolves inside
-/// the sandbox, not here).
-fn find_in(root: &Path, dirs: &[&str], name: &str) -> Option<String> {
-    dirs.iter().find_map(|dir| {
-        let inside = Path::new(dir).join(name);
-        let on_host = root.join(inside.strip_prefix("/").ok()?);
-        std::fs::symlink_metadata(&on_host)
-            .ok()
-            .filter(|m| m.is_file() || m.file_type().is_symlink())
-            .map(|_| inside.display().to_string())
-    })
-}
-
-/// The PATH directories of an image config's `Env` (default: the usual ones).
-fn image_path_dirs(image: &stockade_image::Image) -> Vec<String> {
-    image
-        .run_config()
-        .env
-        .unwrap_or_default()
-        .iter()
-        .find_map(|e| e.strip_prefix("PATH=").map(str::to_string))
-        .unwrap_or_else(|| stockade::spec::DEFAULT_PATH.to_string())
-        .split(':')
-        .filter(|d| d.starts_with('/'))
-        .map(str::to_string)
-        .collect()
-}
-
-/// Picks the interpreter of `preset` for the native provider: from `--image` when
-/// given; else the host's when installed; else the preset's image (or the config
-/// file's `[languages]` entry), pulled on first use.
-async fn native_interpreter(
-    ctx: &Ctx,
-    preset: &LanguagePreset,
-    spec: &mut stockade::SandboxSpec,
-) -> Result<Interpreter> {
-    let name = preset.interpreter[0];
-    let from_image = |image: &stockade_image::Image, rootfs: &Path, reference: &str| {
-        let dirs = image_path_dirs(image);
-        let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
-        find_in(rootfs, &dirs, name)
-            .map(Interpreter::Image)
-            .ok_or_else(|| Error::Unavailable {
-                what: format!("the {} interpreter", preset.names[0]),
-                reason: format!(
-                    "image {reference} has no {name} on its PATH ({})",
-                    dirs.join(":")
-                ),
-                fix: format!("use an image that has it, e.g. --image {}", preset.image),
-            })
-    };
-    if let Some(reference) = spec.image.clone() {
-        let store = image::store(ctx)?;
-        let img = image::ensure_local(ctx, &store, &reference).await?;
-        let rootfs = store.rootfs(&img).map_err(image::to_error)?;
-        return from_image(&img, &rootfs, &reference);
+#[async_trait::async_trait]
+impl stockade::code::ImageFetcher for ProgressFetcher<'_> {
+    async fn fetch(
+        &self,
+        store: &stockade_image::Store,
+        reference: &str,
+    ) -> Result<stockade_image::Image> {
+        image::ensure_local(self.0, store, reference).await
     }
-    if let Some(p) = find_in(
-        Path::new("/"),
-        &["/usr/local/bin", "/usr/bin", "/bin"],
-        name,
-    ) {
-        return Ok(Interpreter::Host(p));
-    }
-    let config =
-        stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
-    let reference = config
-        .languages
-        .get(preset.names[0])
-        .cloned()
-        .unwrap_or_else(|| preset.image.to_string());
-    let store = image::store(ctx)?;
-    let img = image::ensure_local(ctx, &store, &reference)
-        .await
-        .map_err(|e| Error::Unavailable {
-            what: format!("the {} interpreter", preset.names[0]),
-            reason: format!(
-                "{name} is not installed on this host, and its image {reference} is not available: {e}"
-            ),
-            fix: format!(
-                "install {name} on the host, pass --image REF of an image that has it, \
-                 or name one under [languages] in {}",
-                stockade_image::Config::default_path().display()
-            ),
-        })?;
-    let rootfs = store.rootfs(&img).map_err(image::to_error)?;
-    let found = from_image(&img, &rootfs, &reference)?;
-    spec.image = Some(reference);
-    Ok(found)
 }
 
 /// The argv that runs `--code`/`-f` of a language on `provider`.
@@ -147,61 +62,25 @@ async fn language_argv(
     file: Option<&PathBuf>,
     spec: &mut stockade::SandboxSpec,
 ) -> Result<Vec<String>> {
-    let read = |f: &PathBuf| {
-        std::fs::read_to_string(f)
-            .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", f.display())))
-    };
-    if provider == "wasm" {
-        // WASI runtimes carry their interpreter: the image names it.
-        let image = stockade::wasm::image_for_language(preset.names[0]).ok_or_else(|| {
-            Error::Unavailable {
-                what: format!("{} on the wasm provider", preset.names[0]),
-                reason: "no WASI runtime for this language is known".into(),
-                fix: "use --language python, or another provider".into(),
-            }
-        })?;
-        spec.image.get_or_insert_with(|| image.to_string());
-        let code = match (code, file) {
-            (Some(c), None) => c.clone(),
-            (None, Some(f)) => read(f)?,
-            _ => {
-                return Err(Error::InvalidRequest(
-                    "--language needs --code or -f".into(),
-                ));
-            }
-        };
-        return Ok(preset.code_argv(image, &code));
-    }
-    if code.is_none() == file.is_none() {
-        return Err(Error::InvalidRequest(
-            "--language needs --code or -f".into(),
-        ));
-    }
-    let interp = if provider == "native" {
-        match native_interpreter(ctx, preset, spec).await? {
-            Interpreter::Host(p) | Interpreter::Image(p) => p,
+    let source = match (code, file) {
+        (Some(c), None) => Source::Code(c),
+        (None, Some(f)) => Source::File(f),
+        _ => {
+            return Err(Error::InvalidRequest(
+                "--language needs --code or -f".into(),
+            ));
         }
-    } else {
-        // Other providers resolve the interpreter on their own PATH.
-        spec.image.get_or_insert_with(|| preset.image.to_string());
-        preset.interpreter[0].to_string()
     };
-    match (code, file) {
-        (Some(code), None) => Ok(preset.code_argv(&interp, code)),
-        (None, Some(file)) => {
-            let host = std::fs::canonicalize(file)
-                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
-            // Mounted read-only, as the code file of a run should be.
-            let target = format!("/code/main.{}", preset.extension);
-            spec.mounts.push(Mount {
-                host,
-                target: target.clone().into(),
-                writable: false,
-            });
-            Ok(preset.file_argv(&interp, &target))
-        }
-        _ => unreachable!("checked above"),
-    }
+    let store = image::store(ctx)?;
+    stockade::code::prepare(
+        provider,
+        preset,
+        source,
+        spec,
+        &store,
+        &ProgressFetcher(ctx),
+    )
+    .await
 }
 
 /// The image's own command (`Entrypoint` + `Cmd`), for `run --image REF` without one.

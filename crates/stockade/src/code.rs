@@ -1,0 +1,256 @@
+//! Running a code string or file of a language: which interpreter, from which root,
+//! and the argv that runs it. Shared by the CLI (`stockade run --language`) and the
+//! SDKs (`run_code`), so both pick interpreters the same way.
+//!
+//! On the native provider the interpreter comes from the spec's image when it names
+//! one; else from the host when it is installed there (host-rootfs mode, the fastest);
+//! else from the language's image (the config file's `[languages]` entry, else the
+//! preset's default), pulled on first use. When none of these works the error names
+//! the missing interpreter and what to do. The wasm provider's runtimes carry their
+//! interpreter; other providers look it up on the image's `PATH`.
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use stockade_core::{Error, Result};
+use stockade_image::{Image, Store};
+use stockade_spec::{LanguagePreset, Mount, SandboxSpec};
+
+/// What to run: a code string, or a host file (mounted read-only into the sandbox).
+#[derive(Clone, Copy, Debug)]
+pub enum Source<'a> {
+    /// Code given as a string.
+    Code(&'a str),
+    /// A file on the host.
+    File(&'a Path),
+}
+
+/// Makes an image local (pulled and unpacked) before its rootfs is searched. The CLI
+/// shows progress bars; [`QuietFetcher`] does it silently.
+#[async_trait]
+pub trait ImageFetcher: Send + Sync {
+    /// Pulls `reference` into `store` when missing and unpacks it; returns the image.
+    async fn fetch(&self, store: &Store, reference: &str) -> Result<Image>;
+}
+
+/// Pulls (with the environment's credentials and the config file's registries) and
+/// unpacks without output.
+pub struct QuietFetcher;
+
+#[async_trait]
+impl ImageFetcher for QuietFetcher {
+    async fn fetch(&self, store: &Store, reference: &str) -> Result<Image> {
+        let image = match store.image(reference) {
+            Ok(img) => img,
+            Err(stockade_image::Error::ImageNotFound { .. }) => {
+                stockade_native::ensure_image(reference, Some(store.root())).await?;
+                store.image(reference).map_err(image_error)?
+            }
+            Err(e) => return Err(image_error(e)),
+        };
+        let (s, img) = (store.clone(), image.clone());
+        tokio::task::spawn_blocking(move || s.rootfs(&img))
+            .await
+            .map_err(|e| Error::Internal(format!("unpack task failed: {e}")))?
+            .map_err(image_error)?;
+        Ok(image)
+    }
+}
+
+/// Image-store errors as Stockade errors with their codes.
+pub fn image_error(e: stockade_image::Error) -> Error {
+    use stockade_image::Error as E;
+    match e {
+        E::ImageNotFound { reference } => Error::NotFound {
+            kind: "image",
+            id: reference,
+        },
+        E::InvalidReference { .. } | E::InvalidDigest { .. } => {
+            Error::InvalidRequest(e.to_string())
+        }
+        E::LimitExceeded { .. } => Error::LimitExceeded {
+            what: e.to_string(),
+            limit: "the unpacking limits".into(),
+        },
+        E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
+        E::InUse { .. } | E::Config { .. } => Error::InvalidRequest(e.to_string()),
+        E::Registry { .. } => Error::Unavailable {
+            what: "the registry".into(),
+            reason: e.to_string(),
+            fix: "check the reference, the network and credentials; plain-HTTP registries \
+                  need --insecure-registry"
+                .into(),
+        },
+        e => Error::Internal(e.to_string()),
+    }
+}
+
+/// Finds `name` in `dirs` under `root` (the host's `/`, or an image's rootfs), as a
+/// file or a symlink (an image's `/usr/bin/python3 -> python3.11` resolves inside
+/// the sandbox, not here).
+fn find_in(root: &Path, dirs: &[&str], name: &str) -> Option<String> {
+    dirs.iter().find_map(|dir| {
+        let inside = Path::new(dir).join(name);
+        let on_host = root.join(inside.strip_prefix("/").ok()?);
+        std::fs::symlink_metadata(&on_host)
+            .ok()
+            .filter(|m| m.is_file() || m.file_type().is_symlink())
+            .map(|_| inside.display().to_string())
+    })
+}
+
+/// The PATH directories of an image config's `Env` (default: the usual ones).
+fn image_path_dirs(image: &Image) -> Vec<String> {
+    image
+        .run_config()
+        .env
+        .unwrap_or_default()
+        .iter()
+        .find_map(|e| e.strip_prefix("PATH=").map(str::to_string))
+        .unwrap_or_else(|| stockade_spec::DEFAULT_PATH.to_string())
+        .split(':')
+        .filter(|d| d.starts_with('/'))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The interpreter of `preset` in `image` (unpacked at `rootfs`), by its `PATH`.
+fn interpreter_in_image(
+    preset: &LanguagePreset,
+    image: &Image,
+    rootfs: &Path,
+    reference: &str,
+) -> Result<String> {
+    let name = preset.interpreter[0];
+    let dirs = image_path_dirs(image);
+    let dirs: Vec<&str> = dirs.iter().map(String::as_str).collect();
+    find_in(rootfs, &dirs, name).ok_or_else(|| Error::Unavailable {
+        what: format!("the {} interpreter", preset.names[0]),
+        reason: format!(
+            "image {reference} has no {name} on its PATH ({})",
+            dirs.join(":")
+        ),
+        fix: format!("use an image that has it, e.g. --image {}", preset.image),
+    })
+}
+
+/// Picks the interpreter of `preset` for the native provider (see the module doc);
+/// sets `spec.image` when the language's image is used.
+async fn native_interpreter(
+    preset: &LanguagePreset,
+    spec: &mut SandboxSpec,
+    store: &Store,
+    fetch: &dyn ImageFetcher,
+) -> Result<String> {
+    if let Some(reference) = spec.image.clone() {
+        let img = fetch.fetch(store, &reference).await?;
+        let rootfs = store.rootfs(&img).map_err(image_error)?;
+        return interpreter_in_image(preset, &img, &rootfs, &reference);
+    }
+    let name = preset.interpreter[0];
+    if let Some(p) = find_in(
+        Path::new("/"),
+        &["/usr/local/bin", "/usr/bin", "/bin"],
+        name,
+    ) {
+        return Ok(p);
+    }
+    let config =
+        stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+    let reference = config
+        .languages
+        .get(preset.names[0])
+        .cloned()
+        .unwrap_or_else(|| preset.image.to_string());
+    let img = fetch
+        .fetch(store, &reference)
+        .await
+        .map_err(|e| Error::Unavailable {
+            what: format!("the {} interpreter", preset.names[0]),
+            reason: format!(
+                "{name} is not installed on this host, and its image {reference} is not \
+                 available: {e}"
+            ),
+            fix: format!(
+                "install {name} on the host, pass --image REF of an image that has it, \
+                 or name one under [languages] in {}",
+                stockade_image::Config::default_path().display()
+            ),
+        })?;
+    let rootfs = store.rootfs(&img).map_err(image_error)?;
+    let found = interpreter_in_image(preset, &img, &rootfs, &reference)?;
+    spec.image = Some(reference);
+    Ok(found)
+}
+
+/// The argv that runs `source` of `preset` on the provider called `provider`, after
+/// adjusting `spec` for it (the image the interpreter comes from; a read-only mount
+/// of a code file at `/code/main.EXT`).
+pub async fn prepare(
+    provider: &str,
+    preset: &LanguagePreset,
+    source: Source<'_>,
+    spec: &mut SandboxSpec,
+    store: &Store,
+    fetch: &dyn ImageFetcher,
+) -> Result<Vec<String>> {
+    if provider == "wasm" {
+        // WASI runtimes carry their interpreter: the image names it.
+        let image = stockade_wasm::image_for_language(preset.names[0]).ok_or_else(|| {
+            Error::Unavailable {
+                what: format!("{} on the wasm provider", preset.names[0]),
+                reason: "no WASI runtime for this language is known".into(),
+                fix: "use language python, or another provider".into(),
+            }
+        })?;
+        spec.image.get_or_insert_with(|| image.to_string());
+        let code = match source {
+            Source::Code(c) => c.to_string(),
+            Source::File(f) => std::fs::read_to_string(f)
+                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", f.display())))?,
+        };
+        return Ok(preset.code_argv(image, &code));
+    }
+    let interp = if provider == "native" {
+        native_interpreter(preset, spec, store, fetch).await?
+    } else {
+        // Other providers resolve the interpreter on their own PATH.
+        spec.image.get_or_insert_with(|| preset.image.to_string());
+        preset.interpreter[0].to_string()
+    };
+    match source {
+        Source::Code(code) => Ok(preset.code_argv(&interp, code)),
+        Source::File(file) => {
+            let host: PathBuf = std::fs::canonicalize(file)
+                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+            let target = format!("/code/main.{}", preset.extension);
+            spec.mounts.push(Mount {
+                host,
+                target: target.clone().into(),
+                writable: false,
+            });
+            Ok(preset.file_argv(&interp, &target))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_files_and_symlinks_under_a_root() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("usr/bin")).unwrap();
+        std::fs::write(d.path().join("usr/bin/python3.11"), "").unwrap();
+        std::os::unix::fs::symlink("python3.11", d.path().join("usr/bin/python3")).unwrap();
+        std::fs::create_dir_all(d.path().join("usr/bin/ruby")).unwrap();
+        assert_eq!(
+            find_in(d.path(), &["/bin", "/usr/bin"], "python3").as_deref(),
+            Some("/usr/bin/python3")
+        );
+        // A directory is not an interpreter.
+        assert_eq!(find_in(d.path(), &["/usr/bin"], "ruby"), None);
+        assert_eq!(find_in(d.path(), &["/usr/bin"], "lua"), None);
+    }
+}

@@ -1,0 +1,69 @@
+"""Stockade: run untrusted, AI-written code in sandboxes that are secure by default.
+
+    from stockade import Stockade
+
+    with Stockade().create() as sb:
+        print(sb.exec(["python3", "-c", "print(6 * 7)"]).stdout)
+
+Embedded: the Rust core runs in this process (the ``native`` provider by default,
+Linux namespaces, root; or ``wasm``); no daemon. ``AsyncStockade`` is the async
+twin. Agent-framework tools are in :mod:`stockade.tools`.
+"""
+
+from ._client import (
+    Approval,
+    AsyncExecStream,
+    AsyncSandbox,
+    AsyncSessionSandbox,
+    AsyncStockade,
+    ExecStream,
+    Rule,
+    Sandbox,
+    SessionSandbox,
+    Stockade,
+)
+from ._native import PROVIDERS, VERSION
+from ._spec import Mount, build_spec
+from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
+from .errors import (
+    InternalError,
+    InvalidSpecError,
+    LimitExceededError,
+    NotFoundError,
+    PolicyDeniedError,
+    SandboxTimeoutError,
+    StockadeError,
+    UnavailableError,
+)
+
+__version__ = VERSION
+
+__all__ = [
+    "Approval",
+    "AsyncExecStream",
+    "AsyncSandbox",
+    "AsyncSessionSandbox",
+    "AsyncStockade",
+    "ExecResult",
+    "ExecStream",
+    "FileEntry",
+    "GrepMatch",
+    "InternalError",
+    "InvalidSpecError",
+    "LimitExceededError",
+    "Mount",
+    "NotFoundError",
+    "OutputChunk",
+    "PROVIDERS",
+    "PolicyDeniedError",
+    "Rule",
+    "Sandbox",
+    "SandboxInfo",
+    "SandboxTimeoutError",
+    "SessionInfo",
+    "SessionSandbox",
+    "Stockade",
+    "StockadeError",
+    "UnavailableError",
+    "build_spec",
+]

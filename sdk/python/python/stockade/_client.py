@@ -1,0 +1,654 @@
+"""The sync (`Stockade`, `Sandbox`) and async (`AsyncStockade`, `AsyncSandbox`) API.
+
+Both are thin: every call goes to the Rust core (`stockade._native`), the sync one
+blocking with the GIL released, the async one as an awaitable that never blocks the
+event loop. Argument handling and result shaping are shared below.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal, Union
+
+from . import _native
+from ._spec import MountLike, Size, build_spec, spec_json
+from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
+from .errors import InvalidSpecError, UnavailableError
+
+Argv = Union[Sequence[str], str]
+"""A command: a list of arguments, or a string run by ``/bin/sh -c``."""
+
+Verdict = Literal["allow", "deny", "ask"]
+
+LIFETIME_GRACE_SECS = 5
+"""Lifetime beyond the deadline of a one-shot ``run_code``, so a deadline is reported
+as ``timed_out`` rather than cut off by the end of the sandbox."""
+
+
+def _bundled_agent() -> None:
+    """Points the native provider at the agent binary shipped in the wheel."""
+    agent = Path(__file__).parent / "_bin" / "stockade-agent"
+    if agent.is_file() and not os.environ.get("STOCKADE_AGENT"):
+        os.environ["STOCKADE_AGENT"] = str(agent)
+
+
+_bundled_agent()
+
+
+@dataclass(frozen=True)
+class Rule:
+    """An approval rule: ``pattern`` (a regex) is matched against an exec's argv joined
+    by spaces, or a file write's path; the first matching rule decides."""
+
+    name: str
+    pattern: str
+    verdict: Verdict
+    target: Literal["exec", "write", "any"] = "any"
+
+
+@dataclass(frozen=True)
+class Approval:
+    """A human (or any callback) in the loop before execs and file writes.
+
+    ``ask(sandbox_id, kind, subject) -> bool`` decides ``ask`` verdicts (``kind`` is
+    ``exec`` or ``write``); without it, or when it raises, ``ask`` means deny. A
+    refusal raises ``PolicyDeniedError`` naming the rule.
+    """
+
+    default: Verdict = "ask"
+    rules: Sequence[Rule] = field(default_factory=tuple)
+    ask: Callable[[str, str, str], bool] | None = None
+
+
+def _approval(approve: Callable[[str, str, str], bool] | Approval | None) -> Approval | None:
+    if approve is None or isinstance(approve, Approval):
+        return approve
+    if callable(approve):
+        return Approval(ask=approve)
+    raise InvalidSpecError(f"approve must be a callable or an Approval, not {type(approve).__name__}")
+
+
+def _argv(argv: Argv) -> list[str]:
+    if isinstance(argv, str):
+        return ["/bin/sh", "-c", argv]
+    out = [str(a) for a in argv]
+    if not out:
+        raise InvalidSpecError("argv is empty; give a command to run")
+    return out
+
+
+def _exec_kwargs(
+    timeout: float | None,
+    stdin: bytes | str | None,
+    env: Mapping[str, str] | None,
+    cwd: str | None,
+    output_limit: int | None,
+) -> dict[str, Any]:
+    if timeout is not None and not timeout > 0:
+        raise InvalidSpecError(f"exec timeout must be positive, not {timeout!r}")
+    return {
+        "stdin": stdin.encode() if isinstance(stdin, str) else stdin,
+        "env": {str(k): str(v) for k, v in env.items()} if env else None,
+        "cwd": cwd,
+        "timeout_ms": None if timeout is None else max(1, round(timeout * 1000)),
+        "output_limit": output_limit,
+    }
+
+
+def _tar_of(src: str | os.PathLike[str] | bytes) -> bytes:
+    """A tar of a local file or directory (as its base name), or the bytes given."""
+    if isinstance(src, (bytes, bytearray)):
+        return bytes(src)
+    path = Path(src)
+    if not path.exists():
+        raise InvalidSpecError(f"upload source {path} does not exist")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        tar.add(path, arcname=path.name)
+    return buf.getvalue()
+
+
+def _untar(archive: bytes, dest: str | os.PathLike[str]) -> None:
+    """Unpacks a sandbox's archive on the host, refusing absolute paths, ``..``, links
+    leaving ``dest`` and device files (tarfile's ``data`` filter)."""
+    os.makedirs(dest, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        try:
+            tar.extractall(dest, filter="data")
+        except tarfile.FilterError as e:
+            from .errors import PolicyDeniedError
+
+            raise PolicyDeniedError(f"archive from the sandbox refused: {e}") from None
+
+
+def _code_spec(prepared: tuple[list[str], str], spec: dict[str, Any], language: str) -> list[str]:
+    """The argv of ``run_code`` in a live sandbox; refuses a language whose
+    interpreter would need another root than the sandbox has."""
+    argv, new_spec = prepared
+    if json.loads(new_spec).get("image") != spec.get("image"):
+        raise UnavailableError(
+            f"the {language} interpreter is unavailable: this sandbox has none "
+            f"(fix: create a sandbox with language={language!r})"
+        )
+    return argv
+
+
+def _create_args(
+    image: str | None,
+    network: bool,
+    writable: bool,
+    timeout_secs: int,
+    memory: Size,
+    cpus: float,
+    pids: int,
+    env: Mapping[str, str] | None,
+    mounts: Sequence[MountLike] | None,
+    workspace: Any,
+    extra: dict[str, Any],
+) -> dict[str, Any]:
+    unknown = sorted(set(extra) - _SPEC_OPTIONS)
+    if unknown:
+        raise InvalidSpecError(
+            f"unknown sandbox option(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC_OPTIONS))}"
+        )
+    return build_spec(
+        image=image,
+        network=network,
+        writable=writable,
+        timeout_secs=timeout_secs,
+        memory=memory,
+        cpus=cpus,
+        pids=pids,
+        env=env,
+        mounts=mounts,
+        workspace=workspace,
+        **extra,
+    )
+
+
+_SPEC_OPTIONS = frozenset(
+    ["tmp_size", "workdir", "user", "hostname", "seccomp", "landlock", "idle_timeout_secs", "labels"]
+)
+
+
+class _Handle:
+    """State shared by the sync and async sandbox classes."""
+
+    def __init__(self, client: Any, handle: Any, language: str | None) -> None:
+        self._client = client
+        self._h = handle
+        self._language = language
+        self._info: SandboxInfo | None = None
+
+    @property
+    def id(self) -> str:
+        """The sandbox id."""
+        return self._h.id
+
+    @property
+    def info(self) -> SandboxInfo:
+        """The spec as requested and the hardening actually applied."""
+        if self._info is None:
+            self._info = SandboxInfo._from_json(json.loads(self._h.info_json()))
+        return self._info
+
+    def _policy(self, approve: Approval | None) -> None:
+        if approve is not None:
+            rules = [(r.name, r.target, r.pattern, r.verdict) for r in approve.rules]
+            self._h = self._h.with_policy(approve.default, rules, approve.ask)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id}>"
+
+
+class Sandbox(_Handle):
+    """A live sandbox. Use it as a context manager: it is destroyed on exit, also when
+    the block raises. Sandboxes also die with the Python process that created them."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self.destroy()
+
+    def exec(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_limit: int | None = None,
+    ) -> ExecResult:
+        """Runs a command and waits. At ``timeout`` seconds everything it started is
+        killed (``timed_out``). Output is capped at ``output_limit`` bytes per stream
+        (default 1 MiB), keeping head and tail."""
+        kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
+        return ExecResult._from_native(self._h.exec(_argv(argv), **kw))
+
+    def stream(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_limit: int | None = None,
+    ) -> ExecStream:
+        """Starts a command; iterate the result for live output chunks, then call
+        ``result()``. Leaving the ``with`` block (or ``close()``) kills the command."""
+        kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
+        return ExecStream(self._h.stream(_argv(argv), **kw))
+
+    def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
+        """Runs ``code`` in ``language`` (default: the sandbox's language, else python)."""
+        lang = language or self._language or "python"
+        prepared = self._client._n.prepare_code(lang, code, json.dumps(self.info.spec))
+        return self.exec(_code_spec(prepared, self.info.spec, lang), timeout=timeout)
+
+    def write(self, path: str, data: bytes | str) -> None:
+        """Writes a file (parents created), as the sandbox user."""
+        self._h.write(path, data.encode() if isinstance(data, str) else bytes(data))
+
+    def read(self, path: str) -> bytes:
+        """Reads a whole file (up to 32 MiB)."""
+        return self._h.read(path)
+
+    def read_text(self, path: str) -> str:
+        return self.read(path).decode("utf-8", "replace")
+
+    def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
+        """Replaces ``old`` by ``new`` (which must be unique unless ``replace_all``);
+        returns the number of replacements."""
+        return self._h.edit(path, old, new, replace_all)
+
+    def ls(self, path: str = ".") -> list[FileEntry]:
+        return [FileEntry._from_json(e) for e in json.loads(self._h.ls(path))]
+
+    def stat(self, path: str) -> FileEntry:
+        return FileEntry._from_json(json.loads(self._h.stat(path)))
+
+    def glob(self, pattern: str, root: str = ".") -> list[str]:
+        """Paths below ``root`` matching ``pattern`` (``**`` crosses directories)."""
+        return list(self._h.glob(pattern, root))
+
+    def grep(self, regex: str, root: str = ".", include: str | None = None, max_matches: int = 0) -> list[GrepMatch]:
+        return [GrepMatch._from_json(m) for m in json.loads(self._h.grep(regex, root, include, max_matches))]
+
+    def mkdir(self, path: str) -> None:
+        self._h.mkdir(path)
+
+    def rm(self, path: str) -> None:
+        """Removes a file or a directory tree."""
+        self._h.rm(path)
+
+    def upload(self, src: str | os.PathLike[str] | bytes, dest: str = ".") -> None:
+        """Copies a local file or directory into the directory ``dest`` (or unpacks
+        tar bytes there). Archives with ``..``, absolute paths, devices or entries
+        through symlinks are refused before anything is written."""
+        self._h.upload(dest, _tar_of(src))
+
+    def download(self, path: str, to: str | os.PathLike[str] | None = None) -> bytes:
+        """A tar of ``path`` (a directory: its contents); with ``to``, also unpacked into that local directory
+        (paths leaving it are refused)."""
+        archive: bytes = self._h.download(path)
+        if to is not None:
+            _untar(archive, to)
+        return archive
+
+    def destroy(self) -> None:
+        """Kills everything in the sandbox and removes it (idempotent)."""
+        self._h.destroy()
+
+
+class SessionSandbox(Sandbox):
+    """A session's sandbox: leaving the ``with`` block releases it (the sandbox ends,
+    the workspace at /work stays for the next ``session()`` of that name)."""
+
+    def __init__(self, client: Any, handle: Any, language: str | None, name: str) -> None:
+        super().__init__(client, handle, language)
+        self.name = name
+
+    def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        self._client.release_session(self.name)
+
+
+class ExecStream:
+    """Live output of a running command."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+        self._result: ExecResult | None = None
+
+    def __iter__(self) -> Iterator[OutputChunk]:
+        return self
+
+    def __next__(self) -> OutputChunk:
+        chunk = self._h.next()
+        if chunk is None:
+            raise StopIteration
+        return OutputChunk(*chunk)
+
+    def result(self) -> ExecResult:
+        """Waits for the command to end (output not yet read is dropped from the
+        stream but kept in the result's capture)."""
+        if self._result is None:
+            self._result = ExecResult._from_native(self._h.outcome())
+        return self._result
+
+    def close(self) -> None:
+        """Kills the command if it still runs."""
+        self._h.close()
+
+    def __enter__(self) -> ExecStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Stockade:
+    """Entry point: a provider (``native`` by default, or ``$STOCKADE_PROVIDER``:
+    ``wasm``, ...), run in this process; no daemon needed.
+
+    ``home`` holds images and session workspaces (default ``$STOCKADE_HOME``, else
+    ``/var/lib/stockade`` for root or the XDG data directory).
+    """
+
+    def __init__(self, provider: str | None = None, *, home: str | os.PathLike[str] | None = None) -> None:
+        self._n = _native.Client(provider, None if home is None else os.fspath(home))
+
+    @property
+    def provider(self) -> str:
+        return self._n.provider
+
+    def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
+        if language is None:
+            return spec
+        _, adjusted = self._n.prepare_code(language, "", spec_json(spec))
+        return json.loads(adjusted)
+
+    def create(
+        self,
+        image: str | None = None,
+        language: str | None = None,
+        network: bool = False,
+        writable: bool = False,
+        timeout_secs: int = 300,
+        memory: Size = "512m",
+        cpus: float = 1.0,
+        pids: int = 64,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[MountLike] | None = None,
+        workspace: Any = None,
+        *,
+        approve: Callable[[str, str, str], bool] | Approval | None = None,
+        owned: bool = True,
+        **extra: Any,
+    ) -> Sandbox:
+        """Creates a sandbox; every default is the secure one.
+
+        ``language`` picks the interpreter's root (the host's when installed, else the
+        language's image) and is the default of ``run_code``. ``workspace`` is a
+        directory mounted at /work, read-only unless given as ``(path, True)``.
+        ``approve`` puts a callback or an :class:`Approval` before each exec and file
+        write. ``owned`` (default) ties the sandbox to this process. More spec fields
+        as keywords: ``tmp_size``, ``workdir``, ``user``, ``hostname``, ``seccomp``,
+        ``landlock``, ``idle_timeout_secs``, ``labels``.
+        """
+        spec = _create_args(image, network, writable, timeout_secs, memory, cpus, pids, env, mounts, workspace, extra)
+        spec = self._spec(language, spec)
+        sb = Sandbox(self, self._n.create(spec_json(spec), owned), language)
+        sb._policy(_approval(approve))
+        return sb
+
+    def run_code(self, code: str, language: str = "python", *, timeout: float = 30, **create: Any) -> ExecResult:
+        """Runs ``code`` once in a fresh sandbox (created and destroyed around it)."""
+        create.setdefault("timeout_secs", int(timeout) + 1 + LIFETIME_GRACE_SECS)
+        with self.create(language=language, **create) as sb:
+            return sb.run_code(code, timeout=timeout)
+
+    def attach(self, id: str) -> Sandbox:
+        """A handle to an existing sandbox (its lifetime is unchanged)."""
+        return Sandbox(self, self._n.attach(id), None)
+
+    def list(self) -> list[SandboxInfo]:
+        return [SandboxInfo._from_json(d) for d in json.loads(self._n.list())]
+
+    def gc(self) -> list[str]:
+        """Reaps expired and orphaned sandboxes; returns their ids."""
+        return list(json.loads(self._n.gc())["reaped"])
+
+    def session(self, name: str, *, idle_timeout_secs: int = 600, language: str | None = None, **create: Any) -> SessionSandbox:
+        """The sandbox of the session ``name``, created when none is live: a
+        persistent workspace mounted read-write at /work (the working directory) that
+        outlives sandboxes. Concurrent callers share one sandbox. Idle sandboxes end
+        after ``idle_timeout_secs``; the workspace stays."""
+        spec = self._spec(language, build_spec(**create))
+        handle = self._n.session(name, spec_json(spec), idle_timeout_secs)
+        return SessionSandbox(self, handle, language, name)
+
+    get_or_create = session
+
+    def release_session(self, name: str) -> None:
+        """Ends the session's sandbox, keeping its workspace."""
+        self._n.end_session(name, False)
+
+    def delete_session(self, name: str) -> None:
+        """Ends the session's sandbox and deletes its workspace."""
+        self._n.end_session(name, True)
+
+    def sessions(self) -> list[SessionInfo]:
+        return [SessionInfo._from_json(d) for d in json.loads(self._n.sessions_json())]
+
+
+class AsyncSandbox(_Handle):
+    """The async twin of :class:`Sandbox`: ``async with (await s.create()) as sb``."""
+
+    async def __aenter__(self) -> AsyncSandbox:
+        return self
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self.destroy()
+
+    async def exec(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_limit: int | None = None,
+    ) -> ExecResult:
+        kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
+        return ExecResult._from_native(await self._h.exec(_argv(argv), asynchronous=True, **kw))
+
+    def stream(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        stdin: bytes | str | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        output_limit: int | None = None,
+    ) -> AsyncExecStream:
+        """Starts a command; ``async for`` over the result gives live output."""
+        kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
+        return AsyncExecStream(self._h.stream(_argv(argv), **kw))
+
+    async def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
+        lang = language or self._language or "python"
+        prepared = await self._client._n.prepare_code(lang, code, json.dumps(self.info.spec), asynchronous=True)
+        return await self.exec(_code_spec(prepared, self.info.spec, lang), timeout=timeout)
+
+    async def write(self, path: str, data: bytes | str) -> None:
+        await self._h.write(path, data.encode() if isinstance(data, str) else bytes(data), asynchronous=True)
+
+    async def read(self, path: str) -> bytes:
+        return await self._h.read(path, asynchronous=True)
+
+    async def read_text(self, path: str) -> str:
+        return (await self.read(path)).decode("utf-8", "replace")
+
+    async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
+        return await self._h.edit(path, old, new, replace_all, asynchronous=True)
+
+    async def ls(self, path: str = ".") -> list[FileEntry]:
+        return [FileEntry._from_json(e) for e in json.loads(await self._h.ls(path, asynchronous=True))]
+
+    async def stat(self, path: str) -> FileEntry:
+        return FileEntry._from_json(json.loads(await self._h.stat(path, asynchronous=True)))
+
+    async def glob(self, pattern: str, root: str = ".") -> list[str]:
+        return list(await self._h.glob(pattern, root, asynchronous=True))
+
+    async def grep(self, regex: str, root: str = ".", include: str | None = None, max_matches: int = 0) -> list[GrepMatch]:
+        raw = await self._h.grep(regex, root, include, max_matches, asynchronous=True)
+        return [GrepMatch._from_json(m) for m in json.loads(raw)]
+
+    async def mkdir(self, path: str) -> None:
+        await self._h.mkdir(path, asynchronous=True)
+
+    async def rm(self, path: str) -> None:
+        await self._h.rm(path, asynchronous=True)
+
+    async def upload(self, src: str | os.PathLike[str] | bytes, dest: str = ".") -> None:
+        await self._h.upload(dest, _tar_of(src), asynchronous=True)
+
+    async def download(self, path: str, to: str | os.PathLike[str] | None = None) -> bytes:
+        archive: bytes = await self._h.download(path, asynchronous=True)
+        if to is not None:
+            _untar(archive, to)
+        return archive
+
+    async def destroy(self) -> None:
+        await self._h.destroy(asynchronous=True)
+
+
+class AsyncSessionSandbox(AsyncSandbox):
+    """A session's sandbox; leaving ``async with`` releases it (workspace kept)."""
+
+    def __init__(self, client: Any, handle: Any, language: str | None, name: str) -> None:
+        super().__init__(client, handle, language)
+        self.name = name
+
+    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        await self._client.release_session(self.name)
+
+
+class AsyncExecStream:
+    """Live output of a running command, for ``async for``."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+        self._result: ExecResult | None = None
+
+    def __aiter__(self) -> AsyncIterator[OutputChunk]:
+        return self
+
+    async def __anext__(self) -> OutputChunk:
+        chunk = await self._h.next(asynchronous=True)
+        if chunk is None:
+            raise StopAsyncIteration
+        return OutputChunk(*chunk)
+
+    async def result(self) -> ExecResult:
+        if self._result is None:
+            self._result = ExecResult._from_native(await self._h.outcome(asynchronous=True))
+        return self._result
+
+    def close(self) -> None:
+        self._h.close()
+
+    async def __aenter__(self) -> AsyncExecStream:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncStockade:
+    """The async twin of :class:`Stockade`; every call is awaitable and none blocks
+    the event loop."""
+
+    def __init__(self, provider: str | None = None, *, home: str | os.PathLike[str] | None = None) -> None:
+        self._n = _native.Client(provider, None if home is None else os.fspath(home))
+
+    @property
+    def provider(self) -> str:
+        return self._n.provider
+
+    async def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
+        if language is None:
+            return spec
+        _, adjusted = await self._n.prepare_code(language, "", spec_json(spec), asynchronous=True)
+        return json.loads(adjusted)
+
+    async def create(
+        self,
+        image: str | None = None,
+        language: str | None = None,
+        network: bool = False,
+        writable: bool = False,
+        timeout_secs: int = 300,
+        memory: Size = "512m",
+        cpus: float = 1.0,
+        pids: int = 64,
+        env: Mapping[str, str] | None = None,
+        mounts: Sequence[MountLike] | None = None,
+        workspace: Any = None,
+        *,
+        approve: Callable[[str, str, str], bool] | Approval | None = None,
+        owned: bool = True,
+        **extra: Any,
+    ) -> AsyncSandbox:
+        """See :meth:`Stockade.create`."""
+        spec = _create_args(image, network, writable, timeout_secs, memory, cpus, pids, env, mounts, workspace, extra)
+        spec = await self._spec(language, spec)
+        handle = await self._n.create(spec_json(spec), owned, asynchronous=True)
+        sb = AsyncSandbox(self, handle, language)
+        sb._policy(_approval(approve))
+        return sb
+
+    async def run_code(self, code: str, language: str = "python", *, timeout: float = 30, **create: Any) -> ExecResult:
+        create.setdefault("timeout_secs", int(timeout) + 1 + LIFETIME_GRACE_SECS)
+        async with await self.create(language=language, **create) as sb:
+            return await sb.run_code(code, timeout=timeout)
+
+    async def attach(self, id: str) -> AsyncSandbox:
+        return AsyncSandbox(self, await self._n.attach(id, asynchronous=True), None)
+
+    async def list(self) -> list[SandboxInfo]:
+        return [SandboxInfo._from_json(d) for d in json.loads(await self._n.list(asynchronous=True))]
+
+    async def gc(self) -> list[str]:
+        return list(json.loads(await self._n.gc(asynchronous=True))["reaped"])
+
+    async def session(
+        self, name: str, *, idle_timeout_secs: int = 600, language: str | None = None, **create: Any
+    ) -> AsyncSessionSandbox:
+        spec = await self._spec(language, build_spec(**create))
+        handle = await self._n.session(name, spec_json(spec), idle_timeout_secs, asynchronous=True)
+        return AsyncSessionSandbox(self, handle, language, name)
+
+    get_or_create = session
+
+    async def release_session(self, name: str) -> None:
+        await self._n.end_session(name, False, asynchronous=True)
+
+    async def delete_session(self, name: str) -> None:
+        await self._n.end_session(name, True, asynchronous=True)
+
+    async def sessions(self) -> list[SessionInfo]:
+        return [SessionInfo._from_json(d) for d in json.loads(await self._n.sessions_json(asynchronous=True))]

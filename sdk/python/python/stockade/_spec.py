@@ -1,0 +1,111 @@
+"""Keyword arguments of ``create`` -> the JSON sandbox spec the Rust core validates.
+
+Only shape is checked here; the core validates values and lists every problem at
+once (an ``InvalidSpecError``). Every default is the secure one: no network,
+read-only root, 64 MiB ``/tmp``, 64 pids, 512 MiB, one CPU, 300 s, seccomp and
+landlock on, uid 1000.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Union
+
+from .errors import InvalidSpecError
+
+WORKSPACE = "/work"
+"""Where ``workspace=`` is mounted (and the working directory)."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """A host path mounted into the sandbox, read-only unless ``writable``."""
+
+    host: str
+    target: str
+    writable: bool = False
+
+    @classmethod
+    def parse(cls, value: MountLike) -> Mount:
+        if isinstance(value, Mount):
+            return value
+        if isinstance(value, str):
+            parts = value.split(":")
+            if len(parts) == 2:
+                return cls(parts[0], parts[1])
+            if len(parts) == 3 and parts[2] in ("ro", "rw"):
+                return cls(parts[0], parts[1], parts[2] == "rw")
+            raise InvalidSpecError(f"mount {value!r} is not HOST:PATH[:rw]")
+        if isinstance(value, Sequence) and len(value) in (2, 3):
+            return cls(str(value[0]), str(value[1]), bool(value[2]) if len(value) == 3 else False)
+        raise InvalidSpecError(f"mount {value!r} is not a Mount, 'HOST:PATH[:rw]' or (host, target[, writable])")
+
+
+MountLike = Union[Mount, str, Sequence[Any]]
+Size = Union[int, str]
+
+
+def _mapping(name: str, value: Mapping[str, str] | None) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidSpecError(f"{name} must be a mapping of strings, not {type(value).__name__}")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def build_spec(
+    *,
+    image: str | None = None,
+    network: bool = False,
+    writable: bool = False,
+    timeout_secs: int = 300,
+    memory: Size = "512m",
+    cpus: float = 1.0,
+    pids: int = 64,
+    tmp_size: Size = "64m",
+    env: Mapping[str, str] | None = None,
+    mounts: Sequence[MountLike] | None = None,
+    workspace: str | os.PathLike[str] | tuple[str | os.PathLike[str], bool] | None = None,
+    workdir: str | None = None,
+    user: tuple[int, int] | int | None = None,
+    hostname: str | None = None,
+    seccomp: bool = True,
+    landlock: bool = True,
+    idle_timeout_secs: int | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """The spec as a dict (see ``create`` for the meaning of each argument)."""
+    spec_mounts = [Mount.parse(m) for m in (mounts or [])]
+    if workspace is not None:
+        path, rw = workspace if isinstance(workspace, tuple) else (workspace, False)
+        spec_mounts.append(Mount(os.path.abspath(os.fspath(path)), WORKSPACE, bool(rw)))
+        workdir = workdir or WORKSPACE
+    spec: dict[str, Any] = {
+        "image": image,
+        "network": "egress" if network else "none",
+        "writable": bool(writable),
+        "timeout_secs": timeout_secs,
+        "idle_timeout_secs": idle_timeout_secs,
+        "limits": {"memory_bytes": memory, "cpus": cpus, "pids": pids, "tmp_bytes": tmp_size},
+        "env": _mapping("env", env),
+        "mounts": [{"host": m.host, "target": m.target, "writable": m.writable} for m in spec_mounts],
+        "workdir": workdir,
+        "hardening": {"seccomp": bool(seccomp), "landlock": bool(landlock)},
+        "labels": _mapping("labels", labels),
+    }
+    if user is not None:
+        uid, gid = user if isinstance(user, tuple) else (user, user)
+        spec["user"] = {"uid": uid, "gid": gid}
+    if hostname is not None:
+        spec["hostname"] = hostname
+    return spec
+
+
+def spec_json(spec: dict[str, Any]) -> str:
+    try:
+        return json.dumps(spec)
+    except (TypeError, ValueError) as e:
+        raise InvalidSpecError(f"sandbox spec: {e}") from None

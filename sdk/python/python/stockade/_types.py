@@ -1,0 +1,147 @@
+"""Plain result types of the SDK (frozen dataclasses)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """How a command ended. A non-zero ``exit_code`` is a result, not an error.
+
+    ``stdout``/``stderr`` are the captured text (UTF-8, invalid bytes replaced); the
+    exact bytes are in ``stdout_bytes``/``stderr_bytes``. Each stream is capped (1 MiB
+    by default) keeping its head and tail: ``truncated`` says whether bytes were
+    dropped, ``stdout_dropped``/``stderr_dropped`` how many.
+    """
+
+    exit_code: int
+    stdout_bytes: bytes
+    stderr_bytes: bytes
+    signal: int | None = None
+    timed_out: bool = False
+    oom_killed: bool = False
+    stdout_dropped: int = 0
+    stderr_dropped: int = 0
+    duration: float = 0.0
+    """Wall time in seconds."""
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_bytes.decode("utf-8", "replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_bytes.decode("utf-8", "replace")
+
+    @property
+    def truncated(self) -> bool:
+        return self.stdout_dropped > 0 or self.stderr_dropped > 0
+
+    @property
+    def ok(self) -> bool:
+        """Exited 0 within its deadline."""
+        return self.exit_code == 0 and not self.timed_out
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (the shape of ``stockade run --json``)."""
+        return {
+            "exit_code": self.exit_code,
+            "signal": self.signal,
+            "stdout": self.stdout,
+            "stderr": self.stderr,
+            "timed_out": self.timed_out,
+            "oom_killed": self.oom_killed,
+            "truncated": self.truncated,
+            "stdout_dropped_bytes": self.stdout_dropped,
+            "stderr_dropped_bytes": self.stderr_dropped,
+            "duration_ms": round(self.duration * 1000),
+        }
+
+    @classmethod
+    def _from_native(cls, t: tuple) -> ExecResult:
+        code, signal, out, err, timed_out, oom, out_drop, err_drop, ms = t
+        return cls(code, out, err, signal, timed_out, oom, out_drop, err_drop, ms / 1000)
+
+
+@dataclass(frozen=True)
+class OutputChunk:
+    """A piece of live output."""
+
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+    @property
+    def text(self) -> str:
+        return self.data.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A directory entry inside the sandbox (``ls``, ``stat``)."""
+
+    name: str
+    kind: str
+    """``file``, ``dir``, ``symlink`` or ``other``."""
+    size: int
+    mode: int
+    """Permission bits."""
+    mtime: int
+    """Modification time, unix seconds."""
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> FileEntry:
+        return cls(d["name"], d["kind"], d["size"], d["mode"], d["mtime"])
+
+
+@dataclass(frozen=True)
+class GrepMatch:
+    """One matching line of ``grep``."""
+
+    path: str
+    line_number: int
+    line: str
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> GrepMatch:
+        return cls(d["path"], d["line_number"], d["line"])
+
+
+@dataclass(frozen=True)
+class SandboxInfo:
+    """What is known about a sandbox: its spec and the hardening actually applied."""
+
+    id: str
+    provider: str
+    created_at_ms: int
+    expires_at_ms: int
+    owner_pid: int | None
+    spec: dict[str, Any]
+    applied: list[str] = field(default_factory=list)
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> SandboxInfo:
+        return cls(
+            id=d["id"],
+            provider=d["provider"],
+            created_at_ms=d["created_at_ms"],
+            expires_at_ms=d["expires_at_ms"],
+            owner_pid=d.get("owner_pid"),
+            spec=d.get("spec", {}),
+            applied=list(d.get("applied", [])),
+        )
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """A named persistent workspace and its live sandbox, if any."""
+
+    name: str
+    workspace: str
+    sandbox_id: str | None
+    last_used_ms: int
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> SessionInfo:
+        return cls(d["name"], d["workspace"], d.get("sandbox_id"), d.get("last_used_ms", 0))

@@ -1,0 +1,131 @@
+"""A ready ``run_code`` tool for agents, in the shapes frameworks use.
+
+* :func:`run_code`: the handler; returns a JSON-ready dict and never raises for a
+  sandbox problem: when no backend is usable it returns ``{"ok": False, "error":
+  {"code", "message"}}`` so the agent run goes on.
+* :data:`RUN_CODE_SCHEMA`, :func:`anthropic_tool`, :func:`openai_tool`,
+  :func:`handle_tool_call`: plain tool definitions for Anthropic / OpenAI tool calling.
+* :func:`openai_agents_tool`: an OpenAI Agents SDK ``FunctionTool``.
+* :func:`langchain_tool`: a LangChain ``StructuredTool``.
+
+Each call runs in a fresh sandbox with the secure defaults (no network, read-only
+root, 64 MiB /tmp, 512 MiB, one CPU, 64 pids), destroyed afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ._client import Stockade
+from .errors import StockadeError
+
+LANGUAGES = ["python", "javascript", "typescript", "ruby", "php", "perl", "lua", "r", "bash", "sh", "zsh"]
+
+DESCRIPTION = (
+    "Run a snippet of code in a secure, isolated sandbox (no network, read-only "
+    "filesystem except /tmp, memory and CPU limits) and return its exit code, stdout "
+    "and stderr. Print what you want to see."
+)
+
+RUN_CODE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "language": {"type": "string", "enum": LANGUAGES, "description": "Language of the code."},
+        "code": {"type": "string", "description": "The code to run."},
+    },
+    "required": ["language", "code"],
+    "additionalProperties": False,
+}
+
+
+def run_code(
+    language: str,
+    code: str,
+    *,
+    timeout: float = 30,
+    stockade: Stockade | None = None,
+    provider: str | None = None,
+    **create: Any,
+) -> dict[str, Any]:
+    """Runs ``code`` and returns ``{"ok", "exit_code", "stdout", "stderr", "timed_out",
+    "truncated", ...}``; on a sandbox problem ``{"ok": False, "error": {...}}``."""
+    try:
+        client = stockade or Stockade(provider)
+        result = client.run_code(code, language, timeout=timeout, **create)
+    except StockadeError as e:
+        return {"ok": False, "error": {"code": e.code, "message": e.message}}
+    except (OSError, ImportError) as e:
+        return {"ok": False, "error": {"code": "unavailable", "message": str(e)}}
+    return {"ok": result.ok, **result.to_dict()}
+
+
+def anthropic_tool() -> dict[str, Any]:
+    """The tool definition for Anthropic's Messages API (``tools=[...]``)."""
+    return {"name": "run_code", "description": DESCRIPTION, "input_schema": RUN_CODE_SCHEMA}
+
+
+def openai_tool() -> dict[str, Any]:
+    """The tool definition for OpenAI's Chat Completions API (``tools=[...]``)."""
+    return {
+        "type": "function",
+        "function": {"name": "run_code", "description": DESCRIPTION, "parameters": RUN_CODE_SCHEMA, "strict": True},
+    }
+
+
+def handle_tool_call(arguments: str | dict[str, Any], **options: Any) -> dict[str, Any]:
+    """Runs a tool call's arguments (a JSON string or a dict); malformed arguments are
+    a structured failure too."""
+    try:
+        args = json.loads(arguments) if isinstance(arguments, str) else dict(arguments)
+        language, code = str(args["language"]), str(args["code"])
+    except (ValueError, KeyError, TypeError) as e:
+        return {"ok": False, "error": {"code": "invalid_spec", "message": f"bad tool arguments: {e}"}}
+    return run_code(language, code, **options)
+
+
+def openai_agents_tool(**options: Any) -> Any:
+    """An OpenAI Agents SDK ``FunctionTool`` (``pip install openai-agents``); the
+    result is the JSON of :func:`run_code`."""
+    from agents import function_tool
+
+    def run_code_tool(language: str, code: str) -> str:
+        """Run a snippet of code in a secure, isolated sandbox (no network, read-only
+        filesystem except /tmp) and return its exit code, stdout and stderr.
+
+        Args:
+            language: One of python, javascript, typescript, ruby, php, perl, lua, r, bash, sh, zsh.
+            code: The code to run; print what you want to see.
+        """
+        return json.dumps(run_code(language, code, **options))
+
+    return function_tool(run_code_tool, name_override="run_code")
+
+
+def langchain_tool(**options: Any) -> Any:
+    """A LangChain ``StructuredTool`` (``pip install langchain-core``); it returns the
+    dict of :func:`run_code`."""
+    from langchain_core.tools import StructuredTool
+
+    def _run(language: str, code: str) -> dict[str, Any]:
+        return run_code(language, code, **options)
+
+    return StructuredTool.from_function(
+        func=_run,
+        name="run_code",
+        description=DESCRIPTION,
+        args_schema=RUN_CODE_SCHEMA,
+    )
+
+
+__all__ = [
+    "DESCRIPTION",
+    "LANGUAGES",
+    "RUN_CODE_SCHEMA",
+    "anthropic_tool",
+    "handle_tool_call",
+    "langchain_tool",
+    "openai_agents_tool",
+    "openai_tool",
+    "run_code",
+]

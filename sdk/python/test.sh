@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Builds the SDK's wheel, installs it into a venv with the test dependencies, and runs
+# the pytest suite against the installed package (as root: the native provider).
+#   sudo sdk/python/test.sh            (test.sh at the repository root calls it)
+set -euo pipefail
+cd "$(dirname "$0")"
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+venv=${STOCKADE_VENV:-/var/cache/stockade/venv}
+if [ ! -x "$venv/bin/python" ]; then
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    apt-get install -y -q python3-venv >/dev/null
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+  fi
+fi
+py=$venv/bin/python
+# Test dependencies: pytest, and the two agent frameworks whose tool shapes we ship.
+"$py" -m pip install -q --disable-pip-version-check \
+  "maturin>=1.9,<2" "pytest>=8,<10" "openai-agents>=0.2,<1" "langchain-core>=0.3,<2"
+PYTHON=$py ./build.sh "${1:-dev}"
+"$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps dist/*.whl
+cd tests
+# Not from the source tree: the installed wheel (with its bundled agent) is tested.
+env -u STOCKADE_AGENT "$py" -m pytest -q -p no:cacheprovider .

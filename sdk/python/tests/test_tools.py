@@ -1,0 +1,60 @@
+"""The agent tools: plain definitions, OpenAI Agents SDK and LangChain shapes, and
+their structured failure when no backend is usable."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from stockade import tools
+
+
+def test_plain_tool_definitions_and_handler(client) -> None:
+    assert tools.anthropic_tool()["input_schema"]["required"] == ["language", "code"]
+    assert tools.openai_tool()["function"]["name"] == "run_code"
+    out = tools.handle_tool_call(json.dumps({"language": "python", "code": "print(2 + 2)"}), stockade=client)
+    assert out["ok"] is True and out["stdout"] == "4\n" and out["exit_code"] == 0
+    out = tools.handle_tool_call({"language": "python", "code": "raise SystemExit(3)"}, stockade=client)
+    assert out["ok"] is False and out["exit_code"] == 3 and "error" not in out
+    out = tools.handle_tool_call("{not json", stockade=client)
+    assert out["ok"] is False and out["error"]["code"] == "invalid_spec"
+
+
+def test_structured_failure_when_no_backend_is_usable(monkeypatch, tmp_path) -> None:
+    # The native provider cannot find its agent: the tool reports it, it does not raise.
+    monkeypatch.setenv("STOCKADE_AGENT", str(tmp_path / "missing-agent"))
+    out = tools.run_code("python", "print(1)", provider="native")
+    assert out["ok"] is False
+    assert out["error"]["code"] == "unavailable" and "STOCKADE_AGENT" in out["error"]["message"]
+    out = tools.run_code("python", "print(1)", provider="firecracker")
+    assert out["ok"] is False and out["error"]["code"] == "invalid_spec"
+    out = tools.run_code("cobol", "DISPLAY 1", provider="native")
+    assert out["ok"] is False and "unknown language" in out["error"]["message"]
+
+
+def test_timeouts_come_back_as_results(client) -> None:
+    out = tools.run_code("python", "while True: pass", timeout=1, stockade=client)
+    assert out["ok"] is False and out["timed_out"] is True
+
+
+def test_openai_agents_function_tool(client) -> None:
+    agents = pytest.importorskip("agents") if not os.environ.get("CI") else __import__("agents")
+    tool = tools.openai_agents_tool(stockade=client)
+    assert isinstance(tool, agents.FunctionTool) and tool.name == "run_code"
+    assert set(tool.params_json_schema["properties"]) == {"language", "code"}
+    from agents.tool_context import ToolContext
+
+    ctx = ToolContext(context=None, tool_name="run_code", tool_call_id="call_1", tool_arguments="")
+    raw = asyncio.run(tool.on_invoke_tool(ctx, json.dumps({"language": "python", "code": "print('via agents')"})))
+    assert json.loads(raw)["stdout"] == "via agents\n"
+
+
+def test_langchain_structured_tool(client) -> None:
+    lc = pytest.importorskip("langchain_core.tools") if not os.environ.get("CI") else __import__("langchain_core.tools").tools
+    tool = tools.langchain_tool(stockade=client)
+    assert isinstance(tool, lc.StructuredTool) and tool.name == "run_code"
+    out = tool.invoke({"language": "bash", "code": "echo via langchain"})
+    assert out["ok"] is True and out["stdout"] == "via langchain\n"
