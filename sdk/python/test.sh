@@ -16,7 +16,9 @@ fi
 py=$venv/bin/python
 # Test dependencies: pytest, and the two agent frameworks whose tool shapes we ship.
 "$py" -m pip install -q --disable-pip-version-check \
-  "maturin>=1.9,<2" "pytest>=8,<10" "openai-agents>=0.2,<1" "langchain-core>=0.3,<2"
+  "maturin>=1.9,<2" "pytest>=8,<10" "mypy>=1.10,<3" "openai-agents>=0.2,<1" "langchain-core>=0.3,<2"
+# The package ships py.typed: its hints must hold.
+"$py" -m mypy --strict --python-version 3.10 --no-error-summary python/stockade
 PYTHON=$py ./build.sh "${1:-dev}"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps dist/*.whl
 cd tests

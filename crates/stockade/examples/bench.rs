@@ -174,6 +174,27 @@ async fn main() {
         }
     }
     rows.push(("create + destroy (library, no exec)".into(), lifecycle));
+    let mut full = Vec::new();
+    for i in 0..=n {
+        let t = Instant::now();
+        let sb = Sandbox::create(
+            provider.clone(),
+            SandboxSpec::default(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+        let o = sb.exec(ExecRequest::new(py)).await.unwrap();
+        assert_eq!(o.exit_code, 0);
+        sb.destroy().await.unwrap();
+        if i > 0 {
+            full.push(t.elapsed());
+        }
+    }
+    rows.push((
+        "create + exec `python3 -c pass` + destroy (library)".into(),
+        full,
+    ));
 
     let bare = stats(rows[0].1.clone()).0;
     println!("| what | p50 ms | p90 ms | mean ms | p50 vs bare python |");

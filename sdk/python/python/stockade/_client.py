@@ -7,6 +7,7 @@ event loop. Argument handling and result shaping are shared below.
 
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -190,7 +191,8 @@ class _Handle:
     @property
     def id(self) -> str:
         """The sandbox id."""
-        return self._h.id
+        sid: str = self._h.id
+        return sid
 
     @property
     def info(self) -> SandboxInfo:
@@ -261,7 +263,8 @@ class Sandbox(_Handle):
 
     def read(self, path: str) -> bytes:
         """Reads a whole file (up to 32 MiB)."""
-        return self._h.read(path)
+        data: bytes = self._h.read(path)
+        return data
 
     def read_text(self, path: str) -> str:
         return self.read(path).decode("utf-8", "replace")
@@ -269,7 +272,8 @@ class Sandbox(_Handle):
     def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
         """Replaces ``old`` by ``new`` (which must be unique unless ``replace_all``);
         returns the number of replacements."""
-        return self._h.edit(path, old, new, replace_all)
+        count: int = self._h.edit(path, old, new, replace_all)
+        return count
 
     def ls(self, path: str = ".") -> list[FileEntry]:
         return [FileEntry._from_json(e) for e in json.loads(self._h.ls(path))]
@@ -375,7 +379,8 @@ class Stockade:
         if language is None:
             return spec
         _, adjusted = self._n.prepare_code(language, "", spec_json(spec))
-        return json.loads(adjusted)
+        out: dict[str, Any] = json.loads(adjusted)
+        return out
 
     def create(
         self,
@@ -424,7 +429,7 @@ class Stockade:
     def list(self) -> list[SandboxInfo]:
         return [SandboxInfo._from_json(d) for d in json.loads(self._n.list())]
 
-    def gc(self) -> list[str]:
+    def gc(self) -> builtins.list[str]:
         """Reaps expired and orphaned sandboxes; returns their ids."""
         return list(json.loads(self._n.gc())["reaped"])
 
@@ -447,7 +452,7 @@ class Stockade:
         """Ends the session's sandbox and deletes its workspace."""
         self._n.end_session(name, True)
 
-    def sessions(self) -> list[SessionInfo]:
+    def sessions(self) -> builtins.list[SessionInfo]:
         return [SessionInfo._from_json(d) for d in json.loads(self._n.sessions_json())]
 
 
@@ -496,13 +501,15 @@ class AsyncSandbox(_Handle):
         await self._h.write(path, data.encode() if isinstance(data, str) else bytes(data), asynchronous=True)
 
     async def read(self, path: str) -> bytes:
-        return await self._h.read(path, asynchronous=True)
+        data: bytes = await self._h.read(path, asynchronous=True)
+        return data
 
     async def read_text(self, path: str) -> str:
         return (await self.read(path)).decode("utf-8", "replace")
 
     async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
-        return await self._h.edit(path, old, new, replace_all, asynchronous=True)
+        count: int = await self._h.edit(path, old, new, replace_all, asynchronous=True)
+        return count
 
     async def ls(self, path: str = ".") -> list[FileEntry]:
         return [FileEntry._from_json(e) for e in json.loads(await self._h.ls(path, asynchronous=True))]
@@ -593,7 +600,8 @@ class AsyncStockade:
         if language is None:
             return spec
         _, adjusted = await self._n.prepare_code(language, "", spec_json(spec), asynchronous=True)
-        return json.loads(adjusted)
+        out: dict[str, Any] = json.loads(adjusted)
+        return out
 
     async def create(
         self,
@@ -632,7 +640,7 @@ class AsyncStockade:
     async def list(self) -> list[SandboxInfo]:
         return [SandboxInfo._from_json(d) for d in json.loads(await self._n.list(asynchronous=True))]
 
-    async def gc(self) -> list[str]:
+    async def gc(self) -> builtins.list[str]:
         return list(json.loads(await self._n.gc(asynchronous=True))["reaped"])
 
     async def session(
@@ -650,5 +658,5 @@ class AsyncStockade:
     async def delete_session(self, name: str) -> None:
         await self._n.end_session(name, True, asynchronous=True)
 
-    async def sessions(self) -> list[SessionInfo]:
+    async def sessions(self) -> builtins.list[SessionInfo]:
         return [SessionInfo._from_json(d) for d in json.loads(await self._n.sessions_json(asynchronous=True))]

@@ -60,7 +60,7 @@ class ExecResult:
         }
 
     @classmethod
-    def _from_native(cls, t: tuple) -> ExecResult:
+    def _from_native(cls, t: tuple[Any, ...]) -> ExecResult:
         code, signal, out, err, timed_out, oom, out_drop, err_drop, ms = t
         return cls(code, out, err, signal, timed_out, oom, out_drop, err_drop, ms / 1000)
 
