@@ -9,8 +9,9 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
 key=$(sha256sum crates/stockade-image/ci-setup.sh | cut -c1-16)
 base=/var/cache/stockade/test-images/$key/debian-python.tar
 [ -f "$base" ] || { echo "run crates/stockade-image/ci-setup.sh first" >&2; exit 1; }
-cargo build -q --release -p stockade-cli -p stockade-agent
-cargo build -q --release -p stockade-image --example bench
+# --workspace: the same feature set as every other build, so nothing is rebuilt twice.
+cargo build -q --release --workspace --bins
+cargo build -q --release --workspace --example image-bench
 bin=$CARGO_TARGET_DIR/release
 work=$(mktemp -d)
 trap 'kill $reg_pid 2>/dev/null; rm -rf "$work"' EXIT
@@ -58,7 +59,7 @@ ref=127.0.0.1:$port/bench/debian:1
 skopeo --insecure-policy copy --quiet --dest-tls-verify=false "oci:$work/layout:v1" "docker://$ref"
 
 echo "## pull (gzip layer over loopback HTTP) and flatten"
-"$bin/examples/bench" pull "$ref" 3
+"$bin/examples/image-bench" pull "$ref" 3
 
 echo "## cold run from the image (empty store each time) vs host rootfs"
 export STOCKADE_AGENT=$bin/stockade-agent

@@ -1,6 +1,6 @@
 //! Benchmark of the wasm provider; prints a markdown table.
 //!
-//! `cargo run --release -p stockade-wasm --example bench`
+//! `cargo run --release -p stockade-wasm --example wasm-bench`
 //!
 //! Needs the wasm32-wasip1 target (for the hello-world guest) and, for the Python
 //! rows, the python-wasm runtime (`cargo run -p stockade-wasm --example install-runtime`).
