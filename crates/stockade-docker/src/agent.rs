@@ -37,11 +37,11 @@ pub fn find() -> Result<PathBuf, Error> {
     }
     let mut candidates = Vec::new();
     let mut bases = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        if let Some(dir) = exe.parent() {
-            candidates.push(dir.join("stockade-agent-static"));
-            bases.extend(dir.ancestors().take(3).map(Path::to_path_buf));
-        }
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join("stockade-agent-static"));
+        bases.extend(dir.ancestors().take(3).map(Path::to_path_buf));
     }
     if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
         bases.push(PathBuf::from(t));
