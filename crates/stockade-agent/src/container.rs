@@ -72,6 +72,12 @@ fn setup() -> Result<
 /// process is left to destroy it.
 fn lifetime_watchdog(expires_at_ms: u64) {
     std::thread::spawn(move || {
+        // SIGCHLD belongs to the server's reaper thread (it blocks it before spawning
+        // its own threads); a thread that left it unblocked would swallow it, and
+        // every exec's shim would stay a zombie, holding a pid of the cap.
+        let mut chld = nix::sys::signal::SigSet::empty();
+        chld.add(nix::sys::signal::Signal::SIGCHLD);
+        let _ = chld.thread_block();
         loop {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)

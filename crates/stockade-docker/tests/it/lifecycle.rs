@@ -227,3 +227,26 @@ async fn image_missing_from_dockerd_is_loaded_from_the_stockade_store() {
         String::from_utf8_lossy(&rmi.stderr)
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_execs_leak_no_pids() {
+    let Some(image) = image() else { return };
+    let mut s = spec(&image);
+    s.limits.pids = 16;
+    let sb = sandbox(s).await;
+    // Each exec's shim must be reaped: with a cap of 16, leaked zombies would stop
+    // this loop early.
+    for i in 0..40 {
+        let mut req = ExecRequest::new(["/bin/true"]);
+        req.timeout_ms = Some(10_000);
+        let out = tokio::time::timeout(std::time::Duration::from_secs(15), sb.exec(req))
+            .await
+            .unwrap_or_else(|_| panic!("exec {i} hung"))
+            .unwrap_or_else(|e| panic!("exec {i}: {e}"));
+        assert_eq!(out.exit_code, 0, "exec {i}: {}", text(&out.stderr));
+    }
+    let out = sh(&sb, "ls -d /proc/[0-9]* | wc -l", 10_000).await;
+    let n: u32 = text(&out.stdout).trim().parse().unwrap();
+    assert!(n <= 4, "{n} processes left in the sandbox");
+    sb.destroy().await.unwrap();
+}
