@@ -379,8 +379,9 @@ impl DockerProvider {
         Ok(())
     }
 
-    /// Every container of this provider (running or not), with its labels.
-    async fn containers(&self) -> Result<Vec<(String, bool, HashMap<String, String>)>> {
+    /// Every container of this provider: id, docker state (`running`, `created`,
+    /// `exited`...) and labels.
+    async fn containers(&self) -> Result<Vec<(String, String, HashMap<String, String>)>> {
         let docker = self.docker().await?;
         let mut filters = HashMap::new();
         filters.insert("label", vec![format!("{}=docker", labels::PROVIDER)]);
@@ -398,8 +399,8 @@ impl DockerProvider {
             .filter_map(|c| {
                 let labels = c.labels.unwrap_or_default();
                 let id = labels.get(labels::ID)?.clone();
-                let running = c.state.map(|s| s.to_string()) == Some("running".to_string());
-                Some((id, running, labels))
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                Some((id, state, labels))
             })
             .collect())
     }
@@ -430,9 +431,13 @@ impl DockerProvider {
         let mut report = GcReport::default();
         let now = now_ms();
         let containers = self.containers().await?;
-        for (id, running, labels) in &containers {
+        for (id, state, labels) in &containers {
             let num = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
             let expired = num(labels::EXPIRES).is_some_and(|e| now >= e);
+            // A container being created right now is `created` until it starts.
+            let starting = state == "created"
+                && num(labels::CREATED).is_some_and(|c| now.saturating_sub(c) < 60_000);
+            let dead = state != "running" && !starting;
             let owner_dead = match (num(labels::OWNER_PID), num(labels::OWNER_TICKS)) {
                 (Some(pid), Some(ticks)) => {
                     !stockade_sys::process::is_same_process(pid as u32, ticks)
@@ -440,7 +445,7 @@ impl DockerProvider {
                 (Some(pid), None) => !Path::new(&format!("/proc/{pid}")).exists(),
                 _ => false,
             };
-            if !running || expired || owner_dead {
+            if dead || expired || owner_dead {
                 match self.remove(id).await {
                     Ok(()) => report.reaped.push(id.clone()),
                     Err(e) => report.errors.push(format!("sandbox {id}: {e}")),
@@ -609,7 +614,7 @@ impl Provider for DockerProvider {
             .containers()
             .await?
             .iter()
-            .filter(|(_, running, _)| *running)
+            .filter(|(_, state, _)| state == "running")
             .map(|(id, _, l)| Self::info_from_labels(id, l))
             .collect())
     }
