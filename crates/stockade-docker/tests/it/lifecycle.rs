@@ -245,8 +245,10 @@ async fn many_execs_leak_no_pids() {
             .unwrap_or_else(|e| panic!("exec {i}: {e}"));
         assert_eq!(out.exit_code, 0, "exec {i}: {}", text(&out.stderr));
     }
+    // Only the agent and this check (shim, sh, ls, wc; a shim of the last exec may
+    // still await its reaping) are left.
     let out = sh(&sb, "ls -d /proc/[0-9]* | wc -l", 10_000).await;
     let n: u32 = text(&out.stdout).trim().parse().unwrap();
-    assert!(n <= 4, "{n} processes left in the sandbox");
+    assert!(n <= 6, "{n} processes in the sandbox after 40 execs");
     sb.destroy().await.unwrap();
 }
