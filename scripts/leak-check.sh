@@ -26,6 +26,19 @@ mnts=$(grep -E 'stockade/sb-' /proc/self/mountinfo)
 [ -z "$mnts" ] || report "mounts left: $mnts"
 slirps=$(live 'slirp4netns')
 [ -z "$slirps" ] || report "network helpers left: $slirps"
+# Docker sandboxes: containers labelled by stockade, their host dirs and watchers.
+if [ -x /usr/bin/docker ] && /usr/bin/docker version >/dev/null 2>&1; then
+  for _ in $(seq 50); do
+    [ -z "$(/usr/bin/docker ps -aq --filter label=io.stockade.provider)" ] && break
+    sleep 0.1
+  done
+  ctrs=$(/usr/bin/docker ps -a --filter label=io.stockade.provider --format '{{.Names}} {{.Status}}')
+  [ -z "$ctrs" ] || report "docker containers left: $ctrs"
+fi
+dirs=$(find /run/stockade-docker -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/null)
+[ -z "$dirs" ] || report "docker sandbox dirs left: $dirs"
+watchers=$(live 'stockade-agent docker-watch')
+[ -z "$watchers" ] || report "docker watchers left: $watchers"
 # Remove the (empty) per-run state roots of the test binaries.
 rmdir /tmp/stockade-it-* /tmp/stockade-cli-it-* 2>/dev/null || true
 [ $leaks = 0 ] && echo "leak-check: nothing left"

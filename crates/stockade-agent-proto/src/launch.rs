@@ -226,3 +226,20 @@ pub struct SandboxState {
     /// The user's spec.
     pub spec: serde_json::Value,
 }
+
+/// Where the docker provider mounts a sandbox's private directory (host side: mode
+/// 0700, owned by root) inside the container: it holds the agent binary (read-only),
+/// [`ContainerConfig`] as `config.json`, and the agent's socket `agent.sock`. The code
+/// runs as a non-root user without capabilities and cannot enter it.
+pub const CONTAINER_DIR: &str = "/.stockade";
+
+/// What the docker provider tells `stockade-agent container` (PID 1 of a container),
+/// as `config.json` in [`CONTAINER_DIR`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ContainerConfig {
+    /// Policy the agent applies to each exec.
+    pub exec: ExecPolicy,
+    /// Absolute deadline (unix ms) at which the agent exits, which ends the container.
+    pub expires_at_ms: u64,
+}

@@ -4,14 +4,18 @@
 //!   plan on stdin); its forked child becomes PID 1 inside and serves the agent
 //!   protocol.
 //! - `shim`: runs one exec inside the sandbox (started by PID 1 for every exec).
+//! - `container`: PID 1 of a docker sandbox (the docker provider's entrypoint).
+//! - `docker-watch`: host-side watcher of a docker sandbox's owner and lifetime.
 //! - `--version`.
 
 mod cgroup;
+mod container;
 mod fileop;
 mod monitor;
 mod rootfs;
 mod server;
 mod shim;
+mod watch;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -19,6 +23,8 @@ fn main() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
         Some("fileop") => fileop::main(),
+        Some("container") => container::main(),
+        Some("docker-watch") => watch::main(args.collect()),
         Some("--version") | Some("-V") => {
             println!(
                 "stockade-agent {} (protocol {})",
@@ -29,7 +35,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: stockade-agent monitor|shim|--version\n\nThis program is started by Stockade; run `stockade` instead."
+                "usage: stockade-agent monitor|shim|container|docker-watch|--version\n\nThis program is started by Stockade; run `stockade` instead."
             );
             2
         }

@@ -8,7 +8,7 @@
 //! to the agent over a unix socket in the sandbox's state directory, which the code
 //! inside cannot see.
 
-mod client;
+pub mod client;
 mod doctor;
 mod image;
 pub mod layout;

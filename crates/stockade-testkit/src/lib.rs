@@ -278,3 +278,29 @@ pub fn oci_layout(
         "annotations": {"org.opencontainers.image.ref.name": ref_name}}]});
     std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
 }
+
+/// How to get dockerd and the docker test image.
+pub const DOCKER_FIX: &str = "run crates/stockade-docker/ci-setup.sh as root (installs docker.io, \
+     starts dockerd, builds the static agent, imports the test image)";
+
+/// The Debian python image `crates/stockade-docker/ci-setup.sh` imports into dockerd
+/// (`stockade-test/debian-python:<first 16 hex of that script's sha256>`), once
+/// dockerd answers and has it.
+pub fn docker_test_image() -> Result<String, String> {
+    use sha2::Digest as _;
+    let script = include_bytes!("../../stockade-docker/ci-setup.sh");
+    let hex = format!("{:x}", sha2::Sha256::digest(script));
+    let name = format!("stockade-test/debian-python:{}", &hex[..16]);
+    let out = Command::new("/usr/bin/docker")
+        .args(["image", "inspect", "--format", "{{.Id}}", &name])
+        .output()
+        .map_err(|e| format!("cannot run /usr/bin/docker: {e}"))?;
+    if out.status.success() {
+        Ok(name)
+    } else {
+        Err(format!(
+            "dockerd does not answer or lacks {name}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}

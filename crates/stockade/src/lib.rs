@@ -19,11 +19,12 @@ use std::sync::Arc;
 pub mod code;
 
 pub use stockade_core::*;
+pub use stockade_docker::{self as docker, DockerProvider};
 pub use stockade_native::NativeProvider;
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
-pub const PROVIDERS: &[&str] = &["native", "wasm"];
+pub const PROVIDERS: &[&str] = &["native", "wasm", "docker"];
 
 /// The default provider name: `$STOCKADE_PROVIDER`, else `native`.
 pub fn default_provider_name() -> String {
@@ -53,7 +54,11 @@ pub fn provider_with_home(
             None => NativeProvider::new(),
         })),
         "wasm" => Ok(Arc::new(WasmProvider::new()?)),
-        "docker" | "microvm" => Err(Error::Unavailable {
+        "docker" => Ok(Arc::new(match home {
+            Some(h) => DockerProvider::new().with_image_store(h.join("images")),
+            None => DockerProvider::new(),
+        })),
+        "microvm" => Err(Error::Unavailable {
             what: format!("the {name} provider"),
             reason: "it is not built into this version of stockade".into(),
             fix: "use --provider native".into(),

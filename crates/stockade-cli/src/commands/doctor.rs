@@ -21,6 +21,33 @@ fn wasm_row() -> (&'static str, bool, String) {
     }
 }
 
+async fn docker_row() -> (&'static str, bool, String) {
+    use stockade::Provider as _;
+    match stockade::DockerProvider::new().probe().await {
+        Ok(checks) => {
+            let failing: Vec<String> = checks
+                .iter()
+                .filter(|c| !c.ok)
+                .map(|c| match &c.fix {
+                    Some(f) => format!("{}: {} (fix: {f})", c.name, c.detail),
+                    None => format!("{}: {}", c.name, c.detail),
+                })
+                .collect();
+            if failing.is_empty() {
+                let detail = checks
+                    .iter()
+                    .map(|c| c.detail.clone())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                ("docker", true, format!("usable; {detail}"))
+            } else {
+                ("docker", false, failing.join("; "))
+            }
+        }
+        Err(e) => ("docker", false, e.to_string()),
+    }
+}
+
 pub async fn run(ctx: &Ctx) -> Result<i32> {
     let checks = stockade_native::host_checks();
     let ok = |name: &str| checks.iter().any(|c| c.name == name && c.ok);
@@ -44,7 +71,7 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
                 "needs the failing checks above".to_string()
             },
         ),
-        ("docker", false, "not built into this version".to_string()),
+        docker_row().await,
         ("microvm", false, "not built into this version".to_string()),
         wasm_row(),
     ];

@@ -143,6 +143,11 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     if native && let Some(reference) = spec.image.clone() {
         image::ensure_local(ctx, &image::store(ctx)?, &reference).await?;
     }
+    if provider.name() == "docker"
+        && let Some(reference) = spec.image.clone()
+    {
+        docker_image(ctx, &reference).await?;
+    }
     let deadline = a.spec.timeout.map(|t| t as f64);
     spec.timeout_secs = spec.timeout_secs.saturating_add(LIFETIME_GRACE_SECS);
     let req = request(
@@ -163,4 +168,23 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let code = result?;
     destroyed?;
     Ok(code)
+}
+
+/// Makes sure dockerd has the image (its own, loaded from the image store, or pulled
+/// through dockerd), showing each step on stderr rather than silently inside create.
+async fn docker_image(ctx: &Ctx, reference: &str) -> Result<()> {
+    let mut p = stockade::DockerProvider::new();
+    if let Some(h) = &ctx.home {
+        p = p.with_image_store(h.join("images"));
+    }
+    let quiet = ctx.json;
+    let mut last = String::new();
+    p.ensure_image(reference, &mut |line: &str| {
+        if !quiet && line != last {
+            eprintln!("stockade: {line}");
+            last = line.to_string();
+        }
+    })
+    .await
+    .map(drop)
 }

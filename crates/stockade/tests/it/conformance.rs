@@ -1,6 +1,6 @@
 //! One conformance suite for every provider: the same cases, written in Python so
-//! they run unchanged on the native provider (the host's python3) and on the wasm
-//! provider (python.wasm). Where a provider lacks a capability, the case checks that
+//! they run unchanged on the native provider (the host's python3), on the wasm
+//! provider (python.wasm) and on the docker provider (a Debian python image). Where a provider lacks a capability, the case checks that
 //! a spec needing it is refused with a clear error, instead of skipping.
 
 use std::sync::Arc;
@@ -80,6 +80,24 @@ fn targets(test: &str) -> Vec<Target> {
             panic!("{msg}");
         }
         eprintln!("SKIPPED (wasm part): {msg}");
+    }
+    // Docker: a real dockerd and the Debian python test image.
+    let docker = crate::require_root(test)
+        .then(|| {
+            stockade_testkit::require(
+                "dockerd and the docker test image",
+                stockade_testkit::docker_test_image(),
+                stockade_testkit::DOCKER_FIX,
+            )
+        })
+        .flatten();
+    if let Some(image) = docker {
+        v.push(Target {
+            name: "docker",
+            provider: stockade::provider(Some("docker")).expect("docker provider"),
+            python: "/usr/bin/python3",
+            image: Some(Box::leak(image.into_boxed_str())),
+        });
     }
     v
 }

@@ -1,0 +1,92 @@
+//! `stockade-agent container`: PID 1 of a docker sandbox.
+//!
+//! The docker provider mounts a private directory at
+//! [`CONTAINER_DIR`](stockade_agent_proto::launch::CONTAINER_DIR) (host side 0700,
+//! root's) holding this binary, `config.json` and the socket this role listens on. The
+//! container keeps only the capabilities an exec needs to drop to the sandbox user
+//! (SETUID, SETGID, SETPCAP) and to kill what the exec started (KILL); every exec and
+//! file operation then runs exactly as on the native provider (`server.rs`, `shim.rs`,
+//! `fileop.rs`): the code ends up non-root with no capabilities at all, under
+//! no_new_privs, landlock and the seccomp allowlist, and the socket's directory is
+//! closed to it.
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use stockade_agent_proto::launch::{CONTAINER_DIR, ContainerConfig};
+
+use crate::server::{self, OomCounter};
+
+/// Where the container's OOM kill counter is: cgroup v2 (own namespace), then v1.
+const OOM_COUNTERS: &[(&str, &str)] = &[
+    ("/sys/fs/cgroup/memory.events", "oom_kill"),
+    ("/sys/fs/cgroup/memory/memory.oom_control", "oom_kill"),
+];
+
+/// Entry point of `stockade-agent container`.
+pub fn main() -> i32 {
+    match setup() {
+        Ok((listener, config, oom)) => {
+            lifetime_watchdog(config.expires_at_ms);
+            server::serve(listener, config.exec, oom)
+        }
+        Err(e) => {
+            // Shown by `docker logs` and reported by the provider.
+            eprintln!("stockade-agent container: {e}");
+            1
+        }
+    }
+}
+
+fn setup() -> Result<
+    (
+        std::os::unix::net::UnixListener,
+        ContainerConfig,
+        Option<OomCounter>,
+    ),
+    String,
+> {
+    if std::process::id() != 1 {
+        return Err("this role runs as PID 1 of a container started by stockade".into());
+    }
+    let dir = Path::new(CONTAINER_DIR);
+    let path = dir.join("config.json");
+    let text = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let config: ContainerConfig = serde_json::from_slice(&text)
+        .map_err(|e| format!("{} is not a container config: {e}", path.display()))?;
+    let oom = OOM_COUNTERS
+        .iter()
+        .find_map(|(p, key)| OomCounter::open(Path::new(p), key).ok());
+    let sock = dir.join("agent.sock");
+    let _ = fs::remove_file(&sock);
+    let listener = std::os::unix::net::UnixListener::bind(&sock)
+        .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o600))
+        .map_err(|e| format!("cannot restrict {}: {e}", sock.display()))?;
+    Ok((listener, config, oom))
+}
+
+/// Ends the container (PID 1 exits) when its lifetime passes, even when no Stockade
+/// process is left to destroy it.
+fn lifetime_watchdog(expires_at_ms: u64) {
+    std::thread::spawn(move || {
+        // SIGCHLD belongs to the server's reaper thread (it blocks it before spawning
+        // its own threads); a thread that left it unblocked would swallow it, and
+        // every exec's shim would stay a zombie, holding a pid of the cap.
+        let mut chld = nix::sys::signal::SigSet::empty();
+        chld.add(nix::sys::signal::Signal::SIGCHLD);
+        let _ = chld.thread_block();
+        loop {
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0);
+            if now >= expires_at_ms {
+                stockade_sys::process::exit_now(0);
+            }
+            std::thread::sleep(Duration::from_millis((expires_at_ms - now).min(1000)));
+        }
+    });
+}

@@ -1,0 +1,165 @@
+//! `stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR`:
+//! the host-side watcher of one docker sandbox.
+//!
+//! The docker provider starts it after the container is up. It detaches at once and
+//! waits on pidfds of the container's PID 1 and of the owner process, and on the
+//! lifetime deadline. When the owner dies or the lifetime passes it removes the
+//! container through the Engine API (a forced delete kills everything in it) and the
+//! sandbox's state directory. When the container ends first (destroyed, or died under
+//! us) it exits and leaves the rest to the provider and to `stockade gc`.
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use stockade_sys::process::{Forked, exit_now, fork};
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+struct Args {
+    container: String,
+    init_pid: i32,
+    owner_pid: Option<i32>,
+    expires_at_ms: u64,
+    docker_socket: String,
+    state_dir: String,
+}
+
+fn parse(args: &[String]) -> Result<Args, String> {
+    let [container, init, owner, expires, socket, state] = args else {
+        return Err(
+            "usage: stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR"
+                .into(),
+        );
+    };
+    let num = |what: &str, s: &str| {
+        s.parse::<i64>()
+            .map_err(|_| format!("{what} {s:?} is not a number"))
+    };
+    if container.is_empty()
+        || !container
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+    {
+        return Err(format!("container name {container:?} is not valid"));
+    }
+    Ok(Args {
+        container: container.clone(),
+        init_pid: num("init pid", init)? as i32,
+        owner_pid: if owner == "-" {
+            None
+        } else {
+            Some(num("owner pid", owner)? as i32)
+        },
+        expires_at_ms: num("expiry", expires)? as u64,
+        docker_socket: socket.clone(),
+        state_dir: state.clone(),
+    })
+}
+
+fn pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
+    let pid = rustix::process::Pid::from_raw(pid)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
+}
+
+/// Entry point of `stockade-agent docker-watch`.
+pub fn main(args: Vec<String>) -> i32 {
+    let args = match parse(&args) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("stockade-agent docker-watch: {e}");
+            return 2;
+        }
+    };
+    // The provider waits for this parent half; the child lives on detached.
+    match fork() {
+        Ok(Forked::Parent(_)) => return 0,
+        Ok(Forked::Child) => {}
+        Err(e) => {
+            eprintln!("stockade-agent docker-watch: cannot fork: {e}");
+            return 1;
+        }
+    }
+    let _ = nix::unistd::setsid();
+    stockade_sys::process::stdio_to_null(&[0, 1, 2]);
+    let Some(init) = pidfd(args.init_pid) else {
+        exit_now(0)
+    };
+    let owner = match args.owner_pid {
+        Some(p) => match pidfd(p) {
+            Some(fd) => Some(fd),
+            // The owner is already gone.
+            None => {
+                remove(&args);
+                exit_now(0)
+            }
+        },
+        None => None,
+    };
+    loop {
+        let left = args.expires_at_ms.saturating_sub(now_ms());
+        if left == 0 {
+            remove(&args);
+            exit_now(0);
+        }
+        let mut fds = vec![PollFd::new(init.as_fd(), PollFlags::POLLIN)];
+        if let Some(o) = &owner {
+            fds.push(PollFd::new(o.as_fd(), PollFlags::POLLIN));
+        }
+        let timeout = PollTimeout::try_from(Duration::from_millis(left.min(60_000)))
+            .unwrap_or(PollTimeout::MAX);
+        if poll(&mut fds, timeout).is_err() {
+            std::thread::sleep(Duration::from_millis(100));
+            continue;
+        }
+        let fired = |i: usize| {
+            fds.get(i)
+                .and_then(|f| f.revents())
+                .is_some_and(|r| !r.is_empty())
+        };
+        if fired(1) {
+            remove(&args);
+            exit_now(0);
+        }
+        if fired(0) {
+            // The container ended; its lifetime passing is ours to clean up.
+            if now_ms() >= args.expires_at_ms {
+                remove(&args);
+            }
+            exit_now(0);
+        }
+    }
+}
+
+/// Force-removes the container (killing everything in it) and the state directory.
+fn remove(args: &Args) {
+    let request = format!(
+        "DELETE /containers/{}?force=1&v=1 HTTP/1.0\r\nHost: docker\r\n\r\n",
+        args.container
+    );
+    for _ in 0..3 {
+        if let Ok(mut s) = UnixStream::connect(&args.docker_socket) {
+            let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+            if s.write_all(request.as_bytes()).is_ok() {
+                let mut answer = Vec::new();
+                let _ = s.read_to_end(&mut answer);
+                let status = String::from_utf8_lossy(&answer);
+                if status.starts_with("HTTP/1.0 204")
+                    || status.starts_with("HTTP/1.1 204")
+                    || status.contains(" 404 ")
+                {
+                    break;
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let _ = std::fs::remove_dir_all(&args.state_dir);
+}

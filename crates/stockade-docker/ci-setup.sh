@@ -1,0 +1,57 @@
+#!/bin/sh
+# What CI needs for the docker provider's tests. Idempotent: safe to run on every build.
+#   - Debian's docker.io (dockerd 20.10, Engine API 1.41), installed when missing
+#   - dockerd answering on /var/run/docker.sock: started in the background when it
+#     does not answer (log: /var/log/stockade-dockerd.log)
+#   - the static stockade agent (glibc, +crt-static) the provider bind-mounts as PID 1
+#     of every container: $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/stockade-agent
+#   - the test images, imported into dockerd from Debian rootfs tars built with
+#     mmdebstrap and cached under /var/cache/stockade/test-images/<key>/ (key: the
+#     first 16 hex of this script's sha256):
+#       stockade-test/debian-python:<key>  bookworm essential + python3-minimal
+set -eu
+cd "$(dirname "$0")"
+DOCKER=/usr/bin/docker
+
+if [ ! -x /usr/sbin/dockerd ] || [ ! -x "$DOCKER" ] || ! command -v mmdebstrap >/dev/null 2>&1; then
+    apt-get update -q
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -q docker.io mmdebstrap
+fi
+
+if ! "$DOCKER" version >/dev/null 2>&1; then
+    # No systemd here: start the daemon ourselves, detached, and wait for its socket.
+    setsid /usr/sbin/dockerd >>/var/log/stockade-dockerd.log 2>&1 < /dev/null &
+    i=0
+    until "$DOCKER" version >/dev/null 2>&1; do
+        i=$((i + 1))
+        if [ $i -gt 150 ]; then
+            echo "ci-setup: dockerd did not answer within 30 s; see /var/log/stockade-dockerd.log" >&2
+            tail -20 /var/log/stockade-dockerd.log >&2 || true
+            exit 1
+        fi
+        sleep 0.2
+    done
+fi
+
+# The agent every container runs as PID 1: static, so it needs nothing of the image.
+target=${CARGO_TARGET_DIR:-../../target}
+RUSTFLAGS='-C target-feature=+crt-static' cargo build -q \
+    --target x86_64-unknown-linux-gnu -p stockade-agent
+agent="$target/x86_64-unknown-linux-gnu/debug/stockade-agent"
+if ! file -L "$agent" | grep -Eq 'static(-pie)? linked|statically linked'; then
+    echo "ci-setup: $agent is not statically linked: $(file -L "$agent")" >&2
+    exit 1
+fi
+
+key=$(sha256sum ci-setup.sh | cut -c1-16)
+dir=/var/cache/stockade/test-images/docker-$key
+image=stockade-test/debian-python:$key
+if ! "$DOCKER" image inspect "$image" >/dev/null 2>&1; then
+    if [ ! -f "$dir/debian-python.tar" ]; then
+        mkdir -p "$dir"
+        mmdebstrap --quiet --format=tar --variant=essential --include=python3-minimal \
+            bookworm "$dir/debian-python.tar.part"
+        mv "$dir/debian-python.tar.part" "$dir/debian-python.tar"
+    fi
+    "$DOCKER" import --change 'CMD ["/bin/sh"]' "$dir/debian-python.tar" "$image" >/dev/null
+fi

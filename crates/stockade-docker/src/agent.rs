@@ -1,0 +1,103 @@
+//! Finding the static agent binary every container runs as PID 1.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use stockade_core::Error;
+
+/// How to build the static agent.
+pub const BUILD_AGENT: &str = "build it with RUSTFLAGS='-C target-feature=+crt-static' cargo build \
+     --target x86_64-unknown-linux-gnu -p stockade-agent (crates/stockade-docker/ci-setup.sh does), \
+     or point STOCKADE_DOCKER_AGENT at a statically linked stockade-agent";
+
+/// Finds the agent: `$STOCKADE_DOCKER_AGENT`; else `stockade-agent-static` next to the
+/// running program; else the cargo target directory's
+/// `x86_64-unknown-linux-gnu/{debug,release}/stockade-agent` (above the running
+/// program, or `$CARGO_TARGET_DIR`); else the native agent if it is static. It must
+/// be statically linked: it runs inside images that may have no (or another) libc.
+pub fn find() -> Result<PathBuf, Error> {
+    let unavailable = |reason: String| Error::Unavailable {
+        what: "the docker provider's agent".into(),
+        reason,
+        fix: BUILD_AGENT.into(),
+    };
+    if let Some(p) = std::env::var_os("STOCKADE_DOCKER_AGENT") {
+        let p = PathBuf::from(p);
+        return match is_static(&p) {
+            Ok(true) => Ok(p),
+            Ok(false) => Err(unavailable(format!(
+                "STOCKADE_DOCKER_AGENT={} is dynamically linked",
+                p.display()
+            ))),
+            Err(e) => Err(unavailable(format!(
+                "STOCKADE_DOCKER_AGENT={} cannot be read: {e}",
+                p.display()
+            ))),
+        };
+    }
+    let mut candidates = Vec::new();
+    let mut bases = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join("stockade-agent-static"));
+        bases.extend(dir.ancestors().take(3).map(Path::to_path_buf));
+    }
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        bases.push(PathBuf::from(t));
+    }
+    for b in &bases {
+        for profile in ["debug", "release"] {
+            candidates.push(
+                b.join("x86_64-unknown-linux-gnu")
+                    .join(profile)
+                    .join("stockade-agent"),
+            );
+        }
+    }
+    if let Ok(native) = stockade_native::find_agent() {
+        candidates.push(native);
+    }
+    candidates
+        .into_iter()
+        .find(|p| matches!(is_static(p), Ok(true)))
+        .ok_or_else(|| unavailable("no statically linked stockade-agent was found".into()))
+}
+
+/// True when `path` is an ELF executable without an interpreter (`PT_INTERP`), i.e.
+/// it needs no dynamic loader and no libc from the image.
+pub fn is_static(path: &Path) -> std::io::Result<bool> {
+    let mut head = vec![0u8; 64];
+    let mut f = std::fs::File::open(path)?;
+    f.read_exact(&mut head)?;
+    if &head[..4] != b"\x7fELF" || head[4] != 2 {
+        return Ok(false);
+    }
+    let u16_at = |o: usize| u16::from_le_bytes([head[o], head[o + 1]]) as u64;
+    let phoff = u64::from_le_bytes(head[0x20..0x28].try_into().unwrap_or_default());
+    let (phentsize, phnum) = (u16_at(0x36), u16_at(0x38));
+    let mut table = vec![0u8; (phentsize * phnum) as usize];
+    std::io::Seek::seek(&mut f, std::io::SeekFrom::Start(phoff))?;
+    f.read_exact(&mut table)?;
+    const PT_INTERP: u32 = 3;
+    Ok(!table
+        .chunks(phentsize.max(4) as usize)
+        .any(|ph| ph.len() >= 4 && u32::from_le_bytes([ph[0], ph[1], ph[2], ph[3]]) == PT_INTERP))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tells_static_from_dynamic() {
+        // Test binaries are dynamically linked; /bin/sh too.
+        let me = std::env::current_exe().unwrap();
+        assert!(!is_static(&me).unwrap());
+        assert!(!is_static(Path::new("/bin/sh")).unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let text = dir.path().join("script");
+        std::fs::write(&text, "#!/bin/sh\necho hi\n".repeat(8)).unwrap();
+        assert!(!is_static(&text).unwrap(), "not an ELF file");
+    }
+}

@@ -1,0 +1,651 @@
+//! The docker provider: each sandbox is a hardened container whose PID 1 is the
+//! Stockade agent, driven over the Docker Engine API (bollard, version negotiated).
+//!
+//! `create` maps the spec to a container ([`plan`]: no network, read-only root, a
+//! `/tmp` tmpfs, memory without swap, CPU quota, pids cap, docker's default seccomp
+//! profile, no_new_privs, every capability dropped but the four the agent needs),
+//! bind-mounts the static agent read-only as the entrypoint, and waits for the agent
+//! to answer on its socket, in a host directory mounted at `/.stockade` (0700, root's)
+//! that the code cannot enter. Execs, deadlines, output capture and file operations
+//! then go through the same agent code as on the native provider; there is no
+//! `docker exec`. A detached `stockade-agent docker-watch` removes the container when
+//! its owner dies or its lifetime passes; [`DockerProvider::gc`] reaps by label
+//! whatever a crash left behind.
+
+mod agent;
+pub mod engine;
+pub mod image;
+pub mod plan;
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::models::ContainerInspectResponse;
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use stockade_core::{
+    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, FileOp, FileResult,
+    GcReport, OutputSender, Provider, Result, SandboxInfo, ValidatedSpec,
+};
+use stockade_native::client;
+use tokio::sync::OnceCell;
+
+pub use agent::{BUILD_AGENT, find as find_agent, is_static};
+pub use plan::{AGENT_CAPS, container_name, labels};
+
+/// Default root of the per-sandbox host directories mounted at `/.stockade`.
+pub const DEFAULT_STATE_ROOT: &str = "/run/stockade-docker";
+
+/// The docker provider.
+#[derive(Debug)]
+pub struct DockerProvider {
+    socket: PathBuf,
+    state_root: PathBuf,
+    image_store: Option<PathBuf>,
+    docker: OnceCell<Docker>,
+}
+
+impl Default for DockerProvider {
+    fn default() -> Self {
+        DockerProvider::new()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn new_id() -> String {
+    let mut b = [0u8; 6];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        b.copy_from_slice(&(now_ms() ^ ((std::process::id() as u64) << 20)).to_le_bytes()[..6]);
+    }
+    format!(
+        "sb-{}",
+        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
+    )
+}
+
+fn check_id(id: &str) -> Result<()> {
+    let ok =
+        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
+        )))
+    }
+}
+
+fn not_found(id: &str) -> Error {
+    Error::NotFound {
+        kind: "sandbox",
+        id: id.to_string(),
+    }
+}
+
+impl DockerProvider {
+    /// A provider on `$DOCKER_HOST` (unix) or `/var/run/docker.sock`, keeping its
+    /// host directories under [`DEFAULT_STATE_ROOT`] and reading missing images from
+    /// `$STOCKADE_HOME/images`. Connects on first use.
+    pub fn new() -> DockerProvider {
+        DockerProvider {
+            socket: engine::socket_path(),
+            state_root: PathBuf::from(DEFAULT_STATE_ROOT),
+            image_store: None,
+            docker: OnceCell::new(),
+        }
+    }
+
+    /// Talks to dockerd on `socket` instead.
+    pub fn with_socket(mut self, socket: impl Into<PathBuf>) -> DockerProvider {
+        self.socket = socket.into();
+        self
+    }
+
+    /// Keeps the per-sandbox host directories under `root`.
+    pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> DockerProvider {
+        self.state_root = root.into();
+        self
+    }
+
+    /// Reads images dockerd lacks from the store at `root`.
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> DockerProvider {
+        self.image_store = Some(root.into());
+        self
+    }
+
+    /// The connection to dockerd (made once).
+    pub async fn docker(&self) -> Result<&Docker> {
+        self.docker
+            .get_or_try_init(|| engine::connect(&self.socket))
+            .await
+    }
+
+    /// Makes sure dockerd has `reference` (from dockerd, the image store, or a pull
+    /// through dockerd), reporting each step to `progress`.
+    pub async fn ensure_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn FnMut(&str) + Send),
+    ) -> Result<image::Source> {
+        let docker = self.docker().await?;
+        image::ensure(docker, reference, self.image_store.as_deref(), progress)
+            .await
+            .map(|(_, s)| s)
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.state_root.join(id)
+    }
+
+    async fn inspect_container(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
+        let docker = self.docker().await?;
+        match docker
+            .inspect_container(
+                &container_name(id),
+                None::<bollard::query_parameters::InspectContainerOptions>,
+            )
+            .await
+        {
+            Ok(c) => Ok(Some(c)),
+            Err(e) if engine::status(&e) == Some(404) => Ok(None),
+            Err(e) => Err(engine::docker_error(&format!("inspect sandbox {id}"), e)),
+        }
+    }
+
+    /// Why a sandbox whose agent stopped answering is gone: its container died under
+    /// us (OOM, `docker kill`), was removed, or its lifetime passed.
+    async fn gone(&self, id: &str, cause: Error) -> Error {
+        let c = match self.inspect_container(id).await {
+            Ok(Some(c)) => c,
+            Ok(None) => return not_found(id),
+            Err(_) => return cause,
+        };
+        let state = c.state.unwrap_or_default();
+        if state.running == Some(true) {
+            return cause;
+        }
+        let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+        let expired = labels
+            .get(labels::EXPIRES)
+            .and_then(|e| e.parse::<u64>().ok())
+            .is_some_and(|e| now_ms() >= e);
+        if state.oom_killed == Some(true) {
+            return Error::LimitExceeded {
+                what: format!(
+                    "memory of sandbox {id} (its container was killed by the OOM killer; destroy it)"
+                ),
+                limit: "the sandbox's memory limit".into(),
+            };
+        }
+        let code = state.exit_code.unwrap_or(-1);
+        let how = if expired {
+            "its lifetime passed".to_string()
+        } else if code > 128 {
+            format!(
+                "its container was killed by signal {} (docker kill, docker rm -f, or the host)",
+                code - 128
+            )
+        } else {
+            format!("its container exited with code {code}")
+        };
+        Error::Unavailable {
+            what: format!("sandbox {id}"),
+            reason: format!("it died under us: {how}"),
+            fix: format!("destroy it (stockade rm {id}) and create a new one"),
+        }
+    }
+
+    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        let docker = self.docker().await?;
+        let agent = agent::find()?;
+        let reference = spec.image.clone().ok_or_else(|| {
+            Error::InvalidRequest(
+                "the docker provider needs an image; name one with --image".into(),
+            )
+        })?;
+        let (facts, _) =
+            image::ensure(docker, &reference, self.image_store.as_deref(), &mut |_| {}).await?;
+        let id = new_id();
+        let dir = self.dir(&id);
+        make_private_dir(&self.state_root, &dir)?;
+        let input = plan::PlanInput {
+            id: id.clone(),
+            state_dir: dir.clone(),
+            agent: agent.clone(),
+            now_ms: now_ms(),
+            owner_pid: opts.owner_pid,
+            owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
+            image: facts,
+        };
+        let plan = plan::plan(spec, &input);
+        let result = self.start(docker, &id, &dir, &plan, &agent, opts).await;
+        if let Err(e) = result {
+            let _ = self.remove(&id).await;
+            return Err(e);
+        }
+        Ok(SandboxInfo {
+            id,
+            provider: "docker".into(),
+            created_at_ms: input.now_ms,
+            expires_at_ms: plan.expires_at_ms,
+            owner_pid: opts.owner_pid,
+            spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+            applied: plan.applied,
+        })
+    }
+
+    async fn start(
+        &self,
+        docker: &Docker,
+        id: &str,
+        dir: &Path,
+        plan: &plan::Plan,
+        agent: &Path,
+        opts: &CreateOptions,
+    ) -> Result<()> {
+        let config = serde_json::to_vec(&plan.config)
+            .map_err(|e| Error::Internal(format!("cannot encode the container config: {e}")))?;
+        std::fs::write(dir.join("config.json"), config)
+            .map_err(|e| Error::io(format!("cannot write {}/config.json", dir.display()), e))?;
+        let name = container_name(id);
+        docker
+            .create_container(
+                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+                plan.body.clone(),
+            )
+            .await
+            .map_err(|e| engine::docker_error(&format!("create container {name}"), e))?;
+        docker
+            .start_container(
+                &name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
+            .await
+            .map_err(|e| engine::docker_error(&format!("start container {name}"), e))?;
+        // The agent answers once it listens; a container that ends first says why in
+        // its log.
+        let sock = dir.join("agent.sock");
+        let started = Instant::now();
+        loop {
+            if sock.exists() && stockade_native::client::ping(id, &sock).await.is_ok() {
+                break;
+            }
+            if let Some(c) = self.inspect_container(id).await?
+                && c.state.as_ref().and_then(|s| s.running) != Some(true)
+            {
+                let log = logs(docker, &name).await;
+                return Err(Error::Internal(format!(
+                    "the agent of sandbox {id} did not start: {}",
+                    log.trim()
+                )));
+            }
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err(Error::Timeout {
+                    operation: format!("starting sandbox {id}"),
+                    after_ms: 30_000,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let pid = self
+            .inspect_container(id)
+            .await?
+            .and_then(|c| c.state)
+            .and_then(|s| s.pid)
+            .filter(|p| *p > 0)
+            .ok_or_else(|| Error::Internal(format!("sandbox {id} has no init process")))?;
+        let status = tokio::process::Command::new(agent)
+            .arg("docker-watch")
+            .arg(&name)
+            .arg(pid.to_string())
+            .arg(opts.owner_pid.map(|p| p.to_string()).unwrap_or("-".into()))
+            .arg(plan.expires_at_ms.to_string())
+            .arg(&self.socket)
+            .arg(dir)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .status()
+            .await
+            .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;
+        if !status.success() {
+            return Err(Error::Internal(format!(
+                "the watcher of sandbox {id} failed to start ({status})"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Removes the container (force: kills everything in it) and the host directory.
+    async fn remove(&self, id: &str) -> Result<()> {
+        let docker = self.docker().await?;
+        let name = container_name(id);
+        match docker
+            .remove_container(
+                &name,
+                Some(
+                    RemoveContainerOptionsBuilder::default()
+                        .force(true)
+                        .v(true)
+                        .build(),
+                ),
+            )
+            .await
+        {
+            Ok(()) => {}
+            Err(e) if matches!(engine::status(&e), Some(404)) => {}
+            // A removal already under way (the watcher, a concurrent destroy).
+            Err(e) if matches!(engine::status(&e), Some(409)) => {
+                self.wait_gone(id).await?;
+            }
+            Err(e) => return Err(engine::docker_error(&format!("remove container {name}"), e)),
+        }
+        match std::fs::remove_dir_all(self.dir(id)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(
+                format!("cannot remove {}", self.dir(id).display()),
+                e,
+            )),
+        }
+    }
+
+    async fn wait_gone(&self, id: &str) -> Result<()> {
+        let until = Instant::now() + Duration::from_secs(30);
+        while self.inspect_container(id).await?.is_some() {
+            if Instant::now() > until {
+                return Err(Error::Timeout {
+                    operation: format!("removing sandbox {id}"),
+                    after_ms: 30_000,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(())
+    }
+
+    /// Every container of this provider: id, docker state (`running`, `created`,
+    /// `exited`...) and labels.
+    async fn containers(&self) -> Result<Vec<(String, String, HashMap<String, String>)>> {
+        let docker = self.docker().await?;
+        let mut filters = HashMap::new();
+        filters.insert("label", vec![format!("{}=docker", labels::PROVIDER)]);
+        let list = docker
+            .list_containers(Some(
+                ListContainersOptionsBuilder::default()
+                    .all(true)
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .map_err(|e| engine::docker_error("list containers", e))?;
+        Ok(list
+            .into_iter()
+            .filter_map(|c| {
+                let labels = c.labels.unwrap_or_default();
+                let id = labels.get(labels::ID)?.clone();
+                let state = c.state.map(|s| s.to_string()).unwrap_or_default();
+                Some((id, state, labels))
+            })
+            .collect())
+    }
+
+    fn info_from_labels(id: &str, labels: &HashMap<String, String>) -> SandboxInfo {
+        let num = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
+        SandboxInfo {
+            id: id.to_string(),
+            provider: "docker".into(),
+            created_at_ms: num(labels::CREATED).unwrap_or(0),
+            expires_at_ms: num(labels::EXPIRES).unwrap_or(0),
+            owner_pid: num(labels::OWNER_PID).map(|p| p as u32),
+            spec: labels
+                .get(labels::SPEC)
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+            applied: labels
+                .get(labels::APPLIED)
+                .and_then(|s| serde_json::from_str(s).ok())
+                .unwrap_or_default(),
+        }
+    }
+
+    /// Reaps, by label, every Stockade container that is not running, whose owner
+    /// died, or whose lifetime passed, and host directories without a container. The
+    /// daemon calls this too.
+    pub async fn reap(&self) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        let now = now_ms();
+        let containers = self.containers().await?;
+        for (id, state, labels) in &containers {
+            let num = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
+            let expired = num(labels::EXPIRES).is_some_and(|e| now >= e);
+            // A container being created right now is `created` until it starts.
+            let starting = state == "created"
+                && num(labels::CREATED).is_some_and(|c| now.saturating_sub(c) < 60_000);
+            let dead = state != "running" && !starting;
+            let owner_dead = match (num(labels::OWNER_PID), num(labels::OWNER_TICKS)) {
+                (Some(pid), Some(ticks)) => {
+                    !stockade_sys::process::is_same_process(pid as u32, ticks)
+                }
+                (Some(pid), None) => !Path::new(&format!("/proc/{pid}")).exists(),
+                _ => false,
+            };
+            if dead || expired || owner_dead {
+                match self.remove(id).await {
+                    Ok(()) => report.reaped.push(id.clone()),
+                    Err(e) => report.errors.push(format!("sandbox {id}: {e}")),
+                }
+            }
+        }
+        if let Ok(dir) = std::fs::read_dir(&self.state_root) {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                if check_id(&name).is_err() || containers.iter().any(|(id, _, _)| *id == name) {
+                    continue;
+                }
+                // A directory made moments ago may belong to a create in progress.
+                let young = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60))
+                    .unwrap_or(false);
+                if young {
+                    continue;
+                }
+                match std::fs::remove_dir_all(e.path()) {
+                    Ok(()) => report.reaped.push(name),
+                    Err(err) => report
+                        .errors
+                        .push(format!("cannot remove {}: {err}", e.path().display())),
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+async fn logs(docker: &Docker, name: &str) -> String {
+    use futures_util::StreamExt;
+    let mut out = String::new();
+    let mut s = docker.logs(
+        name,
+        Some(
+            bollard::query_parameters::LogsOptionsBuilder::default()
+                .stdout(true)
+                .stderr(true)
+                .build(),
+        ),
+    );
+    while let Some(Ok(chunk)) = s.next().await {
+        out.push_str(&chunk.to_string());
+        if out.len() > 4096 {
+            break;
+        }
+    }
+    if out.is_empty() {
+        "it exited without a message".into()
+    } else {
+        out
+    }
+}
+
+/// Makes `root` (0711) and `dir` (0700): only root enters `dir`, and the code in the
+/// container runs as another uid without capabilities.
+fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    std::fs::create_dir_all(root)
+        .map_err(|e| Error::io(format!("cannot create {}", root.display()), e))?;
+    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
+}
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &'static str {
+        "docker"
+    }
+
+    /// Everything but running without an image (docker needs one) and network egress:
+    /// docker's bridge lets the code reach the host's and the LAN's services, weaker
+    /// than the spec promises, so egress is refused rather than weakened.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            host_rootfs: false,
+            network_egress: false,
+            ..Capabilities::FULL_LINUX
+        }
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        let mut checks = Vec::new();
+        match self.docker().await {
+            Ok(d) => {
+                let v = d.version().await.ok();
+                checks.push(Check {
+                    name: "dockerd".into(),
+                    ok: true,
+                    detail: format!(
+                        "{} answers: engine {}, API {} (client negotiated {})",
+                        self.socket.display(),
+                        v.as_ref()
+                            .and_then(|v| v.version.clone())
+                            .unwrap_or_default(),
+                        v.as_ref()
+                            .and_then(|v| v.api_version.clone())
+                            .unwrap_or_default(),
+                        d.client_version()
+                    ),
+                    fix: None,
+                });
+            }
+            Err(Error::Unavailable { reason, fix, .. }) => checks.push(Check {
+                name: "dockerd".into(),
+                ok: false,
+                detail: reason,
+                fix: Some(fix),
+            }),
+            Err(e) => return Err(e),
+        }
+        match agent::find() {
+            Ok(p) => checks.push(Check {
+                name: "static agent".into(),
+                ok: true,
+                detail: format!("{} (statically linked)", p.display()),
+                fix: None,
+            }),
+            Err(e) => checks.push(Check {
+                name: "static agent".into(),
+                ok: false,
+                detail: e.to_string(),
+                fix: Some(BUILD_AGENT.into()),
+            }),
+        }
+        Ok(checks)
+    }
+
+    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.capabilities().check(self.name(), &spec)?;
+        self.launch(&spec, &opts).await
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+    ) -> Result<ExecOutcome> {
+        stockade_core::check_request(&req)?;
+        check_id(id)?;
+        let sock = self.dir(id).join("agent.sock");
+        if !sock.exists() {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        match client::exec(id, &sock, req, output).await {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.gone(id, e).await),
+        }
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        self.remove(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        Ok(self
+            .containers()
+            .await?
+            .iter()
+            .filter(|(_, state, _)| state == "running")
+            .map(|(id, _, l)| Self::info_from_labels(id, l))
+            .collect())
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        check_id(id)?;
+        let c = self
+            .inspect_container(id)
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        if c.state.as_ref().and_then(|s| s.running) != Some(true) {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+        Ok(Self::info_from_labels(id, &labels))
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        self.reap().await
+    }
+
+    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
+        check_id(id)?;
+        let sock = self.dir(id).join("agent.sock");
+        if !sock.exists() {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        match client::file(id, &sock, op).await {
+            Ok(r) => Ok(r),
+            Err(e @ Error::Internal(_)) => Err(self.gone(id, e).await),
+            Err(e) => Err(e),
+        }
+    }
+}

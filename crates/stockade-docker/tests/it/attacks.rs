@@ -1,0 +1,260 @@
+//! Escape attempts against the docker provider. Each is written so that a breach
+//! fails the test.
+
+use std::time::{Duration, Instant};
+
+use stockade_core::{ErrorCode, ExecRequest};
+
+use crate::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_is_unprivileged_with_no_capabilities() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let out = sh(
+        &sb,
+        "grep -E '^(Uid|Gid|Groups|CapInh|CapPrm|CapEff|CapBnd|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status",
+        30_000,
+    )
+    .await;
+    let s = text(&out.stdout);
+    for want in [
+        "Uid:\t1000\t1000\t1000\t1000",
+        "Gid:\t1000\t1000\t1000\t1000",
+        "CapInh:\t0000000000000000",
+        "CapPrm:\t0000000000000000",
+        "CapEff:\t0000000000000000",
+        "CapBnd:\t0000000000000000",
+        "CapAmb:\t0000000000000000",
+        "NoNewPrivs:\t1",
+        "Seccomp:\t2",
+    ] {
+        assert!(s.contains(want), "missing {want:?} in:\n{s}");
+    }
+    // setuid(0) and friends fail; so does any setuid binary the image has.
+    let out = py(
+        &sb,
+        "import os\nfor f in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0])):\n    try:\n        f(); print('ESCALATED')\n    except PermissionError:\n        print('refused')",
+        30_000,
+    )
+    .await;
+    assert_eq!(
+        text(&out.stdout),
+        "refused\nrefused\nrefused\n",
+        "{}",
+        text(&out.stderr)
+    );
+    let out = sh(
+        &sb,
+        "for b in /bin/su /usr/bin/su /usr/bin/passwd /usr/bin/newgrp /bin/mount; do [ -x $b ] && $b -c id root </dev/null 2>&1; done; id -u",
+        30_000,
+    )
+    .await;
+    assert!(
+        text(&out.stdout).trim_end().ends_with("1000") && !text(&out.stdout).contains("uid=0"),
+        "a setuid binary gave root: {}",
+        text(&out.stdout)
+    );
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn agent_socket_config_and_process_are_out_of_reach() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    // The socket would let the code start an exec without a deadline, as root's child.
+    let code = r#"
+import os, socket, signal
+def tryit(name, f):
+    try:
+        f(); print('BREACH', name)
+    except OSError as e:
+        print('refused', name, type(e).__name__)
+def connect():
+    s = socket.socket(socket.AF_UNIX); s.connect('/.stockade/agent.sock')
+tryit('connect', connect)
+tryit('listdir', lambda: os.listdir('/.stockade'))
+tryit('config', lambda: open('/.stockade/config.json').read())
+tryit('write', lambda: open('/.stockade/x', 'w'))
+tryit('agent-environ', lambda: open('/proc/1/environ').read())
+tryit('agent-mem', lambda: open('/proc/1/mem', 'rb').read(1))
+tryit('agent-root', lambda: os.listdir('/proc/1/root/.stockade'))
+tryit('agent-fd', lambda: os.listdir('/proc/1/fd'))
+tryit('kill-agent', lambda: os.kill(1, signal.SIGKILL))
+tryit('stop-agent', lambda: os.kill(1, signal.SIGSTOP))
+tryit('kill-shim', lambda: os.kill(os.getppid(), signal.SIGKILL))
+"#;
+    let out = py(&sb, code, 30_000).await;
+    let s = text(&out.stdout);
+    assert!(!s.contains("BREACH"), "{s}\n{}", text(&out.stderr));
+    assert_eq!(
+        s.matches("refused").count(),
+        11,
+        "{s}\n{}",
+        text(&out.stderr)
+    );
+    // ptrace (strace/gdb are not in the image; python has no ptrace): the agent is not
+    // dumpable and runs as another uid, and seccomp refuses ptrace anyway.
+    let out = sh(&sb, "cat /proc/1/status | grep -E '^(Uid|State)'", 30_000).await;
+    assert!(
+        text(&out.stdout).contains("Uid:\t0"),
+        "{}",
+        text(&out.stdout)
+    );
+    // File operations run as the sandbox user too.
+    for op in [
+        sb.read("/.stockade/config.json").await.map(drop),
+        sb.ls("/.stockade").await.map(drop),
+        sb.write("/.stockade/evil", "x").await,
+        sb.download("/.stockade").await.map(drop),
+    ] {
+        let err = op.expect_err("a file operation reached the agent's directory");
+        assert!(
+            matches!(
+                err.code(),
+                ErrorCode::PolicyDenied | ErrorCode::NotFound | ErrorCode::InvalidSpec
+            ),
+            "{err}"
+        );
+    }
+    // The agent still serves.
+    assert_eq!(text(&sh(&sb, "echo alive", 30_000).await.stdout), "alive\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_kills_the_whole_process_tree() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let start = Instant::now();
+    // Detached children (setsid, double fork, ignoring SIGTERM/SIGHUP) must die too.
+    let out = sh(
+        &sb,
+        "trap '' TERM HUP; (setsid sh -c 'trap \"\" TERM HUP; while :; do sleep 1; done' &) ; (sh -c 'sleep 1000' &) ; while :; do :; done",
+        1_000,
+    )
+    .await;
+    assert!(out.timed_out, "{out:?}");
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    // Only the agent and this check's own processes are left.
+    let out = sh(
+        &sb,
+        "for p in /proc/[0-9]*; do [ -r $p/cmdline ] && tr '\\0' ' ' < $p/cmdline && echo; done",
+        30_000,
+    )
+    .await;
+    let s = text(&out.stdout);
+    assert!(
+        !s.contains("sleep"),
+        "processes outlived the deadline:\n{s}"
+    );
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fork_bomb_hits_the_pids_cap_and_the_sandbox_survives() {
+    let Some(image) = image() else { return };
+    let mut s = spec(&image);
+    s.limits.pids = 32;
+    let sb = sandbox(s).await;
+    let out = py(
+        &sb,
+        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(600); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('capped at', n, type(e).__name__, flush=True)\ntime.sleep(600)",
+        5_000,
+    )
+    .await;
+    // The deadline takes the whole tree down, freeing the pids for the next exec.
+    assert!(out.timed_out, "{out:?}");
+    let s = text(&out.stdout);
+    let n: u32 = s
+        .split_whitespace()
+        .nth(2)
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no cap reached: {s} {}", text(&out.stderr)));
+    assert!(n < 32, "forked {n} processes past a cap of 32");
+    assert_eq!(text(&sh(&sb, "echo alive", 30_000).await.stdout), "alive\n");
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_writes_outside_tmp_no_network_no_host_secrets() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let code = r#"
+import os, socket
+for p in ('/pwned', '/usr/pwned', '/etc/passwd', '/proc/sys/kernel/hostname', '/sys/fs/cgroup/pwned', '/dev/shm/../pwned'):
+    try:
+        open(p, 'w').write('x'); print('WROTE', p)
+    except OSError:
+        print('refused', p)
+for h in ('172.17.0.1', '10.0.2.2', '1.1.1.1'):
+    try:
+        socket.create_connection((h, 80), timeout=1); print('CONNECTED', h)
+    except OSError:
+        print('blocked', h)
+print(sorted(i[1] for i in socket.if_nameindex()))
+for p in ('/run/stockade-docker', '/var/run/docker.sock', '/root'):
+    print('exists' if os.path.exists(p) else 'absent', p)
+"#;
+    let out = py(&sb, code, 30_000).await;
+    let s = text(&out.stdout);
+    assert!(!s.contains("WROTE") && !s.contains("CONNECTED"), "{s}");
+    assert!(s.contains("['lo']"), "interfaces beyond loopback: {s}");
+    assert!(
+        s.contains("absent /run/stockade-docker") && s.contains("absent /var/run/docker.sock"),
+        "{s}"
+    );
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn output_flood_is_capped_on_both_streams() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let mut req = ExecRequest::new([
+        "/bin/sh",
+        "-c",
+        "head -c 5000000 /dev/zero; head -c 3000000 /dev/zero >&2",
+    ]);
+    req.timeout_ms = Some(30_000);
+    req.output_limit_bytes = 1 << 16;
+    let out = sb.exec(req).await.unwrap();
+    assert_eq!(out.stdout.len(), 1 << 16);
+    assert_eq!(out.stderr.len(), 1 << 16);
+    assert_eq!(out.stdout_dropped, 5_000_000 - (1 << 16));
+    assert_eq!(out.stderr_dropped, 3_000_000 - (1 << 16));
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_copies_refuse_traversal() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let mut b = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_size(1);
+    h.set_mode(0o644);
+    // `set_path` refuses `..`; write the name bytes directly.
+    h.as_gnu_mut().unwrap().name[..13].copy_from_slice(b"../../etc/pwn");
+    h.set_cksum();
+    b.append(&h, &b"x"[..]).unwrap();
+    let err = sb
+        .upload("/tmp", b.into_inner().unwrap())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains(".."), "{err}");
+    for path in ["/tmp/../etc/pwn", "/tmp/../../.stockade/x"] {
+        assert!(sb.write(path, "x").await.is_err(), "wrote {path}");
+    }
+    let out = sh(&sb, "ls /etc/pwn /.stockade/x 2>&1; true", 30_000).await;
+    assert!(
+        !text(&out.stdout).contains("/etc/pwn\n"),
+        "{}",
+        text(&out.stdout)
+    );
+    sb.destroy().await.unwrap();
+}

@@ -1,0 +1,254 @@
+//! Create, exec, destroy; reporting; images; errors; gc.
+
+use crate::*;
+use stockade_core::ExecRequest;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_exec_destroy_and_report() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let out = sh(&sb, "id -u; id -g; echo $HOME; pwd; hostname", 30_000).await;
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "1000\n1000\n/tmp\n/tmp\nsandbox\n");
+    let applied = sb.info().applied.join("\n");
+    for want in [
+        "read-only",
+        "network: none",
+        "no swap",
+        "pids 64",
+        "capabilities: the code has none",
+        "seccomp",
+        "landlock",
+        "0700",
+    ] {
+        assert!(applied.contains(want), "applied lacks {want:?}: {applied}");
+    }
+    let id = sb.id().to_string();
+    let again = provider().inspect(&id).await.unwrap();
+    assert_eq!(again.applied, sb.info().applied);
+    assert!(provider().list().await.unwrap().iter().any(|i| i.id == id));
+    sb.destroy().await.unwrap();
+    sb.destroy().await.expect("destroy is idempotent");
+    assert!(!container_exists(&id), "container of {id} left behind");
+    assert!(
+        !std::path::Path::new("/run/stockade-docker")
+            .join(&id)
+            .exists()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("docker.sock");
+    let stopped = dir.path().join("stopped.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stopped).unwrap());
+    for (sock, want) in [
+        (missing, "dockerd is not running"),
+        (stopped, "dockerd is stopped"),
+    ] {
+        let p = Arc::new(DockerProvider::new().with_socket(&sock));
+        let err = Sandbox::create(p.clone(), spec("debian"), CreateOptions::default())
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), stockade_core::ErrorCode::Unavailable, "{err}");
+        let msg = err.to_string();
+        assert!(msg.contains(want) && msg.contains("start dockerd"), "{msg}");
+        let checks = p.probe().await.unwrap();
+        assert!(
+            checks
+                .iter()
+                .any(|c| c.name == "dockerd" && !c.ok && c.detail.contains(want)),
+            "{checks:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spec_without_image_or_with_egress_is_refused_clearly() {
+    let Some(image) = image() else { return };
+    let err = Sandbox::create(provider(), SandboxSpec::default(), CreateOptions::default())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), stockade_core::ErrorCode::InvalidSpec);
+    assert!(err.to_string().contains("--image"), "{err}");
+    let mut s = spec(&image);
+    s.network = stockade_core::spec::Network::Egress;
+    let err = Sandbox::create(provider(), s, CreateOptions::default())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("the docker provider cannot give network egress"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn container_killed_under_an_exec_is_reported_not_hung() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let name = stockade_docker::container_name(sb.id());
+    let killer = tokio::spawn(async move {
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        std::process::Command::new("/usr/bin/docker")
+            .args(["kill", &name])
+            .output()
+            .unwrap()
+    });
+    let mut req = ExecRequest::new(["/bin/sh", "-c", "sleep 60"]);
+    req.timeout_ms = Some(60_000);
+    let started = std::time::Instant::now();
+    let err = tokio::time::timeout(std::time::Duration::from_secs(20), sb.exec(req))
+        .await
+        .expect("the exec hung after its container was killed")
+        .unwrap_err();
+    assert!(killer.await.unwrap().status.success());
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+    let msg = err.to_string();
+    assert!(
+        msg.contains("died under us") && msg.contains("signal 9"),
+        "{msg}"
+    );
+    // Later calls say the same; gc reaps the dead container by its label.
+    let again = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
+    assert!(again.to_string().contains("died under us"), "{again}");
+    let report = provider().gc().await.unwrap();
+    assert!(report.reaped.contains(&sb.id().to_string()), "{report:?}");
+    assert!(!container_exists(sb.id()));
+    sb.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_death_and_lifetime_remove_the_container() {
+    let Some(image) = image() else { return };
+    let mut owner = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
+    let p = provider();
+    let a = Sandbox::create(
+        p.clone(),
+        spec(&image),
+        CreateOptions {
+            owner_pid: Some(owner.id()),
+        },
+    )
+    .await
+    .unwrap();
+    let mut short = spec(&image);
+    short.timeout_secs = 2;
+    let b = Sandbox::create(p.clone(), short, CreateOptions::default())
+        .await
+        .unwrap();
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while (container_exists(a.id()) || container_exists(b.id()))
+        && std::time::Instant::now() < until
+    {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        !container_exists(a.id()),
+        "owner died but {} lives on",
+        a.id()
+    );
+    assert!(
+        !container_exists(b.id()),
+        "lifetime passed but {} lives on",
+        b.id()
+    );
+    for id in [a.id(), b.id()] {
+        assert!(
+            !std::path::Path::new("/run/stockade-docker")
+                .join(id)
+                .exists()
+        );
+    }
+    a.destroy().await.unwrap();
+    b.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_missing_from_dockerd_is_loaded_from_the_stockade_store() {
+    let Some(_) = image() else { return };
+    let Some(base) = require(
+        "the Debian test rootfs",
+        stockade_testkit::debian_test_image(),
+        stockade_testkit::DEBIAN_FIX,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let layout = dir.path().join("layout");
+    stockade_testkit::oci_layout(
+        &layout,
+        &base,
+        &[("srv/marker", b"from the store\n")],
+        serde_json::json!({"Env": ["FROM_IMAGE=yes"], "WorkingDir": "/srv"}),
+        "v1",
+    );
+    let store = stockade_image::Store::open(dir.path().join("images")).unwrap();
+    let reference = format!("stockade-test/from-store:{}", std::process::id());
+    stockade_image::import(&store, &layout, Some(&reference)).unwrap();
+    let p = Arc::new(DockerProvider::new().with_image_store(dir.path().join("images")));
+    let mut lines = Vec::new();
+    let source = p
+        .ensure_image(&reference, &mut |l: &str| lines.push(l.to_string()))
+        .await
+        .unwrap();
+    assert_eq!(source, stockade_docker::image::Source::Store, "{lines:?}");
+    assert!(lines[0].contains("image store"), "{lines:?}");
+    let sb = Sandbox::create(
+        p.clone(),
+        spec(&reference),
+        CreateOptions {
+            owner_pid: Some(std::process::id()),
+        },
+    )
+    .await
+    .unwrap();
+    let out = sh(&sb, "cat marker; echo $FROM_IMAGE", 30_000).await;
+    assert_eq!(
+        text(&out.stdout),
+        "from the store\nyes\n",
+        "{}",
+        text(&out.stderr)
+    );
+    sb.destroy().await.unwrap();
+    let rmi = std::process::Command::new("/usr/bin/docker")
+        .args(["rmi", &reference])
+        .output()
+        .unwrap();
+    assert!(
+        rmi.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rmi.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_execs_leak_no_pids() {
+    let Some(image) = image() else { return };
+    let mut s = spec(&image);
+    s.limits.pids = 16;
+    let sb = sandbox(s).await;
+    // Each exec's shim must be reaped: with a cap of 16, leaked zombies would stop
+    // this loop early.
+    for i in 0..40 {
+        let mut req = ExecRequest::new(["/bin/true"]);
+        req.timeout_ms = Some(10_000);
+        let out = tokio::time::timeout(std::time::Duration::from_secs(15), sb.exec(req))
+            .await
+            .unwrap_or_else(|_| panic!("exec {i} hung"))
+            .unwrap_or_else(|e| panic!("exec {i}: {e}"));
+        assert_eq!(out.exit_code, 0, "exec {i}: {}", text(&out.stderr));
+    }
+    // Only the agent and this check (shim, sh, ls, wc; a shim of the last exec may
+    // still await its reaping) are left.
+    let out = sh(&sb, "ls -d /proc/[0-9]* | wc -l", 10_000).await;
+    let n: u32 = text(&out.stdout).trim().parse().unwrap();
+    assert!(n <= 6, "{n} processes in the sandbox after 40 execs");
+    sb.destroy().await.unwrap();
+}

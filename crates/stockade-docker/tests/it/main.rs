@@ -1,0 +1,71 @@
+//! The docker provider against a real dockerd: hardening as reported and as seen from
+//! inside, attacks that fail the test when they succeed, images, errors, gc.
+//!
+//! Needs root, dockerd and the test image (crates/stockade-docker/ci-setup.sh). In CI
+//! a missing part fails the tests; elsewhere they are skipped loudly.
+
+mod attacks;
+mod lifecycle;
+
+use std::sync::Arc;
+
+use stockade_core::{CreateOptions, ExecOutcome, ExecRequest, Provider, Sandbox, SandboxSpec};
+use stockade_docker::DockerProvider;
+use stockade_testkit::{DOCKER_FIX, docker_test_image, require, root};
+
+/// The test image, or `None` (after a SKIPPED line) when a part is missing outside CI.
+pub fn image() -> Option<String> {
+    require("root", root(), "run the tests as root")?;
+    require(
+        "dockerd and the docker test image",
+        docker_test_image(),
+        DOCKER_FIX,
+    )
+}
+
+pub fn provider() -> Arc<DockerProvider> {
+    Arc::new(DockerProvider::new())
+}
+
+pub fn spec(image: &str) -> SandboxSpec {
+    SandboxSpec {
+        image: Some(image.to_string()),
+        ..Default::default()
+    }
+}
+
+pub async fn sandbox(spec: SandboxSpec) -> Sandbox {
+    let opts = CreateOptions {
+        owner_pid: Some(std::process::id()),
+    };
+    Sandbox::create(provider() as Arc<dyn Provider>, spec, opts)
+        .await
+        .expect("create sandbox")
+}
+
+/// Runs `sh -c script` with a deadline.
+pub async fn sh(sb: &Sandbox, script: &str, timeout_ms: u64) -> ExecOutcome {
+    let mut req = ExecRequest::new(["/bin/sh", "-c", script]);
+    req.timeout_ms = Some(timeout_ms);
+    sb.exec(req).await.expect("exec")
+}
+
+/// Runs python3 code.
+pub async fn py(sb: &Sandbox, code: &str, timeout_ms: u64) -> ExecOutcome {
+    let mut req = ExecRequest::new(["/usr/bin/python3", "-c", code]);
+    req.timeout_ms = Some(timeout_ms);
+    sb.exec(req).await.expect("exec")
+}
+
+pub fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+/// The names of the containers of a sandbox still known to dockerd.
+pub fn container_exists(id: &str) -> bool {
+    std::process::Command::new("/usr/bin/docker")
+        .args(["inspect", &stockade_docker::container_name(id)])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
