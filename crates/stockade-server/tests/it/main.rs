@@ -132,7 +132,7 @@ async fn every_rpc_works_over_the_unix_socket() {
     sb.mkdir("/tmp/e/f").await.unwrap();
     let tar = sb.download("/tmp/d").await.unwrap();
     sb.upload("/tmp/e/f", tar).await.unwrap();
-    assert_eq!(sb.read("/tmp/e/f/d/a.txt").await.unwrap(), b"alpha gamma\n");
+    assert_eq!(sb.read("/tmp/e/f/a.txt").await.unwrap(), b"alpha gamma\n");
     sb.rm("/tmp/e").await.unwrap();
     let e = sb.stat("/tmp/e").await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
