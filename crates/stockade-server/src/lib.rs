@@ -86,6 +86,10 @@ pub struct ServeArgs {
     /// Seconds a warm sandbox may wait before it is replaced by a fresh one.
     #[arg(long, default_value_t = 600)]
     pub pool_idle_ttl_secs: u64,
+    /// Where native sandboxes keep their state (default: $STOCKADE_STATE_DIR, else
+    /// /run/stockade for root).
+    #[arg(long, value_name = "DIR")]
+    pub native_state_dir: Option<PathBuf>,
 }
 
 /// Serves until SIGINT or SIGTERM on a runtime of its own; returns the exit code.
@@ -167,7 +171,13 @@ pub async fn serve(
         .default_provider
         .clone()
         .unwrap_or_else(stockade::default_provider_name);
-    let d = Daemon::new(store, home, default_provider, limits)?;
+    let d = Daemon::new(
+        store,
+        home,
+        default_provider,
+        limits,
+        args.native_state_dir.clone(),
+    )?;
     d.provider("")?;
     let report = d.recover().await?;
     tracing::info!(

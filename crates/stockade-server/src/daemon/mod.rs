@@ -5,7 +5,7 @@
 //! Locking: one `std::sync::Mutex` around the in-memory state, never held across an
 //! `await`; providers are called outside it, so creations run concurrently.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -15,8 +15,11 @@ use stockade::{
     CreateOptions, Error, ExecInput, ExecOutcome, ExecRequest, FileOp, FileResult, Provider,
     Result, SandboxInfo, SandboxSpec,
 };
-use stockade_pool::{Pool, PoolConfig, PoolStats};
+use stockade_pool::{Pool, PoolStats};
 use tokio::sync::mpsc;
+
+mod lifecycle;
+mod pools;
 
 use crate::metrics::{Gauges, Metrics};
 use crate::store::{PoolRecord, SandboxRecord, Store, random_hex};
@@ -107,6 +110,7 @@ pub struct Daemon {
     limits: Limits,
     default_provider: String,
     home: PathBuf,
+    native_state_dir: Option<PathBuf>,
     daemon_id: String,
     store: Store,
     providers: Mutex<HashMap<String, Arc<dyn Provider>>>,
@@ -226,12 +230,14 @@ impl Daemon {
         home: PathBuf,
         default_provider: String,
         limits: Limits,
+        native_state_dir: Option<PathBuf>,
     ) -> Result<Arc<Daemon>> {
         let daemon_id = store.daemon_id().map_err(internal)?;
         Ok(Arc::new(Daemon {
             limits,
             default_provider,
             home,
+            native_state_dir,
             daemon_id,
             store,
             providers: Mutex::new(HashMap::new()),
@@ -269,7 +275,13 @@ impl Daemon {
         if let Some(p) = m.get(&name) {
             return Ok((name, p.clone()));
         }
-        let p = stockade::provider_with_home(Some(&name), Some(&self.home))?;
+        let p: Arc<dyn Provider> = match (name.as_str(), &self.native_state_dir) {
+            ("native", Some(root)) => Arc::new(
+                stockade::NativeProvider::with_state_root(root)
+                    .with_image_store(self.home.join("images")),
+            ),
+            _ => stockade::provider_with_home(Some(&name), Some(&self.home))?,
+        };
         m.insert(name.clone(), p.clone());
         Ok((name, p))
     }
@@ -767,563 +779,6 @@ impl Daemon {
     /// The tenant's sessions.
     pub async fn session_list(&self, tenant: &str) -> Result<Vec<stockade::SessionInfo>> {
         self.sessions(tenant)?.list().await
-    }
-
-    // ----- pools -----
-
-    /// Creates or resizes the tenant's pool of the template `spec`.
-    pub fn pool_warm(
-        self: &Arc<Self>,
-        tenant: &str,
-        provider: &str,
-        spec: SandboxSpec,
-        size: u32,
-        max: u32,
-    ) -> Result<PoolView> {
-        let (pname, p) = self.provider(provider)?;
-        self.check_spec(p.as_ref(), &spec)?;
-        if size == 0 {
-            return Err(Error::InvalidRequest(
-                "pool size must be at least 1 (use `pool drain` to empty a pool)".into(),
-            ));
-        }
-        let max = if max == 0 {
-            size.saturating_mul(2)
-        } else {
-            max
-        };
-        if max < size {
-            return Err(Error::InvalidRequest(format!(
-                "pool max {max} is below its size {size}"
-            )));
-        }
-        let (template_id, tspec) = template_of(&pname, &spec);
-        let key = format!("{tenant}/{template_id}");
-        let record = PoolRecord {
-            template_id: template_id.clone(),
-            tenant: tenant.to_string(),
-            provider: pname,
-            spec: serde_json::to_value(&tspec).map_err(internal)?,
-            min_idle: size,
-            max,
-        };
-        let config = PoolConfig {
-            idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
-            ..PoolConfig::new(size as usize, max as usize)
-        };
-        {
-            let mut g = self.lock();
-            let others: usize = g
-                .pools
-                .iter()
-                .filter(|(k, e)| e.record.tenant == tenant && **k != key)
-                .map(|(_, e)| e.record.max as usize)
-                .sum();
-            if others + max as usize > self.limits.pool_per_tenant {
-                return Err(Error::LimitExceeded {
-                    what: format!(
-                        "pool of {max} for tenant {tenant} ({others} pooled in other pools)"
-                    ),
-                    limit: format!(
-                        "{} pooled sandboxes per tenant",
-                        self.limits.pool_per_tenant
-                    ),
-                });
-            }
-            match g.pools.get_mut(&key) {
-                Some(e) => {
-                    e.pool.resize(config);
-                    e.record = record.clone();
-                }
-                None => {
-                    g.pools.insert(
-                        key.clone(),
-                        PoolEntry {
-                            record: record.clone(),
-                            spec: tspec,
-                            pool: Pool::new(config),
-                        },
-                    );
-                }
-            }
-        }
-        self.store.put_pool(&record).map_err(internal)?;
-        self.refill(&key);
-        let stats = self.lock().pools.get(&key).map(|e| e.pool.stats());
-        Ok(PoolView {
-            record,
-            stats: stats.unwrap_or_default(),
-        })
-    }
-
-    /// The tenant's pools.
-    pub fn pool_list(&self, tenant: &str) -> Vec<PoolView> {
-        let g = self.lock();
-        let mut v: Vec<PoolView> = g
-            .pools
-            .values()
-            .filter(|e| e.record.tenant == tenant)
-            .map(|e| PoolView {
-                record: e.record.clone(),
-                stats: e.pool.stats(),
-            })
-            .collect();
-        v.sort_by(|a, b| a.record.template_id.cmp(&b.record.template_id));
-        v
-    }
-
-    /// Drains and removes the tenant's pool (or all its pools); returns what was destroyed.
-    pub async fn pool_drain(&self, tenant: &str, template_id: Option<&str>) -> Result<Vec<String>> {
-        let mut victims = Vec::new();
-        let mut found = false;
-        {
-            let mut g = self.lock();
-            let keys: Vec<String> = g
-                .pools
-                .iter()
-                .filter(|(_, e)| {
-                    e.record.tenant == tenant
-                        && template_id.is_none_or(|t| e.record.template_id == t)
-                })
-                .map(|(k, _)| k.clone())
-                .collect();
-            for k in keys {
-                found = true;
-                if let Some(mut e) = g.pools.remove(&k) {
-                    for id in e.pool.drain() {
-                        victims.push((e.record.provider.clone(), id));
-                    }
-                    if let Err(err) = self.store.remove_pool(tenant, &e.record.template_id) {
-                        tracing::error!(error = %err, "cannot forget pool");
-                    }
-                }
-            }
-            for (_, id) in &victims {
-                g.sandboxes.remove(id);
-            }
-        }
-        if let Some(t) = template_id
-            && !found
-        {
-            return Err(Error::NotFound {
-                kind: "pool",
-                id: t.to_string(),
-            });
-        }
-        let mut destroyed = Vec::new();
-        for (pname, id) in victims {
-            let (_, p) = self.provider(&pname)?;
-            self.destroy_quietly(&p, &id, "drained").await;
-            destroyed.push(id);
-        }
-        Ok(destroyed)
-    }
-
-    /// Starts the creations the pool `key` wants, each in its own task.
-    fn refill(self: &Arc<Self>, key: &str) {
-        let (n, spec, tenant, pname) = {
-            let mut g = self.lock();
-            let total = g.total();
-            let Some(e) = g.pools.get_mut(key) else {
-                return;
-            };
-            let room = self.limits.sandboxes_total.saturating_sub(total);
-            if room == 0 {
-                return;
-            }
-            // Never ask for more than the global cap leaves.
-            let n = e.pool.to_create(now_ms());
-            let extra = n.saturating_sub(room);
-            for _ in 0..extra {
-                e.pool.create_failed(now_ms());
-            }
-            (
-                n - extra,
-                e.spec.clone(),
-                e.record.tenant.clone(),
-                e.record.provider.clone(),
-            )
-        };
-        for _ in 0..n {
-            let d = self.clone();
-            let key = key.to_string();
-            let spec = spec.clone();
-            let tenant = tenant.clone();
-            let pname = pname.clone();
-            tokio::spawn(async move { d.create_warm(key, tenant, pname, spec).await });
-        }
-    }
-
-    async fn create_warm(
-        self: Arc<Self>,
-        key: String,
-        tenant: String,
-        pname: String,
-        spec: SandboxSpec,
-    ) {
-        let template = spec.clone();
-        let mut spec = self.labelled(spec, &tenant);
-        // The caller's lifetime starts at acquisition (the daemon enforces it); the
-        // provider's own deadline covers the wait in the pool too, in case the daemon dies.
-        spec.timeout_secs =
-            (spec.timeout_secs + self.limits.pool_idle_ttl.as_secs() + 60).min(MAX_LIFETIME_SECS);
-        // Idle timeouts are enforced by the daemon from acquisition on.
-        spec.idle_timeout_secs = None;
-        let made = async {
-            let (_, p) = self.provider(&pname)?;
-            let v = spec.validate()?;
-            let t0 = Instant::now();
-            let info = p.create(v, CreateOptions { owner_pid: None }).await?;
-            self.metrics.create_seconds.observe(t0.elapsed());
-            Ok::<_, Error>((p, info))
-        }
-        .await;
-        let (p, info) = match made {
-            Ok(x) => x,
-            Err(e) => {
-                self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(pool = %key, error = %e, "cannot create a warm sandbox");
-                if let Some(en) = self.lock().pools.get_mut(&key) {
-                    en.pool.create_failed(now_ms());
-                }
-                self.schedule_refill(key);
-                return;
-            }
-        };
-        self.metrics.creates_ok.fetch_add(1, Ordering::Relaxed);
-        let rec = SandboxRecord {
-            id: info.id.clone(),
-            tenant: tenant.clone(),
-            provider: pname,
-            spec: serde_json::to_value(&template).unwrap_or_default(),
-            template: key.split_once('/').map(|(_, t)| t.to_string()),
-            idle: true,
-            env: BTreeMap::new(),
-            workdir: None,
-            created_at_ms: info.created_at_ms,
-            expires_at_ms: info.expires_at_ms,
-            idle_timeout_ms: None,
-            owner_pid: None,
-        };
-        if self.save(&rec).is_err() {
-            self.destroy_quietly(&p, &rec.id, "unsaved").await;
-            if let Some(en) = self.lock().pools.get_mut(&key) {
-                en.pool.create_failed(now_ms());
-            }
-            return;
-        }
-        let refused = {
-            let mut g = self.lock();
-            let refused = match g.pools.get_mut(&key) {
-                Some(en) => en.pool.created(rec.id.clone(), now_ms()),
-                None => Some(rec.id.clone()),
-            };
-            if refused.is_none() {
-                g.sandboxes.insert(rec.id.clone(), rec.clone());
-            }
-            refused
-        };
-        if let Some(id) = refused {
-            self.destroy_quietly(&p, &id, "not wanted").await;
-        }
-    }
-
-    fn schedule_refill(self: &Arc<Self>, key: String) {
-        let retry = self
-            .lock()
-            .pools
-            .get(&key)
-            .map(|e| e.pool.retry_at_ms())
-            .unwrap_or(0);
-        let d = self.clone();
-        tokio::spawn(async move {
-            tokio::time::sleep(Duration::from_millis(retry.saturating_sub(now_ms()))).await;
-            d.refill(&key);
-        });
-    }
-
-    // ----- reaper, recovery, shutdown -----
-
-    /// One pass of the reaper: lifetimes, idle timeouts, dead owners, and (when
-    /// `check_gone`) sandboxes that vanished on their own; expired warm sandboxes.
-    pub async fn reap_once(self: &Arc<Self>, check_gone: bool) -> stockade::GcReport {
-        let now = now_ms();
-        let mut victims: Vec<(SandboxRecord, &'static str)> = Vec::new();
-        let mut pool_keys = Vec::new();
-        {
-            let mut g = self.lock();
-            for r in g.sandboxes.values().filter(|r| !r.idle) {
-                let last = g.last_used.get(&r.id).copied().unwrap_or(now);
-                let why = if now >= r.expires_at_ms {
-                    Some("lifetime")
-                } else if r
-                    .idle_timeout_ms
-                    .is_some_and(|t| now.saturating_sub(last) >= t)
-                {
-                    Some("idle")
-                } else if r
-                    .owner_pid
-                    .is_some_and(|pid| !std::path::Path::new(&format!("/proc/{pid}")).exists())
-                {
-                    Some("owner")
-                } else {
-                    None
-                };
-                if let Some(why) = why {
-                    victims.push((r.clone(), why));
-                }
-            }
-            let keys: Vec<String> = g.pools.keys().cloned().collect();
-            for k in keys {
-                if let Some(e) = g.pools.get_mut(&k) {
-                    let expired = e.pool.expired(now);
-                    for id in expired {
-                        if let Some(r) = g.sandboxes.get(&id) {
-                            victims.push((r.clone(), "pool-ttl"));
-                        }
-                    }
-                }
-                pool_keys.push(k);
-            }
-            for (r, _) in &victims {
-                if r.idle {
-                    g.sandboxes.remove(&r.id);
-                }
-            }
-        }
-        if check_gone {
-            let mut by_provider: BTreeMap<String, Vec<SandboxRecord>> = BTreeMap::new();
-            for r in self.lock().sandboxes.values() {
-                by_provider
-                    .entry(r.provider.clone())
-                    .or_default()
-                    .push(r.clone());
-            }
-            for (name, recs) in by_provider {
-                let Ok((_, p)) = self.provider(&name) else {
-                    continue;
-                };
-                let Ok(live) = p.list().await else {
-                    continue;
-                };
-                let live: HashSet<String> = live.into_iter().map(|i| i.id).collect();
-                for r in recs {
-                    if !live.contains(&r.id) && !victims.iter().any(|(v, _)| v.id == r.id) {
-                        victims.push((r, "gone"));
-                    }
-                }
-            }
-        }
-        let mut report = stockade::GcReport::default();
-        for (r, why) in victims {
-            let Ok((_, p)) = self.provider(&r.provider) else {
-                continue;
-            };
-            if let Err(e) = p.destroy(&r.id).await {
-                report
-                    .errors
-                    .push(format!("cannot destroy sandbox {}: {e}", r.id));
-                continue;
-            }
-            if r.idle {
-                self.forget(&r.id);
-                let mut g = self.lock();
-                if why == "gone"
-                    && let Some(t) = &r.template
-                    && let Some(e) = g.pools.get_mut(&format!("{}/{t}", r.tenant))
-                {
-                    // A warm sandbox that died while waiting: take it out of its pool.
-                    e.pool.remove_idle(&r.id);
-                }
-                g.sandboxes.remove(&r.id);
-            } else {
-                self.drop_record(&r);
-            }
-            self.metrics.reaped(why);
-            tracing::info!(sandbox = %r.id, reason = why, "reaped");
-            report.reaped.push(r.id);
-        }
-        if !self.stopping.load(Ordering::SeqCst) {
-            for k in pool_keys {
-                self.refill(&k);
-            }
-        }
-        report
-    }
-
-    /// Runs the reaper until the daemon stops.
-    pub async fn reaper(self: Arc<Self>) {
-        let mut tick = 0u64;
-        while !self.stopping.load(Ordering::SeqCst) {
-            tokio::time::sleep(Duration::from_millis(250)).await;
-            tick += 1;
-            // Vanished sandboxes are looked for every 5 s (it lists every sandbox).
-            let _ = self.reap_once(tick.is_multiple_of(20)).await;
-        }
-    }
-
-    /// After a start: adopts the saved sandboxes that are alive and healthy, reaps
-    /// the rest and anything labelled by this daemon that it has no record of.
-    pub async fn recover(self: &Arc<Self>) -> Result<stockade::GcReport> {
-        let (records, pools) = self.store.load().map_err(internal)?;
-        let mut report = stockade::GcReport::default();
-        {
-            let mut g = self.lock();
-            for r in pools {
-                let spec: SandboxSpec = match serde_json::from_value(r.spec.clone()) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        report.errors.push(format!(
-                            "pool {} has an unreadable template ({e}); dropped",
-                            r.template_id
-                        ));
-                        let _ = self.store.remove_pool(&r.tenant, &r.template_id);
-                        continue;
-                    }
-                };
-                let config = PoolConfig {
-                    idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
-                    ..PoolConfig::new(r.min_idle as usize, r.max as usize)
-                };
-                g.pools.insert(
-                    format!("{}/{}", r.tenant, r.template_id),
-                    PoolEntry {
-                        record: r,
-                        spec,
-                        pool: Pool::new(config),
-                    },
-                );
-            }
-        }
-        let mut names: HashSet<String> = records.iter().map(|r| r.provider.clone()).collect();
-        names.insert(self.default_provider.clone());
-        let mut known: HashMap<String, SandboxRecord> =
-            records.into_iter().map(|r| (r.id.clone(), r)).collect();
-        for name in names {
-            let p = match self.provider(&name) {
-                Ok((_, p)) => p,
-                Err(e) => {
-                    report
-                        .errors
-                        .push(format!("provider {name} is unusable: {e}"));
-                    continue;
-                }
-            };
-            let live = p.list().await.unwrap_or_default();
-            for info in live {
-                let ours = info
-                    .spec
-                    .get("labels")
-                    .and_then(|l| l.get(DAEMON_LABEL))
-                    .and_then(|v| v.as_str())
-                    == Some(self.daemon_id.as_str());
-                match known.remove(&info.id) {
-                    Some(rec) if rec.provider == name => {
-                        let healthy = matches!(
-                            tokio::time::timeout(Duration::from_secs(5), p.health(&rec.id)).await,
-                            Ok(Ok(()))
-                        );
-                        if healthy && self.adopt(rec.clone()) {
-                            tracing::info!(sandbox = %rec.id, "adopted");
-                        } else {
-                            self.destroy_quietly(&p, &rec.id, "recovery").await;
-                            self.metrics.reaped("recovery");
-                            report.reaped.push(rec.id);
-                        }
-                    }
-                    Some(rec) => {
-                        known.insert(rec.id.clone(), rec);
-                    }
-                    None if ours => {
-                        // Created, but the daemon died before saving it.
-                        self.destroy_quietly(&p, &info.id, "orphan").await;
-                        self.metrics.reaped("orphan");
-                        report.reaped.push(info.id);
-                    }
-                    None => {}
-                }
-            }
-            if let Ok(r) = p.gc().await {
-                report.reaped.extend(r.reaped);
-                report.errors.extend(r.errors);
-            }
-        }
-        // Records of sandboxes that are gone.
-        for (id, _) in known {
-            self.forget(&id);
-            self.metrics.reaped("gone");
-        }
-        let keys: Vec<String> = self.lock().pools.keys().cloned().collect();
-        for k in keys {
-            self.refill(&k);
-        }
-        Ok(report)
-    }
-
-    fn adopt(&self, rec: SandboxRecord) -> bool {
-        let mut g = self.lock();
-        let key = rec.template.as_ref().map(|t| format!("{}/{t}", rec.tenant));
-        match (&key, rec.idle) {
-            (Some(k), true) => match g.pools.get_mut(k) {
-                Some(e) => e.pool.adopt_idle(rec.id.clone(), rec.created_at_ms),
-                // Its pool was drained: not wanted.
-                None => return false,
-            },
-            (Some(k), false) => {
-                if let Some(e) = g.pools.get_mut(k) {
-                    e.pool.adopt_in_use();
-                }
-            }
-            (None, true) => return false,
-            (None, false) => {}
-        }
-        g.last_used.insert(rec.id.clone(), now_ms());
-        g.sandboxes.insert(rec.id.clone(), rec);
-        true
-    }
-
-    /// Stops refills and new creations, drains every pool and waits (up to 30 s) for
-    /// creations in progress. Handed-out sandboxes are kept: a restart adopts them.
-    pub async fn shutdown(self: &Arc<Self>) {
-        self.stopping.store(true, Ordering::SeqCst);
-        let tenants: HashSet<String> = self
-            .lock()
-            .pools
-            .values()
-            .map(|e| e.record.tenant.clone())
-            .collect();
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            let creating: usize = self
-                .lock()
-                .pools
-                .values()
-                .map(|e| e.pool.stats().creating)
-                .sum();
-            if creating == 0 || Instant::now() > until {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-        // Drain without forgetting the pools: a restart fills them again.
-        let mut victims = Vec::new();
-        {
-            let mut g = self.lock();
-            for e in g.pools.values_mut() {
-                for id in e.pool.drain() {
-                    victims.push((e.record.provider.clone(), id));
-                }
-            }
-            for (_, id) in &victims {
-                g.sandboxes.remove(id);
-            }
-        }
-        for (pname, id) in victims {
-            if let Ok((_, p)) = self.provider(&pname) {
-                self.destroy_quietly(&p, &id, "shutdown").await;
-            }
-        }
-        tracing::info!(tenants = tenants.len(), "pools drained");
     }
 }
 
