@@ -101,12 +101,17 @@ async fn main() {
         .tempdir_in("/tmp")
         .unwrap();
     let state_root = dir.path().join("state");
+    // The daemon's state on tmpfs, where it belongs (see `--state-dir`).
+    let shm = tempfile::Builder::new()
+        .prefix("stockade-bench-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
     let sock = dir.path().join("d.sock");
     let serve = stockade_server::ServeArgs {
         listen: Some(stockade_server::Listen::Unix(sock.clone())),
         token_file: None,
         metrics_listen: None,
-        state_dir: Some(dir.path().join("daemon")),
+        state_dir: Some(shm.path().join("daemon")),
         default_provider: Some("native".into()),
         max_sandboxes_per_tenant: 256,
         max_pool_per_tenant: 256,

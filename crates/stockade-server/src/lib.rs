@@ -68,7 +68,10 @@ pub struct ServeArgs {
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<SocketAddr>,
-    /// The daemon's durable state (default: $STOCKADE_HOME/daemon).
+    /// The daemon's state (default: /run/stockaded for root, else
+    /// $XDG_RUNTIME_DIR/stockaded). It describes live sandboxes, which never outlive
+    /// a reboot, so it belongs on tmpfs: it must survive the daemon's death, not the
+    /// host's, and on tmpfs a commit costs no disk flush.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
     /// Provider of requests that name none (default: $STOCKADE_PROVIDER or native).
@@ -90,6 +93,22 @@ pub struct ServeArgs {
     /// /run/stockade for root).
     #[arg(long, value_name = "DIR")]
     pub native_state_dir: Option<PathBuf>,
+}
+
+/// `/run/stockaded` for root, else `$XDG_RUNTIME_DIR/stockaded`, else
+/// `/tmp/stockaded-UID`.
+pub fn default_state_dir() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    if uid == 0 {
+        return PathBuf::from("/run/stockaded");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("stockaded"),
+        None => PathBuf::from(format!("/tmp/stockaded-{uid}")),
+    }
 }
 
 /// Serves until SIGINT or SIGTERM on a runtime of its own; returns the exit code.

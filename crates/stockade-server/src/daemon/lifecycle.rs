@@ -59,6 +59,12 @@ impl Daemon {
                     g.sandboxes.remove(&r.id);
                 }
             }
+            let super::Inner {
+                warm_info,
+                sandboxes,
+                ..
+            } = &mut *g;
+            warm_info.retain(|id, _| sandboxes.get(id).is_some_and(|r| r.idle));
         }
         if check_gone {
             let mut by_provider: BTreeMap<String, Vec<SandboxRecord>> = BTreeMap::new();

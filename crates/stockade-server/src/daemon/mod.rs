@@ -73,6 +73,9 @@ struct Inner {
     sandboxes: HashMap<String, SandboxRecord>,
     /// Last use (exec, file operation) of handed-out sandboxes, unix ms.
     last_used: HashMap<String, u64>,
+    /// What the provider said about each warm sandbox when it was made (handing one
+    /// over then needs no provider call for it).
+    warm_info: HashMap<String, SandboxInfo>,
     /// Pools by `tenant/template`.
     pools: HashMap<String, PoolEntry>,
     /// Creations in progress by tenant (counted against quotas).
@@ -428,13 +431,17 @@ impl Daemon {
                     r.owner_pid = owner_pid;
                     let r = r.clone();
                     g.last_used.insert(id.clone(), now_ms());
-                    r
+                    (r, g.warm_info.remove(&id))
                 };
+                let (rec, cached) = rec;
                 self.save(&rec)?;
                 self.metrics.pool_hits.fetch_add(1, Ordering::Relaxed);
                 self.metrics.acquire_seconds.observe(t0.elapsed());
                 self.refill(&key);
-                let info = self.info_of(&p, &rec).await?;
+                let info = match cached {
+                    Some(i) => self.present(i, &rec),
+                    None => self.info_of(&p, &rec).await?,
+                };
                 return Ok((info, true));
             }
             let had_pool = self.lock().pools.contains_key(&key);

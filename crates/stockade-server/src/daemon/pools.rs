@@ -261,6 +261,7 @@ impl Daemon {
                 None => Some(rec.id.clone()),
             };
             if refused.is_none() {
+                g.warm_info.insert(rec.id.clone(), info.clone());
                 g.sandboxes.insert(rec.id.clone(), rec.clone());
             }
             refused
