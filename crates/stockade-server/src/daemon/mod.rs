@@ -131,13 +131,19 @@ pub struct PoolView {
     pub stats: PoolStats,
 }
 
-/// A template: the spec without what is bound late, and its id.
+/// A template: the spec without what is bound late (env, workdir), and its id. The
+/// lifetime is bound late too (it runs from acquisition), so it is not part of the
+/// id; the template keeps it as the lifetime its warm sandboxes are made for.
 pub fn template_of(provider: &str, spec: &SandboxSpec) -> (String, SandboxSpec) {
     use sha2::Digest;
     let mut t = spec.clone();
     t.env.clear();
     t.workdir = None;
-    let json = serde_json::to_string(&t).unwrap_or_default();
+    let keyed = SandboxSpec {
+        timeout_secs: 0,
+        ..t.clone()
+    };
+    let json = serde_json::to_string(&keyed).unwrap_or_default();
     let d = sha2::Sha256::digest(format!("{provider}\n{json}").as_bytes());
     let id = d[..6].iter().map(|b| format!("{b:02x}")).collect();
     (id, t)
@@ -391,6 +397,23 @@ impl Daemon {
                 let mut g = self.lock();
                 g.pools.get_mut(&key).and_then(|e| e.pool.acquire())
             } {
+                // The provider's own deadline of a warm sandbox must cover the
+                // caller's lifetime; if it does not, the sandbox goes back.
+                let made = self
+                    .lock()
+                    .sandboxes
+                    .get(&id)
+                    .map(|r| (r.expires_at_ms, r.created_at_ms));
+                if let Some((deadline, created)) = made
+                    && now_ms() + spec.timeout_secs * 1000 > deadline
+                {
+                    let mut g = self.lock();
+                    if let Some(e) = g.pools.get_mut(&key) {
+                        e.pool.acquired_broken();
+                        e.pool.adopt_idle(id.clone(), created);
+                    }
+                    break;
+                }
                 let healthy = tokio::time::timeout(Duration::from_secs(2), p.health(&id)).await;
                 if !matches!(healthy, Ok(Ok(()))) {
                     tracing::warn!(sandbox = %id, "warm sandbox failed its health check; replacing it");
@@ -794,7 +817,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn templates_ignore_late_bound_env_and_workdir_only() {
+    fn templates_ignore_late_bound_env_workdir_and_lifetime_only() {
         let mut a = SandboxSpec::default();
         a.env.insert("K".into(), "v".into());
         a.workdir = Some("/w".into());
@@ -805,6 +828,16 @@ mod tests {
         c.limits.memory_bytes /= 2;
         assert_ne!(template_of("native", &b).0, template_of("native", &c).0);
         assert!(template_of("native", &a).1.env.is_empty());
+        let long = SandboxSpec {
+            timeout_secs: 900,
+            ..SandboxSpec::default()
+        };
+        assert_eq!(template_of("native", &long).0, template_of("native", &b).0);
+        assert_eq!(
+            template_of("native", &long).1.timeout_secs,
+            900,
+            "kept in the template"
+        );
     }
 
     #[test]
