@@ -127,6 +127,28 @@ fn the_cli_runs_through_the_daemon_and_manages_pools() {
         (Some(1), Some(1)),
         "{v}"
     );
+    // `run` binds its own lifetime at acquisition: it takes from the same pool.
+    let until = Instant::now() + Duration::from_secs(30);
+    while json(&d.cli(&["pool", "ls", "--json"]))[0]["idle"] != 1 {
+        assert!(Instant::now() < until, "the pool did not refill");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = d.cli(&[
+        "run",
+        "--json",
+        "--timeout",
+        "30",
+        "--",
+        "/bin/echo",
+        "warm",
+    ]);
+    assert_eq!(json(&out)["stdout"], "warm\n");
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
+    assert_eq!(
+        v[0]["hits"].as_u64(),
+        Some(2),
+        "run took a warm sandbox: {v}"
+    );
     let ls = json(&d.cli(&["ls", "--json"]));
     assert_eq!(ls[0]["id"], id.as_str());
     let out = d.cli(&["exec", &id, "--", "/bin/echo", "ok"]);
