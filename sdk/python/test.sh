@@ -21,6 +21,8 @@ py=$venv/bin/python
 "$py" -m mypy --strict --python-version 3.10 --no-error-summary python/stockade
 PYTHON=$py ./build.sh "${1:-dev}"
 "$py" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps dist/*.whl
+# The remote-mode tests start `stockade serve` from this build.
+export STOCKADE_CLI=${STOCKADE_CLI:-$CARGO_TARGET_DIR/debug/stockade}
 cd tests
 # Not from the source tree: the installed wheel (with its bundled agent) is tested.
-env -u STOCKADE_AGENT "$py" -m pytest -q -p no:cacheprovider .
+env -u STOCKADE_AGENT -u STOCKADE_HOST "$py" -m pytest -q -p no:cacheprovider .

@@ -20,6 +20,9 @@ struct Cli {
     /// /var/lib/stockade for root, else the XDG data dir).
     #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME")]
     home: Option<std::path::PathBuf>,
+    /// Run in-process even when a daemon answers (STOCKADE_HOST or the default socket).
+    #[arg(long, global = true)]
+    direct: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -60,6 +63,11 @@ enum Command {
     /// OCI images for --image: pull, import, ls, inspect, rm, prune.
     #[command(subcommand)]
     Image(commands::image::ImageCmd),
+    /// Run the daemon (stockaded): gRPC on a unix socket or TCP, warm pools, tenants.
+    Serve(stockade_server::ServeArgs),
+    /// Warm pools of the daemon: warm, ls, drain.
+    #[command(subcommand)]
+    Pool(commands::pool::PoolCmd),
 }
 
 fn main() {
@@ -74,12 +82,22 @@ fn main() {
             std::process::exit(70);
         }
     };
-    let ctx = commands::Ctx {
+    if let Command::Serve(args) = cli.command {
+        drop(rt);
+        std::process::exit(commands::serve::run(args));
+    }
+    let mut ctx = commands::Ctx {
         json: cli.json,
         provider: cli.provider.clone(),
         home: cli.home.clone(),
+        remote: None,
     };
     let code = rt.block_on(async {
+        // Image and runtime management are local; everything else may use a daemon.
+        let local = matches!(cli.command, Command::Image(_) | Command::Runtime(_));
+        if !local && let Err(e) = ctx.connect(cli.direct).await {
+            return output::error(ctx.json, &e);
+        }
         let result = match cli.command {
             Command::Run(a) => commands::run::run(&ctx, a).await,
             Command::Create(a) => commands::create::run(&ctx, a).await,
@@ -94,6 +112,8 @@ fn main() {
             Command::Fs { id, cmd } => commands::fs::run(&ctx, &id, cmd).await,
             Command::Cp(a) => commands::cp::run(&ctx, a).await,
             Command::Session(c) => commands::session::run(&ctx, c).await,
+            Command::Pool(c) => commands::pool::run(&ctx, c).await,
+            Command::Serve(_) => Ok(0),
         };
         match result {
             Ok(code) => code,

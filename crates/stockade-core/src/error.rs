@@ -41,6 +41,10 @@ pub enum Error {
     /// A bug or an unexpected state; the message says which.
     #[error("internal error: {0}")]
     Internal(String),
+    /// An error that crossed a process boundary (the daemon): its code and message
+    /// exactly as the far side gave them.
+    #[error("{message}")]
+    Remote { code: ErrorCode, message: String },
 }
 
 impl Error {
@@ -54,6 +58,7 @@ impl Error {
             Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
             Error::Io { .. } | Error::Internal(_) => ErrorCode::Internal,
+            Error::Remote { code, .. } => *code,
         }
     }
 

@@ -35,6 +35,20 @@ pub struct OutputChunk {
 /// output pump, never grows memory.
 pub type OutputSender = mpsc::Sender<OutputChunk>;
 
+/// Input to a running exec (see [`Provider::exec_interactive`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExecInput {
+    /// More bytes for the exec's stdin.
+    Stdin(Vec<u8>),
+    /// Close the exec's stdin.
+    CloseStdin,
+    /// Kill everything the exec started; the exec then ends with its outcome.
+    Kill,
+}
+
+/// Where a caller sends [`ExecInput`] to a running exec.
+pub type InputReceiver = mpsc::Receiver<ExecInput>;
+
 /// Options of `create` that are about the caller, not the sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CreateOptions {
@@ -107,6 +121,53 @@ pub trait Provider: Send + Sync + 'static {
         req: ExecRequest,
         output: Option<OutputSender>,
     ) -> Result<ExecOutcome>;
+
+    /// Like [`Provider::exec`], taking stdin and a kill request while the exec runs.
+    ///
+    /// The default runs [`Provider::exec`] and refuses `keep_stdin_open`; on
+    /// [`ExecInput::Kill`] it drops the exec, which kills what it started, and reports
+    /// the exec as killed by `SIGKILL`.
+    async fn exec_interactive(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        mut input: InputReceiver,
+    ) -> Result<ExecOutcome> {
+        if req.keep_stdin_open {
+            return Err(Error::Unavailable {
+                what: format!("interactive stdin on the {} provider", self.name()),
+                reason: "this provider does not implement it".into(),
+                fix: "pass all of stdin with the request".into(),
+            });
+        }
+        let started = std::time::Instant::now();
+        let exec = self.exec(id, req, output);
+        tokio::pin!(exec);
+        let mut open = true;
+        loop {
+            tokio::select! {
+                r = &mut exec => return r,
+                m = input.recv(), if open => match m {
+                    Some(ExecInput::Kill) => {
+                        return Ok(ExecOutcome {
+                            exit_code: 128 + 9,
+                            signal: Some(9),
+                            duration_ms: started.elapsed().as_millis() as u64,
+                            ..ExecOutcome::default()
+                        });
+                    }
+                    Some(_) => {}
+                    None => open = false,
+                },
+            }
+        }
+    }
+
+    /// Checks that the sandbox is alive and answers (the default: it is listed).
+    async fn health(&self, id: &str) -> Result<()> {
+        self.inspect(id).await.map(drop)
+    }
 
     /// Kills everything in the sandbox and removes all its state. Idempotent.
     async fn destroy(&self, id: &str) -> Result<()>;

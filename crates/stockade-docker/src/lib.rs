@@ -517,6 +517,29 @@ fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
 }
 
+impl DockerProvider {
+    /// An exec through the container's agent (the same protocol as native), with
+    /// stdin and kill requests while it runs when `input` is given.
+    async fn exec_with_input(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        input: Option<stockade_core::InputReceiver>,
+    ) -> Result<ExecOutcome> {
+        stockade_core::check_request(&req)?;
+        check_id(id)?;
+        let sock = self.dir(id).join("agent.sock");
+        if !sock.exists() {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        match client::exec(id, &sock, req, output, input).await {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.gone(id, e).await),
+        }
+    }
+}
+
 #[async_trait]
 impl Provider for DockerProvider {
     fn name(&self) -> &'static str {
@@ -592,14 +615,27 @@ impl Provider for DockerProvider {
         req: ExecRequest,
         output: Option<OutputSender>,
     ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
+        self.exec_with_input(id, req, output, None).await
+    }
+
+    async fn exec_interactive(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        input: stockade_core::InputReceiver,
+    ) -> Result<ExecOutcome> {
+        self.exec_with_input(id, req, output, Some(input)).await
+    }
+
+    async fn health(&self, id: &str) -> Result<()> {
         check_id(id)?;
         let sock = self.dir(id).join("agent.sock");
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)).await);
         }
-        match client::exec(id, &sock, req, output).await {
-            Ok(o) => Ok(o),
+        match client::ping(id, &sock).await {
+            Ok(()) => Ok(()),
             Err(e) => Err(self.gone(id, e).await),
         }
     }

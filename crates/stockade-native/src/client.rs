@@ -4,7 +4,7 @@ use std::path::Path;
 
 use stockade_agent_proto::codec::asynch::read_msg;
 use stockade_agent_proto::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest, PROTOCOL_VERSION};
-use stockade_core::{Error, OutputChunk, OutputSender};
+use stockade_core::{Error, ExecInput, InputReceiver, OutputChunk, OutputSender};
 use tokio::net::UnixStream;
 
 fn lost(id: &str, e: impl std::fmt::Display) -> Error {
@@ -58,21 +58,55 @@ pub async fn ping(id: &str, socket: &Path) -> Result<(), Error> {
 }
 
 /// Runs one exec. Dropping the future closes the connection, and the agent then kills
-/// everything the exec started.
+/// everything the exec started. Stdin and kill requests from `input` are passed on
+/// while it runs.
 pub async fn exec(
     id: &str,
     socket: &Path,
     mut req: ExecRequest,
     output: Option<OutputSender>,
+    input: Option<InputReceiver>,
 ) -> Result<ExecOutcome, Error> {
     req.stream = output.is_some();
     let mut s = connect(id, socket).await?;
     hello(id, &mut s, &ClientMsg::Exec(req)).await?;
+    let Some(mut input) = input else {
+        return exec_events(id, &mut s, output).await;
+    };
+    let (mut r, mut w) = s.into_split();
+    // Reading a frame is not cancel-safe, so writing input gets its own task.
+    let writer = tokio::spawn(async move {
+        while let Some(m) = input.recv().await {
+            let msg = match m {
+                ExecInput::Stdin(d) => ClientMsg::Stdin(d),
+                ExecInput::CloseStdin => ClientMsg::CloseStdin,
+                ExecInput::Kill => ClientMsg::Kill,
+            };
+            let Ok(buf) = stockade_agent_proto::codec::encode(&msg) else {
+                break;
+            };
+            if tokio::io::AsyncWriteExt::write_all(&mut w, &buf)
+                .await
+                .is_err()
+            {
+                break;
+            }
+        }
+        // Keep the write half open: closing it would tell the agent to kill the exec.
+        std::future::pending::<()>().await;
+    });
+    let r = exec_events(id, &mut r, output).await;
+    writer.abort();
+    r
+}
+
+async fn exec_events<R: tokio::io::AsyncRead + Unpin>(
+    id: &str,
+    s: &mut R,
+    output: Option<OutputSender>,
+) -> Result<ExecOutcome, Error> {
     loop {
-        match read_msg::<_, AgentMsg>(&mut s)
-            .await
-            .map_err(|e| lost(id, e))?
-        {
+        match read_msg::<_, AgentMsg>(s).await.map_err(|e| lost(id, e))? {
             Some(AgentMsg::Started { .. }) => {}
             Some(AgentMsg::Output { stream, data }) => {
                 if let Some(tx) = &output {

@@ -339,7 +339,30 @@ impl Provider for NativeProvider {
                 id: id.to_string(),
             });
         }
-        client::exec(id, &dir.join("agent.sock"), req, output).await
+        client::exec(id, &dir.join("agent.sock"), req, output, None).await
+    }
+
+    async fn exec_interactive(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        input: stockade_core::InputReceiver,
+    ) -> Result<ExecOutcome> {
+        stockade_core::check_request(&req)?;
+        let dir = self.dir(id)?;
+        if !dir.join("state.json").exists() {
+            return Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            });
+        }
+        client::exec(id, &dir.join("agent.sock"), req, output, Some(input)).await
+    }
+
+    async fn health(&self, id: &str) -> Result<()> {
+        let dir = self.dir(id)?;
+        client::ping(id, &dir.join("agent.sock")).await
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {

@@ -24,6 +24,7 @@ use stockade::{
     Action, CreateOptions, Error, ExecOutcome, ExecRequest, OutputChunk, Policy, Provider, Rule,
     RuleTarget, Sandbox, SandboxSpec, SessionConfig, SessionManager, Stream, Verdict,
 };
+use stockade_client::{Host, RemoteProvider};
 use tokio::sync::{Mutex, mpsc};
 
 /// Bytes that become Python `bytes` (a `Vec<u8>` would become a list).
@@ -167,30 +168,72 @@ fn spec_from_json(spec_json: &str) -> PyResult<SandboxSpec> {
     })
 }
 
-/// A provider, chosen by name, with its image store and sessions under `home`.
+/// A provider, chosen by name, with its image store and sessions under `home`; or a
+/// `stockaded` daemon (remote mode) running that provider.
 #[pyclass(frozen, module = "stockade._native")]
 struct Client {
     provider: Arc<dyn Provider>,
+    /// The daemon, in remote mode.
+    remote: Option<RemoteProvider>,
+    /// The provider that runs the sandboxes (the daemon's backend in remote mode).
+    backend: String,
     home: PathBuf,
 }
 
 #[pymethods]
 impl Client {
+    /// Embedded unless a daemon is named (`host`, else `$STOCKADE_HOST`): the SDK does
+    /// not pick up a default socket on its own, so `Stockade()` never depends on a
+    /// daemon. `token` (else `$STOCKADE_TOKEN`) is sent on every call.
     #[new]
-    #[pyo3(signature = (provider=None, home=None))]
-    fn new(provider: Option<String>, home: Option<PathBuf>) -> PyResult<Client> {
-        let provider =
+    #[pyo3(signature = (provider=None, home=None, host=None, token=None))]
+    fn new(
+        py: Python<'_>,
+        provider: Option<String>,
+        home: Option<PathBuf>,
+        host: Option<String>,
+        token: Option<String>,
+    ) -> PyResult<Client> {
+        let env = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+        let home_dir = home.clone().unwrap_or_else(stockade_image::stockade_home);
+        if let Some(host) = host.or_else(|| env("STOCKADE_HOST")) {
+            let token = token.or_else(|| env("STOCKADE_TOKEN"));
+            let remote = py
+                .detach(|| {
+                    runtime().block_on(async {
+                        let h = Host::parse(&host)?;
+                        RemoteProvider::connect(&h, token.as_deref()).await
+                    })
+                })
+                .map_err(to_py)?
+                .with_backend(provider.clone());
+            return Ok(Client {
+                provider: Arc::new(remote.clone()),
+                remote: Some(remote),
+                backend: provider.unwrap_or_else(stockade::default_provider_name),
+                home: home_dir,
+            });
+        }
+        let p =
             stockade::provider_with_home(provider.as_deref(), home.as_deref()).map_err(to_py)?;
         Ok(Client {
-            provider,
-            home: home.unwrap_or_else(stockade_image::stockade_home),
+            backend: p.name().to_string(),
+            provider: p,
+            remote: None,
+            home: home_dir,
         })
     }
 
-    /// The provider's name.
+    /// The provider that runs the sandboxes.
     #[getter]
-    fn provider(&self) -> &'static str {
-        self.provider.name()
+    fn provider(&self) -> String {
+        self.backend.clone()
+    }
+
+    /// The daemon's address in remote mode, else `None`.
+    #[getter]
+    fn remote(&self) -> Option<String> {
+        self.remote.as_ref().map(|r| r.host().to_string())
     }
 
     /// Creates a sandbox from a JSON spec. `owned`: it dies with this process.
@@ -263,7 +306,9 @@ impl Client {
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
         let mut spec = spec_from_json(spec_json)?;
-        let provider = self.provider.name();
+        // In remote mode the interpreter is looked up as the daemon's backend would
+        // (exact for a daemon on this host, which the unix socket implies).
+        let provider = self.backend.clone();
         let images = self.home.join("images");
         drive(py, asynchronous, async move {
             let preset =
@@ -271,7 +316,7 @@ impl Client {
             let store = stockade_image::Store::open(&images)
                 .map_err(|e| to_py(stockade::code::image_error(e)))?;
             let argv = stockade::code::prepare(
-                provider,
+                &provider,
                 preset,
                 Source::Code(&code),
                 &mut spec,
@@ -295,6 +340,15 @@ impl Client {
         idle_timeout_secs: u64,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
+        if let Some(remote) = self.remote.clone() {
+            // The daemon's sessions use its own session spec.
+            let provider = self.provider.clone();
+            return drive(py, asynchronous, async move {
+                let info = remote.session_get(&name).await.map_err(to_py)?;
+                let sb = Sandbox::attach(provider, &info.id).await.map_err(to_py)?;
+                Ok(SandboxHandle { sb })
+            });
+        }
         let manager = self.sessions(spec_from_json(spec_json)?, idle_timeout_secs);
         drive(py, asynchronous, async move {
             let sb = manager.get_or_create(&name).await.map_err(to_py)?;
@@ -311,6 +365,15 @@ impl Client {
         delete: bool,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
+        if let Some(remote) = self.remote.clone() {
+            return drive(py, asynchronous, async move {
+                if delete {
+                    remote.session_delete(&name).await.map_err(to_py)
+                } else {
+                    remote.session_release(&name).await.map_err(to_py)
+                }
+            });
+        }
         let manager = self.sessions(SandboxSpec::default(), 0);
         drive(py, asynchronous, async move {
             if delete {
@@ -324,6 +387,11 @@ impl Client {
     /// The sessions, as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn sessions_json(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        if let Some(remote) = self.remote.clone() {
+            return drive(py, asynchronous, async move {
+                json(&remote.session_list().await.map_err(to_py)?)
+            });
+        }
         let manager = self.sessions(SandboxSpec::default(), 0);
         drive(py, asynchronous, async move {
             json(&manager.list().await.map_err(to_py)?)

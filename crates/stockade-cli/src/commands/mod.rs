@@ -9,9 +9,11 @@ pub mod gc;
 pub mod image;
 pub mod inspect;
 pub mod ls;
+pub mod pool;
 pub mod rm;
 pub mod run;
 pub mod runtime;
+pub mod serve;
 pub mod session;
 
 use std::sync::Arc;
@@ -23,11 +25,25 @@ pub struct Ctx {
     pub json: bool,
     pub provider: Option<String>,
     pub home: Option<std::path::PathBuf>,
+    /// The daemon to use instead of running in-process (see [`Ctx::connect`]).
+    pub remote: Option<stockade_client::RemoteProvider>,
 }
 
 impl Ctx {
     pub fn provider(&self) -> Result<Arc<dyn Provider>> {
+        if let Some(r) = &self.remote {
+            return Ok(Arc::new(r.clone().with_backend(self.provider.clone())));
+        }
         stockade::provider_with_home(self.provider.as_deref(), self.home.as_deref())
+    }
+
+    /// Uses the daemon when `STOCKADE_HOST` is set or the default socket answers,
+    /// unless `direct`.
+    pub async fn connect(&mut self, direct: bool) -> Result<()> {
+        if !direct {
+            self.remote = stockade_client::RemoteProvider::from_env().await?;
+        }
+        Ok(())
     }
 }
 

@@ -5,6 +5,7 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+mod daemon;
 mod images;
 
 fn require_root(test: &str) -> bool {

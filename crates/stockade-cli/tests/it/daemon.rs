@@ -1,0 +1,189 @@
+//! The CLI with a daemon: `stockade serve`, commands through STOCKADE_HOST, pools,
+//! and `--direct`.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{json, require_root, stockade};
+
+/// `stockade serve` on a socket of its own; killed (and its sandboxes reaped) on drop.
+struct Serve {
+    child: Child,
+    dir: tempfile::TempDir,
+}
+
+impl Serve {
+    fn start() -> Serve {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("d.sock");
+        let child = Command::new("setpriv")
+            .args([
+                "--pdeathsig",
+                "KILL",
+                env!("CARGO_BIN_EXE_stockade"),
+                "serve",
+            ])
+            .arg(format!("--listen=unix:{}", sock.display()))
+            .arg(format!(
+                "--state-dir={}",
+                dir.path().join("daemon").display()
+            ))
+            .env("STOCKADE_STATE_DIR", Self::state_root())
+            .env("STOCKADE_HOME", dir.path().join("home"))
+            .env_remove("STOCKADE_PROVIDER")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let until = Instant::now() + Duration::from_secs(30);
+        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+            assert!(Instant::now() < until, "stockade serve did not listen");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Serve { child, dir }
+    }
+
+    /// Its sandboxes' state root, apart from the other tests' (leak-check looks there).
+    fn state_root() -> std::path::PathBuf {
+        std::path::PathBuf::from(format!("{}-daemon", super::state_dir().display()))
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.dir.path().join("d.sock").display())
+    }
+
+    fn cli(&self, args: &[&str]) -> std::process::Output {
+        stockade(args)
+            .env("STOCKADE_HOST", self.host())
+            .output()
+            .unwrap()
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.wait();
+        // What a failed test left: destroyed in-process.
+        let direct = |args: &[&str]| {
+            stockade(args)
+                .arg("--direct")
+                .env("STOCKADE_STATE_DIR", Self::state_root())
+                .output()
+                .unwrap()
+        };
+        if let Ok(serde_json::Value::Array(left)) =
+            serde_json::from_slice(&direct(&["ls", "--json"]).stdout)
+        {
+            for s in left {
+                if let Some(id) = s["id"].as_str() {
+                    direct(&["rm", id]);
+                }
+            }
+        }
+        let _ = std::fs::remove_dir(Self::state_root());
+    }
+}
+
+#[test]
+fn the_cli_runs_through_the_daemon_and_manages_pools() {
+    if !require_root("cli_daemon") {
+        return;
+    }
+    let d = Serve::start();
+    let out = d.cli(&["run", "--json", "--", "/bin/echo", "via daemon"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(json(&out)["stdout"], "via daemon\n");
+
+    let out = d.cli(&["pool", "warm", "--size", "1", "--timeout", "60"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let v = json(&d.cli(&["pool", "ls", "--json"]));
+        if v[0]["idle"] == 1 {
+            assert_eq!(v[0]["min_idle"], 1);
+            break;
+        }
+        assert!(Instant::now() < until, "no warm sandbox: {v}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = d.cli(&["create", "--json", "--timeout", "60"]);
+    let id = json(&out)["id"].as_str().unwrap().to_string();
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
+    assert_eq!(
+        (v[0]["hits"].as_u64(), v[0]["in_use"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
+    );
+    // `run` binds its own lifetime at acquisition: it takes from the same pool.
+    let until = Instant::now() + Duration::from_secs(30);
+    while json(&d.cli(&["pool", "ls", "--json"]))[0]["idle"] != 1 {
+        assert!(Instant::now() < until, "the pool did not refill");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = d.cli(&[
+        "run",
+        "--json",
+        "--timeout",
+        "30",
+        "--",
+        "/bin/echo",
+        "warm",
+    ]);
+    assert_eq!(json(&out)["stdout"], "warm\n");
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
+    assert_eq!(
+        v[0]["hits"].as_u64(),
+        Some(2),
+        "run took a warm sandbox: {v}"
+    );
+    let ls = json(&d.cli(&["ls", "--json"]));
+    assert_eq!(ls[0]["id"], id.as_str());
+    let out = d.cli(&["exec", &id, "--", "/bin/echo", "ok"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok\n");
+    assert_eq!(d.cli(&["rm", &id]).status.code(), Some(0));
+    let v = json(&d.cli(&["pool", "drain", "--json"]));
+    assert_eq!(v["destroyed"].as_array().unwrap().len(), 1, "{v}");
+
+    // An unknown id through the daemon keeps its code (exit 65) and message.
+    let out = d.cli(&["inspect", "sb-000000000000", "--json"]);
+    assert_eq!(out.status.code(), Some(65));
+    assert_eq!(json(&out)["error"]["code"], "not_found");
+}
+
+#[test]
+fn direct_runs_in_process_and_an_unreachable_host_is_an_error() {
+    if !require_root("cli_direct") {
+        return;
+    }
+    let gone = "unix:///nonexistent/stockaded.sock";
+    let out = stockade(&["run", "--json", "--", "/bin/true"])
+        .env("STOCKADE_HOST", gone)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "unavailable");
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(
+        msg.contains("stockaded at unix:///nonexistent/stockaded.sock"),
+        "{msg}"
+    );
+    let out = stockade(&["--direct", "run", "--json", "--", "/bin/echo", "here"])
+        .env("STOCKADE_HOST", gone)
+        .output()
+        .unwrap();
+    assert_eq!(json(&out)["stdout"], "here\n");
+    let out = stockade(&["pool", "ls", "--direct"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(69), "pools need a daemon");
+}

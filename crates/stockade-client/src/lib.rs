@@ -1,0 +1,568 @@
+//! The gRPC API of `stockaded` (`proto/stockade.proto`) and [`RemoteProvider`], a
+//! client of the daemon that implements [`Provider`], so the CLI and the SDKs use a
+//! daemon just by choosing this provider.
+//!
+//! Where the daemon is: `STOCKADE_HOST` (`unix:///path` or `http://host:port`), else
+//! the default socket ([`default_socket`]). `STOCKADE_TOKEN` is sent as a bearer token.
+
+pub mod convert;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use hyper_util::rt::TokioIo;
+use stockade_core::{
+    Capabilities, Check, CreateOptions, Error, ExecInput, ExecOutcome, ExecRequest, FileOp,
+    FileResult, GcReport, InputReceiver, OutputChunk, OutputSender, Provider, Result, SandboxInfo,
+    SandboxSpec, SessionInfo, Stream, ValidatedSpec,
+};
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use convert::from_status;
+
+/// Generated messages, client and server of `stockade.v1`.
+#[allow(clippy::all, missing_docs)]
+pub mod pb {
+    tonic::include_proto!("stockade.v1");
+}
+
+pub use pb::stockade_client::StockadeClient;
+pub use pb::stockade_server::{Stockade, StockadeServer};
+
+/// Largest message either side accepts (files move up to 32 MiB in one call).
+pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Where a daemon listens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Host {
+    /// A unix socket.
+    Unix(PathBuf),
+    /// `http://host:port`.
+    Http(String),
+}
+
+impl Host {
+    /// Parses `unix:///path`, `unix:/path` or `http://host:port`.
+    pub fn parse(text: &str) -> Result<Host> {
+        if let Some(p) = text.strip_prefix("unix://").or(text.strip_prefix("unix:")) {
+            if !p.starts_with('/') {
+                return Err(Error::InvalidRequest(format!(
+                    "daemon address {text:?} must name an absolute socket path (unix:///path)"
+                )));
+            }
+            return Ok(Host::Unix(p.into()));
+        }
+        if text.starts_with("http://") && text.len() > "http://".len() {
+            return Ok(Host::Http(text.to_string()));
+        }
+        Err(Error::InvalidRequest(format!(
+            "daemon address {text:?} is neither unix:///path nor http://host:port"
+        )))
+    }
+}
+
+impl std::fmt::Display for Host {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Host::Unix(p) => write!(f, "unix://{}", p.display()),
+            Host::Http(u) => f.write_str(u),
+        }
+    }
+}
+
+/// The daemon's default socket: `/run/stockaded.sock` for root, else
+/// `$XDG_RUNTIME_DIR/stockaded.sock`, else `/tmp/stockaded-UID.sock`.
+pub fn default_socket() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    let uid = std::fs::metadata("/proc/self")
+        .map(|m| m.uid())
+        .unwrap_or(0);
+    if uid == 0 {
+        return PathBuf::from("/run/stockaded.sock");
+    }
+    match std::env::var_os("XDG_RUNTIME_DIR") {
+        Some(d) => PathBuf::from(d).join("stockaded.sock"),
+        None => PathBuf::from(format!("/tmp/stockaded-{uid}.sock")),
+    }
+}
+
+async fn channel(host: &Host) -> Result<Channel> {
+    let unreachable = |e: tonic::transport::Error| {
+        let mut msg = e.to_string();
+        let mut src = std::error::Error::source(&e);
+        while let Some(s) = src {
+            msg = format!("{msg}: {s}");
+            src = s.source();
+        }
+        Error::Unavailable {
+            what: format!("stockaded at {host}"),
+            reason: msg,
+            fix: "start it with `stockade serve`, or unset STOCKADE_HOST to run in-process".into(),
+        }
+    };
+    match host {
+        Host::Unix(path) => {
+            let path = path.clone();
+            Endpoint::from_static("http://stockaded.invalid")
+                .connect_with_connector(tower::service_fn(move |_: Uri| {
+                    let path = path.clone();
+                    async move {
+                        let s = tokio::net::UnixStream::connect(path).await?;
+                        Ok::<_, std::io::Error>(TokioIo::new(s))
+                    }
+                }))
+                .await
+                .map_err(unreachable)
+        }
+        Host::Http(url) => Endpoint::from_shared(url.clone())
+            .map_err(|e| Error::InvalidRequest(format!("daemon address {url:?}: {e}")))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .map_err(unreachable),
+    }
+}
+
+/// A [`Provider`] that runs everything through a `stockaded` daemon.
+#[derive(Clone)]
+pub struct RemoteProvider {
+    client: StockadeClient<Channel>,
+    auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
+    backend: Option<String>,
+    host: Arc<Host>,
+}
+
+impl std::fmt::Debug for RemoteProvider {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteProvider")
+            .field("host", &self.host.to_string())
+            .field("backend", &self.backend)
+            .finish()
+    }
+}
+
+impl RemoteProvider {
+    /// Connects to the daemon at `host`, sending `token` (if any) on every call.
+    pub async fn connect(host: &Host, token: Option<&str>) -> Result<RemoteProvider> {
+        let auth = match token {
+            Some(t) => Some(format!("Bearer {}", t.trim()).parse().map_err(|_| {
+                Error::InvalidRequest(
+                    "the token has characters that cannot be sent in a header".into(),
+                )
+            })?),
+            None => None,
+        };
+        let client = StockadeClient::new(channel(host).await?)
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
+        Ok(RemoteProvider {
+            client,
+            auth,
+            backend: None,
+            host: Arc::new(host.clone()),
+        })
+    }
+
+    /// The daemon the environment names: `STOCKADE_HOST` (an error when it does not
+    /// answer), else the default socket when it answers, else `None`.
+    pub async fn from_env() -> Result<Option<RemoteProvider>> {
+        let token = std::env::var("STOCKADE_TOKEN")
+            .ok()
+            .filter(|t| !t.is_empty());
+        if let Some(h) = std::env::var("STOCKADE_HOST")
+            .ok()
+            .filter(|h| !h.is_empty())
+        {
+            let host = Host::parse(&h)?;
+            return RemoteProvider::connect(&host, token.as_deref())
+                .await
+                .map(Some);
+        }
+        let sock = default_socket();
+        if !Path::new(&sock).exists() {
+            return Ok(None);
+        }
+        match RemoteProvider::connect(&Host::Unix(sock), token.as_deref()).await {
+            Ok(p) => Ok(Some(p)),
+            // A stale socket of a daemon that is gone: run in-process.
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Creates sandboxes on the daemon's provider `name` (default: the daemon's).
+    pub fn with_backend(mut self, name: Option<String>) -> RemoteProvider {
+        self.backend = name;
+        self
+    }
+
+    /// Where the daemon is.
+    pub fn host(&self) -> &Host {
+        &self.host
+    }
+
+    fn req<T>(&self, msg: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(msg);
+        if let Some(a) = &self.auth {
+            r.metadata_mut().insert("authorization", a.clone());
+        }
+        r
+    }
+
+    fn client(&self) -> StockadeClient<Channel> {
+        self.client.clone()
+    }
+
+    /// The daemon's version and the caller's tenant.
+    pub async fn health(&self) -> Result<pb::HealthReply> {
+        self.client()
+            .health(self.req(pb::HealthRequest {}))
+            .await
+            .map(|r| r.into_inner())
+            .map_err(from_status)
+    }
+
+    /// Creates a sandbox from `spec` (a warm one when a pool of its template exists
+    /// and `no_pool` is false). Returns the info and whether it came from a pool.
+    pub async fn create_spec(
+        &self,
+        spec: &SandboxSpec,
+        owner_pid: Option<u32>,
+        no_pool: bool,
+    ) -> Result<(SandboxInfo, bool)> {
+        let spec_json = serde_json::to_string(spec)
+            .map_err(|e| Error::Internal(format!("cannot encode the spec: {e}")))?;
+        let r = self
+            .client()
+            .create(self.req(pb::CreateRequest {
+                provider: self.backend.clone().unwrap_or_default(),
+                spec_json,
+                owner_pid: owner_pid.unwrap_or(0),
+                no_pool,
+            }))
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        let pooled = r.pooled;
+        Ok((convert::from_sandbox_info(r)?, pooled))
+    }
+
+    /// Sends stdin (and optionally its end) to a running streamed exec.
+    pub async fn exec_input(&self, exec_id: &str, data: Vec<u8>, close: bool) -> Result<()> {
+        self.client()
+            .exec_input(self.req(pb::ExecInputRequest {
+                exec_id: exec_id.to_string(),
+                data,
+                close,
+            }))
+            .await
+            .map(drop)
+            .map_err(from_status)
+    }
+
+    /// Kills a running streamed exec.
+    pub async fn cancel_exec(&self, exec_id: &str) -> Result<()> {
+        self.client()
+            .cancel_exec(self.req(pb::CancelExecRequest {
+                exec_id: exec_id.to_string(),
+            }))
+            .await
+            .map(drop)
+            .map_err(from_status)
+    }
+
+    /// Keeps `size` idle sandboxes of the template `spec` (env and workdir are bound
+    /// at acquisition), at most `max` at once (0: twice `size`).
+    pub async fn pool_warm(&self, spec: &SandboxSpec, size: u32, max: u32) -> Result<pb::PoolInfo> {
+        let spec_json = serde_json::to_string(spec)
+            .map_err(|e| Error::Internal(format!("cannot encode the spec: {e}")))?;
+        self.client()
+            .pool_warm(self.req(pb::PoolWarmRequest {
+                provider: self.backend.clone().unwrap_or_default(),
+                spec_json,
+                size,
+                max,
+            }))
+            .await
+            .map(|r| r.into_inner())
+            .map_err(from_status)
+    }
+
+    /// The caller's pools.
+    pub async fn pool_list(&self) -> Result<Vec<pb::PoolInfo>> {
+        self.client()
+            .pool_list(self.req(pb::PoolListRequest {}))
+            .await
+            .map(|r| r.into_inner().pools)
+            .map_err(from_status)
+    }
+
+    /// Drains one pool (or all the caller's, `None`); returns the destroyed ids.
+    pub async fn pool_drain(&self, template_id: Option<&str>) -> Result<Vec<String>> {
+        self.client()
+            .pool_drain(self.req(pb::PoolDrainRequest {
+                template_id: template_id.unwrap_or_default().to_string(),
+            }))
+            .await
+            .map(|r| r.into_inner().destroyed)
+            .map_err(from_status)
+    }
+
+    /// The session's live sandbox, or a new one on its workspace.
+    pub async fn session_get(&self, name: &str) -> Result<SandboxInfo> {
+        let r = self
+            .client()
+            .session_get(self.req(pb::SessionRef { name: name.into() }))
+            .await
+            .map_err(from_status)?;
+        convert::from_sandbox_info(r.into_inner())
+    }
+
+    /// Destroys the session's sandbox, keeps its workspace.
+    pub async fn session_release(&self, name: &str) -> Result<()> {
+        self.client()
+            .session_release(self.req(pb::SessionRef { name: name.into() }))
+            .await
+            .map(drop)
+            .map_err(from_status)
+    }
+
+    /// Destroys the session's sandbox and workspace.
+    pub async fn session_delete(&self, name: &str) -> Result<()> {
+        self.client()
+            .session_delete(self.req(pb::SessionRef { name: name.into() }))
+            .await
+            .map(drop)
+            .map_err(from_status)
+    }
+
+    /// The caller's sessions.
+    pub async fn session_list(&self) -> Result<Vec<SessionInfo>> {
+        self.client()
+            .session_list(self.req(pb::SessionListRequest {}))
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .sessions
+                    .into_iter()
+                    .map(convert::from_session_info)
+                    .collect()
+            })
+            .map_err(from_status)
+    }
+
+    async fn stream_exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        mut input: Option<InputReceiver>,
+    ) -> Result<ExecOutcome> {
+        let mut stream = self
+            .client()
+            .exec_stream(self.req(convert::exec_request(id, &req)))
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        let mut forward = None;
+        let result = loop {
+            let event = match stream.message().await {
+                Ok(Some(e)) => e,
+                Ok(None) => {
+                    break Err(Error::Internal(format!(
+                        "the daemon ended the exec in sandbox {id} without an outcome"
+                    )));
+                }
+                Err(s) => break Err(from_status(s)),
+            };
+            match event.event {
+                Some(pb::exec_event::Event::Started(exec_id)) => {
+                    if let Some(mut input) = input.take() {
+                        let me = self.clone();
+                        forward = Some(tokio::spawn(async move {
+                            while let Some(m) = input.recv().await {
+                                let sent = match m {
+                                    ExecInput::Stdin(d) => me.exec_input(&exec_id, d, false).await,
+                                    ExecInput::CloseStdin => {
+                                        me.exec_input(&exec_id, Vec::new(), true).await
+                                    }
+                                    ExecInput::Kill => me.cancel_exec(&exec_id).await,
+                                };
+                                if sent.is_err() {
+                                    break;
+                                }
+                            }
+                        }));
+                    }
+                }
+                Some(pb::exec_event::Event::Output(c)) => {
+                    if let Some(tx) = &output {
+                        let stream = match c.stream() {
+                            pb::StreamKind::Stdout => Stream::Stdout,
+                            pb::StreamKind::Stderr => Stream::Stderr,
+                        };
+                        let _ = tx
+                            .send(OutputChunk {
+                                stream,
+                                data: c.data,
+                            })
+                            .await;
+                    }
+                }
+                Some(pb::exec_event::Event::Outcome(o)) => break Ok(convert::from_outcome(o)),
+                None => {}
+            }
+        };
+        if let Some(f) = forward {
+            f.abort();
+        }
+        result
+    }
+}
+
+#[async_trait]
+impl Provider for RemoteProvider {
+    fn name(&self) -> &'static str {
+        "remote"
+    }
+
+    /// The daemon checks the spec against its provider; nothing is refused here.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities::FULL_LINUX
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        let h = self.health().await?;
+        Ok(vec![Check {
+            name: "stockaded".into(),
+            ok: true,
+            detail: format!(
+                "version {} at {}, tenant {}, providers {}",
+                h.version,
+                self.host,
+                h.tenant,
+                h.providers.join(", ")
+            ),
+            fix: None,
+        }])
+    }
+
+    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        let owner = match *self.host {
+            // A pid means something only on the daemon's host.
+            Host::Unix(_) => opts.owner_pid,
+            Host::Http(_) => None,
+        };
+        self.create_spec(&spec, owner, false).await.map(|(i, _)| i)
+    }
+
+    async fn exec(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+    ) -> Result<ExecOutcome> {
+        if output.is_some() {
+            return self.stream_exec(id, req, output, None).await;
+        }
+        self.client()
+            .exec(self.req(convert::exec_request(id, &req)))
+            .await
+            .map(|r| convert::from_outcome(r.into_inner()))
+            .map_err(from_status)
+    }
+
+    async fn exec_interactive(
+        &self,
+        id: &str,
+        req: ExecRequest,
+        output: Option<OutputSender>,
+        input: InputReceiver,
+    ) -> Result<ExecOutcome> {
+        self.stream_exec(id, req, output, Some(input)).await
+    }
+
+    async fn health(&self, id: &str) -> Result<()> {
+        self.inspect(id).await.map(drop)
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        self.client()
+            .destroy(self.req(pb::SandboxRef { id: id.into() }))
+            .await
+            .map(drop)
+            .map_err(from_status)
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let r = self
+            .client()
+            .list(self.req(pb::ListRequest {}))
+            .await
+            .map_err(from_status)?;
+        r.into_inner()
+            .sandboxes
+            .into_iter()
+            .map(convert::from_sandbox_info)
+            .collect()
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        let r = self
+            .client()
+            .inspect(self.req(pb::SandboxRef { id: id.into() }))
+            .await
+            .map_err(from_status)?;
+        convert::from_sandbox_info(r.into_inner())
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        let r = self
+            .client()
+            .gc(self.req(pb::GcRequest {}))
+            .await
+            .map_err(from_status)?
+            .into_inner();
+        Ok(GcReport {
+            reaped: r.reaped,
+            errors: r.errors,
+        })
+    }
+
+    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
+        let r = self
+            .client()
+            .file(self.req(pb::FileRequest {
+                sandbox_id: id.into(),
+                op: Some(convert::file_op(op)),
+            }))
+            .await
+            .map_err(from_status)?;
+        convert::from_file_result(r.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts_parse_or_say_what_is_wrong() {
+        assert_eq!(
+            Host::parse("unix:///run/x.sock").unwrap(),
+            Host::Unix("/run/x.sock".into())
+        );
+        assert_eq!(
+            Host::parse("unix:/run/x.sock").unwrap(),
+            Host::Unix("/run/x.sock".into())
+        );
+        assert_eq!(
+            Host::parse("http://127.0.0.1:7000").unwrap(),
+            Host::Http("http://127.0.0.1:7000".into())
+        );
+        for bad in ["unix://rel", "tcp://x:1", "", "http://"] {
+            let e = Host::parse(bad).unwrap_err().to_string();
+            assert!(e.contains("daemon address"), "{bad}: {e}");
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! Benchmark of `stockaded` with native sandboxes; prints a table (numbers in
+//! BENCHMARKS.md). Runs a daemon in this process on a unix socket of its own and
+//! talks to it over gRPC like any client. Needs root.
+//!
+//!   sudo cargo run -p stockade-server --example daemon-bench [-- --rounds 5]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use stockade::{ExecRequest, NativeProvider, Provider, SandboxSpec};
+use stockade_client::{Host, RemoteProvider};
+
+#[derive(Parser)]
+struct Args {
+    /// Rounds of pool acquisitions (each takes the whole warm pool).
+    #[arg(long, default_value_t = 5)]
+    rounds: usize,
+    /// Size of the warm pool.
+    #[arg(long, default_value_t = 10)]
+    pool: u32,
+    /// Execs per exec measurement.
+    #[arg(long, default_value_t = 200)]
+    execs: usize,
+}
+
+fn pct(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    let i = ((v.len() as f64 - 1.0) * p).round() as usize;
+    v[i]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1000.0)
+}
+
+async fn idle(c: &RemoteProvider) -> u32 {
+    c.pool_list().await.unwrap().iter().map(|p| p.idle).sum()
+}
+
+async fn wait_idle(c: &RemoteProvider, n: u32) {
+    let until = Instant::now() + Duration::from_secs(120);
+    while idle(c).await < n {
+        assert!(Instant::now() < until, "the pool did not fill");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Proportional set size of a process, bytes.
+fn pss(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Pss:"))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        })
+        .unwrap_or(0)
+        * 1024
+}
+
+fn procs_below(dir: &Path, out: &mut Vec<String>) {
+    if let Ok(s) = std::fs::read_to_string(dir.join("cgroup.procs")) {
+        out.extend(s.lines().map(str::to_string));
+    }
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if e.path().is_dir() {
+            procs_below(&e.path(), out);
+        }
+    }
+}
+
+/// Memory of one sandbox: PSS of its monitor and of every process in its cgroup.
+fn sandbox_memory(state_root: &Path, id: &str) -> u64 {
+    let st: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(state_root.join(id).join("state.json")).unwrap_or_default(),
+    )
+    .unwrap_or_default();
+    let mut pids = vec![st["monitor_pid"].to_string()];
+    for ctl in ["pids", "memory", "unified", ""] {
+        let d = PathBuf::from("/sys/fs/cgroup")
+            .join(ctl)
+            .join("stockade")
+            .join(id);
+        if d.exists() {
+            procs_below(&d, &mut pids);
+            break;
+        }
+    }
+    pids.sort();
+    pids.dedup();
+    pids.iter().map(|p| pss(p)).sum()
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let args = Args::parse();
+    let dir = tempfile::Builder::new()
+        .prefix("stockade-it-bench-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state_root = dir.path().join("state");
+    // The daemon's state on tmpfs, where it belongs (see `--state-dir`).
+    let shm = tempfile::Builder::new()
+        .prefix("stockade-bench-")
+        .tempdir_in("/dev/shm")
+        .unwrap();
+    let sock = dir.path().join("d.sock");
+    let serve = stockade_server::ServeArgs {
+        listen: Some(stockade_server::Listen::Unix(sock.clone())),
+        token_file: None,
+        metrics_listen: None,
+        state_dir: Some(shm.path().join("daemon")),
+        default_provider: Some("native".into()),
+        max_sandboxes_per_tenant: 256,
+        max_pool_per_tenant: 256,
+        max_sandboxes: 512,
+        pool_idle_ttl_secs: 600,
+        native_state_dir: Some(state_root.clone()),
+    };
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let server = tokio::spawn(stockade_server::serve(serve, async move {
+        let _ = stop_rx.await;
+    }));
+    let until = Instant::now() + Duration::from_secs(30);
+    while std::os::unix::net::UnixStream::connect(&sock).is_err() {
+        assert!(Instant::now() < until, "the daemon did not start");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let c = RemoteProvider::connect(&Host::Unix(sock.clone()), None)
+        .await
+        .unwrap();
+    let template = SandboxSpec {
+        timeout_secs: 600,
+        ..SandboxSpec::default()
+    };
+    let mut rows: Vec<(String, String)> = Vec::new();
+
+    // 1. Pool acquisition.
+    c.pool_warm(&template, args.pool, args.pool * 2)
+        .await
+        .unwrap();
+    let mut acq = Vec::new();
+    for _ in 0..args.rounds {
+        wait_idle(&c, args.pool).await;
+        let mut got = Vec::new();
+        for _ in 0..args.pool {
+            let t0 = Instant::now();
+            let (info, pooled) = c.create_spec(&template, None, false).await.unwrap();
+            acq.push(t0.elapsed());
+            assert!(pooled, "the pool ran dry");
+            got.push(info.id);
+        }
+        for id in got {
+            c.destroy(&id).await.unwrap();
+        }
+    }
+    rows.push((
+        format!("pool acquisition p50 ({} takes)", acq.len()),
+        ms(pct(&mut acq, 0.5)),
+    ));
+    rows.push(("pool acquisition p99".into(), ms(pct(&mut acq, 0.99))));
+
+    // 2. Memory per idle sandbox (the pool is full again).
+    wait_idle(&c, args.pool).await;
+    let ids: Vec<String> = NativeProvider::with_state_root(&state_root)
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    let total: u64 = ids.iter().map(|id| sandbox_memory(&state_root, id)).sum();
+    rows.push((
+        format!("memory per idle sandbox (PSS, mean of {})", ids.len()),
+        format!(
+            "{:.2} MiB",
+            total as f64 / ids.len().max(1) as f64 / 1048576.0
+        ),
+    ));
+    c.pool_drain(None).await.unwrap();
+
+    // 3. Creates per second (cold, through the daemon).
+    for conc in [1usize, 10, 50] {
+        let total = (conc * 2).max(20);
+        let t0 = Instant::now();
+        let mut tasks = Vec::new();
+        for w in 0..conc {
+            let c = c.clone();
+            let template = template.clone();
+            let n = total / conc + usize::from(w < total % conc);
+            tasks.push(tokio::spawn(async move {
+                let mut ids = Vec::new();
+                for _ in 0..n {
+                    ids.push(c.create_spec(&template, None, true).await.unwrap().0.id);
+                }
+                ids
+            }));
+        }
+        let mut ids = Vec::new();
+        for t in tasks {
+            ids.extend(t.await.unwrap());
+        }
+        let el = t0.elapsed();
+        rows.push((
+            format!("creates/s at concurrency {conc} ({total} creates)"),
+            format!("{:.1}/s", total as f64 / el.as_secs_f64()),
+        ));
+        for id in ids {
+            c.destroy(&id).await.unwrap();
+        }
+    }
+
+    // 4. Exec round trip: through the daemon vs in-process on the same sandbox.
+    let (info, _) = c.create_spec(&template, None, true).await.unwrap();
+    let native: Arc<dyn Provider> = Arc::new(NativeProvider::with_state_root(&state_root));
+    let req = ExecRequest::new(["/bin/true"]);
+    for (name, p) in [
+        (
+            "exec /bin/true through the daemon",
+            Arc::new(c.clone()) as Arc<dyn Provider>,
+        ),
+        ("exec /bin/true in-process", native),
+    ] {
+        let mut v = Vec::new();
+        for _ in 0..args.execs {
+            let t0 = Instant::now();
+            let o = p.exec(&info.id, req.clone(), None).await.unwrap();
+            v.push(t0.elapsed());
+            assert_eq!(o.exit_code, 0);
+        }
+        rows.push((format!("{name} p50"), ms(pct(&mut v, 0.5))));
+        rows.push((format!("{name} p99"), ms(pct(&mut v, 0.99))));
+    }
+    c.destroy(&info.id).await.unwrap();
+
+    let _ = stop_tx.send(());
+    let _ = server.await;
+    let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(10);
+    println!("| {:<w$} | {:>12} |", "measure", "result");
+    println!("|{}|{}|", "-".repeat(w + 2), "-".repeat(14));
+    for (k, v) in rows {
+        println!("| {k:<w$} | {v:>12} |");
+    }
+}

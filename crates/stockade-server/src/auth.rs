@@ -1,0 +1,183 @@
+//! Tenants and their tokens. Each line of the token file is a token; each token is a
+//! tenant. Tokens are compared as SHA-256 digests in constant time, so neither their
+//! content nor their length shows in timing.
+
+use std::path::Path;
+
+use sha2::{Digest, Sha256};
+use subtle::ConstantTimeEq;
+use tonic::Status;
+
+/// The tenant of callers when the daemon has no token file (unix socket only).
+pub const LOCAL_TENANT: &str = "local";
+
+/// A failure to read the token file.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    #[error("cannot read token file {path}: {source}")]
+    Read {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("token file {path} has no tokens")]
+    Empty { path: String },
+    #[error("token file {path} line {line}: a token must be at least 16 characters")]
+    Short { path: String, line: usize },
+}
+
+/// Who may call, and as which tenant.
+#[derive(Clone, Debug, Default)]
+pub struct Auth {
+    /// Digest and tenant name of each token; empty: no tokens (one local tenant).
+    tokens: Vec<([u8; 32], String)>,
+}
+
+fn digest(token: &[u8]) -> [u8; 32] {
+    Sha256::digest(token).into()
+}
+
+impl Auth {
+    /// No tokens: every caller is the local tenant.
+    pub fn none() -> Auth {
+        Auth::default()
+    }
+
+    /// Tokens from a file (one per line; blank lines and `#` comments skipped).
+    pub fn from_file(path: &Path) -> Result<Auth, AuthError> {
+        let p = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|source| AuthError::Read {
+            path: p.clone(),
+            source,
+        })?;
+        let mut tokens = Vec::new();
+        for (i, line) in text.lines().enumerate() {
+            let t = line.trim();
+            if t.is_empty() || t.starts_with('#') {
+                continue;
+            }
+            if t.len() < 16 {
+                return Err(AuthError::Short {
+                    path: p,
+                    line: i + 1,
+                });
+            }
+            let d = digest(t.as_bytes());
+            // The tenant's name: a prefix of the digest, stable across restarts and
+            // edits of the file, and useless for guessing the token.
+            let name = format!(
+                "t-{}",
+                d[..6]
+                    .iter()
+                    .map(|b| format!("{b:02x}"))
+                    .collect::<String>()
+            );
+            tokens.push((d, name));
+        }
+        if tokens.is_empty() {
+            return Err(AuthError::Empty { path: p });
+        }
+        Ok(Auth { tokens })
+    }
+
+    /// Whether callers must send a token.
+    pub fn required(&self) -> bool {
+        !self.tokens.is_empty()
+    }
+
+    /// The caller's tenant, from `authorization: Bearer TOKEN`.
+    pub fn tenant(&self, md: &tonic::metadata::MetadataMap) -> Result<String, Status> {
+        if self.tokens.is_empty() {
+            return Ok(LOCAL_TENANT.to_string());
+        }
+        let header = md
+            .get("authorization")
+            .ok_or_else(|| {
+                Status::unauthenticated(
+                    "missing token: send `authorization: Bearer TOKEN` (STOCKADE_TOKEN)",
+                )
+            })?
+            .as_bytes();
+        let token = header
+            .strip_prefix(b"Bearer ")
+            .ok_or_else(|| Status::unauthenticated("authorization header is not `Bearer TOKEN`"))?;
+        let d = digest(token);
+        // Every token is compared, so the position of a match does not show either.
+        let mut found = None;
+        for (known, name) in &self.tokens {
+            if bool::from(known.ct_eq(&d)) {
+                found = Some(name);
+            }
+        }
+        found
+            .cloned()
+            .ok_or_else(|| Status::unauthenticated("token refused"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn md(h: Option<&str>) -> tonic::metadata::MetadataMap {
+        let mut m = tonic::metadata::MetadataMap::new();
+        if let Some(h) = h {
+            m.insert("authorization", h.parse().unwrap());
+        }
+        m
+    }
+
+    #[test]
+    fn tokens_map_to_distinct_tenants_and_others_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(
+            &f,
+            "# tenants\nalpha-token-0123456789\n\n  beta-token-0123456789  \n",
+        )
+        .unwrap();
+        let a = Auth::from_file(&f).unwrap();
+        assert!(a.required());
+        let ta = a
+            .tenant(&md(Some("Bearer alpha-token-0123456789")))
+            .unwrap();
+        let tb = a.tenant(&md(Some("Bearer beta-token-0123456789"))).unwrap();
+        assert_ne!(ta, tb);
+        assert!(ta.starts_with("t-") && ta.len() == 14, "{ta}");
+        for bad in [
+            None,
+            Some("Bearer wrong-token-0123456789"),
+            Some("Bearer "),
+            Some("alpha-token-0123456789"),
+        ] {
+            let s = a.tenant(&md(bad)).unwrap_err();
+            assert_eq!(s.code(), tonic::Code::Unauthenticated, "{bad:?}");
+        }
+        assert_eq!(
+            Auth::none().tenant(&md(None)).unwrap(),
+            LOCAL_TENANT,
+            "no token file: one local tenant"
+        );
+    }
+
+    #[test]
+    fn bad_token_files_are_refused_naming_the_problem() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "# nothing\n").unwrap();
+        assert!(
+            Auth::from_file(&f)
+                .unwrap_err()
+                .to_string()
+                .contains("has no tokens")
+        );
+        std::fs::write(&f, "short\n").unwrap();
+        assert!(
+            Auth::from_file(&f)
+                .unwrap_err()
+                .to_string()
+                .contains("line 1")
+        );
+        let e = Auth::from_file(&dir.path().join("missing")).unwrap_err();
+        assert!(e.to_string().contains("cannot read token file"));
+    }
+}

@@ -1,0 +1,287 @@
+//! Warm pools of the daemon: warming, listing, draining, and the concurrent
+//! background creations that refill them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use stockade::{CreateOptions, Error, Result, SandboxSpec};
+use stockade_pool::{Pool, PoolConfig};
+
+use super::{Daemon, MAX_LIFETIME_SECS, PoolEntry, PoolView, internal, now_ms, template_of};
+use crate::store::{PoolRecord, SandboxRecord};
+
+impl Daemon {
+    /// Creates or resizes the tenant's pool of the template `spec`.
+    pub fn pool_warm(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        size: u32,
+        max: u32,
+    ) -> Result<PoolView> {
+        let (pname, p) = self.provider(provider)?;
+        self.check_spec(p.as_ref(), &spec)?;
+        if size == 0 {
+            return Err(Error::InvalidRequest(
+                "pool size must be at least 1 (use `pool drain` to empty a pool)".into(),
+            ));
+        }
+        let max = if max == 0 {
+            size.saturating_mul(2)
+        } else {
+            max
+        };
+        if max < size {
+            return Err(Error::InvalidRequest(format!(
+                "pool max {max} is below its size {size}"
+            )));
+        }
+        let (template_id, tspec) = template_of(&pname, &spec);
+        let key = format!("{tenant}/{template_id}");
+        let record = PoolRecord {
+            template_id: template_id.clone(),
+            tenant: tenant.to_string(),
+            provider: pname,
+            spec: serde_json::to_value(&tspec).map_err(internal)?,
+            min_idle: size,
+            max,
+        };
+        let config = PoolConfig {
+            idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
+            ..PoolConfig::new(size as usize, max as usize)
+        };
+        {
+            let mut g = self.lock();
+            let others: usize = g
+                .pools
+                .iter()
+                .filter(|(k, e)| e.record.tenant == tenant && **k != key)
+                .map(|(_, e)| e.record.max as usize)
+                .sum();
+            if others + max as usize > self.limits.pool_per_tenant {
+                return Err(Error::LimitExceeded {
+                    what: format!(
+                        "pool of {max} for tenant {tenant} ({others} pooled in other pools)"
+                    ),
+                    limit: format!(
+                        "{} pooled sandboxes per tenant",
+                        self.limits.pool_per_tenant
+                    ),
+                });
+            }
+            match g.pools.get_mut(&key) {
+                Some(e) => {
+                    e.pool.resize(config);
+                    e.record = record.clone();
+                }
+                None => {
+                    g.pools.insert(
+                        key.clone(),
+                        PoolEntry {
+                            record: record.clone(),
+                            spec: tspec,
+                            pool: Pool::new(config),
+                        },
+                    );
+                }
+            }
+        }
+        self.store.put_pool(&record).map_err(internal)?;
+        self.refill(&key);
+        let stats = self.lock().pools.get(&key).map(|e| e.pool.stats());
+        Ok(PoolView {
+            record,
+            stats: stats.unwrap_or_default(),
+        })
+    }
+
+    /// The tenant's pools.
+    pub fn pool_list(&self, tenant: &str) -> Vec<PoolView> {
+        let g = self.lock();
+        let mut v: Vec<PoolView> = g
+            .pools
+            .values()
+            .filter(|e| e.record.tenant == tenant)
+            .map(|e| PoolView {
+                record: e.record.clone(),
+                stats: e.pool.stats(),
+            })
+            .collect();
+        v.sort_by(|a, b| a.record.template_id.cmp(&b.record.template_id));
+        v
+    }
+
+    /// Drains and removes the tenant's pool (or all its pools); returns what was destroyed.
+    pub async fn pool_drain(&self, tenant: &str, template_id: Option<&str>) -> Result<Vec<String>> {
+        let mut victims = Vec::new();
+        let mut found = false;
+        {
+            let mut g = self.lock();
+            let keys: Vec<String> = g
+                .pools
+                .iter()
+                .filter(|(_, e)| {
+                    e.record.tenant == tenant
+                        && template_id.is_none_or(|t| e.record.template_id == t)
+                })
+                .map(|(k, _)| k.clone())
+                .collect();
+            for k in keys {
+                found = true;
+                if let Some(mut e) = g.pools.remove(&k) {
+                    for id in e.pool.drain() {
+                        victims.push((e.record.provider.clone(), id));
+                    }
+                    if let Err(err) = self.store.remove_pool(tenant, &e.record.template_id) {
+                        tracing::error!(error = %err, "cannot forget pool");
+                    }
+                }
+            }
+            for (_, id) in &victims {
+                g.sandboxes.remove(id);
+            }
+        }
+        if let Some(t) = template_id
+            && !found
+        {
+            return Err(Error::NotFound {
+                kind: "pool",
+                id: t.to_string(),
+            });
+        }
+        let mut destroyed = Vec::new();
+        for (pname, id) in victims {
+            let (_, p) = self.provider(&pname)?;
+            self.destroy_quietly(&p, &id, "drained").await;
+            destroyed.push(id);
+        }
+        Ok(destroyed)
+    }
+
+    /// Starts the creations the pool `key` wants, each in its own task.
+    pub(super) fn refill(self: &Arc<Self>, key: &str) {
+        let (n, spec, tenant, pname) = {
+            let mut g = self.lock();
+            let total = g.total();
+            let Some(e) = g.pools.get_mut(key) else {
+                return;
+            };
+            let room = self.limits.sandboxes_total.saturating_sub(total);
+            if room == 0 {
+                return;
+            }
+            // Never ask for more than the global cap leaves.
+            let n = e.pool.to_create(now_ms());
+            let extra = n.saturating_sub(room);
+            for _ in 0..extra {
+                e.pool.create_failed(now_ms());
+            }
+            (
+                n - extra,
+                e.spec.clone(),
+                e.record.tenant.clone(),
+                e.record.provider.clone(),
+            )
+        };
+        for _ in 0..n {
+            let d = self.clone();
+            let key = key.to_string();
+            let spec = spec.clone();
+            let tenant = tenant.clone();
+            let pname = pname.clone();
+            tokio::spawn(async move { d.create_warm(key, tenant, pname, spec).await });
+        }
+    }
+
+    async fn create_warm(
+        self: Arc<Self>,
+        key: String,
+        tenant: String,
+        pname: String,
+        spec: SandboxSpec,
+    ) {
+        let template = spec.clone();
+        let mut spec = self.labelled(spec, &tenant);
+        // The caller's lifetime starts at acquisition (the daemon enforces it); the
+        // provider's own deadline covers the wait in the pool too, in case the daemon dies.
+        spec.timeout_secs =
+            (spec.timeout_secs + self.limits.pool_idle_ttl.as_secs() + 60).min(MAX_LIFETIME_SECS);
+        // Idle timeouts are enforced by the daemon from acquisition on.
+        spec.idle_timeout_secs = None;
+        let made = async {
+            let (_, p) = self.provider(&pname)?;
+            let v = spec.validate()?;
+            let t0 = Instant::now();
+            let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+            self.metrics.create_seconds.observe(t0.elapsed());
+            Ok::<_, Error>((p, info))
+        }
+        .await;
+        let (p, info) = match made {
+            Ok(x) => x,
+            Err(e) => {
+                self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(pool = %key, error = %e, "cannot create a warm sandbox");
+                if let Some(en) = self.lock().pools.get_mut(&key) {
+                    en.pool.create_failed(now_ms());
+                }
+                self.schedule_refill(key);
+                return;
+            }
+        };
+        self.metrics.creates_ok.fetch_add(1, Ordering::Relaxed);
+        let rec = SandboxRecord {
+            id: info.id.clone(),
+            tenant: tenant.clone(),
+            provider: pname,
+            spec: serde_json::to_value(&template).unwrap_or_default(),
+            template: key.split_once('/').map(|(_, t)| t.to_string()),
+            idle: true,
+            env: BTreeMap::new(),
+            workdir: None,
+            created_at_ms: info.created_at_ms,
+            expires_at_ms: info.expires_at_ms,
+            idle_timeout_ms: None,
+            owner_pid: None,
+        };
+        if self.save(&rec).is_err() {
+            self.destroy_quietly(&p, &rec.id, "unsaved").await;
+            if let Some(en) = self.lock().pools.get_mut(&key) {
+                en.pool.create_failed(now_ms());
+            }
+            return;
+        }
+        let refused = {
+            let mut g = self.lock();
+            let refused = match g.pools.get_mut(&key) {
+                Some(en) => en.pool.created(rec.id.clone(), now_ms()),
+                None => Some(rec.id.clone()),
+            };
+            if refused.is_none() {
+                g.warm_info.insert(rec.id.clone(), info.clone());
+                g.sandboxes.insert(rec.id.clone(), rec.clone());
+            }
+            refused
+        };
+        if let Some(id) = refused {
+            self.destroy_quietly(&p, &id, "not wanted").await;
+        }
+    }
+
+    fn schedule_refill(self: &Arc<Self>, key: String) {
+        let retry = self
+            .lock()
+            .pools
+            .get(&key)
+            .map(|e| e.pool.retry_at_ms())
+            .unwrap_or(0);
+        let d = self.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(retry.saturating_sub(now_ms()))).await;
+            d.refill(&key);
+        });
+    }
+}

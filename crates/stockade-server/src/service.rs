@@ -1,0 +1,296 @@
+//! The gRPC service: authenticates each call to a tenant, translates messages, and
+//! hands the work to [`Daemon`].
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Instant;
+
+use stockade::{Error, ExecInput, SandboxSpec, Stream};
+use stockade_client::convert::{self, to_status};
+use stockade_client::pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status};
+
+use crate::auth::Auth;
+use crate::daemon::{Daemon, PoolView};
+
+/// The service over one daemon.
+pub struct Service {
+    pub daemon: Arc<Daemon>,
+    pub auth: Auth,
+}
+
+type Reply<T> = Result<Response<T>, Status>;
+
+fn spec_from(json: &str) -> Result<SandboxSpec, Status> {
+    if json.trim().is_empty() {
+        return Ok(SandboxSpec::default());
+    }
+    serde_json::from_str(json)
+        .map_err(|e| Status::invalid_argument(format!("invalid request: spec_json: {e}")))
+}
+
+fn pool_info(v: PoolView) -> pb::PoolInfo {
+    pb::PoolInfo {
+        template_id: v.record.template_id,
+        provider: v.record.provider,
+        spec_json: v.record.spec.to_string(),
+        min_idle: v.record.min_idle,
+        max: v.record.max,
+        idle: v.stats.idle as u32,
+        creating: v.stats.creating as u32,
+        in_use: v.stats.in_use as u32,
+        hits: v.stats.hits,
+        misses: v.stats.misses,
+    }
+}
+
+fn st(e: Error) -> Status {
+    to_status(&e)
+}
+
+impl Service {
+    fn tenant<T>(&self, r: &Request<T>) -> Result<String, Status> {
+        self.auth.tenant(r.metadata())
+    }
+}
+
+#[tonic::async_trait]
+impl pb::stockade_server::Stockade for Service {
+    async fn health(&self, r: Request<pb::HealthRequest>) -> Reply<pb::HealthReply> {
+        let tenant = self.tenant(&r)?;
+        Ok(Response::new(pb::HealthReply {
+            version: env!("CARGO_PKG_VERSION").into(),
+            tenant,
+            uptime_ms: self.daemon.uptime_ms(),
+            providers: stockade::PROVIDERS.iter().map(|s| s.to_string()).collect(),
+        }))
+    }
+
+    async fn create(&self, r: Request<pb::CreateRequest>) -> Reply<pb::SandboxInfo> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let spec = spec_from(&r.spec_json)?;
+        let owner = (r.owner_pid != 0).then_some(r.owner_pid);
+        let (info, pooled) = self
+            .daemon
+            .create(&tenant, &r.provider, spec, owner, r.no_pool)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::sandbox_info(&info, pooled)))
+    }
+
+    async fn exec(&self, r: Request<pb::ExecRequest>) -> Reply<pb::ExecOutcome> {
+        let tenant = self.tenant(&r)?;
+        let (id, req) = convert::from_exec_request(r.into_inner());
+        let o = self.daemon.exec(&tenant, &id, req).await.map_err(st)?;
+        Ok(Response::new(convert::outcome(o)))
+    }
+
+    type ExecStreamStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::ExecEvent, Status>> + Send>>;
+
+    async fn exec_stream(&self, r: Request<pb::ExecRequest>) -> Reply<Self::ExecStreamStream> {
+        let tenant = self.tenant(&r)?;
+        let (id, req) = convert::from_exec_request(r.into_inner());
+        let (p, req) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let exec_id = self.daemon.register_exec(&tenant, in_tx);
+        let (ev_tx, ev_rx) = mpsc::channel::<Result<pb::ExecEvent, Status>>(16);
+        let d = self.daemon.clone();
+        let ev = |e| pb::ExecEvent { event: Some(e) };
+        let _ = ev_tx
+            .send(Ok(ev(pb::exec_event::Event::Started(exec_id.clone()))))
+            .await;
+        tokio::spawn(async move {
+            let (out_tx, mut out_rx) = mpsc::channel(16);
+            let t0 = Instant::now();
+            let exec = p.exec_interactive(&id, req, Some(out_tx), in_rx);
+            tokio::pin!(exec);
+            let chunk = |c: stockade::OutputChunk| {
+                let stream = match c.stream {
+                    Stream::Stdout => pb::StreamKind::Stdout,
+                    Stream::Stderr => pb::StreamKind::Stderr,
+                };
+                ev(pb::exec_event::Event::Output(pb::OutputChunk {
+                    stream: stream as i32,
+                    data: c.data,
+                }))
+            };
+            let result = loop {
+                tokio::select! {
+                    r = &mut exec => break Some(r),
+                    Some(c) = out_rx.recv() => {
+                        if ev_tx.send(Ok(chunk(c))).await.is_err() {
+                            // The client went away: dropping the exec kills it.
+                            break None;
+                        }
+                    }
+                    _ = ev_tx.closed() => break None,
+                }
+            };
+            if let Some(r) = result {
+                d.exec_done(&id, t0, &r);
+                while let Ok(c) = out_rx.try_recv() {
+                    let _ = ev_tx.send(Ok(chunk(c))).await;
+                }
+                let last = match r {
+                    Ok(o) => Ok(ev(pb::exec_event::Event::Outcome(convert::outcome(o)))),
+                    Err(e) => Err(st(e)),
+                };
+                let _ = ev_tx.send(last).await;
+            }
+            d.unregister_exec(&exec_id);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(ev_rx))))
+    }
+
+    async fn exec_input(&self, r: Request<pb::ExecInputRequest>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let mut msgs = Vec::new();
+        if !r.data.is_empty() {
+            msgs.push(ExecInput::Stdin(r.data));
+        }
+        if r.close {
+            msgs.push(ExecInput::CloseStdin);
+        }
+        self.daemon
+            .exec_input(&tenant, &r.exec_id, msgs)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn cancel_exec(&self, r: Request<pb::CancelExecRequest>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        self.daemon
+            .exec_input(&tenant, &r.exec_id, vec![ExecInput::Kill])
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn file(&self, r: Request<pb::FileRequest>) -> Reply<pb::FileReply> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let op = convert::from_file_op(r.op).map_err(st)?;
+        let res = self
+            .daemon
+            .file(&tenant, &r.sandbox_id, op)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::file_result(res)))
+    }
+
+    async fn destroy(&self, r: Request<pb::SandboxRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .destroy(&tenant, &r.into_inner().id)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn list(&self, r: Request<pb::ListRequest>) -> Reply<pb::ListReply> {
+        let tenant = self.tenant(&r)?;
+        let v = self.daemon.list(&tenant).await.map_err(st)?;
+        Ok(Response::new(pb::ListReply {
+            sandboxes: v
+                .iter()
+                .map(|(i, pooled)| convert::sandbox_info(i, *pooled))
+                .collect(),
+        }))
+    }
+
+    async fn inspect(&self, r: Request<pb::SandboxRef>) -> Reply<pb::SandboxInfo> {
+        let tenant = self.tenant(&r)?;
+        let (i, pooled) = self
+            .daemon
+            .inspect(&tenant, &r.into_inner().id)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::sandbox_info(&i, pooled)))
+    }
+
+    async fn gc(&self, r: Request<pb::GcRequest>) -> Reply<pb::GcReply> {
+        self.tenant(&r)?;
+        let rep = self.daemon.gc().await.map_err(st)?;
+        Ok(Response::new(convert::gc_report(rep)))
+    }
+
+    async fn session_get(&self, r: Request<pb::SessionRef>) -> Reply<pb::SandboxInfo> {
+        let tenant = self.tenant(&r)?;
+        let i = self
+            .daemon
+            .session_get(&tenant, &r.into_inner().name)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::sandbox_info(&i, false)))
+    }
+
+    async fn session_release(&self, r: Request<pb::SessionRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .session_release(&tenant, &r.into_inner().name)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn session_delete(&self, r: Request<pb::SessionRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .session_delete(&tenant, &r.into_inner().name)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn session_list(
+        &self,
+        r: Request<pb::SessionListRequest>,
+    ) -> Reply<pb::SessionListReply> {
+        let tenant = self.tenant(&r)?;
+        let v = self.daemon.session_list(&tenant).await.map_err(st)?;
+        Ok(Response::new(pb::SessionListReply {
+            sessions: v.into_iter().map(convert::session_info).collect(),
+        }))
+    }
+
+    async fn pool_warm(&self, r: Request<pb::PoolWarmRequest>) -> Reply<pb::PoolInfo> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let spec = spec_from(&r.spec_json)?;
+        let v = self
+            .daemon
+            .pool_warm(&tenant, &r.provider, spec, r.size, r.max)
+            .map_err(st)?;
+        Ok(Response::new(pool_info(v)))
+    }
+
+    async fn pool_list(&self, r: Request<pb::PoolListRequest>) -> Reply<pb::PoolListReply> {
+        let tenant = self.tenant(&r)?;
+        Ok(Response::new(pb::PoolListReply {
+            pools: self
+                .daemon
+                .pool_list(&tenant)
+                .into_iter()
+                .map(pool_info)
+                .collect(),
+        }))
+    }
+
+    async fn pool_drain(&self, r: Request<pb::PoolDrainRequest>) -> Reply<pb::PoolDrainReply> {
+        let tenant = self.tenant(&r)?;
+        let t = r.into_inner().template_id;
+        let destroyed = self
+            .daemon
+            .pool_drain(&tenant, (!t.is_empty()).then_some(t.as_str()))
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::PoolDrainReply { destroyed }))
+    }
+}

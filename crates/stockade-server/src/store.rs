@@ -1,0 +1,265 @@
+//! Durable daemon state in `redb`: the sandboxes the daemon handed out or keeps warm,
+//! and the pools. Every change is committed before the call that made it returns, so
+//! a daemon killed with `kill -9` restarts knowing what it owned.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+use serde::{Deserialize, Serialize};
+
+const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
+const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
+const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+
+/// A failure of the state store.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("state store {path}: {message}")]
+    Db { path: PathBuf, message: String },
+    #[error("state store {path}: record {key} is corrupt: {message}")]
+    Corrupt {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+/// A sandbox the daemon owns.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SandboxRecord {
+    pub id: String,
+    pub tenant: String,
+    pub provider: String,
+    /// The spec as the tenant asked for it (for pooled ones, with the late-bound env
+    /// and workdir).
+    pub spec: serde_json::Value,
+    /// The pool template it came from.
+    pub template: Option<String>,
+    /// Waiting in its pool, not handed out yet.
+    pub idle: bool,
+    /// Late-bound environment (pooled sandboxes).
+    pub env: BTreeMap<String, String>,
+    /// Late-bound working directory (pooled sandboxes).
+    pub workdir: Option<String>,
+    pub created_at_ms: u64,
+    /// When the daemon destroys it (the caller's lifetime).
+    pub expires_at_ms: u64,
+    /// Idle timeout the daemon enforces, if any.
+    pub idle_timeout_ms: Option<u64>,
+    /// A process on this host whose death destroys it.
+    pub owner_pid: Option<u32>,
+}
+
+/// A warm pool.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PoolRecord {
+    pub template_id: String,
+    pub tenant: String,
+    pub provider: String,
+    /// The template spec (env and workdir empty).
+    pub spec: serde_json::Value,
+    pub min_idle: u32,
+    pub max: u32,
+}
+
+/// The store (cheap to clone).
+#[derive(Clone)]
+pub struct Store {
+    db: Arc<Database>,
+    path: PathBuf,
+}
+
+impl Store {
+    /// Opens (or creates) the store at `path`.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        let db = Database::create(path).map_err(|e| StoreError::Db {
+            path: path.into(),
+            message: e.to_string(),
+        })?;
+        let s = Store {
+            db: Arc::new(db),
+            path: path.into(),
+        };
+        // Create the tables so readers never meet a missing one.
+        s.write(|t| {
+            t.open_table(SANDBOXES)?;
+            t.open_table(POOLS)?;
+            t.open_table(META)?;
+            Ok(())
+        })?;
+        Ok(s)
+    }
+
+    fn err(&self, e: impl std::fmt::Display) -> StoreError {
+        StoreError::Db {
+            path: self.path.clone(),
+            message: e.to_string(),
+        }
+    }
+
+    fn write(
+        &self,
+        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+    ) -> Result<(), StoreError> {
+        let t = self.db.begin_write().map_err(|e| self.err(e))?;
+        f(&t).map_err(|e| self.err(e))?;
+        t.commit().map_err(|e| self.err(e))
+    }
+
+    /// This daemon's id (made once, kept): the label of every sandbox it creates.
+    pub fn daemon_id(&self) -> Result<String, StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(META).map_err(|e| self.err(e))?;
+        if let Some(v) = t.get("daemon_id").map_err(|e| self.err(e))? {
+            return Ok(v.value().to_string());
+        }
+        drop((t, r));
+        let id = random_hex(8);
+        self.write(|t| {
+            t.open_table(META)?.insert("daemon_id", id.as_str())?;
+            Ok(())
+        })?;
+        Ok(id)
+    }
+
+    /// Saves a sandbox record.
+    pub fn put_sandbox(&self, r: &SandboxRecord) -> Result<(), StoreError> {
+        let v = serde_json::to_vec(r).map_err(|e| self.err(e))?;
+        self.write(|t| {
+            t.open_table(SANDBOXES)?
+                .insert(r.id.as_str(), v.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Forgets a sandbox.
+    pub fn remove_sandbox(&self, id: &str) -> Result<(), StoreError> {
+        self.write(|t| {
+            t.open_table(SANDBOXES)?.remove(id)?;
+            Ok(())
+        })
+    }
+
+    /// Saves a pool.
+    pub fn put_pool(&self, p: &PoolRecord) -> Result<(), StoreError> {
+        let key = format!("{}/{}", p.tenant, p.template_id);
+        let v = serde_json::to_vec(p).map_err(|e| self.err(e))?;
+        self.write(|t| {
+            t.open_table(POOLS)?.insert(key.as_str(), v.as_slice())?;
+            Ok(())
+        })
+    }
+
+    /// Forgets a pool.
+    pub fn remove_pool(&self, tenant: &str, template_id: &str) -> Result<(), StoreError> {
+        let key = format!("{tenant}/{template_id}");
+        self.write(|t| {
+            t.open_table(POOLS)?.remove(key.as_str())?;
+            Ok(())
+        })
+    }
+
+    /// Everything saved.
+    pub fn load(&self) -> Result<(Vec<SandboxRecord>, Vec<PoolRecord>), StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let mut sandboxes = Vec::new();
+        let t = r.open_table(SANDBOXES).map_err(|e| self.err(e))?;
+        for item in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            sandboxes.push(
+                serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    key: k.value().to_string(),
+                    message: e.to_string(),
+                })?,
+            );
+        }
+        let mut pools = Vec::new();
+        let t = r.open_table(POOLS).map_err(|e| self.err(e))?;
+        for item in t.iter().map_err(|e| self.err(e))? {
+            let (k, v) = item.map_err(|e| self.err(e))?;
+            pools.push(
+                serde_json::from_slice(v.value()).map_err(|e| StoreError::Corrupt {
+                    path: self.path.clone(),
+                    key: k.value().to_string(),
+                    message: e.to_string(),
+                })?,
+            );
+        }
+        Ok((sandboxes, pools))
+    }
+}
+
+/// `n` random bytes as hex.
+pub fn random_hex(n: usize) -> String {
+    let mut b = vec![0u8; n];
+    if std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .is_err()
+    {
+        let seed = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0)
+            ^ u128::from(std::process::id());
+        for (i, x) in b.iter_mut().enumerate() {
+            *x = (seed >> ((i % 16) * 8)) as u8;
+        }
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(id: &str) -> SandboxRecord {
+        SandboxRecord {
+            id: id.into(),
+            tenant: "t-1".into(),
+            provider: "native".into(),
+            spec: serde_json::json!({"timeout_secs": 5}),
+            template: Some("tpl".into()),
+            idle: false,
+            env: [("A".to_string(), "1".to_string())].into(),
+            workdir: Some("/w".into()),
+            created_at_ms: 1,
+            expires_at_ms: 2,
+            idle_timeout_ms: Some(3),
+            owner_pid: Some(4),
+        }
+    }
+
+    #[test]
+    fn records_survive_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        let id;
+        {
+            let s = Store::open(&path).unwrap();
+            id = s.daemon_id().unwrap();
+            assert_eq!(s.daemon_id().unwrap(), id, "stable");
+            s.put_sandbox(&record("sb-1")).unwrap();
+            s.put_sandbox(&record("sb-2")).unwrap();
+            s.remove_sandbox("sb-1").unwrap();
+            s.put_pool(&PoolRecord {
+                template_id: "tpl".into(),
+                tenant: "t-1".into(),
+                provider: "native".into(),
+                spec: serde_json::json!({}),
+                min_idle: 2,
+                max: 4,
+            })
+            .unwrap();
+        }
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.daemon_id().unwrap(), id);
+        let (sbs, pools) = s.load().unwrap();
+        assert_eq!(sbs, vec![record("sb-2")]);
+        assert_eq!(pools.len(), 1);
+        s.remove_pool("t-1", "tpl").unwrap();
+        assert!(s.load().unwrap().1.is_empty());
+    }
+}

@@ -1,0 +1,247 @@
+//! A real `stockaded` process per test, with its own socket, state and native state
+//! root; it dies with the test process (`setpriv --pdeathsig KILL`), and on drop it is
+//! stopped and every sandbox left in its state root is destroyed.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use stockade::Provider;
+use stockade_client::{Host, RemoteProvider};
+
+static N: AtomicUsize = AtomicUsize::new(0);
+
+/// `Some(())` when the tests can run native sandboxes (root); fails in CI otherwise.
+pub fn require_root() -> Option<()> {
+    stockade_testkit::require(
+        "root (the daemon runs native sandboxes)",
+        stockade_testkit::root(),
+        "run the tests as root (sudo ./test.sh)",
+    )
+}
+
+/// A free TCP port on loopback.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+pub struct TestDaemon {
+    child: Option<Child>,
+    /// Everything of this daemon lives below.
+    pub dir: PathBuf,
+    pub args: Vec<String>,
+    /// Where clients connect.
+    pub host: Host,
+}
+
+impl TestDaemon {
+    /// The unix socket path of a daemon started with `start`.
+    pub fn socket(dir: &Path) -> PathBuf {
+        dir.join("d.sock")
+    }
+
+    /// Starts a daemon on a unix socket with `extra` flags.
+    pub fn start(extra: &[&str]) -> TestDaemon {
+        let n = N.fetch_add(1, Ordering::SeqCst);
+        // Under /tmp/stockade-it-*: scripts/leak-check.sh looks there for leftovers.
+        let dir = PathBuf::from(format!(
+            "/tmp/stockade-it-daemon-{}-{n}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut args = vec![
+            format!("--state-dir={}", dir.join("daemon").display()),
+            "--pool-idle-ttl-secs=120".to_string(),
+        ];
+        let tcp = extra.iter().find_map(|a| a.strip_prefix("--listen=tcp:"));
+        let host = match tcp {
+            Some(addr) => Host::Http(format!("http://{addr}")),
+            None => {
+                args.push(format!("--listen=unix:{}", Self::socket(&dir).display()));
+                Host::Unix(Self::socket(&dir))
+            }
+        };
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut d = TestDaemon {
+            child: None,
+            dir,
+            args,
+            host,
+        };
+        d.spawn();
+        d
+    }
+
+    /// The native state root of this daemon's sandboxes.
+    pub fn state_root(&self) -> PathBuf {
+        self.dir.join("state")
+    }
+
+    fn command(&self) -> Command {
+        let mut c = Command::new("setpriv");
+        c.args(["--pdeathsig", "KILL", env!("CARGO_BIN_EXE_stockaded")])
+            .args(&self.args)
+            .env("STOCKADE_STATE_DIR", self.state_root())
+            .env("STOCKADE_HOME", self.dir.join("home"))
+            .env("STOCKADE_LOG", "info")
+            .env_remove("STOCKADE_PROVIDER")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        c
+    }
+
+    /// The daemon's log so far.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()
+    }
+
+    fn spawn(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.join("daemon.log"))
+            .unwrap();
+        let mut c = self.command();
+        c.stderr(log);
+        self.child = Some(c.spawn().expect("start stockaded"));
+        let until = Instant::now() + Duration::from_secs(30);
+        loop {
+            let up = match &self.host {
+                Host::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
+                Host::Http(u) => {
+                    std::net::TcpStream::connect(u.trim_start_matches("http://")).is_ok()
+                }
+            };
+            if up {
+                return;
+            }
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!("stockaded exited with {st}:\n{}", self.log());
+            }
+            assert!(
+                Instant::now() < until,
+                "stockaded did not listen within 30 s:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Runs the daemon binary with `args` to completion (for startup errors).
+    pub fn run_to_exit(args: &[&str]) -> std::process::Output {
+        let dir = tempfile::tempdir().unwrap();
+        Command::new(env!("CARGO_BIN_EXE_stockaded"))
+            .args(args)
+            .arg(format!("--state-dir={}", dir.path().join("d").display()))
+            .env("STOCKADE_STATE_DIR", dir.path().join("s"))
+            .env("STOCKADE_HOME", dir.path().join("h"))
+            .output()
+            .unwrap()
+    }
+
+    /// `kill -9`: no shutdown, no draining.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts the daemon again with the same flags and state.
+    pub fn restart(&mut self) {
+        self.kill9();
+        self.spawn();
+    }
+
+    /// Stops the daemon with SIGTERM and waits for it; returns whether it exited 0.
+    pub fn stop(&mut self) -> bool {
+        let Some(mut c) = self.child.take() else {
+            return true;
+        };
+        let _ = Command::new("kill")
+            .args(["-TERM", &c.id().to_string()])
+            .status();
+        let until = Instant::now() + Duration::from_secs(40);
+        loop {
+            if let Ok(Some(st)) = c.try_wait() {
+                return st.success();
+            }
+            if Instant::now() > until {
+                let _ = c.kill();
+                let _ = c.wait();
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// A client with `token`.
+    pub async fn client(&self, token: Option<&str>) -> RemoteProvider {
+        RemoteProvider::connect(&self.host, token).await.unwrap()
+    }
+
+    /// Ids of live native sandboxes in this daemon's state root.
+    pub fn live_ids(&self) -> Vec<String> {
+        let root = self.state_root();
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                stockade::NativeProvider::with_state_root(root)
+                    .list()
+                    .await
+                    .unwrap()
+                    .into_iter()
+                    .map(|i| i.id)
+                    .collect()
+            })
+        })
+        .join()
+        .unwrap()
+    }
+}
+
+impl Drop for TestDaemon {
+    fn drop(&mut self) {
+        self.stop();
+        let root = self.state_root();
+        // Outside any runtime of the test: a thread of its own.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async {
+                let p = stockade::NativeProvider::with_state_root(&root);
+                for s in p.list().await.unwrap_or_default() {
+                    let _ = p.destroy(&s.id).await;
+                }
+                let _ = p.gc().await;
+            });
+            let _ = std::fs::remove_dir_all(&root);
+        })
+        .join();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// Waits until `f` holds (up to `secs`), polling.
+pub async fn eventually<F, Fut>(secs: u64, what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let until = Instant::now() + Duration::from_secs(secs);
+    while !f().await {
+        assert!(Instant::now() < until, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

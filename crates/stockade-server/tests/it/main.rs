@@ -1,0 +1,651 @@
+//! `stockaded` as clients see it: real daemon processes, real native sandboxes.
+//! Needs root; fails in CI without it, skips loudly elsewhere.
+
+mod harness;
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use harness::{TestDaemon, eventually, free_port, require_root};
+use stockade::{
+    ErrorCode, ExecInput, ExecRequest, FileOp, FileResult, Provider, Sandbox, SandboxSpec, Stream,
+};
+use tokio::sync::mpsc;
+
+fn spec(timeout_secs: u64) -> SandboxSpec {
+    SandboxSpec {
+        timeout_secs,
+        ..SandboxSpec::default()
+    }
+}
+
+fn sh(script: &str) -> ExecRequest {
+    ExecRequest::new(["/bin/sh", "-c", script])
+}
+
+async fn create(c: &stockade_client::RemoteProvider, s: SandboxSpec) -> Sandbox {
+    Sandbox::create(Arc::new(c.clone()), s, Default::default())
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_works_over_the_unix_socket() {
+    if require_root().is_none() {
+        return;
+    }
+    let port = free_port();
+    let d = TestDaemon::start(&[&format!("--metrics-listen=127.0.0.1:{port}")]);
+    let mode = std::fs::metadata(TestDaemon::socket(&d.dir))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600, "the socket is for its owner only");
+    let c = d.client(None).await;
+
+    let h = c.health().await.unwrap();
+    assert_eq!(h.tenant, "local");
+    assert!(h.providers.contains(&"native".to_string()));
+
+    let sb = create(&c, spec(120)).await;
+    assert!(sb.id().starts_with("sb-"));
+
+    // Unary exec.
+    let o = sb.exec(sh("echo out; echo err >&2; exit 3")).await.unwrap();
+    assert_eq!(
+        (o.exit_code, &o.stdout[..], &o.stderr[..]),
+        (3, &b"out\n"[..], &b"err\n"[..])
+    );
+
+    // Streamed exec: chunks of both streams, then the outcome.
+    let (tx, mut rx) = mpsc::channel(16);
+    let o = sb
+        .exec_streaming(sh("echo first; echo second >&2"), tx)
+        .await
+        .unwrap();
+    assert_eq!(o.exit_code, 0);
+    let mut chunks = Vec::new();
+    while let Ok(c) = rx.try_recv() {
+        chunks.push((c.stream, c.data));
+    }
+    assert!(
+        chunks.contains(&(Stream::Stdout, b"first\n".to_vec())),
+        "{chunks:?}"
+    );
+    assert!(
+        chunks.contains(&(Stream::Stderr, b"second\n".to_vec())),
+        "{chunks:?}"
+    );
+
+    // Live: the first chunk arrives while the exec still waits for its stdin.
+    let p: Arc<dyn Provider> = Arc::new(c.clone());
+    let (tx, mut rx) = mpsc::channel(16);
+    let (in_tx, in_rx) = mpsc::channel(4);
+    let mut req = sh("echo first; read x; echo second $x >&2");
+    req.keep_stdin_open = true;
+    let (id, p2) = (sb.id().to_string(), p.clone());
+    let run = tokio::spawn(async move { p2.exec_interactive(&id, req, Some(tx), in_rx).await });
+    let first = rx.recv().await.unwrap();
+    assert_eq!(
+        (first.stream, &first.data[..]),
+        (Stream::Stdout, &b"first\n"[..])
+    );
+    assert!(!run.is_finished(), "the exec cannot end before its stdin");
+    in_tx
+        .send(ExecInput::Stdin(b"go\n".to_vec()))
+        .await
+        .unwrap();
+    let second = rx.recv().await.unwrap();
+    assert_eq!(
+        (second.stream, &second.data[..]),
+        (Stream::Stderr, &b"second go\n"[..])
+    );
+    assert_eq!(run.await.unwrap().unwrap().exit_code, 0);
+
+    // Stdin to a running exec, then its end.
+    let (in_tx, in_rx) = mpsc::channel(4);
+    let mut req = ExecRequest::new(["/bin/cat"]);
+    req.keep_stdin_open = true;
+    let (id, p2) = (sb.id().to_string(), p.clone());
+    let run = tokio::spawn(async move { p2.exec_interactive(&id, req, None, in_rx).await });
+    in_tx
+        .send(ExecInput::Stdin(b"hello ".to_vec()))
+        .await
+        .unwrap();
+    in_tx
+        .send(ExecInput::Stdin(b"daemon".to_vec()))
+        .await
+        .unwrap();
+    in_tx.send(ExecInput::CloseStdin).await.unwrap();
+    let o = run.await.unwrap().unwrap();
+    assert_eq!(o.stdout, b"hello daemon");
+
+    // Cancel: the exec ends at once, killed.
+    let (in_tx, in_rx) = mpsc::channel(4);
+    let (id, p2) = (sb.id().to_string(), p.clone());
+    let run =
+        tokio::spawn(async move { p2.exec_interactive(&id, sh("sleep 60"), None, in_rx).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    in_tx.send(ExecInput::Kill).await.unwrap();
+    let o = run.await.unwrap().unwrap();
+    // A sleep that ended by itself would exit 0; this one was killed.
+    assert_eq!(o.signal, Some(9), "{o:?}");
+
+    // File operations.
+    sb.write("/tmp/d/a.txt", "alpha beta\n").await.unwrap();
+    assert_eq!(sb.read("/tmp/d/a.txt").await.unwrap(), b"alpha beta\n");
+    assert_eq!(
+        sb.edit("/tmp/d/a.txt", "beta", "gamma", false)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(sb.ls("/tmp/d").await.unwrap()[0].name, "a.txt");
+    assert_eq!(sb.stat("/tmp/d/a.txt").await.unwrap().size, 12);
+    assert_eq!(sb.glob("*.txt", "/tmp/d").await.unwrap(), vec!["a.txt"]);
+    let m = sb.grep("gam+a", "/tmp/d", None, 0).await.unwrap();
+    assert_eq!((m[0].line_number, m[0].line.as_str()), (1, "alpha gamma"));
+    sb.mkdir("/tmp/e/f").await.unwrap();
+    let tar = sb.download("/tmp/d").await.unwrap();
+    sb.upload("/tmp/e/f", tar).await.unwrap();
+    assert_eq!(sb.read("/tmp/e/f/a.txt").await.unwrap(), b"alpha gamma\n");
+    sb.rm("/tmp/e").await.unwrap();
+    let e = sb.stat("/tmp/e").await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    match c
+        .file(
+            sb.id(),
+            FileOp::Read {
+                path: "/tmp/d/a.txt".into(),
+                offset: 6,
+                limit: 5,
+            },
+        )
+        .await
+        .unwrap()
+    {
+        FileResult::Data { data, size, eof } => {
+            assert_eq!((&data[..], size, eof), (&b"gamma"[..], 12, false))
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // List, inspect.
+    let list = c.list().await.unwrap();
+    assert_eq!(
+        list.iter().map(|i| i.id.as_str()).collect::<Vec<_>>(),
+        vec![sb.id()]
+    );
+    let info = c.inspect(sb.id()).await.unwrap();
+    assert_eq!(info.spec["timeout_secs"], 120);
+    assert!(
+        info.applied.iter().any(|a| a.contains("seccomp")),
+        "{:?}",
+        info.applied
+    );
+
+    // Sessions.
+    let s1 = c.session_get("proj").await.unwrap();
+    let s1b = c.session_get("proj").await.unwrap();
+    assert_eq!(s1.id, s1b.id, "same session, same sandbox");
+    let o = c
+        .exec(&s1.id, sh("echo kept > /work/f; pwd"), None)
+        .await
+        .unwrap();
+    assert_eq!(o.stdout, b"/work\n");
+    let sessions = c.session_list().await.unwrap();
+    assert_eq!(sessions[0].sandbox_id.as_deref(), Some(s1.id.as_str()));
+    c.session_release("proj").await.unwrap();
+    assert_eq!(
+        c.inspect(&s1.id).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    let s2 = c.session_get("proj").await.unwrap();
+    assert_ne!(s2.id, s1.id);
+    assert_eq!(
+        c.exec(&s2.id, sh("cat /work/f"), None)
+            .await
+            .unwrap()
+            .stdout,
+        b"kept\n"
+    );
+    c.session_delete("proj").await.unwrap();
+    assert!(c.session_list().await.unwrap().is_empty());
+
+    // Errors keep their code and message.
+    let e = c
+        .exec("sb-000000000000", sh("true"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::NotFound);
+    assert_eq!(e.to_string(), "sandbox sb-000000000000 not found");
+    let mut bad = spec(10);
+    bad.limits.pids = 0;
+    let e = Sandbox::create(Arc::new(c.clone()), bad, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidSpec);
+    assert!(e.to_string().contains("pids"), "{e}");
+    let e = c
+        .exec(sb.id(), ExecRequest::new(Vec::<String>::new()), None)
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidSpec, "{e}");
+
+    // Metrics.
+    let text = http_get(port, "/metrics").await;
+    assert!(text.contains("stockade_sandboxes_live 1\n"), "{text}");
+    assert!(
+        text.contains("stockade_creates_total{result=\"ok\"}"),
+        "{text}"
+    );
+    assert!(
+        text.contains("stockade_exec_duration_seconds_count"),
+        "{text}"
+    );
+    assert!(http_get(port, "/nope").await.starts_with("HTTP/1.1 404"));
+
+    // Gc and destroy.
+    c.gc().await.unwrap();
+    sb.destroy().await.unwrap();
+    assert_eq!(
+        c.inspect(sb.id()).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+}
+
+async fn http_get(port: u16, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    s.read_to_string(&mut out).await.unwrap();
+    out
+}
+
+const TOKEN_A: &str = "tenant-a-secret-0123456789";
+const TOKEN_B: &str = "tenant-b-secret-0123456789";
+
+fn token_file(dir: &tempfile::TempDir) -> String {
+    let f = dir.path().join("tokens");
+    std::fs::write(&f, format!("{TOKEN_A}\n{TOKEN_B}\n")).unwrap();
+    f.display().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
+    if require_root().is_none() {
+        return;
+    }
+    let out = TestDaemon::run_to_exit(&["--listen=tcp:127.0.0.1:1"]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("needs --token-file"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = token_file(&tmp);
+    let port = free_port();
+    let d = TestDaemon::start(&[
+        &format!("--listen=tcp:127.0.0.1:{port}"),
+        &format!("--token-file={tokens}"),
+    ]);
+    for token in [None, Some("wrong-token-0123456789")] {
+        let c = d.client(token).await;
+        let e = c.health().await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::PolicyDenied, "{token:?}: {e}");
+        assert!(e.to_string().contains("token"), "{e}");
+        let e = c.list().await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::PolicyDenied);
+    }
+    let a = d.client(Some(TOKEN_A)).await;
+    let b = d.client(Some(TOKEN_B)).await;
+    let (ta, tb) = (
+        a.health().await.unwrap().tenant,
+        b.health().await.unwrap().tenant,
+    );
+    assert_ne!(ta, tb);
+
+    let sa = create(&a, spec(60)).await;
+    assert_eq!(
+        a.exec(sa.id(), sh("echo mine"), None).await.unwrap().stdout,
+        b"mine\n"
+    );
+    // B cannot see, run in, read, or destroy A's sandbox: it does not exist for B.
+    for e in [
+        b.exec(sa.id(), sh("true"), None).await.unwrap_err(),
+        b.inspect(sa.id()).await.unwrap_err(),
+        b.destroy(sa.id()).await.unwrap_err(),
+        b.file(sa.id(), FileOp::Ls { path: "/".into() })
+            .await
+            .unwrap_err(),
+    ] {
+        assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    }
+    assert!(b.list().await.unwrap().is_empty());
+    assert_eq!(a.list().await.unwrap().len(), 1);
+
+    // Host mounts are refused when there are tenants.
+    let mut m = spec(10);
+    m.mounts
+        .push(stockade::spec::Mount::parse("/etc:/x").unwrap());
+    let e = Sandbox::create(Arc::new(b.clone()), m, Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::PolicyDenied, "{e}");
+
+    // Another tenant's streamed exec cannot be fed or cancelled.
+    let (in_tx, in_rx) = mpsc::channel(1);
+    let mut req = ExecRequest::new(["/bin/cat"]);
+    req.keep_stdin_open = true;
+    let (a2, id) = (a.clone(), sa.id().to_string());
+    let run = tokio::spawn(async move { a2.exec_interactive(&id, req, None, in_rx).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Exec ids are not guessable and not shared; a made-up one is not found.
+    assert_eq!(
+        b.cancel_exec("ex-0000000000000000")
+            .await
+            .unwrap_err()
+            .code(),
+        ErrorCode::NotFound
+    );
+    in_tx.send(ExecInput::CloseStdin).await.unwrap();
+    assert_eq!(run.await.unwrap().unwrap().exit_code, 0);
+    sa.destroy().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quotas_refuse_with_limit_exceeded() {
+    if require_root().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = token_file(&tmp);
+    let d = TestDaemon::start(&[
+        &format!("--token-file={tokens}"),
+        "--max-sandboxes-per-tenant=2",
+        "--max-sandboxes=3",
+        "--max-pool-per-tenant=2",
+    ]);
+    let a = d.client(Some(TOKEN_A)).await;
+    let b = d.client(Some(TOKEN_B)).await;
+    let a1 = create(&a, spec(60)).await;
+    let _a2 = create(&a, spec(60)).await;
+    let e = Sandbox::create(Arc::new(a.clone()), spec(60), Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::LimitExceeded);
+    assert!(e.to_string().contains("per tenant"), "{e}");
+    let _b1 = create(&b, spec(60)).await;
+    let e = Sandbox::create(Arc::new(b.clone()), spec(60), Default::default())
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), ErrorCode::LimitExceeded);
+    assert!(e.to_string().contains("in all"), "global cap: {e}");
+    a1.destroy().await.unwrap();
+    let b2 = create(&b, spec(60)).await;
+    let e = b.pool_warm(&spec(60), 2, 3).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::LimitExceeded);
+    assert!(e.to_string().contains("pooled sandboxes per tenant"), "{e}");
+    let e = b.pool_warm(&spec(60), 0, 0).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::InvalidSpec);
+    b2.destroy().await.unwrap();
+}
+
+async fn idle_of(c: &stockade_client::RemoteProvider) -> u32 {
+    c.pool_list().await.unwrap().iter().map(|p| p.idle).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
+    if require_root().is_none() {
+        return;
+    }
+    let d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    let template = spec(3);
+    let p = c.pool_warm(&template, 2, 3).await.unwrap();
+    assert_eq!((p.min_idle, p.max), (2, 3));
+    eventually(30, "two warm sandboxes", || async {
+        idle_of(&c).await == 2
+    })
+    .await;
+
+    // Late binding: env and workdir of the caller's spec.
+    let mut mine = template.clone();
+    mine.env.insert("GREETING".into(), "hi".into());
+    mine.workdir = Some("/tmp/w".into());
+    let before = now_ms();
+    let (info, pooled) = c.create_spec(&mine, None, false).await.unwrap();
+    let after = now_ms();
+    assert!(pooled, "a pool of this template exists and is warm");
+    let o = c
+        .exec(&info.id, sh("echo $GREETING; pwd"), None)
+        .await
+        .unwrap();
+    assert_eq!(
+        o.stdout,
+        b"hi\n/tmp/w\n",
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    c.file(
+        &info.id,
+        FileOp::Write {
+            path: "rel.txt".into(),
+            data: b"x".to_vec(),
+            mode: None,
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        c.exec(&info.id, sh("cat /tmp/w/rel.txt"), None)
+            .await
+            .unwrap()
+            .stdout,
+        b"x"
+    );
+    let shown = c.inspect(&info.id).await.unwrap();
+    assert_eq!(
+        shown.spec["env"]["GREETING"], "hi",
+        "inspect shows the caller's spec"
+    );
+    // The caller's lifetime runs from acquisition (3 s), not from the pool's creation.
+    assert!(
+        (before + 3000..=after + 3000).contains(&shown.expires_at_ms),
+        "expires at {} for an acquisition between {before} and {after}",
+        shown.expires_at_ms
+    );
+
+    // The pool refills, and the handed-out sandbox never comes back.
+    eventually(30, "the pool refilled", || async { idle_of(&c).await == 2 }).await;
+    let p = &c.pool_list().await.unwrap()[0];
+    assert_eq!((p.in_use, p.hits), (1, 1));
+    c.destroy(&info.id).await.unwrap();
+    let (again, pooled) = c.create_spec(&template, None, false).await.unwrap();
+    assert!(pooled);
+    assert_ne!(again.id, info.id);
+    // no_pool skips the pool.
+    let (cold, pooled) = c.create_spec(&template, None, true).await.unwrap();
+    assert!(!pooled);
+
+    // The reaper ends pooled and cold sandboxes at their lifetime.
+    eventually(10, "the lifetime reap", || async {
+        c.inspect(&again.id).await.is_err() && c.inspect(&cold.id).await.is_err()
+    })
+    .await;
+    assert_eq!(
+        c.inspect(&again.id).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+
+    // Drain destroys the idle ones and stops refills.
+    eventually(30, "the pool refilled", || async { idle_of(&c).await == 2 }).await;
+    let gone = c.pool_drain(None).await.unwrap();
+    assert_eq!(gone.len(), 2);
+    assert!(c.pool_list().await.unwrap().is_empty());
+    eventually(10, "no sandboxes left", || async {
+        d.live_ids().is_empty()
+    })
+    .await;
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+fn monitor_pid(d: &TestDaemon, id: &str) -> i32 {
+    let st: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(d.state_root().join(id).join("state.json")).unwrap())
+            .unwrap();
+    st["monitor_pid"].as_i64().unwrap() as i32
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_kill_9_a_restart_adopts_healthy_sandboxes_and_reaps_the_rest() {
+    if require_root().is_none() {
+        return;
+    }
+    let mut d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    let keep = create(&c, spec(120)).await;
+    let lost = create(&c, spec(120)).await;
+    c.pool_warm(&spec(120), 1, 1).await.unwrap();
+    eventually(30, "a warm sandbox", || async { idle_of(&c).await == 1 }).await;
+    let warm: Vec<String> = d
+        .live_ids()
+        .into_iter()
+        .filter(|i| i != keep.id() && i != lost.id())
+        .collect();
+    assert_eq!(warm.len(), 1);
+
+    // kill -9 in the middle of a streamed exec.
+    let (tx, mut rx) = mpsc::channel(16);
+    let k2 = keep.clone();
+    let running =
+        tokio::spawn(async move { k2.exec_streaming(sh("echo started; sleep 60"), tx).await });
+    assert_eq!(rx.recv().await.unwrap().data, b"started\n");
+    d.kill9();
+    assert!(
+        running.await.unwrap().is_err(),
+        "the exec's stream broke with the daemon"
+    );
+    // While the daemon is down, one sandbox dies on its own (its monitor killed).
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &monitor_pid(&d, lost.id()).to_string()])
+        .status();
+
+    d.restart();
+    let c = d.client(None).await;
+    // The healthy one is adopted and usable; the killed exec left nothing running.
+    let o = c
+        .exec(
+            keep.id(),
+            sh("for p in /proc/[0-9]*; do cat $p/comm; done | grep -c sleep; echo alive"),
+            None,
+        )
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "0\nalive\n");
+    assert_eq!(
+        c.inspect(lost.id()).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    // The warm one is back in its pool and handed out as before.
+    assert_eq!(idle_of(&c).await, 1);
+    let (got, pooled) = c.create_spec(&spec(120), None, false).await.unwrap();
+    assert!(pooled);
+    assert_eq!(got.id, warm[0], "the adopted warm sandbox");
+    // Nothing of the dead sandbox is left.
+    assert!(
+        !d.state_root().join(lost.id()).exists(),
+        "state of the dead sandbox"
+    );
+    let cg = std::process::Command::new("find")
+        .args(["/sys/fs/cgroup", "-maxdepth", "4", "-name", lost.id()])
+        .output()
+        .unwrap();
+    assert!(
+        cg.stdout.is_empty(),
+        "cgroups left: {}",
+        String::from_utf8_lossy(&cg.stdout)
+    );
+    assert!(d.log().contains("adopted"), "{}", d.log());
+
+    // A clean stop drains the pool; the handed-out sandboxes stay for the next start.
+    c.pool_drain(None).await.unwrap();
+    c.destroy(&got.id).await.unwrap();
+    c.destroy(keep.id()).await.unwrap();
+    assert!(d.stop(), "clean exit");
+    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing() {
+    if require_root().is_none() {
+        return;
+    }
+    // Scaled for 2 cores; raise with STOCKADE_LOAD_CLIENTS / STOCKADE_LOAD_SECS.
+    let clients: usize = std::env::var("STOCKADE_LOAD_CLIENTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(24);
+    let secs: u64 = std::env::var("STOCKADE_LOAD_SECS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(8);
+    let d = TestDaemon::start(&["--max-sandboxes-per-tenant=64"]);
+    let c = d.client(None).await;
+    // A few sandboxes shared by many clients, each with its own connection.
+    let mut sbs = Vec::new();
+    for _ in 0..4 {
+        sbs.push(create(&c, spec(120)).await.id().to_string());
+    }
+    let until = Instant::now() + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for i in 0..clients {
+        let c = d.client(None).await;
+        let id = sbs[i % sbs.len()].clone();
+        tasks.push(tokio::spawn(async move {
+            let (mut ok, mut errors) = (0u32, Vec::new());
+            while Instant::now() < until {
+                match c
+                    .exec(&id, ExecRequest::new(["/bin/echo", &i.to_string()]), None)
+                    .await
+                {
+                    Ok(o) if o.exit_code == 0 && o.stdout == format!("{i}\n").as_bytes() => ok += 1,
+                    Ok(o) => errors.push(format!("bad outcome {o:?}")),
+                    Err(e) => errors.push(e.to_string()),
+                }
+            }
+            (ok, errors)
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        let (ok, errors) = t.await.unwrap();
+        assert!(errors.is_empty(), "{errors:?}");
+        assert!(ok > 0, "every client got execs through");
+        total += ok;
+    }
+    eprintln!(
+        "load: {clients} clients, {secs} s, {total} execs, {:.0}/s",
+        total as f64 / secs as f64
+    );
+    for id in &sbs {
+        c.destroy(id).await.unwrap();
+    }
+    assert!(d.live_ids().is_empty());
+}
