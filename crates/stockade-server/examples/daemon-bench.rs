@@ -1,8 +1,10 @@
 //! Benchmark of `stockaded` with native sandboxes; prints a table (numbers in
-//! BENCHMARKS.md). Runs a daemon in this process on a unix socket of its own and
-//! talks to it over gRPC like any client. Needs root.
+//! BENCHMARKS.md). Starts the `stockaded` binary built beside this example (or
+//! `$STOCKADED`) as its own process on a unix socket of its own and talks to it over
+//! gRPC like any client. Needs root.
 //!
-//!   sudo cargo run -p stockade-server --example daemon-bench [-- --rounds 5]
+//!   cargo build --release --workspace --bins --example daemon-bench
+//!   sudo target/release/examples/daemon-bench [--rounds 5]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -107,25 +109,33 @@ async fn main() {
         .tempdir_in("/dev/shm")
         .unwrap();
     let sock = dir.path().join("d.sock");
-    let serve = stockade_server::ServeArgs {
-        listen: Some(stockade_server::Listen::Unix(sock.clone())),
-        token_file: None,
-        metrics_listen: None,
-        state_dir: Some(shm.path().join("daemon")),
-        default_provider: Some("native".into()),
-        max_sandboxes_per_tenant: 256,
-        max_pool_per_tenant: 256,
-        max_sandboxes: 512,
-        pool_idle_ttl_secs: 600,
-        native_state_dir: Some(state_root.clone()),
-    };
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let server = tokio::spawn(stockade_server::serve(serve, async move {
-        let _ = stop_rx.await;
-    }));
+    let daemon_bin = std::env::var_os("STOCKADED")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let exe = std::env::current_exe().unwrap();
+            exe.parent().unwrap().parent().unwrap().join("stockaded")
+        });
+    let mut daemon = std::process::Command::new(&daemon_bin)
+        .arg(format!("--listen=unix:{}", sock.display()))
+        .arg(format!(
+            "--state-dir={}",
+            shm.path().join("daemon").display()
+        ))
+        .arg(format!("--native-state-dir={}", state_root.display()))
+        .args([
+            "--default-provider=native",
+            "--max-sandboxes-per-tenant=256",
+            "--max-pool-per-tenant=256",
+            "--max-sandboxes=512",
+            "--pool-idle-ttl-secs=600",
+        ])
+        .env("STOCKADE_LOG", "warn")
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start {}: {e}", daemon_bin.display()));
     let until = Instant::now() + Duration::from_secs(30);
     while std::os::unix::net::UnixStream::connect(&sock).is_err() {
         assert!(Instant::now() < until, "the daemon did not start");
+        assert!(daemon.try_wait().unwrap().is_none(), "the daemon exited");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let c = RemoteProvider::connect(&Host::Unix(sock.clone()), None)
@@ -161,6 +171,27 @@ async fn main() {
         ms(pct(&mut acq, 0.5)),
     ));
     rows.push(("pool acquisition p99".into(), ms(pct(&mut acq, 0.99))));
+
+    // 1b. One acquisition at a time, each from a full pool with no refill running:
+    // what an agent that takes a sandbox now and then sees.
+    let mut one = Vec::new();
+    for _ in 0..args.rounds * args.pool as usize {
+        wait_idle(&c, args.pool).await;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let t0 = Instant::now();
+        let (info, pooled) = c.create_spec(&template, None, false).await.unwrap();
+        one.push(t0.elapsed());
+        assert!(pooled, "the pool ran dry");
+        c.destroy(&info.id).await.unwrap();
+    }
+    rows.push((
+        format!("pool acquisition one at a time p50 ({} takes)", one.len()),
+        ms(pct(&mut one, 0.5)),
+    ));
+    rows.push((
+        "pool acquisition one at a time p99".into(),
+        ms(pct(&mut one, 0.99)),
+    ));
 
     // 2. Memory per idle sandbox (the pool is full again).
     wait_idle(&c, args.pool).await;
@@ -235,8 +266,11 @@ async fn main() {
     }
     c.destroy(&info.id).await.unwrap();
 
-    let _ = stop_tx.send(());
-    let _ = server.await;
+    // SIGTERM: the daemon drains its pools and destroys what it owns.
+    let _ = std::process::Command::new("kill")
+        .args(["-TERM", &daemon.id().to_string()])
+        .status();
+    let _ = daemon.wait();
     let w = rows.iter().map(|(k, _)| k.len()).max().unwrap_or(10);
     println!("| {:<w$} | {:>12} |", "measure", "result");
     println!("|{}|{}|", "-".repeat(w + 2), "-".repeat(14));

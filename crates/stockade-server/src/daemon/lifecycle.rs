@@ -61,10 +61,12 @@ impl Daemon {
             }
             let super::Inner {
                 warm_info,
+                healthy_at,
                 sandboxes,
                 ..
             } = &mut *g;
             warm_info.retain(|id, _| sandboxes.get(id).is_some_and(|r| r.idle));
+            healthy_at.retain(|id, _| sandboxes.get(id).is_some_and(|r| r.idle));
         }
         if check_gone {
             let mut by_provider: BTreeMap<String, Vec<SandboxRecord>> = BTreeMap::new();
@@ -134,7 +136,80 @@ impl Daemon {
             tick += 1;
             // Vanished sandboxes are looked for every 5 s (it lists every sandbox).
             let _ = self.reap_once(tick.is_multiple_of(20)).await;
+            self.health_sweep().await;
         }
+    }
+
+    /// Health-checks the warm sandboxes not checked for `HEALTH_EVERY_MS`, so that
+    /// hand-over need not wait for a check; one that fails leaves its pool and is
+    /// destroyed, and the pool refills. Returns the ids that failed.
+    pub async fn health_sweep(self: &Arc<Self>) -> Vec<String> {
+        let now = now_ms();
+        let due: Vec<(String, String, String)> = {
+            let g = self.lock();
+            g.sandboxes
+                .values()
+                .filter(|r| r.idle)
+                .filter(|r| {
+                    g.healthy_at
+                        .get(&r.id)
+                        .is_none_or(|&t| now.saturating_sub(t) >= super::HEALTH_EVERY_MS)
+                })
+                .filter_map(|r| {
+                    let key = format!("{}/{}", r.tenant, r.template.as_ref()?);
+                    Some((r.id.clone(), r.provider.clone(), key))
+                })
+                .collect()
+        };
+        let mut checks = tokio::task::JoinSet::new();
+        for (id, pname, key) in due {
+            let Ok((_, p)) = self.provider(&pname) else {
+                continue;
+            };
+            checks.spawn(async move {
+                let ok = matches!(
+                    tokio::time::timeout(Duration::from_secs(2), p.health(&id)).await,
+                    Ok(Ok(()))
+                );
+                (id, p, key, ok)
+            });
+        }
+        let mut failed = Vec::new();
+        while let Some(Ok((id, p, key, ok))) = checks.join_next().await {
+            let taken_out = {
+                let mut g = self.lock();
+                if !g.sandboxes.get(&id).is_some_and(|r| r.idle) {
+                    // Handed over (or reaped) while it was being checked.
+                    continue;
+                }
+                if ok {
+                    g.healthy_at.insert(id.clone(), now_ms());
+                    false
+                } else {
+                    // Out of its pool before anyone can take it.
+                    let taken = g
+                        .pools
+                        .get_mut(&key)
+                        .is_some_and(|e| e.pool.remove_idle(&id));
+                    if taken {
+                        g.sandboxes.remove(&id);
+                        g.healthy_at.remove(&id);
+                        g.warm_info.remove(&id);
+                    }
+                    taken
+                }
+            };
+            if taken_out {
+                tracing::warn!(sandbox = %id, "warm sandbox failed its health check; replacing it");
+                self.destroy_quietly(&p, &id, "unhealthy").await;
+                self.metrics.reaped("unhealthy");
+                if !self.stopping.load(Ordering::SeqCst) {
+                    self.refill(&key);
+                }
+                failed.push(id);
+            }
+        }
+        failed
     }
 
     /// After a start: adopts the saved sandboxes that are alive and healthy, reaps

@@ -26,6 +26,13 @@ use crate::store::{PoolRecord, SandboxRecord, Store, random_hex};
 
 /// The longest sandbox lifetime a spec may ask for (stockade-spec's bound).
 const MAX_LIFETIME_SECS: u64 = 7 * 24 * 3600;
+/// How often each warm sandbox is health-checked in the background.
+const HEALTH_EVERY_MS: u64 = 2_000;
+/// A warm sandbox whose last passed check is older than this is checked again at
+/// hand-over (the background checks fell behind).
+const HEALTH_FRESH_MS: u64 = 5_000;
+/// How long after a hand-over its pool starts refilling.
+const REFILL_AFTER_HANDOVER: Duration = Duration::from_millis(5);
 
 /// The label naming the daemon that created a sandbox.
 pub const DAEMON_LABEL: &str = "stockade.daemon";
@@ -76,6 +83,8 @@ struct Inner {
     /// What the provider said about each warm sandbox when it was made (handing one
     /// over then needs no provider call for it).
     warm_info: HashMap<String, SandboxInfo>,
+    /// When each warm sandbox last passed a health check (its creation counts), unix ms.
+    healthy_at: HashMap<String, u64>,
     /// Pools by `tenant/template`.
     pools: HashMap<String, PoolEntry>,
     /// Creations in progress by tenant (counted against quotas).
@@ -414,7 +423,18 @@ impl Daemon {
                     }
                     break;
                 }
-                let healthy = tokio::time::timeout(Duration::from_secs(2), p.health(&id)).await;
+                // Warm sandboxes are health-checked in the background (`health_sweep`);
+                // one whose last check is not recent is checked here, before hand-over.
+                let fresh = self
+                    .lock()
+                    .healthy_at
+                    .get(&id)
+                    .is_some_and(|&t| now_ms().saturating_sub(t) <= HEALTH_FRESH_MS);
+                let healthy = if fresh {
+                    Ok(Ok(()))
+                } else {
+                    tokio::time::timeout(Duration::from_secs(2), p.health(&id)).await
+                };
                 if !matches!(healthy, Ok(Ok(()))) {
                     tracing::warn!(sandbox = %id, "warm sandbox failed its health check; replacing it");
                     {
@@ -454,13 +474,20 @@ impl Daemon {
                     r.owner_pid = owner_pid;
                     let r = r.clone();
                     g.last_used.insert(id.clone(), now_ms());
+                    g.healthy_at.remove(&id);
                     (r, g.warm_info.remove(&id))
                 };
                 let (rec, cached) = rec;
                 self.save(&rec)?;
                 self.metrics.pool_hits.fetch_add(1, Ordering::Relaxed);
                 self.metrics.acquire_seconds.observe(t0.elapsed());
-                self.refill(&key);
+                // The replacement starts once the answer is on its way, so creating
+                // it (a process launch) does not compete with this hand-over.
+                let d = self.clone();
+                tokio::spawn(async move {
+                    tokio::time::sleep(REFILL_AFTER_HANDOVER).await;
+                    d.refill(&key);
+                });
                 let info = match cached {
                     Some(i) => self.present(i, &rec),
                     None => self.info_of(&p, &rec).await?,

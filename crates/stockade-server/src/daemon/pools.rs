@@ -261,6 +261,8 @@ impl Daemon {
                 None => Some(rec.id.clone()),
             };
             if refused.is_none() {
+                // Creation ends with the agent answering: that is a passed check.
+                g.healthy_at.insert(rec.id.clone(), now_ms());
                 g.warm_info.insert(rec.id.clone(), info.clone());
                 g.sandboxes.insert(rec.id.clone(), rec.clone());
             }

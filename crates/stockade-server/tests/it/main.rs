@@ -499,6 +499,50 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_sandbox_that_stops_answering_is_replaced_before_anyone_gets_it() {
+    if require_root().is_none() {
+        return;
+    }
+    let d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    c.pool_warm(&spec(60), 1, 1).await.unwrap();
+    eventually(30, "a warm sandbox", || async { idle_of(&c).await == 1 }).await;
+    let ids = d.live_ids();
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    let victim = ids[0].clone();
+    // Its agent (PID 1) is frozen: the monitor lives on, so only a health check
+    // that waits for an answer can tell.
+    let st: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(d.state_root().join(&victim).join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let init = st["init_pid"].as_i64().unwrap() as i32;
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &init.to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+    eventually(30, "the frozen sandbox replaced", || async {
+        let live = d.live_ids();
+        !live.contains(&victim) && live.len() == 1 && idle_of(&c).await == 1
+    })
+    .await;
+    let (got, pooled) = c.create_spec(&spec(60), None, false).await.unwrap();
+    assert!(pooled);
+    assert_ne!(got.id, victim);
+    let o = c.exec(&got.id, sh("echo ok"), None).await.unwrap();
+    assert_eq!(o.stdout, b"ok\n");
+    c.destroy(&got.id).await.unwrap();
+    c.pool_drain(None).await.unwrap();
+    eventually(10, "no sandboxes left", || async {
+        d.live_ids().is_empty()
+    })
+    .await;
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -608,9 +652,10 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
         .unwrap_or(8);
     let d = TestDaemon::start(&["--max-sandboxes-per-tenant=64"]);
     let c = d.client(None).await;
-    // A few sandboxes shared by many clients, each with its own connection.
+    // Sandboxes shared by many clients (8 each, within the 64-pid cap), each
+    // client with its own connection.
     let mut sbs = Vec::new();
-    for _ in 0..4 {
+    for _ in 0..clients.div_ceil(8).max(4) {
         sbs.push(create(&c, spec(120)).await.id().to_string());
     }
     let until = Instant::now() + Duration::from_secs(secs);
