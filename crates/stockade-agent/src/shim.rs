@@ -204,9 +204,17 @@ fn wait_child(
         } else {
             timeout
         };
-        match poll(&mut fds, timeout) {
+        // A request that came with the config is in the reader's buffer already,
+        // where polling the socket would never see it.
+        let buffered = !ctl.buffer().is_empty();
+        let polled = if buffered {
+            Ok(0)
+        } else {
+            poll(&mut fds, timeout)
+        };
+        match polled {
             Ok(_) => {
-                if fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                if buffered || fds[0].revents().is_some_and(|r| !r.is_empty()) {
                     let mut line = String::new();
                     // "kill" or end of stream: the caller gave up on this exec.
                     if ctl

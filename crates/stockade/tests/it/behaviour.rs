@@ -202,3 +202,27 @@ async fn invalid_specs_are_refused_with_every_problem() {
         assert!(msg.contains(field), "{field} missing from: {msg}");
     }
 }
+
+#[tokio::test]
+async fn a_kill_sent_before_the_exec_starts_still_kills_it() {
+    if !require_root("a_kill_sent_before_the_exec_starts_still_kills_it") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    // The kill is queued before the exec is asked for, so it reaches the agent while
+    // the exec's shim is still starting; it must not be lost on the way.
+    for _ in 0..5 {
+        let (in_tx, in_rx) = mpsc::channel(4);
+        in_tx.send(stockade::ExecInput::Kill).await.unwrap();
+        let mut req = ExecRequest::new(["sleep", "30"]);
+        req.timeout_ms = Some(60_000);
+        let o = provider()
+            .exec_interactive(sb.id(), req, None, in_rx)
+            .await
+            .unwrap();
+        drop(in_tx);
+        // A sleep that ran out would exit 0; a lost kill shows as that.
+        assert_eq!((o.signal, o.timed_out), (Some(9), false), "{o:?}");
+    }
+    destroy_clean(sb).await;
+}
