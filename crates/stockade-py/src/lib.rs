@@ -87,19 +87,32 @@ where
     if asynchronous {
         return Ok(pyo3_async_runtimes::tokio::future_into_py(py, fut)?.unbind());
     }
-    let value = py.detach(|| {
-        runtime().block_on(async {
-            let mut fut = std::pin::pin!(fut);
-            loop {
-                tokio::select! {
-                    v = &mut fut => return v,
-                    _ = tokio::time::sleep(Duration::from_millis(100)) => {
-                        // Ctrl-C raises here; dropping the future ends the operation.
-                        Python::attach(|py| py.check_signals())?;
+    // The future runs on a runtime worker, which drives its I/O itself; this thread
+    // only waits for the result (one wake-up, instead of one per I/O event when the
+    // future is polled here by `block_on`).
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let task = runtime().spawn(async move {
+        let _ = tx.send(fut.await);
+    });
+    let value = py.detach(move || {
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(v) => return v,
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                    // Ctrl-C raises here; aborting the task drops the future, which
+                    // ends the operation.
+                    if let Err(e) = Python::attach(|py| py.check_signals()) {
+                        task.abort();
+                        return Err(e);
                     }
                 }
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => {
+                    return Err(pyo3::exceptions::PyRuntimeError::new_err(
+                        "the operation ended without a result",
+                    ));
+                }
             }
-        })
+        }
     })?;
     Ok(value
         .into_pyobject(py)
