@@ -20,7 +20,14 @@ fi
 
 if ! "$DOCKER" version >/dev/null 2>&1; then
     # No systemd here: start the daemon ourselves, detached, and wait for its socket.
-    setsid /usr/sbin/dockerd >>/var/log/stockade-dockerd.log 2>&1 < /dev/null &
+    # It outlives this script, so it must not keep any of our descriptors open (a
+    # caller's lock or output pipe would stay held until dockerd exits).
+    close=""
+    for fd in /proc/$$/fd/*; do
+        fd=${fd##*/}
+        if [ "$fd" -gt 2 ]; then close="$close $fd>&-"; fi
+    done
+    eval "setsid /usr/sbin/dockerd >>/var/log/stockade-dockerd.log 2>&1 < /dev/null $close &"
     i=0
     until "$DOCKER" version >/dev/null 2>&1; do
         i=$((i + 1))
