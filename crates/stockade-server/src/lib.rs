@@ -206,6 +206,7 @@ pub async fn serve(
         state_dir.display()
     );
     tokio::spawn(d.clone().reaper());
+    tokio::spawn(d.clone().health_checker());
     if let Some(addr) = args.metrics_listen {
         let l = tokio::net::TcpListener::bind(addr)
             .await

@@ -136,6 +136,14 @@ impl Daemon {
             tick += 1;
             // Vanished sandboxes are looked for every 5 s (it lists every sandbox).
             let _ = self.reap_once(tick.is_multiple_of(20)).await;
+        }
+    }
+
+    /// Health-checks warm sandboxes until the daemon stops; apart from the reaper, so
+    /// a sandbox that takes the whole timeout to fail never delays a reap.
+    pub async fn health_checker(self: Arc<Self>) {
+        while !self.stopping.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(250)).await;
             self.health_sweep().await;
         }
     }
