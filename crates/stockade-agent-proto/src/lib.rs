@@ -183,3 +183,12 @@ pub enum AgentMsg {
     /// Result of a [`ClientMsg::File`].
     FileDone(files::FileResult),
 }
+
+/// Now, as milliseconds since the Unix epoch (the unit of every timestamp the
+/// providers, the agent and the daemon record).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

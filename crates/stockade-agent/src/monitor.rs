@@ -11,7 +11,7 @@ use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sched::CloneFlags;
@@ -24,13 +24,7 @@ use stockade_agent_proto::launch::{LaunchPlan, LaunchReport, NetworkPlan, Sandbo
 use stockade_sys::process::{Forked, fork_into};
 
 use crate::{cgroup, rootfs, server};
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
+use stockade_agent_proto::now_ms;
 
 fn report(out: &mut impl Write, r: &LaunchReport) {
     let mut line = serde_json::to_string(r).unwrap_or_else(|e| {

@@ -26,6 +26,7 @@ use stockade_agent_proto::{
 };
 
 use crate::shim::{ShimConfig, ShimEvent};
+use stockade_agent_proto::now_ms;
 
 /// The sandbox's OOM kill counter, opened before pivot_root.
 pub struct OomCounter {
@@ -56,13 +57,6 @@ struct Shared {
     active: AtomicUsize,
     /// When the last connection ended (unix ms).
     last_ms: AtomicU64,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Ends the sandbox (PID 1 exits, the kernel kills the namespace, the monitor cleans

@@ -21,7 +21,7 @@ pub use error::{Error, ErrorCode, Result};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
 pub use session::{SessionConfig, SessionInfo, SessionManager};
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
-pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream};
+pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream, now_ms};
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
 /// A chunk of live output of an exec.

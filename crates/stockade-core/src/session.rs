@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 use stockade_spec::{Mount, SandboxSpec};
 
 use crate::{CreateOptions, Error, Provider, Result, Sandbox};
+use stockade_agent_proto::now_ms;
 
 /// Where the workspace appears inside session sandboxes.
 pub const WORKSPACE_TARGET: &str = "/work";
@@ -67,13 +68,6 @@ struct Record {
 pub struct SessionManager {
     provider: Arc<dyn Provider>,
     config: SessionConfig,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn check_name(name: &str) -> Result<()> {

@@ -19,7 +19,7 @@ pub mod plan;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use bollard::Docker;
@@ -27,6 +27,7 @@ use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
+use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, FileOp, FileResult,
     GcReport, OutputSender, Provider, Result, SandboxInfo, ValidatedSpec,
@@ -53,13 +54,6 @@ impl Default for DockerProvider {
     fn default() -> Self {
         DockerProvider::new()
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn new_id() -> String {

@@ -16,10 +16,11 @@ pub mod plan;
 mod state;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use stockade_agent_proto::launch::{LaunchReport, SandboxState};
+use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, GcReport, OutputSender,
     Provider, Result, SandboxInfo, ValidatedSpec,
@@ -42,13 +43,6 @@ impl Default for NativeProvider {
     fn default() -> Self {
         NativeProvider::new()
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 /// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program

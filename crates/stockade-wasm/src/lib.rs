@@ -58,6 +58,7 @@ pub use runtime::{
 
 use exec::ExecState;
 use quota::{MemoryBudget, TmpQuota};
+use stockade_core::now_ms;
 
 /// Guest path of the sandbox's private writable directory.
 pub const TMP_DIR: &str = "/tmp";
@@ -180,13 +181,6 @@ impl Drop for SandboxEntry {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn new_id() -> String {

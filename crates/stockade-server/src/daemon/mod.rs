@@ -23,6 +23,7 @@ mod pools;
 
 use crate::metrics::{Gauges, Metrics};
 use crate::store::{PoolRecord, SandboxRecord, Store, random_hex};
+use stockade::now_ms;
 
 /// The longest sandbox lifetime a spec may ask for (stockade-spec's bound).
 const MAX_LIFETIME_SECS: u64 = 7 * 24 * 3600;
@@ -54,13 +55,6 @@ pub struct Limits {
     pub allow_mounts: bool,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {

@@ -360,16 +360,8 @@ class ExecStream:
         self.close()
 
 
-class Stockade:
-    """Entry point: a provider (``native`` by default, or ``$STOCKADE_PROVIDER``:
-    ``wasm``, ...), run in this process; no daemon needed.
-
-    Remote mode: ``host`` (``unix:///path`` or ``http://host:port``; else
-    ``$STOCKADE_HOST``) runs everything through a ``stockaded`` daemon, sending
-    ``token`` (else ``$STOCKADE_TOKEN``); ``provider`` then names the daemon's backend.
-    ``home`` holds images and session workspaces (default ``$STOCKADE_HOME``, else
-    ``/var/lib/stockade`` for root or the XDG data directory).
-    """
+class _Client:
+    """What :class:`Stockade` and :class:`AsyncStockade` share: the native client."""
 
     def __init__(
         self,
@@ -390,6 +382,18 @@ class Stockade:
     def remote(self) -> str | None:
         """The daemon's address in remote mode, else ``None``."""
         return self._n.remote
+
+
+class Stockade(_Client):
+    """Entry point: a provider (``native`` by default, or ``$STOCKADE_PROVIDER``:
+    ``wasm``, ...), run in this process; no daemon needed.
+
+    Remote mode: ``host`` (``unix:///path`` or ``http://host:port``; else
+    ``$STOCKADE_HOST``) runs everything through a ``stockaded`` daemon, sending
+    ``token`` (else ``$STOCKADE_TOKEN``); ``provider`` then names the daemon's backend.
+    ``home`` holds images and session workspaces (default ``$STOCKADE_HOME``, else
+    ``/var/lib/stockade`` for root or the XDG data directory).
+    """
 
     def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
         if language is None:
@@ -601,27 +605,9 @@ class AsyncExecStream:
         self.close()
 
 
-class AsyncStockade:
+class AsyncStockade(_Client):
     """The async twin of :class:`Stockade`; every call is awaitable and none blocks
     the event loop."""
-
-    def __init__(
-        self,
-        provider: str | None = None,
-        *,
-        home: str | os.PathLike[str] | None = None,
-        host: str | None = None,
-        token: str | None = None,
-    ) -> None:
-        self._n = _native.Client(provider, None if home is None else os.fspath(home), host, token)
-
-    @property
-    def provider(self) -> str:
-        return self._n.provider
-
-    @property
-    def remote(self) -> str | None:
-        return self._n.remote
 
     async def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
         if language is None:
