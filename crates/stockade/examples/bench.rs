@@ -158,43 +158,32 @@ async fn main() {
         "exec round trip of `python3 -c pass` in a live sandbox".into(),
         exec_py,
     ));
-    let mut lifecycle = Vec::new();
-    for i in 0..=n {
-        let t = Instant::now();
-        let sb = Sandbox::create(
-            provider.clone(),
-            SandboxSpec::default(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
-        sb.destroy().await.unwrap();
-        if i > 0 {
-            lifecycle.push(t.elapsed());
+    // A sandbox's whole life in the library, without and with one exec.
+    for (name, exec) in [
+        ("create + destroy (library, no exec)", false),
+        ("create + exec `python3 -c pass` + destroy (library)", true),
+    ] {
+        let mut times = Vec::new();
+        for i in 0..=n {
+            let t = Instant::now();
+            let sb = Sandbox::create(
+                provider.clone(),
+                SandboxSpec::default(),
+                CreateOptions::default(),
+            )
+            .await
+            .unwrap();
+            if exec {
+                let o = sb.exec(ExecRequest::new(py)).await.unwrap();
+                assert_eq!(o.exit_code, 0);
+            }
+            sb.destroy().await.unwrap();
+            if i > 0 {
+                times.push(t.elapsed());
+            }
         }
+        rows.push((name.into(), times));
     }
-    rows.push(("create + destroy (library, no exec)".into(), lifecycle));
-    let mut full = Vec::new();
-    for i in 0..=n {
-        let t = Instant::now();
-        let sb = Sandbox::create(
-            provider.clone(),
-            SandboxSpec::default(),
-            CreateOptions::default(),
-        )
-        .await
-        .unwrap();
-        let o = sb.exec(ExecRequest::new(py)).await.unwrap();
-        assert_eq!(o.exit_code, 0);
-        sb.destroy().await.unwrap();
-        if i > 0 {
-            full.push(t.elapsed());
-        }
-    }
-    rows.push((
-        "create + exec `python3 -c pass` + destroy (library)".into(),
-        full,
-    ));
 
     let bare = stats(rows[0].1.clone()).0;
     println!("| what | p50 ms | p90 ms | mean ms | p50 vs bare python |");

@@ -7,11 +7,13 @@ event loop. Argument handling and result shaping are shared below.
 
 from __future__ import annotations
 
+import atexit
 import builtins
 import io
 import json
 import os
 import tarfile
+import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,17 @@ from . import _native
 from ._spec import MountLike, Size, build_spec, spec_json
 from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
 from .errors import InvalidSpecError, UnavailableError
+
+
+@atexit.register
+def _let_runtime_threads_finish() -> None:
+    # An async operation's result reaches the event loop through a runtime thread
+    # (pyo3-async-runtimes' call_soon_threadsafe), which releases the GIL while it
+    # wakes the loop and needs it back to return. If `asyncio.run` ends in between,
+    # that thread would take the GIL during finalization, be stopped mid-way, and
+    # crash the process (seen in 4 of 30 runs of examples/async_quickstart.py).
+    # Exit handlers run before finalization: releasing the GIL here lets it finish.
+    time.sleep(0.02)
 
 Argv = Union[Sequence[str], str]
 """A command: a list of arguments, or a string run by ``/bin/sh -c``."""
