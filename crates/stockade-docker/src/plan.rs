@@ -297,8 +297,8 @@ fn applied(spec: &ValidatedSpec, user: stockade_spec::User, workdir: &str) -> Ve
     });
     v.push(if h.seccomp {
         format!(
-            "seccomp: docker's default profile on the container, plus an allowlist of {} syscalls (others EPERM) on every exec",
-            stockade_sys_allowed()
+            "seccomp: docker's default profile on the container, plus on every exec: {}",
+            stockade_sys::seccomp::describe()
         )
     } else {
         "seccomp: docker's default profile only (stockade allowlist OFF, opt-out)".into()
@@ -312,10 +312,6 @@ fn applied(spec: &ValidatedSpec, user: stockade_spec::User, workdir: &str) -> Ve
         "agent socket: {CONTAINER_DIR}/agent.sock in a root-only (0700) directory the code cannot enter"
     ));
     v
-}
-
-fn stockade_sys_allowed() -> usize {
-    stockade_sys::seccomp::allowed_names().len()
 }
 
 #[cfg(test)]

@@ -55,6 +55,10 @@ pub struct HostLayout {
     pub cgroups: CgroupLayout,
     /// The host's own IP addresses (sandboxes with egress must not reach them).
     pub host_addresses: Vec<String>,
+    /// The host's connected networks, its gateways and its resolvers, as CIDR prefixes
+    /// (read from the routing tables and `/etc/resolv.conf` at each create): a sandbox
+    /// with egress must not reach the host's LAN, whatever its address range.
+    pub host_networks: Vec<String>,
 }
 
 /// How cgroups are mounted.
@@ -106,7 +110,89 @@ pub fn detect() -> HostLayout {
             &fs::read_to_string("/proc/net/fib_trie").unwrap_or_default(),
             &fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
         ),
+        host_networks: host_networks(
+            &fs::read_to_string("/proc/net/route").unwrap_or_default(),
+            &fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default(),
+            &fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+        ),
     }
+}
+
+/// The host's LAN as CIDR prefixes: every directly connected network (a route without
+/// a gateway, but the default route), every gateway, and every resolver of
+/// `resolv.conf`, IPv4 from `/proc/net/route` and IPv6 from `/proc/net/ipv6_route`.
+/// Routes through a gateway are not listed themselves (a VPN's `0.0.0.0/1` +
+/// `128.0.0.0/1` would otherwise deny the whole internet); their gateways are.
+pub fn host_networks(route: &str, ipv6_route: &str, resolv_conf: &str) -> Vec<String> {
+    use std::net::{Ipv4Addr, Ipv6Addr};
+    const RTF_UP: u32 = 0x1;
+    const RTF_GATEWAY: u32 = 0x2;
+    let mut out: Vec<String> = Vec::new();
+    let mut add = |s: String| {
+        if !out.contains(&s) {
+            out.push(s);
+        }
+    };
+    // /proc/net/route: Iface Destination Gateway Flags RefCnt Use Metric Mask ...
+    // (addresses in host byte order, hex).
+    for line in route.lines().skip(1) {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 8 || f[0] == "lo" {
+            continue;
+        }
+        let hex = |s: &str| u32::from_str_radix(s, 16).ok();
+        let (Some(dest), Some(gw), Some(flags), Some(mask)) =
+            (hex(f[1]), hex(f[2]), hex(f[3]), hex(f[7]))
+        else {
+            continue;
+        };
+        if flags & RTF_UP == 0 {
+            continue;
+        }
+        let addr = |v: u32| Ipv4Addr::from(u32::from_be(v));
+        if flags & RTF_GATEWAY != 0 && gw != 0 {
+            add(format!("{}/32", addr(gw)));
+        } else if mask != 0 {
+            let len = u32::from_be(mask).leading_ones();
+            add(format!("{}/{len}", addr(dest & mask)));
+        }
+    }
+    // /proc/net/ipv6_route: dest dest_len src src_len next_hop metric refcnt use flags iface
+    for line in ipv6_route.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 10 || f[9] == "lo" {
+            continue;
+        }
+        let v6 = |s: &str| u128::from_str_radix(s, 16).ok().map(Ipv6Addr::from);
+        let (Some(dest), Ok(len), Some(gw), Ok(flags)) = (
+            v6(f[0]),
+            u8::from_str_radix(f[1], 16),
+            v6(f[4]),
+            u32::from_str_radix(f[8], 16),
+        ) else {
+            continue;
+        };
+        if flags & RTF_UP == 0 {
+            continue;
+        }
+        if flags & RTF_GATEWAY != 0 && !gw.is_unspecified() {
+            add(format!("{gw}/128"));
+        } else if len > 0 && len < 128 && !dest.is_multicast() {
+            add(format!("{dest}/{len}"));
+        }
+    }
+    for line in resolv_conf.lines() {
+        let mut w = line.split_whitespace();
+        if w.next() == Some("nameserver")
+            && let Some(ip) = w.next().and_then(|a| a.parse::<std::net::IpAddr>().ok())
+        {
+            add(match ip {
+                std::net::IpAddr::V4(a) => format!("{a}/32"),
+                std::net::IpAddr::V6(a) => format!("{a}/128"),
+            });
+        }
+    }
+    out
 }
 
 /// The host's local addresses: IPv4 from `/proc/net/fib_trie` (`/32 host LOCAL`
@@ -201,6 +287,33 @@ mod tests {
             }
         );
         assert_eq!(parse_cgroups(""), CgroupLayout::None);
+    }
+
+    #[test]
+    fn reads_host_networks_gateways_and_resolvers() {
+        let route = "Iface\tDestination\tGateway \tFlags\tRefCnt\tUse\tMetric\tMask\t\tMTU\tWindow\tIRTT\n\
+            eth0\t00000000\t010200C0\t0003\t0\t0\t0\t00000000\t0\t0\t0\n\
+            eth0\t000200C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\t0\t0\t0\n\
+            tun0\t00000000\t0108000A\t0003\t0\t0\t0\t00000080\t0\t0\t0\n\
+            eth1\t0000A8C0\t00000000\t0000\t0\t0\t0\t0000FFFF\t0\t0\t0\n";
+        let v6 = "fd000000000000000000000000000000 40 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000001 00000000 00000001     eth0\n\
+            00000000000000000000000000000000 00 00000000000000000000000000000000 00 fd000000000000000000000000000001 00000400 00000002 00000000 00000003     eth0\n\
+            00000000000000000000000000000001 80 00000000000000000000000000000000 00 00000000000000000000000000000000 00000000 00000002 00000000 80200001       lo\n\
+            ff000000000000000000000000000000 08 00000000000000000000000000000000 00 00000000000000000000000000000000 00000100 00000003 00000000 00000001     eth0\n";
+        let resolv =
+            "# comment\nnameserver 10.255.255.53\nnameserver 2001:db8::53\nsearch example\n";
+        assert_eq!(
+            host_networks(route, v6, resolv),
+            [
+                "192.0.2.1/32",
+                "192.0.2.0/24",
+                "10.0.8.1/32",
+                "fd00::/64",
+                "fd00::1/128",
+                "10.255.255.53/32",
+                "2001:db8::53/128"
+            ]
+        );
     }
 
     #[test]

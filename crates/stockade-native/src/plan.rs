@@ -222,7 +222,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 argv: slirp_argv(slirp),
                 resolv_conf: RESOLV_CONF.into(),
                 nft: nft.display().to_string(),
-                firewall: firewall(&ctx.host.host_addresses),
+                firewall: firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
             }
         }
     };
@@ -274,10 +274,13 @@ const DENIED_V4: &[&str] = &[
 ];
 const DENIED_V6: &[&str] = &["::1/128", "fc00::/7", "fe80::/10", "ff00::/8"];
 
-/// The nftables ruleset for a sandbox with egress (see [`DENIED_V4`]).
-pub fn firewall(host_addresses: &[String]) -> String {
-    let (v6, v4): (Vec<&String>, Vec<&String>) =
-        host_addresses.iter().partition(|a| a.contains(':'));
+/// The nftables ruleset for a sandbox with egress (see [`DENIED_V4`]): also the host's
+/// own addresses and its LAN (connected networks, gateways, resolvers).
+pub fn firewall(host_addresses: &[String], host_networks: &[String]) -> String {
+    let (v6, v4): (Vec<&String>, Vec<&String>) = host_addresses
+        .iter()
+        .chain(host_networks)
+        .partition(|a| a.contains(':'));
     let mut d4: Vec<String> = DENIED_V4.iter().map(|s| s.to_string()).collect();
     d4.extend(v4.iter().map(|a| a.to_string()));
     let mut d6: Vec<String> = DENIED_V6.iter().map(|s| s.to_string()).collect();
@@ -612,10 +615,7 @@ fn applied(
         "no_new_privs: NOT set (opt-out)".into()
     });
     v.push(if h.seccomp {
-        format!(
-            "seccomp: allowlist of {} syscalls, others EPERM",
-            stockade_sys::seccomp::allowed_names().len()
-        )
+        format!("seccomp: {}", stockade_sys::seccomp::describe())
     } else {
         "seccomp: OFF (opt-out)".into()
     });
@@ -650,6 +650,11 @@ mod tests {
                 ],
                 nameservers: vec!["nameserver 10.0.0.53".into()],
                 host_addresses: vec!["192.0.2.2".into(), "fd00::2".into()],
+                host_networks: vec![
+                    "192.0.2.0/24".into(),
+                    "192.0.2.1/32".into(),
+                    "fd00::/64".into(),
+                ],
                 cgroups,
             },
             slirp: Some("/usr/bin/slirp4netns".into()),

@@ -7,6 +7,19 @@
 //! `open_by_handle_at`, kernel modules, `kexec_*`, `reboot`, `swapon`, clock setting.
 //! `clone` is allowed only without namespace flags; `clone3` returns `ENOSYS` (its flags
 //! sit behind a pointer seccomp cannot read), so libc falls back to `clone`.
+//!
+//! Sockets: only the address families a sandbox needs. `AF_UNIX`, `AF_INET` and
+//! `AF_INET6` (a sandbox without network has only its own loopback, which local servers
+//! and test suites use), and `AF_NETLINK` with protocol `NETLINK_ROUTE` only (what
+//! `getifaddrs` uses, answering for the sandbox's own network namespace). Every other
+//! family (vsock, packet, bluetooth, alg, rds, tipc, xdp, can, other netlink protocols,
+//! ...) fails with `EPERM`; `socketpair` is `AF_UNIX` only.
+//!
+//! Machine-wide and per-user kernel resources that one sandbox could exhaust for
+//! everyone else answer `ENOSYS`, as if the kernel lacked them, so libraries fall back
+//! to their portable paths: native AIO (`io_setup` takes from the machine-wide
+//! `fs.aio-max-nr`) and POSIX message queues (charged to the uid's `RLIMIT_MSGQUEUE`,
+//! shared by every sandbox running as that uid).
 
 use std::collections::BTreeMap;
 
@@ -100,11 +113,6 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
     SYS_inotify_add_watch,
     SYS_inotify_init1,
     SYS_inotify_rm_watch,
-    SYS_io_cancel,
-    SYS_io_destroy,
-    SYS_io_getevents,
-    SYS_io_setup,
-    SYS_io_submit,
     SYS_ioctl,
     SYS_ioprio_get,
     SYS_ioprio_set,
@@ -132,12 +140,6 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
     SYS_mlockall,
     SYS_mmap,
     SYS_mprotect,
-    SYS_mq_getsetattr,
-    SYS_mq_notify,
-    SYS_mq_open,
-    SYS_mq_timedreceive,
-    SYS_mq_timedsend,
-    SYS_mq_unlink,
     SYS_mremap,
     SYS_msgctl,
     SYS_msgget,
@@ -232,8 +234,6 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
     SYS_shutdown,
     SYS_sigaltstack,
     SYS_signalfd4,
-    SYS_socket,
-    SYS_socketpair,
     SYS_splice,
     SYS_statfs,
     SYS_statx,
@@ -263,8 +263,40 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
     SYS_waitid,
     SYS_write,
     SYS_writev,
+    // Allowed here so that the ENOSYS filter's answer is the one that counts.
     SYS_clone3,
+    SYS_io_cancel,
+    SYS_io_destroy,
+    SYS_io_getevents,
+    SYS_io_setup,
+    SYS_io_submit,
+    SYS_mq_getsetattr,
+    SYS_mq_notify,
+    SYS_mq_open,
+    SYS_mq_timedreceive,
+    SYS_mq_timedsend,
+    SYS_mq_unlink,
 ];
+
+/// Syscalls that answer `ENOSYS`: `clone3` (flags behind a pointer) and the shared
+/// kernel resources a sandbox must not exhaust (see the module docs).
+const NOT_IMPLEMENTED: &[(&str, libc::c_long)] = syscalls![
+    SYS_clone3,
+    SYS_io_cancel,
+    SYS_io_destroy,
+    SYS_io_getevents,
+    SYS_io_setup,
+    SYS_io_submit,
+    SYS_mq_getsetattr,
+    SYS_mq_notify,
+    SYS_mq_open,
+    SYS_mq_timedreceive,
+    SYS_mq_timedsend,
+    SYS_mq_unlink,
+];
+
+/// Socket address families allowed for any protocol.
+const SOCKET_FAMILIES: &[libc::c_int] = &[libc::AF_UNIX, libc::AF_INET, libc::AF_INET6];
 
 /// Legacy syscalls that exist only on x86_64.
 #[cfg(target_arch = "x86_64")]
@@ -326,9 +358,22 @@ pub fn allowed_names() -> Vec<&'static str> {
         .chain(ARCH)
         .map(|(n, _)| n.trim_start_matches("SYS_"))
         .collect();
-    v.push("clone");
+    v.retain(|n| {
+        !NOT_IMPLEMENTED
+            .iter()
+            .any(|(m, _)| m.trim_start_matches("SYS_") == *n)
+    });
+    v.extend(["clone", "socket", "socketpair"]);
     v.sort_unstable();
     v
+}
+
+/// One line for `inspect`: what the filter allows.
+pub fn describe() -> String {
+    format!(
+        "allowlist of {} syscalls (others EPERM); sockets AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE only; clone3, native AIO and POSIX message queues ENOSYS",
+        allowed_names().len()
+    )
 }
 
 fn target_arch() -> Result<TargetArch> {
@@ -336,11 +381,26 @@ fn target_arch() -> Result<TargetArch> {
         .map_err(|e| SysError::other("seccomp", std::env::consts::ARCH, e))
 }
 
-/// The compiled filters: the allowlist, and a second filter making `clone3` fail with
-/// `ENOSYS` (the strictest answer of all installed filters wins).
+/// The compiled filters: the allowlist, and a second filter making `clone3` and the
+/// [`NOT_IMPLEMENTED`] calls fail with `ENOSYS` (the strictest answer of all installed
+/// filters wins).
 pub struct Filters {
     allowlist: BpfProgram,
     clone3: BpfProgram,
+}
+
+fn rule(conditions: Vec<SeccompCondition>) -> Result<SeccompRule> {
+    SeccompRule::new(conditions).map_err(|e| SysError::other("seccomp", "rule", e))
+}
+
+fn arg_eq(arg: u8, value: libc::c_int) -> Result<SeccompCondition> {
+    SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::Eq,
+        value as u32 as u64,
+    )
+    .map_err(|e| SysError::other("seccomp", "condition", e))
 }
 
 /// Builds the filters.
@@ -360,6 +420,19 @@ pub fn build() -> Result<Filters> {
     .and_then(|c| SeccompRule::new(vec![c]))
     .map_err(|e| SysError::other("seccomp", "clone rule", e))?;
     rules.insert(libc::SYS_clone, vec![no_ns]);
+    let mut socket = SOCKET_FAMILIES
+        .iter()
+        .map(|f| rule(vec![arg_eq(0, *f)?]))
+        .collect::<Result<Vec<_>>>()?;
+    socket.push(rule(vec![
+        arg_eq(0, libc::AF_NETLINK)?,
+        arg_eq(2, libc::NETLINK_ROUTE)?,
+    ])?);
+    rules.insert(libc::SYS_socket, socket);
+    rules.insert(
+        libc::SYS_socketpair,
+        vec![rule(vec![arg_eq(0, libc::AF_UNIX)?])?],
+    );
     let allow = SeccompFilter::new(
         rules,
         SeccompAction::Errno(libc::EPERM as u32),
@@ -369,7 +442,10 @@ pub fn build() -> Result<Filters> {
     .and_then(BpfProgram::try_from)
     .map_err(|e| SysError::other("seccomp", "allowlist", e))?;
     let clone3 = SeccompFilter::new(
-        BTreeMap::from([(libc::SYS_clone3, vec![])]),
+        NOT_IMPLEMENTED
+            .iter()
+            .map(|(_, nr)| (*nr, vec![]))
+            .collect(),
         SeccompAction::Allow,
         SeccompAction::Errno(libc::ENOSYS as u32),
         arch,
@@ -421,6 +497,10 @@ mod tests {
             "swapon",
             "move_mount",
             "fsopen",
+            "io_setup",
+            "io_submit",
+            "mq_open",
+            "clone3",
         ] {
             assert!(!allowed.contains(&bad), "{bad} must not be allowed");
         }

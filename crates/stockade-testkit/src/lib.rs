@@ -304,3 +304,88 @@ pub fn docker_test_image() -> Result<String, String> {
         ))
     }
 }
+
+/// Python code that tries every socket address family a sandbox must not have, and the
+/// kernel resources shared across sandboxes (native AIO, POSIX message queues). It
+/// prints one line per probe: `blocked NAME` when seccomp refused it (`EPERM` for a
+/// socket family, `ENOSYS` for the shared resources), `OPEN NAME` or `OTHER NAME errno`
+/// otherwise; then `allowed NAME ok|FAILED ...` for what must keep working (unix,
+/// inet and inet6 sockets, `NETLINK_ROUTE`, a server on the sandbox's own loopback).
+/// Shared by the native and docker attack suites.
+pub const KERNEL_SURFACE_PROBE: &str = r#"
+import ctypes, errno, os, socket
+libc = ctypes.CDLL(None, use_errno=True)
+denied = [
+    ("vsock", 40, socket.SOCK_STREAM, 0), ("packet", 17, socket.SOCK_RAW, 0),
+    ("packet-dgram", 17, socket.SOCK_DGRAM, 0), ("bluetooth", 31, socket.SOCK_STREAM, 0),
+    ("alg", 38, socket.SOCK_SEQPACKET, 0), ("rds", 21, socket.SOCK_SEQPACKET, 0),
+    ("tipc", 30, socket.SOCK_RDM, 0), ("xdp", 44, socket.SOCK_RAW, 0),
+    ("can", 29, socket.SOCK_RAW, 1), ("key", 15, socket.SOCK_RAW, 2),
+    ("x25", 9, socket.SOCK_SEQPACKET, 0), ("ax25", 3, socket.SOCK_SEQPACKET, 0),
+    ("appletalk", 5, socket.SOCK_DGRAM, 0), ("llc", 26, socket.SOCK_DGRAM, 0),
+    ("pppox", 24, socket.SOCK_STREAM, 0), ("kcm", 41, socket.SOCK_DGRAM, 0),
+    ("qipcrtr", 42, socket.SOCK_DGRAM, 0), ("smc", 43, socket.SOCK_STREAM, 0),
+    ("mctp", 45, socket.SOCK_DGRAM, 0), ("ieee802154", 36, socket.SOCK_DGRAM, 0),
+    ("nfc", 39, socket.SOCK_SEQPACKET, 0), ("caif", 37, socket.SOCK_SEQPACKET, 0),
+    ("netlink-audit", 16, socket.SOCK_RAW, 9), ("netlink-uevent", 16, socket.SOCK_RAW, 15),
+    ("netlink-netfilter", 16, socket.SOCK_RAW, 12), ("netlink-sock-diag", 16, socket.SOCK_RAW, 4),
+    ("netlink-xfrm", 16, socket.SOCK_RAW, 6), ("netlink-generic", 16, socket.SOCK_RAW, 16),
+    ("netlink-connector", 16, socket.SOCK_DGRAM, 11), ("netlink-crypto", 16, socket.SOCK_RAW, 21),
+    ("inet-raw", 2, socket.SOCK_RAW, 1),
+]
+for name, fam, typ, proto in denied:
+    fd = libc.socket(fam, typ, proto)
+    e = ctypes.get_errno()
+    if fd >= 0:
+        os.close(fd); print("OPEN", name)
+    elif e == errno.EPERM:
+        print("blocked", name)
+    else:
+        print("OTHER", name, errno.errorcode.get(e, e))
+for name, fam in (("socketpair-inet", 2), ("socketpair-netlink", 16)):
+    sv = (ctypes.c_int * 2)()
+    r = libc.socketpair(fam, socket.SOCK_STREAM if fam == 2 else socket.SOCK_RAW, 0, sv)
+    e = ctypes.get_errno()
+    print("blocked" if r < 0 and e == errno.EPERM else "OTHER", name, errno.errorcode.get(e, e))
+ctx = ctypes.c_ulong(0)
+r = libc.syscall(206, 65536, ctypes.byref(ctx))  # io_setup(65536, &ctx): all of fs.aio-max-nr
+e = ctypes.get_errno()
+print("blocked io_setup" if r < 0 and e == errno.ENOSYS else "OTHER io_setup %d %s" % (r, errno.errorcode.get(e, e)))
+r = libc.syscall(240, b"/stockade-probe", os.O_CREAT | os.O_RDWR, 0o600, None)  # mq_open
+e = ctypes.get_errno()
+print("blocked mq_open" if r < 0 and e == errno.ENOSYS else "OTHER mq_open %d %s" % (r, errno.errorcode.get(e, e)))
+def check(name, f):
+    try:
+        f(); print("allowed", name, "ok")
+    except OSError as ex:
+        print("allowed", name, "FAILED", ex)
+check("unix", lambda: socket.socketpair(socket.AF_UNIX).__class__)
+check("inet6", lambda: socket.socket(socket.AF_INET6).close())
+check("netlink-route", lambda: socket.socket(16, socket.SOCK_RAW, 0).close())
+check("if_nameindex", lambda: [n for _, n in socket.if_nameindex()].index("lo"))
+def loopback_server():
+    srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(1)
+    c = socket.create_connection(srv.getsockname(), timeout=5); s, _ = srv.accept()
+    c.sendall(b"x"); assert s.recv(1) == b"x"
+check("loopback-server", loopback_server)
+"#;
+
+/// Checks the output of [`KERNEL_SURFACE_PROBE`]: every probe blocked, every allowed
+/// use working. Panics with the whole output otherwise.
+pub fn assert_kernel_surface_blocked(stdout: &str, stderr: &str) {
+    let bad: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("OPEN") || l.starts_with("OTHER") || l.contains("FAILED"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "seccomp let these through (or broke an allowed use): {bad:?}\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+    let blocked = stdout.lines().filter(|l| l.starts_with("blocked")).count();
+    let allowed = stdout.lines().filter(|l| l.starts_with("allowed")).count();
+    assert_eq!(
+        (blocked, allowed),
+        (35, 5),
+        "the probe did not run to the end\nstdout:\n{stdout}\nstderr:\n{stderr}"
+    );
+}

@@ -5,6 +5,7 @@
 //! a missing part fails the tests; elsewhere they are skipped loudly.
 
 mod attacks;
+mod kernel;
 mod lifecycle;
 
 use std::sync::Arc;

@@ -8,6 +8,7 @@ mod attacks;
 mod behaviour;
 mod conformance;
 mod files;
+mod kernel;
 mod lifecycle;
 
 use std::path::PathBuf;
