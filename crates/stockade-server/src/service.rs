@@ -12,13 +12,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Auth;
 use crate::daemon::{Daemon, PoolView};
+use crate::gate::Tenant;
 
-/// The service over one daemon.
+/// The service over one daemon; callers are authenticated before it (`gate.rs`).
 pub struct Service {
     pub daemon: Arc<Daemon>,
-    pub auth: Auth,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -51,8 +50,12 @@ fn st(e: Error) -> Status {
 }
 
 impl Service {
+    /// The tenant the gate authenticated (a request that did not pass it has none).
     fn tenant<T>(&self, r: &Request<T>) -> Result<String, Status> {
-        self.auth.tenant(r.metadata())
+        r.extensions()
+            .get::<Tenant>()
+            .map(|t| t.0.clone())
+            .ok_or_else(|| Status::unauthenticated("the request was not authenticated"))
     }
 }
 

@@ -19,7 +19,10 @@ use stockade_pool::{Pool, PoolStats};
 use tokio::sync::mpsc;
 
 mod lifecycle;
+mod paths;
 mod pools;
+
+pub use paths::{MountPolicy, STAGED_LABEL, check_image, check_session_name};
 
 use crate::metrics::{Gauges, Metrics};
 use crate::store::{PoolRecord, SandboxRecord, Store, random_hex};
@@ -51,8 +54,10 @@ pub struct Limits {
     pub sandboxes_total: usize,
     /// How long a warm sandbox may wait before it is replaced.
     pub pool_idle_ttl: Duration,
-    /// Whether specs may mount host paths (only without tokens: one local tenant).
-    pub allow_mounts: bool,
+    /// Which host paths specs may mount.
+    pub mounts: MountPolicy,
+    /// Whether callers are tenants with tokens (then images are names only).
+    pub tenants_untrusted: bool,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
 }
@@ -125,6 +130,8 @@ pub struct Daemon {
     pub metrics: Metrics,
     started: Instant,
     stopping: AtomicBool,
+    /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
+    staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// One pool as `pool ls` shows it.
@@ -258,6 +265,7 @@ impl Daemon {
             metrics: Metrics::default(),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
+            staging_in_flight: Arc::default(),
         }))
     }
 
@@ -314,10 +322,10 @@ impl Daemon {
     }
 
     fn check_spec(&self, provider: &dyn Provider, spec: &SandboxSpec) -> Result<()> {
-        if !spec.mounts.is_empty() && !self.limits.allow_mounts {
-            return Err(Error::PolicyDenied(
-                "host mounts are not allowed through a daemon with tenants (--token-file)".into(),
-            ));
+        // Names only, checked before anything touches the file system.
+        self.limits.mounts.check(spec)?;
+        if self.limits.tenants_untrusted {
+            check_image(provider.name(), spec.image.as_deref())?;
         }
         let v = spec.clone().validate()?;
         provider.capabilities().check(provider.name(), &v)?;
@@ -494,9 +502,9 @@ impl Daemon {
                 self.refill(&key);
             }
         }
-        let labelled = self.labelled(spec.clone(), tenant).validate()?;
+        let labelled = self.labelled(spec.clone(), tenant);
         let t0 = Instant::now();
-        let info = match p.create(labelled, CreateOptions { owner_pid: None }).await {
+        let info = match self.create_on(&p, labelled).await {
             Ok(i) => i,
             Err(e) => {
                 self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
@@ -530,6 +538,16 @@ impl Daemon {
         }
         tracing::info!(sandbox = %rec.id, tenant, "created");
         Ok((self.present(info, &rec), false))
+    }
+
+    /// Creates on the provider, with the spec's host mounts staged when tenants'
+    /// mounts are restricted (the provider never walks a tenant's path).
+    async fn create_on(&self, p: &Arc<dyn Provider>, spec: SandboxSpec) -> Result<SandboxInfo> {
+        let (spec, staging) = self.limits.mounts.stage(self, spec)?;
+        let v = spec.validate()?;
+        let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+        staging.commit();
+        Ok(info)
     }
 
     fn present(&self, mut info: SandboxInfo, rec: &SandboxRecord) -> SandboxInfo {
@@ -772,6 +790,7 @@ impl Daemon {
 
     /// The session's sandbox (created on its workspace when none is live).
     pub async fn session_get(&self, tenant: &str, name: &str) -> Result<SandboxInfo> {
+        check_session_name(name)?;
         let _slot = self.reserve(tenant)?;
         let sb = self.sessions(tenant)?.get_or_create(name).await?;
         let info = sb.info().clone();
@@ -809,6 +828,7 @@ impl Daemon {
 
     /// Destroys the session's sandbox, keeps its workspace.
     pub async fn session_release(&self, tenant: &str, name: &str) -> Result<()> {
+        check_session_name(name)?;
         let id = self.session_sandbox(tenant, name).await?;
         self.sessions(tenant)?.release(name).await?;
         if let Some(r) = id.and_then(|id| self.record(tenant, &id).ok()) {
@@ -819,6 +839,7 @@ impl Daemon {
 
     /// Destroys the session's sandbox and workspace.
     pub async fn session_delete(&self, tenant: &str, name: &str) -> Result<()> {
+        check_session_name(name)?;
         let id = self.session_sandbox(tenant, name).await?;
         self.sessions(tenant)?.delete(name).await?;
         if let Some(r) = id.and_then(|id| self.record(tenant, &id).ok()) {

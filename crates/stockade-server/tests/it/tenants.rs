@@ -239,7 +239,14 @@ async fn session_names_cannot_leave_the_daemons_home() {
     let c = t.d.client(Some(TOKEN)).await;
     let target = format!("/tmp/stockade-it-session-escape-{}", std::process::id());
     let deep = format!("../../../../../../..{target}");
-    for name in ["..", "../x", "a/b", deep.as_str(), target.as_str(), ".hidden"] {
+    for name in [
+        "..",
+        "../x",
+        "a/b",
+        deep.as_str(),
+        target.as_str(),
+        ".hidden",
+    ] {
         let e = c.session_get(name).await.unwrap_err();
         assert_eq!(e.code(), ErrorCode::InvalidSpec, "{name}: {e}");
         for e in [
@@ -283,14 +290,17 @@ async fn send_large(port: u16, rpc: &str, token: Option<&str>, len: usize) -> Op
         .unwrap();
     let mut header = vec![0u8];
     header.extend_from_slice(&(len as u32).to_be_bytes());
-    let chunks = std::iter::once(bytes::Bytes::from(header)).chain(
-        (0..len / ZEROS.len()).map(|_| bytes::Bytes::from_static(&ZEROS)),
+    let chunks = std::iter::once(bytes::Bytes::from(header))
+        .chain((0..len / ZEROS.len()).map(|_| bytes::Bytes::from_static(&ZEROS)));
+    let frames = tokio_stream::iter(
+        chunks.map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b))),
     );
-    let frames = tokio_stream::iter(chunks.map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b))));
     let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
     let mut req = http::Request::builder()
         .method("POST")
-        .uri(format!("http://127.0.0.1:{port}/stockade.v1.Stockade/{rpc}"))
+        .uri(format!(
+            "http://127.0.0.1:{port}/stockade.v1.Stockade/{rpc}"
+        ))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     if let Some(t) = token {
@@ -333,6 +343,12 @@ async fn an_unauthenticated_flood_of_large_messages_is_refused_unread() {
     }
     let after = peak_rss(pid);
     let grew = after.saturating_sub(before);
+    eprintln!(
+        "flood: {N} x {} MiB anonymous: peak RSS {} -> {} MiB",
+        LEN >> 20,
+        before >> 20,
+        after >> 20
+    );
     assert!(
         grew < 100 << 20,
         "{N} anonymous {LEN}-byte messages grew the daemon's peak RSS by {} MiB \
