@@ -695,3 +695,38 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
     }
     assert!(d.live_ids().is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_in_use_is_never_reaped_as_idle() {
+    if require_root().is_none() {
+        return;
+    }
+    let d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    // Idle after 1 s without use; each exec below runs for 3 s: in use all along.
+    let s = SandboxSpec {
+        idle_timeout_secs: Some(1),
+        ..spec(120)
+    };
+    let sb = create(&c, s).await;
+    let o = sb
+        .exec(sh("sleep 3; echo still-here"))
+        .await
+        .expect("a sandbox running an exec is in use, not idle");
+    assert_eq!((o.exit_code, &o.stdout[..]), (0, &b"still-here\n"[..]));
+    let (tx, _rx) = mpsc::channel(16);
+    let o = sb
+        .exec_streaming(sh("sleep 3; echo streamed"), tx)
+        .await
+        .expect("a streamed exec keeps its sandbox in use too");
+    assert_eq!(o.exit_code, 0, "{o:?}");
+    // Once unused, it is reaped as idle.
+    let id = sb.id().to_string();
+    eventually(30, "the idle sandbox to be reaped", || {
+        let c = c.clone();
+        let id = id.clone();
+        async move { c.inspect(&id).await.is_err() }
+    })
+    .await;
+    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+}
