@@ -97,7 +97,7 @@ impl pb::stockade_server::Stockade for Service {
     async fn exec_stream(&self, r: Request<pb::ExecRequest>) -> Reply<Self::ExecStreamStream> {
         let tenant = self.tenant(&r)?;
         let (id, req) = convert::from_exec_request(r.into_inner());
-        let (p, req) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
+        let (p, req, busy) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
         let (in_tx, in_rx) = mpsc::channel(16);
         let exec_id = self.daemon.register_exec(&tenant, in_tx);
         let (ev_tx, ev_rx) = mpsc::channel::<Result<pb::ExecEvent, Status>>(16);
@@ -107,6 +107,8 @@ impl pb::stockade_server::Stockade for Service {
             .send(Ok(ev(pb::exec_event::Event::Started(exec_id.clone()))))
             .await;
         tokio::spawn(async move {
+            // In use until the exec ends (and its last output is sent).
+            let _busy = busy;
             let (out_tx, mut out_rx) = mpsc::channel(16);
             let t0 = Instant::now();
             let exec = p.exec_interactive(&id, req, Some(out_tx), in_rx);

@@ -28,6 +28,7 @@ impl Daemon {
                 } else if r
                     .idle_timeout_ms
                     .is_some_and(|t| now.saturating_sub(last) >= t)
+                    && !g.busy.contains_key(&r.id)
                 {
                     Some("idle")
                 } else if r

@@ -79,6 +79,8 @@ struct Inner {
     sandboxes: HashMap<String, SandboxRecord>,
     /// Last use (exec, file operation) of handed-out sandboxes, unix ms.
     last_used: HashMap<String, u64>,
+    /// Operations running now, by sandbox: a sandbox with one is in use, never idle.
+    busy: HashMap<String, usize>,
     /// What the provider said about each warm sandbox when it was made (handing one
     /// over then needs no provider call for it).
     warm_info: HashMap<String, SandboxInfo>,
@@ -170,6 +172,28 @@ impl Drop for Pending<'_> {
         let mut g = self.d.lock();
         if let Some(n) = g.pending.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Marks a sandbox in use while it lives (an exec or file operation runs); on drop
+/// the use ends now, which is when idleness starts counting.
+pub struct InUse {
+    d: Arc<Daemon>,
+    id: String,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut g = self.d.lock();
+        if let Some(n) = g.busy.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                g.busy.remove(&self.id);
+            }
+        }
+        if g.sandboxes.contains_key(&self.id) {
+            g.last_used.insert(self.id.clone(), now_ms());
         }
     }
 }
@@ -586,6 +610,18 @@ impl Daemon {
         self.lock().last_used.insert(id.to_string(), now_ms());
     }
 
+    /// The sandbox is in use until the guard drops (the reaper never takes a busy
+    /// sandbox for idle: an exec longer than the idle timeout is use, not idleness).
+    pub fn in_use(self: &Arc<Self>, id: &str) -> InUse {
+        let mut g = self.lock();
+        *g.busy.entry(id.to_string()).or_default() += 1;
+        g.last_used.insert(id.to_string(), now_ms());
+        InUse {
+            d: self.clone(),
+            id: id.to_string(),
+        }
+    }
+
     /// The request with the sandbox's late-bound env and workdir applied.
     fn bind(rec: &SandboxRecord, mut req: ExecRequest) -> ExecRequest {
         if rec.template.is_some() {
@@ -599,27 +635,33 @@ impl Daemon {
         req
     }
 
-    /// What `exec` needs: the provider and the request, bound.
+    /// What `exec` needs: the provider, the request (bound), and the mark that the
+    /// sandbox is in use (hold it until the exec ends).
     pub fn prepare_exec(
-        &self,
+        self: &Arc<Self>,
         tenant: &str,
         id: &str,
         req: ExecRequest,
-    ) -> Result<(Arc<dyn Provider>, ExecRequest)> {
+    ) -> Result<(Arc<dyn Provider>, ExecRequest, InUse)> {
         let rec = self.record(tenant, id)?;
-        self.touch(id);
+        let busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
-        Ok((p, Self::bind(&rec, req)))
+        Ok((p, Self::bind(&rec, req), busy))
     }
 
     /// Runs an exec and waits (dropping the future kills it).
-    pub async fn exec(&self, tenant: &str, id: &str, req: ExecRequest) -> Result<ExecOutcome> {
+    pub async fn exec(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<ExecOutcome> {
         if req.keep_stdin_open {
             return Err(Error::InvalidRequest(
                 "keep_stdin_open needs a streamed exec (ExecStream)".into(),
             ));
         }
-        let (p, req) = self.prepare_exec(tenant, id, req)?;
+        let (p, req, _busy) = self.prepare_exec(tenant, id, req)?;
         let t0 = Instant::now();
         let r = p.exec(id, req, None).await;
         self.exec_done(id, t0, &r);
@@ -688,9 +730,9 @@ impl Daemon {
     }
 
     /// A file operation as the sandbox user.
-    pub async fn file(&self, tenant: &str, id: &str, op: FileOp) -> Result<FileResult> {
+    pub async fn file(self: &Arc<Self>, tenant: &str, id: &str, op: FileOp) -> Result<FileResult> {
         let rec = self.record(tenant, id)?;
-        self.touch(id);
+        let _busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
         let op = match (&rec.template, &rec.workdir) {
             (Some(_), Some(w)) => rebase(op, w),
