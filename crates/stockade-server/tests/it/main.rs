@@ -653,11 +653,24 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
         .unwrap_or(8);
     let d = TestDaemon::start(&["--max-sandboxes-per-tenant=64"]);
     let c = d.client(None).await;
-    // Sandboxes shared by many clients (8 each, within the 64-pid cap), each
-    // client with its own connection.
+    // Sandboxes shared by many clients (8 each), each client with its own
+    // connection. The agent's own threads count against a sandbox's pids cap: an exec
+    // in flight costs up to 6 tasks (the agent's connection, stdin, client and output
+    // threads, the shim, the process), and on a loaded machine those of finished
+    // execs linger. 8 concurrent execs reach the default cap of 64, where the agent
+    // (stockade-agent/src/server.rs) drops the connection or leaves the exec hanging
+    // until the lifetime ends; so these sandboxes get the pids 8 execs need, and the
+    // lifetime covers the run with room to spare.
+    let shared = SandboxSpec {
+        limits: stockade::spec::Limits {
+            pids: 8 * 6 * 4,
+            ..Default::default()
+        },
+        ..spec(secs + 300)
+    };
     let mut sbs = Vec::new();
     for _ in 0..clients.div_ceil(8).max(4) {
-        sbs.push(create(&c, spec(120)).await.id().to_string());
+        sbs.push(create(&c, shared.clone()).await.id().to_string());
     }
     let until = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
