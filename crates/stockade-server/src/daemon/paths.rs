@@ -119,6 +119,8 @@ impl MountPolicy {
     /// Resolves each mount of `spec` safely and stages it; returns the spec with the
     /// staged sources and the staging (to commit once the sandbox exists).
     pub fn stage(&self, d: &Daemon, mut spec: SandboxSpec) -> Result<(SandboxSpec, Staging)> {
+        // Only the daemon names stagings (a caller's label would keep another's alive).
+        spec.labels.remove(STAGED_LABEL);
         let mut staging = Staging {
             dir: None,
             token: String::new(),
