@@ -30,8 +30,19 @@ pub mod pb {
 pub use pb::stockade_client::StockadeClient;
 pub use pb::stockade_server::{Stockade, StockadeServer};
 
-/// Largest message either side accepts (files move up to 32 MiB in one call).
+/// Largest message either side accepts (files move up to 32 MiB in one call). The
+/// daemon holds requests to tighter limits: [`MAX_FILE_MESSAGE_BYTES`] for `File`,
+/// [`MAX_REQUEST_BYTES`] for every other RPC.
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Largest `File` request the daemon reads: a file's contents or an upload archive
+/// (the 32 MiB transfer limit; uploads are one unary message, not a stream) plus
+/// room for the message around them.
+pub const MAX_FILE_MESSAGE_BYTES: usize = (32 << 20) + (1 << 20);
+
+/// Largest request of every other RPC the daemon reads (a spec, an argv, env,
+/// some stdin).
+pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
 /// Where a daemon listens.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -84,8 +84,8 @@ impl Auth {
         !self.tokens.is_empty()
     }
 
-    /// The caller's tenant, from `authorization: Bearer TOKEN`.
-    pub fn tenant(&self, md: &tonic::metadata::MetadataMap) -> Result<String, Status> {
+    /// The caller's tenant, from the header `authorization: Bearer TOKEN`.
+    pub fn tenant(&self, md: &tonic::codegen::http::HeaderMap) -> Result<String, Status> {
         if self.tokens.is_empty() {
             return Ok(LOCAL_TENANT.to_string());
         }
@@ -118,8 +118,8 @@ impl Auth {
 mod tests {
     use super::*;
 
-    fn md(h: Option<&str>) -> tonic::metadata::MetadataMap {
-        let mut m = tonic::metadata::MetadataMap::new();
+    fn md(h: Option<&str>) -> tonic::codegen::http::HeaderMap {
+        let mut m = tonic::codegen::http::HeaderMap::new();
         if let Some(h) = h {
             m.insert("authorization", h.parse().unwrap());
         }

@@ -7,6 +7,7 @@
 
 pub mod auth;
 pub mod daemon;
+pub mod gate;
 pub mod metrics;
 mod service;
 pub mod store;
@@ -17,7 +18,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use stockade_client::{MAX_MESSAGE_BYTES, StockadeServer};
+use stockade_client::{MAX_FILE_MESSAGE_BYTES, MAX_MESSAGE_BYTES, StockadeServer};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
 pub use daemon::{Daemon, Limits};
@@ -93,7 +94,22 @@ pub struct ServeArgs {
     /// /run/stockade for root).
     #[arg(long, value_name = "DIR")]
     pub native_state_dir: Option<PathBuf>,
+    /// A host directory whose contents tenants may mount (repeat for more). With
+    /// tokens, tenants may mount nothing else (and nothing at all without this
+    /// flag); without tokens, the one local caller may mount any host path unless
+    /// this flag is given.
+    #[arg(long = "allow-mount", value_name = "DIR")]
+    pub allow_mounts: Vec<PathBuf>,
+    /// Most client connections open at once (more wait to be accepted).
+    #[arg(long, default_value_t = 256)]
+    pub max_connections: usize,
+    /// Most calls at once on one connection (HTTP/2 concurrent streams).
+    #[arg(long, default_value_t = 64)]
+    pub max_streams_per_connection: u32,
 }
+
+/// How many `File` calls (up to 33 MiB of message each) the daemon holds at once.
+const FILE_CALLS_AT_ONCE: usize = 8;
 
 /// `/run/stockaded` for root, else `$XDG_RUNTIME_DIR/stockaded`, else
 /// `/tmp/stockaded-UID`.
@@ -183,7 +199,12 @@ pub async fn serve(
         pool_per_tenant: args.max_pool_per_tenant,
         sandboxes_total: args.max_sandboxes,
         pool_idle_ttl: Duration::from_secs(args.pool_idle_ttl_secs.max(1)),
-        allow_mounts: !auth.required(),
+        mounts: daemon::MountPolicy::new(
+            &args.allow_mounts,
+            auth.required(),
+            state_dir.join("mounts"),
+        )?,
+        tenants_untrusted: auth.required(),
         honour_owner_pid: matches!(listen, Listen::Unix(_)),
     };
     let default_provider = args
@@ -217,13 +238,25 @@ pub async fn serve(
         }));
         tracing::info!(%addr, "metrics at /metrics");
     }
-    let svc = StockadeServer::new(service::Service {
-        daemon: d.clone(),
-        auth,
-    })
-    .max_decoding_message_size(MAX_MESSAGE_BYTES)
-    .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let server = tonic::transport::Server::builder().add_service(svc);
+    // tonic's own cap is the largest any RPC may send; the gate holds every RPC but
+    // `File` to a smaller one, and checks the token before any body is read.
+    let svc = StockadeServer::new(service::Service { daemon: d.clone() })
+        .max_decoding_message_size(MAX_FILE_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let svc = gate::Gate::new(svc, auth, FILE_CALLS_AT_ONCE);
+    let max_conns = args.max_connections;
+    let streams = args.max_streams_per_connection.max(1);
+    let server = tonic::transport::Server::builder()
+        .max_concurrent_streams(streams)
+        .concurrency_limit_per_connection(streams as usize)
+        // What a peer may send before the daemon reads it: per stream and per
+        // connection (flow control), and in headers.
+        .initial_stream_window_size(1 << 20)
+        .initial_connection_window_size(2 << 20)
+        .http2_max_header_list_size(64 << 10)
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(svc);
     match &listen {
         Listen::Unix(path) => {
             if let Some(dir) = path.parent() {
@@ -244,7 +277,10 @@ pub async fn serve(
                 .with_context(|| format!("cannot restrict {}", path.display()))?;
             tracing::info!(socket = %path.display(), "listening");
             server
-                .serve_with_incoming_shutdown(UnixListenerStream::new(l), stop)
+                .serve_with_incoming_shutdown(
+                    gate::counted(UnixListenerStream::new(l), max_conns),
+                    stop,
+                )
                 .await
                 .context("serving on the unix socket")?;
             let _ = std::fs::remove_file(path);
@@ -255,7 +291,10 @@ pub async fn serve(
                 .with_context(|| format!("cannot listen on {addr}"))?;
             tracing::info!(%addr, "listening (tokens required)");
             server
-                .serve_with_incoming_shutdown(TcpListenerStream::new(l), stop)
+                .serve_with_incoming_shutdown(
+                    gate::counted(TcpListenerStream::new(l), max_conns),
+                    stop,
+                )
                 .await
                 .context("serving on TCP")?;
         }

@@ -12,13 +12,12 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::auth::Auth;
 use crate::daemon::{Daemon, PoolView};
+use crate::gate::Tenant;
 
-/// The service over one daemon.
+/// The service over one daemon; callers are authenticated before it (`gate.rs`).
 pub struct Service {
     pub daemon: Arc<Daemon>,
-    pub auth: Auth,
 }
 
 type Reply<T> = Result<Response<T>, Status>;
@@ -51,8 +50,12 @@ fn st(e: Error) -> Status {
 }
 
 impl Service {
+    /// The tenant the gate authenticated (a request that did not pass it has none).
     fn tenant<T>(&self, r: &Request<T>) -> Result<String, Status> {
-        self.auth.tenant(r.metadata())
+        r.extensions()
+            .get::<Tenant>()
+            .map(|t| t.0.clone())
+            .ok_or_else(|| Status::unauthenticated("the request was not authenticated"))
     }
 }
 
@@ -94,7 +97,7 @@ impl pb::stockade_server::Stockade for Service {
     async fn exec_stream(&self, r: Request<pb::ExecRequest>) -> Reply<Self::ExecStreamStream> {
         let tenant = self.tenant(&r)?;
         let (id, req) = convert::from_exec_request(r.into_inner());
-        let (p, req) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
+        let (p, req, busy) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
         let (in_tx, in_rx) = mpsc::channel(16);
         let exec_id = self.daemon.register_exec(&tenant, in_tx);
         let (ev_tx, ev_rx) = mpsc::channel::<Result<pb::ExecEvent, Status>>(16);
@@ -104,6 +107,8 @@ impl pb::stockade_server::Stockade for Service {
             .send(Ok(ev(pb::exec_event::Event::Started(exec_id.clone()))))
             .await;
         tokio::spawn(async move {
+            // In use until the exec ends (and its last output is sent).
+            let _busy = busy;
             let (out_tx, mut out_rx) = mpsc::channel(16);
             let t0 = Instant::now();
             let exec = p.exec_interactive(&id, req, Some(out_tx), in_rx);

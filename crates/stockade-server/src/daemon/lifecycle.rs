@@ -28,6 +28,7 @@ impl Daemon {
                 } else if r
                     .idle_timeout_ms
                     .is_some_and(|t| now.saturating_sub(last) >= t)
+                    && !g.busy.contains_key(&r.id)
                 {
                     Some("idle")
                 } else if r
@@ -128,6 +129,43 @@ impl Daemon {
         report
     }
 
+    /// Unmounts the staged mounts of sandboxes that are gone (destroyed, reaped,
+    /// ended on their own, or never created because the daemon died mid-way).
+    pub async fn sweep_staging(self: &Arc<Self>) {
+        let candidates = self.limits.mounts.staged();
+        if candidates.is_empty() {
+            return;
+        }
+        let in_flight = self
+            .staging_in_flight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        let names: Vec<String> = self
+            .providers
+            .lock()
+            .map(|m| m.keys().cloned().collect())
+            .unwrap_or_default();
+        let mut live = HashSet::new();
+        for n in names {
+            let Ok((_, p)) = self.provider(&n) else {
+                continue;
+            };
+            // Without a full listing nothing can be known gone.
+            let Ok(infos) = p.list().await else {
+                return;
+            };
+            live.extend(infos.iter().filter_map(|i| {
+                i.spec
+                    .get("labels")?
+                    .get(super::STAGED_LABEL)?
+                    .as_str()
+                    .map(str::to_string)
+            }));
+        }
+        self.limits.mounts.sweep(&candidates, &in_flight, &live);
+    }
+
     /// Runs the reaper until the daemon stops.
     pub async fn reaper(self: Arc<Self>) {
         let mut tick = 0u64;
@@ -136,6 +174,9 @@ impl Daemon {
             tick += 1;
             // Vanished sandboxes are looked for every 5 s (it lists every sandbox).
             let _ = self.reap_once(tick.is_multiple_of(20)).await;
+            if tick.is_multiple_of(20) {
+                self.sweep_staging().await;
+            }
         }
     }
 
@@ -311,6 +352,7 @@ impl Daemon {
             self.forget(&id);
             self.metrics.reaped("gone");
         }
+        self.sweep_staging().await;
         let keys: Vec<String> = self.lock().pools.keys().cloned().collect();
         for k in keys {
             self.refill(&k);

@@ -19,7 +19,10 @@ use stockade_pool::{Pool, PoolStats};
 use tokio::sync::mpsc;
 
 mod lifecycle;
+mod paths;
 mod pools;
+
+pub use paths::{MountPolicy, STAGED_LABEL, check_image, check_session_name};
 
 use crate::metrics::{Gauges, Metrics};
 use crate::store::{PoolRecord, SandboxRecord, Store, random_hex};
@@ -51,8 +54,10 @@ pub struct Limits {
     pub sandboxes_total: usize,
     /// How long a warm sandbox may wait before it is replaced.
     pub pool_idle_ttl: Duration,
-    /// Whether specs may mount host paths (only without tokens: one local tenant).
-    pub allow_mounts: bool,
+    /// Which host paths specs may mount.
+    pub mounts: MountPolicy,
+    /// Whether callers are tenants with tokens (then images are names only).
+    pub tenants_untrusted: bool,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
 }
@@ -74,6 +79,8 @@ struct Inner {
     sandboxes: HashMap<String, SandboxRecord>,
     /// Last use (exec, file operation) of handed-out sandboxes, unix ms.
     last_used: HashMap<String, u64>,
+    /// Operations running now, by sandbox: a sandbox with one is in use, never idle.
+    busy: HashMap<String, usize>,
     /// What the provider said about each warm sandbox when it was made (handing one
     /// over then needs no provider call for it).
     warm_info: HashMap<String, SandboxInfo>,
@@ -125,6 +132,8 @@ pub struct Daemon {
     pub metrics: Metrics,
     started: Instant,
     stopping: AtomicBool,
+    /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
+    staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// One pool as `pool ls` shows it.
@@ -163,6 +172,28 @@ impl Drop for Pending<'_> {
         let mut g = self.d.lock();
         if let Some(n) = g.pending.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// Marks a sandbox in use while it lives (an exec or file operation runs); on drop
+/// the use ends now, which is when idleness starts counting.
+pub struct InUse {
+    d: Arc<Daemon>,
+    id: String,
+}
+
+impl Drop for InUse {
+    fn drop(&mut self) {
+        let mut g = self.d.lock();
+        if let Some(n) = g.busy.get_mut(&self.id) {
+            *n -= 1;
+            if *n == 0 {
+                g.busy.remove(&self.id);
+            }
+        }
+        if g.sandboxes.contains_key(&self.id) {
+            g.last_used.insert(self.id.clone(), now_ms());
         }
     }
 }
@@ -258,6 +289,7 @@ impl Daemon {
             metrics: Metrics::default(),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
+            staging_in_flight: Arc::default(),
         }))
     }
 
@@ -314,10 +346,10 @@ impl Daemon {
     }
 
     fn check_spec(&self, provider: &dyn Provider, spec: &SandboxSpec) -> Result<()> {
-        if !spec.mounts.is_empty() && !self.limits.allow_mounts {
-            return Err(Error::PolicyDenied(
-                "host mounts are not allowed through a daemon with tenants (--token-file)".into(),
-            ));
+        // Names only, checked before anything touches the file system.
+        self.limits.mounts.check(spec)?;
+        if self.limits.tenants_untrusted {
+            check_image(provider.name(), spec.image.as_deref())?;
         }
         let v = spec.clone().validate()?;
         provider.capabilities().check(provider.name(), &v)?;
@@ -494,9 +526,9 @@ impl Daemon {
                 self.refill(&key);
             }
         }
-        let labelled = self.labelled(spec.clone(), tenant).validate()?;
+        let labelled = self.labelled(spec.clone(), tenant);
         let t0 = Instant::now();
-        let info = match p.create(labelled, CreateOptions { owner_pid: None }).await {
+        let info = match self.create_on(&p, labelled).await {
             Ok(i) => i,
             Err(e) => {
                 self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
@@ -530,6 +562,16 @@ impl Daemon {
         }
         tracing::info!(sandbox = %rec.id, tenant, "created");
         Ok((self.present(info, &rec), false))
+    }
+
+    /// Creates on the provider, with the spec's host mounts staged when tenants'
+    /// mounts are restricted (the provider never walks a tenant's path).
+    async fn create_on(&self, p: &Arc<dyn Provider>, spec: SandboxSpec) -> Result<SandboxInfo> {
+        let (spec, staging) = self.limits.mounts.stage(self, spec)?;
+        let v = spec.validate()?;
+        let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+        staging.commit();
+        Ok(info)
     }
 
     fn present(&self, mut info: SandboxInfo, rec: &SandboxRecord) -> SandboxInfo {
@@ -568,6 +610,18 @@ impl Daemon {
         self.lock().last_used.insert(id.to_string(), now_ms());
     }
 
+    /// The sandbox is in use until the guard drops (the reaper never takes a busy
+    /// sandbox for idle: an exec longer than the idle timeout is use, not idleness).
+    pub fn in_use(self: &Arc<Self>, id: &str) -> InUse {
+        let mut g = self.lock();
+        *g.busy.entry(id.to_string()).or_default() += 1;
+        g.last_used.insert(id.to_string(), now_ms());
+        InUse {
+            d: self.clone(),
+            id: id.to_string(),
+        }
+    }
+
     /// The request with the sandbox's late-bound env and workdir applied.
     fn bind(rec: &SandboxRecord, mut req: ExecRequest) -> ExecRequest {
         if rec.template.is_some() {
@@ -581,27 +635,33 @@ impl Daemon {
         req
     }
 
-    /// What `exec` needs: the provider and the request, bound.
+    /// What `exec` needs: the provider, the request (bound), and the mark that the
+    /// sandbox is in use (hold it until the exec ends).
     pub fn prepare_exec(
-        &self,
+        self: &Arc<Self>,
         tenant: &str,
         id: &str,
         req: ExecRequest,
-    ) -> Result<(Arc<dyn Provider>, ExecRequest)> {
+    ) -> Result<(Arc<dyn Provider>, ExecRequest, InUse)> {
         let rec = self.record(tenant, id)?;
-        self.touch(id);
+        let busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
-        Ok((p, Self::bind(&rec, req)))
+        Ok((p, Self::bind(&rec, req), busy))
     }
 
     /// Runs an exec and waits (dropping the future kills it).
-    pub async fn exec(&self, tenant: &str, id: &str, req: ExecRequest) -> Result<ExecOutcome> {
+    pub async fn exec(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        req: ExecRequest,
+    ) -> Result<ExecOutcome> {
         if req.keep_stdin_open {
             return Err(Error::InvalidRequest(
                 "keep_stdin_open needs a streamed exec (ExecStream)".into(),
             ));
         }
-        let (p, req) = self.prepare_exec(tenant, id, req)?;
+        let (p, req, _busy) = self.prepare_exec(tenant, id, req)?;
         let t0 = Instant::now();
         let r = p.exec(id, req, None).await;
         self.exec_done(id, t0, &r);
@@ -670,9 +730,9 @@ impl Daemon {
     }
 
     /// A file operation as the sandbox user.
-    pub async fn file(&self, tenant: &str, id: &str, op: FileOp) -> Result<FileResult> {
+    pub async fn file(self: &Arc<Self>, tenant: &str, id: &str, op: FileOp) -> Result<FileResult> {
         let rec = self.record(tenant, id)?;
-        self.touch(id);
+        let _busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
         let op = match (&rec.template, &rec.workdir) {
             (Some(_), Some(w)) => rebase(op, w),
@@ -772,6 +832,7 @@ impl Daemon {
 
     /// The session's sandbox (created on its workspace when none is live).
     pub async fn session_get(&self, tenant: &str, name: &str) -> Result<SandboxInfo> {
+        check_session_name(name)?;
         let _slot = self.reserve(tenant)?;
         let sb = self.sessions(tenant)?.get_or_create(name).await?;
         let info = sb.info().clone();
@@ -809,6 +870,7 @@ impl Daemon {
 
     /// Destroys the session's sandbox, keeps its workspace.
     pub async fn session_release(&self, tenant: &str, name: &str) -> Result<()> {
+        check_session_name(name)?;
         let id = self.session_sandbox(tenant, name).await?;
         self.sessions(tenant)?.release(name).await?;
         if let Some(r) = id.and_then(|id| self.record(tenant, &id).ok()) {
@@ -819,6 +881,7 @@ impl Daemon {
 
     /// Destroys the session's sandbox and workspace.
     pub async fn session_delete(&self, tenant: &str, name: &str) -> Result<()> {
+        check_session_name(name)?;
         let id = self.session_sandbox(tenant, name).await?;
         self.sessions(tenant)?.delete(name).await?;
         if let Some(r) = id.and_then(|id| self.record(tenant, &id).ok()) {

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use stockade::{CreateOptions, Error, Result, SandboxSpec};
+use stockade::{Error, Result, SandboxSpec};
 use stockade_pool::{Pool, PoolConfig};
 
 use super::{Daemon, MAX_LIFETIME_SECS, PoolEntry, PoolView, internal, now_ms, template_of};
@@ -213,9 +213,8 @@ impl Daemon {
         spec.idle_timeout_secs = None;
         let made = async {
             let (_, p) = self.provider(&pname)?;
-            let v = spec.validate()?;
             let t0 = Instant::now();
-            let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+            let info = self.create_on(&p, spec).await?;
             self.metrics.create_seconds.observe(t0.elapsed());
             Ok::<_, Error>((p, info))
         }

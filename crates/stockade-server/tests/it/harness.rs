@@ -96,6 +96,11 @@ impl TestDaemon {
         c
     }
 
+    /// The daemon's pid (not setpriv's: it execs the daemon).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("the daemon runs").id()
+    }
+
     /// The daemon's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("daemon.log")).unwrap_or_default()

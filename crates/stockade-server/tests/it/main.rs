@@ -2,6 +2,7 @@
 //! Needs root; fails in CI without it, skips loudly elsewhere.
 
 mod harness;
+mod tenants;
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
@@ -652,11 +653,24 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
         .unwrap_or(8);
     let d = TestDaemon::start(&["--max-sandboxes-per-tenant=64"]);
     let c = d.client(None).await;
-    // Sandboxes shared by many clients (8 each, within the 64-pid cap), each
-    // client with its own connection.
+    // Sandboxes shared by many clients (8 each), each client with its own
+    // connection. The agent's own threads count against a sandbox's pids cap: an exec
+    // in flight costs up to 6 tasks (the agent's connection, stdin, client and output
+    // threads, the shim, the process), and on a loaded machine those of finished
+    // execs linger. 8 concurrent execs reach the default cap of 64, where the agent
+    // (stockade-agent/src/server.rs) drops the connection or leaves the exec hanging
+    // until the lifetime ends; so these sandboxes get the pids 8 execs need, and the
+    // lifetime covers the run with room to spare.
+    let shared = SandboxSpec {
+        limits: stockade::spec::Limits {
+            pids: 8 * 6 * 4,
+            ..Default::default()
+        },
+        ..spec(secs + 300)
+    };
     let mut sbs = Vec::new();
     for _ in 0..clients.div_ceil(8).max(4) {
-        sbs.push(create(&c, spec(120)).await.id().to_string());
+        sbs.push(create(&c, shared.clone()).await.id().to_string());
     }
     let until = Instant::now() + Duration::from_secs(secs);
     let mut tasks = Vec::new();
@@ -693,4 +707,39 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
         c.destroy(id).await.unwrap();
     }
     assert!(d.live_ids().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_in_use_is_never_reaped_as_idle() {
+    if require_root().is_none() {
+        return;
+    }
+    let d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    // Idle after 1 s without use; each exec below runs for 3 s: in use all along.
+    let s = SandboxSpec {
+        idle_timeout_secs: Some(1),
+        ..spec(120)
+    };
+    let sb = create(&c, s).await;
+    let o = sb
+        .exec(sh("sleep 3; echo still-here"))
+        .await
+        .expect("a sandbox running an exec is in use, not idle");
+    assert_eq!((o.exit_code, &o.stdout[..]), (0, &b"still-here\n"[..]));
+    let (tx, _rx) = mpsc::channel(16);
+    let o = sb
+        .exec_streaming(sh("sleep 3; echo streamed"), tx)
+        .await
+        .expect("a streamed exec keeps its sandbox in use too");
+    assert_eq!(o.exit_code, 0, "{o:?}");
+    // Once unused, it is reaped as idle.
+    let id = sb.id().to_string();
+    eventually(30, "the idle sandbox to be reaped", || {
+        let c = c.clone();
+        let id = id.clone();
+        async move { c.inspect(&id).await.is_err() }
+    })
+    .await;
+    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
 }

@@ -1,0 +1,407 @@
+//! Attacks by a tenant (a token holder) on the daemon's host: every host path it
+//! names, and floods before it has authenticated. Each test tries the attack and
+//! fails if it works.
+
+use std::sync::Arc;
+
+use stockade::spec::Mount;
+use stockade::{ErrorCode, ExecRequest, Sandbox, SandboxSpec};
+use stockade_client::pb;
+use tonic::codegen::http;
+
+use crate::harness::{TestDaemon, free_port, require_root};
+
+const TOKEN: &str = "tenant-a-secret-0123456789";
+
+struct Tenant {
+    d: TestDaemon,
+    port: u16,
+    _tmp: tempfile::TempDir,
+}
+
+fn tcp_daemon_with_token(extra: &[&str]) -> Tenant {
+    let tmp = tempfile::tempdir().unwrap();
+    let tokens = tmp.path().join("tokens");
+    std::fs::write(&tokens, format!("{TOKEN}\n")).unwrap();
+    let port = free_port();
+    let mut args = vec![
+        format!("--listen=tcp:127.0.0.1:{port}"),
+        format!("--token-file={}", tokens.display()),
+    ];
+    args.extend(extra.iter().map(|s| s.to_string()));
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    Tenant {
+        d: TestDaemon::start(&args),
+        port,
+        _tmp: tmp,
+    }
+}
+
+async fn raw(port: u16) -> pb::stockade_client::StockadeClient<tonic::transport::Channel> {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    pb::stockade_client::StockadeClient::new(ch)
+        .max_encoding_message_size(usize::MAX)
+        .max_decoding_message_size(usize::MAX)
+}
+
+fn authed<T>(msg: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(msg);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {TOKEN}").parse().unwrap());
+    r
+}
+
+/// Creates `spec` on `provider` as the tenant, straight on the wire (no client-side
+/// checks in the way); the refusal, or `None` if the daemon created it (then it is
+/// destroyed).
+async fn try_create(port: u16, provider: &str, spec: &SandboxSpec) -> Option<tonic::Status> {
+    let mut c = raw(port).await;
+    let r = c
+        .create(authed(pb::CreateRequest {
+            provider: provider.into(),
+            spec_json: serde_json::to_string(spec).unwrap(),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await;
+    match r {
+        Ok(info) => {
+            let id = info.into_inner().id;
+            let _ = c.destroy(authed(pb::SandboxRef { id })).await;
+            None
+        }
+        Err(s) => Some(s),
+    }
+}
+
+fn with_image(image: &str) -> SandboxSpec {
+    SandboxSpec {
+        image: Some(image.into()),
+        timeout_secs: 30,
+        ..SandboxSpec::default()
+    }
+}
+
+fn with_mount(host: &str) -> SandboxSpec {
+    let mut s = SandboxSpec {
+        timeout_secs: 30,
+        ..SandboxSpec::default()
+    };
+    s.mounts.push(Mount::parse(&format!("{host}:/m")).unwrap());
+    s
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_name_a_host_path_as_its_image() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    // A real module on the host and one that is not there: the same answer, and
+    // neither is opened (a daemon that opened them would tell them apart).
+    let tmp = tempfile::tempdir().unwrap();
+    let real = tmp.path().join("m.wasm");
+    std::fs::write(&real, b"\0asm\x01\0\0\0").unwrap();
+    let real = real.display().to_string();
+    let missing = tmp.path().join("missing.wasm").display().to_string();
+    let mut seen = Vec::new();
+    for image in [
+        real.as_str(),
+        missing.as_str(),
+        "/etc/passwd",
+        "/nonexistent/passwd",
+        "../../../etc/passwd",
+    ] {
+        let s = try_create(t.port, "wasm", &with_image(image))
+            .await
+            .unwrap_or_else(|| panic!("the daemon ran host file {image} as a wasm module"));
+        seen.push((s.code(), s.message().replace(image, "IMAGE")));
+    }
+    assert!(
+        seen.iter().all(|s| *s == seen[0]),
+        "errors differ by host file existence: {seen:#?}"
+    );
+    assert_eq!(seen[0].0, tonic::Code::PermissionDenied, "{seen:?}");
+    assert!(seen[0].1.contains("runtime"), "{seen:?}");
+    // Native images are references, never archives or directories on the host.
+    for image in ["/tmp", "./layout", "/var/cache/img.tar"] {
+        let s = try_create(t.port, "native", &with_image(image))
+            .await
+            .unwrap_or_else(|| panic!("the daemon used host path {image} as an image"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{image}: {s:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_mounts_only_inside_the_allowed_directories() {
+    if require_root().is_none() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let allowed = tmp.path().join("allowed");
+    std::fs::create_dir_all(allowed.join("data")).unwrap();
+    std::fs::write(allowed.join("data/hello"), "inside\n").unwrap();
+    std::os::unix::fs::symlink("/etc", allowed.join("escape")).unwrap();
+    std::os::unix::fs::symlink("/etc/passwd", allowed.join("passwd")).unwrap();
+    std::os::unix::fs::symlink("data", allowed.join("inner-link")).unwrap();
+    let a = allowed.display().to_string();
+    let t = tcp_daemon_with_token(&[&format!("--allow-mount={a}")]);
+
+    // Outside: refused the same way whether the path exists or not.
+    let outside = |host: &'static str| async move {
+        let s = try_create(t.port, "native", &with_mount(host))
+            .await
+            .unwrap_or_else(|| panic!("the daemon mounted {host}"));
+        (s.code(), s.message().replace(host, "P"))
+    };
+    let etc = outside("/etc").await;
+    assert_eq!(etc.0, tonic::Code::PermissionDenied, "{etc:?}");
+    assert_eq!(outside("/nonexistent-stockade-x").await, etc);
+    assert_eq!(outside("/root").await, etc);
+
+    // `..` and symlinks inside the allowed directory that lead out of it.
+    let dotdot = format!("{a}/data/../../../etc");
+    for host in [
+        dotdot.as_str(),
+        &format!("{a}/escape"),
+        &format!("{a}/escape/shadow"),
+        &format!("{a}/passwd"),
+        // A symlink that stays inside is refused too: no symlink is followed.
+        &format!("{a}/inner-link"),
+    ] {
+        let s = try_create(t.port, "native", &with_mount(host))
+            .await
+            .unwrap_or_else(|| panic!("the daemon mounted {host}"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{host}: {s:?}");
+        assert!(!s.message().contains("root:"), "{s:?}");
+    }
+
+    // A prefix that is not a parent directory.
+    std::fs::create_dir_all(format!("{a}-evil")).unwrap();
+    let s = try_create(t.port, "native", &with_mount(&format!("{a}-evil")))
+        .await
+        .expect("a sibling with the same prefix is outside");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+
+    // What the operator allows works, and shows what was checked.
+    let c = t.d.client(Some(TOKEN)).await;
+    let sb = Sandbox::create(
+        Arc::new(c.clone()),
+        with_mount(&format!("{a}/data")),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let o = sb
+        .exec(ExecRequest::new(["/bin/cat", "/m/hello"]))
+        .await
+        .unwrap();
+    assert_eq!(o.stdout, b"inside\n", "{o:?}");
+    sb.destroy().await.unwrap();
+    // Its staged mount goes with it (the reaper sweeps every 5 s).
+    let staged = t.d.dir.join("daemon/mounts");
+    crate::harness::eventually(30, "the staged mount to be removed", || {
+        let staged = staged.clone();
+        async move {
+            std::fs::read_dir(&staged)
+                .map(|r| r.count() == 0)
+                .unwrap_or(true)
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_mounts_nothing_without_an_allowlist() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    for host in ["/tmp", "/etc", "/nonexistent-stockade-y"] {
+        let s = try_create(t.port, "native", &with_mount(host))
+            .await
+            .unwrap_or_else(|| panic!("the daemon mounted {host}"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{host}: {s:?}");
+        assert!(s.message().contains("allowed: none"), "{s:?}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_names_cannot_leave_the_daemons_home() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let c = t.d.client(Some(TOKEN)).await;
+    let target = format!("/tmp/stockade-it-session-escape-{}", std::process::id());
+    let deep = format!("../../../../../../..{target}");
+    for name in [
+        "..",
+        "../x",
+        "a/b",
+        deep.as_str(),
+        target.as_str(),
+        ".hidden",
+    ] {
+        let e = c.session_get(name).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSpec, "{name}: {e}");
+        for e in [
+            c.session_release(name).await.unwrap_err(),
+            c.session_delete(name).await.unwrap_err(),
+        ] {
+            assert_eq!(e.code(), ErrorCode::InvalidSpec, "{name}: {e}");
+        }
+    }
+    assert!(
+        !std::path::Path::new(&target).exists(),
+        "a session escaped to {target}"
+    );
+    assert!(t.d.live_ids().is_empty());
+}
+
+// ----- before authentication -----
+
+/// `/proc/PID/status` VmHWM (peak resident set), bytes.
+fn peak_rss(pid: u32) -> u64 {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status");
+    kb * 1024
+}
+
+static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
+
+/// Sends one gRPC request whose message claims and carries `len` bytes (produced
+/// as it is sent, so the test itself stays small); returns the grpc-status.
+async fn send_large(port: u16, rpc: &str, token: Option<&str>, len: usize) -> Option<i32> {
+    use http_body_util::BodyExt;
+    use tower::{Service, ServiceExt};
+    let mut ch = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut header = vec![0u8];
+    header.extend_from_slice(&(len as u32).to_be_bytes());
+    let chunks = std::iter::once(bytes::Bytes::from(header))
+        .chain((0..len / ZEROS.len()).map(|_| bytes::Bytes::from_static(&ZEROS)));
+    let frames = tokio_stream::iter(
+        chunks.map(|b| Ok::<_, std::convert::Infallible>(http_body::Frame::data(b))),
+    );
+    let body = tonic::body::Body::new(http_body_util::StreamBody::new(frames));
+    let mut req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://127.0.0.1:{port}/stockade.v1.Stockade/{rpc}"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    if let Some(t) = token {
+        req = req.header("authorization", format!("Bearer {t}"));
+    }
+    let req = req.body(body).unwrap();
+    let resp = ch.ready().await.unwrap().call(req).await.ok()?;
+    let status = |h: &http::HeaderMap| {
+        h.get("grpc-status")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse().ok())
+    };
+    if let Some(s) = status(resp.headers()) {
+        return Some(s);
+    }
+    let trailers = resp.into_body().collect().await.ok()?.trailers().cloned()?;
+    status(&trailers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unauthenticated_flood_of_large_messages_is_refused_unread() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let c = t.d.client(Some(TOKEN)).await;
+    c.health().await.unwrap();
+    let pid = t.d.pid();
+    let before = peak_rss(pid);
+    const N: usize = 24;
+    const LEN: usize = 60 << 20;
+    let mut tasks = Vec::new();
+    for i in 0..N {
+        let token = (i % 2 == 0).then_some("wrong-token-0123456789");
+        tasks.push(tokio::spawn(send_large(t.port, "File", token, LEN)));
+    }
+    let mut statuses = Vec::new();
+    for task in tasks {
+        statuses.push(task.await.unwrap());
+    }
+    let after = peak_rss(pid);
+    let grew = after.saturating_sub(before);
+    eprintln!(
+        "flood: {N} x {} MiB anonymous: peak RSS {} -> {} MiB",
+        LEN >> 20,
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        grew < 100 << 20,
+        "{N} anonymous {LEN}-byte messages grew the daemon's peak RSS by {} MiB \
+         ({} -> {} MiB): their bodies were read before the token was checked",
+        grew >> 20,
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        statuses
+            .iter()
+            .all(|s| *s == Some(tonic::Code::Unauthenticated as i32)),
+        "every anonymous call is refused as unauthenticated: {statuses:?}"
+    );
+    // Still serving its tenant.
+    c.health().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_file_calls_carry_large_messages() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    // A tenant's oversized spec is refused by size, naming the limit.
+    let mut c = raw(t.port).await;
+    let s = c
+        .create(authed(pb::CreateRequest {
+            provider: String::new(),
+            spec_json: " ".repeat(8 << 20),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+    assert!(s.message().contains("limit"), "{s:?}");
+    assert_eq!(
+        send_large(t.port, "Exec", Some(TOKEN), 16 << 20).await,
+        Some(tonic::Code::ResourceExhausted as i32)
+    );
+    // A 20 MiB file write is within the File limit: it reaches the daemon, which
+    // does not know the sandbox.
+    let s = c
+        .file(authed(pb::FileRequest {
+            sandbox_id: "sb-none".into(),
+            op: Some(pb::file_request::Op::Write(pb::WriteOp {
+                path: "/tmp/x".into(),
+                data: vec![0; 20 << 20],
+                mode: None,
+            })),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(s.code(), tonic::Code::NotFound, "{s:?}");
+}
