@@ -222,6 +222,28 @@ fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// `path` with its longest existing ancestor resolved (links, `..`): where it is or
+/// will be once made.
+fn canonical_prefix(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&at) {
+            return rest
+                .iter()
+                .rev()
+                .fold(real, |p, c: &std::ffi::OsString| p.join(c));
+        }
+        match (at.file_name().map(|n| n.to_os_string()), at.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                at = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
 /// Opens a module file for reading.
 fn open_module(path: &Path) -> Result<std::fs::File> {
     let file = std::fs::File::open(path)
@@ -507,7 +529,7 @@ impl WasmProvider {
         let key_dir = config.key_file.parent().unwrap_or(Path::new("/"));
         [config.cache_dir.as_path(), key_dir]
             .into_iter()
-            .map(|d| std::fs::canonicalize(d).unwrap_or_else(|_| d.to_path_buf()))
+            .map(canonical_prefix)
             .find(|d| d.starts_with(&host) || host.starts_with(d))
     }
 

@@ -188,6 +188,26 @@ async fn the_cache_and_its_key_cannot_be_mounted_into_a_sandbox() {
             "{err}"
         );
     }
+    // Before anything is cached, with the home named through a link, too.
+    let real = tempfile::tempdir().unwrap();
+    let link = home.path().join("link");
+    std::os::unix::fs::symlink(real.path(), &link).unwrap();
+    let (fresh, _s) = provider_in(&link, |_| {});
+    let mut s = spec(&g);
+    s.mounts.push(Mount {
+        host: real.path().to_path_buf(),
+        target: "/m".into(),
+        writable: true,
+    });
+    let err = fresh
+        .create(s.validate().unwrap(), Default::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("holds Stockade's compiled code or its key"),
+        "{err}"
+    );
     // A directory beside them is fine.
     let other = home.path().join("data");
     std::fs::create_dir(&other).unwrap();
