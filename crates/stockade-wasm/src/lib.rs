@@ -393,8 +393,8 @@ impl WasmProvider {
 
     /// Loads (or finds in memory) the module at `path` and links it.
     fn module(&self, path: &Path) -> Result<Arc<ModuleEntry>> {
-        // One open file for the identity and the bytes: what is compiled is what the
-        // key names.
+        // The in-memory key and the bytes compiled come from one open file, so the
+        // entry describes exactly what was loaded.
         let file = open_module(path)?;
         let md = file
             .metadata()
