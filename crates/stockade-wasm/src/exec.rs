@@ -25,6 +25,11 @@ const P1: &str = "wasi_snapshot_preview1";
 
 /// WASI errno `nospc`: no space left on device.
 const ERRNO_NOSPC: i32 = wasmtime_wasi::p1::types::Errno::Nospc as i32;
+/// WASI errno `noent`: no such file or directory.
+const ERRNO_NOENT: i32 = wasmtime_wasi::p1::types::Errno::Noent as i32;
+/// WASI `oflags` bits of `path_open`.
+const OFLAGS_CREAT: i32 = 1;
+const OFLAGS_EXCL: i32 = 4;
 
 /// What a store holds for one exec.
 pub(crate) struct ExecState {
@@ -115,53 +120,63 @@ fn iovec_bytes(caller: &mut Caller<'_, ExecState>, ptr: i32, count: i32) -> u64 
         .sum()
 }
 
-/// Defines the WASI function `$name` as: charge `$cost` to the `/tmp` quota (or
-/// fail with `ENOSPC`), then run wasmtime-wasi's own implementation of it, called
-/// the way its generated linker code calls it (memory view, hostcall fuel).
+/// Runs wasmtime-wasi's own implementation of the WASI function `$name`, called the
+/// way its generated linker code calls it (memory view, hostcall fuel).
+macro_rules! call_wasi {
+    ($caller:ident, $name:ident, $($arg:expr),*) => {{
+        let fuel = $caller.as_context_mut().hostcall_fuel();
+        let Some(Extern::Memory(memory)) = $caller.get_export("memory") else {
+            wasmtime::bail!("missing required memory export");
+        };
+        let (bytes, state) = memory.data_and_store_mut(&mut $caller);
+        let ctx = &mut state.wasi;
+        ctx.set_hostcall_fuel(fuel);
+        let mut guest = wiggle::GuestMemory::Unshared(bytes);
+        let errno: i32 = wasi_snapshot_preview1::$name(ctx, &mut guest, $($arg),*).await?;
+        errno
+    }};
+}
+
+/// Defines the WASI function `$name` as: charge `$cost` (bytes, entries) to the
+/// `/tmp` quota, then run wasmtime-wasi's implementation. When the quota refuses, the
+/// call fails with `ENOSPC`, or returns what `refused` says.
 macro_rules! shim {
-    ($linker:expr, $name:ident, ($($arg:ident: $ty:ty),*), |$caller:ident| $cost:expr) => {
+    ($linker:expr, $name:ident, ($($arg:ident: $ty:ty),*), |$caller:ident| $cost:expr $(, refused => $refused:expr)?) => {
         $linker.func_wrap_async(
             P1,
             stringify!($name),
             |mut $caller: Caller<'_, ExecState>, ($($arg,)*): ($($ty,)*)| {
                 Box::new(async move {
-                    let cost: u64 = $cost;
-                    if cost > 0 && !$caller.data().quota.reserve(cost) {
+                    let (bytes, entries): (u64, u64) = $cost;
+                    if (bytes > 0 || entries > 0) && !$caller.data().quota.reserve(bytes, entries) {
+                        $(return $refused;)?
+                        #[allow(unreachable_code)]
                         return Ok(ERRNO_NOSPC);
                     }
-                    let fuel = $caller.as_context_mut().hostcall_fuel();
-                    let Some(Extern::Memory(memory)) = $caller.get_export("memory") else {
-                        wasmtime::bail!("missing required memory export");
-                    };
-                    let (bytes, state) = memory.data_and_store_mut(&mut $caller);
-                    let ctx = &mut state.wasi;
-                    ctx.set_hostcall_fuel(fuel);
-                    let mut guest = wiggle::GuestMemory::Unshared(bytes);
-                    let errno: i32 =
-                        wasi_snapshot_preview1::$name(ctx, &mut guest, $($arg),*).await?;
-                    Ok(errno)
+                    Ok(call_wasi!($caller, $name, $($arg),*))
                 })
             },
         )?;
     };
 }
 
-/// Puts the `/tmp` quota in front of every WASI call that can take disk space. Each
-/// charges an upper bound of what it may add (writes: their bytes rounded up to
-/// blocks; new entries: one block); when the bound would pass the cap the quota
-/// measures the directory, and refuses with `ENOSPC` only if it is really full.
+/// Puts the `/tmp` quota in front of every WASI call that can take disk space or add
+/// an entry. Each charges an upper bound of what it may add (writes: their bytes
+/// rounded up to blocks; new entries: one block and one entry); when the bound would
+/// pass a cap the quota measures the directory, and refuses with `ENOSPC` only if it
+/// is really full.
 /// Writes to other places (stdout, writable mounts) are charged too, which costs a
 /// measurement now and then but never refuses them wrongly. These definitions
 /// replace wasmtime-wasi's and call its implementation, pinned to 48.0.2.
 fn add_quota_shims(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
     shim!(linker, fd_write, (fd: i32, iovs: i32, n: i32, nwritten: i32), |caller| {
-        TmpQuota::write_cost(iovec_bytes(&mut caller, iovs, n))
+        (TmpQuota::write_cost(iovec_bytes(&mut caller, iovs, n)), 0)
     });
     shim!(
         linker,
         fd_pwrite,
         (fd: i32, iovs: i32, n: i32, offset: i64, nwritten: i32),
-        |caller| TmpQuota::write_cost(iovec_bytes(&mut caller, iovs, n))
+        |caller| (TmpQuota::write_cost(iovec_bytes(&mut caller, iovs, n)), 0)
     );
     shim!(
         linker,
@@ -179,21 +194,34 @@ fn add_quota_shims(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
         ),
         |caller| {
             // Only `O_CREAT` adds an entry.
-            if oflags & 1 != 0 {
-                TmpQuota::entry_cost()
+            if oflags & OFLAGS_CREAT != 0 {
+                (TmpQuota::entry_cost(), 1)
             } else {
-                0
+                (0, 0)
+            }
+        },
+        refused => {
+            // At the cap, opening a file that exists with `O_CREAT` (but not
+            // `O_EXCL`) adds nothing: it is opened as it is; only a new one is refused.
+            if oflags & OFLAGS_EXCL != 0 {
+                Ok(ERRNO_NOSPC)
+            } else {
+                let errno = call_wasi!(
+                    caller, path_open, dirfd, dirflags, path, path_len,
+                    oflags & !OFLAGS_CREAT, base, inheriting, fdflags, fd_out
+                );
+                Ok(if errno == ERRNO_NOENT { ERRNO_NOSPC } else { errno })
             }
         }
     );
     shim!(linker, path_create_directory, (fd: i32, path: i32, path_len: i32), |caller| {
-        TmpQuota::entry_cost()
+        (TmpQuota::entry_cost(), 1)
     });
     shim!(
         linker,
         path_symlink,
         (old: i32, old_len: i32, fd: i32, new: i32, new_len: i32),
-        |caller| TmpQuota::entry_cost()
+        |caller| (TmpQuota::entry_cost(), 1)
     );
     shim!(
         linker,
@@ -207,7 +235,7 @@ fn add_quota_shims(linker: &mut Linker<ExecState>) -> wasmtime::Result<()> {
             new: i32,
             new_len: i32
         ),
-        |caller| TmpQuota::entry_cost()
+        |caller| (TmpQuota::entry_cost(), 1)
     );
     Ok(())
 }

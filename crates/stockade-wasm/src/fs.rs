@@ -73,20 +73,31 @@ impl Resolved {
         }
     }
 
-    /// Charges `bytes` of new data to the sandbox's `/tmp` quota when this is there.
-    fn charge(&self, sb: &SandboxEntry, bytes: u64) -> Result<()> {
+    /// Charges `bytes` of new data and up to `entries` new entries to the sandbox's
+    /// `/tmp` quota when this is there.
+    fn charge(&self, sb: &SandboxEntry, bytes: u64, entries: u64) -> Result<()> {
         if self.preopen.guest != TMP_DIR
-            || sb
-                .quota
-                .reserve(TmpQuota::write_cost(bytes) + TmpQuota::entry_cost())
+            || sb.quota.reserve(
+                TmpQuota::write_cost(bytes) + entries * TmpQuota::entry_cost(),
+                entries,
+            )
         {
             Ok(())
         } else {
             Err(Error::LimitExceeded {
                 what: format!("/tmp of sandbox {}", sb.info.id),
-                limit: format_size(sb.quota.cap()),
+                limit: format!(
+                    "{} or {} entries",
+                    format_size(sb.quota.cap()),
+                    sb.quota.max_entries()
+                ),
             })
         }
+    }
+
+    /// Most entries that making this path (and its missing parents) can add.
+    fn depth(&self) -> u64 {
+        self.rel.components().count().max(1) as u64
     }
 
     fn err(&self, op: &str, e: std::io::Error) -> Error {
@@ -305,7 +316,7 @@ impl WasmProvider {
         self.fs_op(id, move |sb| {
             let r = resolve(sb, &path)?;
             r.writable()?;
-            r.charge(sb, bytes.len() as u64)?;
+            r.charge(sb, bytes.len() as u64, r.depth())?;
             let dir = r.dir()?;
             // Only missing parents are made: an existing one (even a link) is left for
             // the write to resolve, which refuses links that lead out.
@@ -415,7 +426,7 @@ impl WasmProvider {
             } else {
                 text.replacen(old.as_str(), &new, 1)
             };
-            r.charge(sb, edited.len().saturating_sub(text.len()) as u64)?;
+            r.charge(sb, edited.len().saturating_sub(text.len()) as u64, 0)?;
             dir.write(r.at(), edited).map_err(|e| r.err("write", e))?;
             Ok(count)
         })
@@ -584,6 +595,12 @@ impl WasmProvider {
             };
             let mut copied = 0u64;
             for (rel, kind) in items {
+                // The first item may make the destination's missing parents too.
+                let entries = if rel.as_os_str().is_empty() {
+                    dst.depth()
+                } else {
+                    1
+                };
                 // `join("")` would add a trailing slash, which names a directory.
                 let (s, d) = if rel.as_os_str().is_empty() {
                     (src.rel.clone(), dst.rel.clone())
@@ -597,12 +614,12 @@ impl WasmProvider {
                 };
                 match kind {
                     FileKind::Dir => {
-                        dst.charge(sb, 0)?;
+                        dst.charge(sb, 0, entries)?;
                         ddir.create_dir_all(&d).map_err(|e| dst.err("create", e))?;
                     }
                     FileKind::File => {
                         let len = sdir.metadata(&s_at).map(|m| m.len()).unwrap_or(0);
-                        dst.charge(sb, len)?;
+                        dst.charge(sb, len, entries)?;
                         let mut from = sdir.open(&s_at).map_err(|e| src.err("copy", e))?;
                         let mut to = ddir.create(&d).map_err(|e| dst.err("create", e))?;
                         copied +=
@@ -612,7 +629,7 @@ impl WasmProvider {
                         let target = sdir
                             .read_link_contents(&s_at)
                             .map_err(|e| src.err("copy", e))?;
-                        dst.charge(sb, 0)?;
+                        dst.charge(sb, 0, entries)?;
                         ddir.symlink_contents(&target, &d)
                             .map_err(|e| dst.err("create link", e))?;
                     }
@@ -630,7 +647,7 @@ impl WasmProvider {
         self.fs_op(id, move |sb| {
             let r = resolve(sb, &path)?;
             r.writable()?;
-            r.charge(sb, 0)?;
+            r.charge(sb, 0, r.depth())?;
             r.dir()?
                 .create_dir_all(r.at())
                 .map_err(|e| r.err("create", e))

@@ -1,8 +1,9 @@
 //! The wasm provider: sandboxes that run WASI (preview 1) modules on wasmtime.
 //!
-//! A sandbox is a module (`spec.image`: a `.wasm` or `.cwasm` file, or a runtime name
-//! such as `python`) plus its files: a private writable `/tmp` (a host directory that
-//! is deleted at destroy, size-capped by `limits.tmp_bytes`) and the spec's mounts as
+//! A sandbox is a module (`spec.image`: a `.wasm` file, or a runtime name such as
+//! `python`) plus its files: a private writable `/tmp` (a host directory that is
+//! deleted at destroy, capped at `limits.tmp_bytes` and [`WasmConfig::tmp_max_entries`]
+//! entries) and the spec's mounts as
 //! preopened directories. Each exec runs the module's `_start` in a fresh instance,
 //! made from an `InstancePre` that was linked once per module, with the exec's
 //! arguments, environment and stdin.
@@ -13,7 +14,7 @@
 //! |---|---|
 //! | `network: none` | no socket is granted (WASI p1 can only use sockets it is given); `egress` is refused |
 //! | `mounts` | preopened directories, read-only unless `writable`; file mounts are refused |
-//! | `/tmp`, `limits.tmp_bytes` | a host directory per sandbox; writes past the cap fail with `ENOSPC` |
+//! | `/tmp`, `limits.tmp_bytes` | a host directory per sandbox; writes past the cap, and new entries past [`WasmConfig::tmp_max_entries`], fail with `ENOSPC` |
 //! | `limits.memory_bytes` | one budget for the linear memories of all the sandbox's execs; growth past it fails inside the guest |
 //! | `limits.pids` | at most this many execs run at once in the sandbox (an exec is one instance with one thread; WASI has no fork) |
 //! | `limits.cpus` | each exec runs on one host thread at a time; values below 1 are refused, since nothing can throttle below that |
@@ -22,7 +23,10 @@
 //! | `user`, `hostname` | not applicable: WASI has no users and no host name; accepted and reported |
 //! | `writable` (root) | refused: there is no root file system to make writable |
 //!
-//! Compiled modules are cached as artifacts (see [`WasmProvider::precompile`]).
+//! Compiled modules are cached as artifacts (see [`WasmProvider::precompile`]), sealed
+//! with a key only the host can read and checked before they are loaded; a module
+//! named by a caller is always WebAssembly that Stockade compiles itself, never
+//! precompiled code (a `.cwasm` image is refused).
 
 mod artifact;
 mod exec;
@@ -45,6 +49,7 @@ use stockade_core::{
     Provider, Result, SandboxInfo, ValidatedSpec,
 };
 use stockade_spec::{SpecError, SpecErrors, format_size};
+use stockade_sys::wasm::ArtifactKey;
 use tokio::sync::{Semaphore, watch};
 use wasmtime::{Engine, InstancePre, Linker};
 
@@ -70,6 +75,10 @@ pub struct WasmConfig {
     pub home: PathBuf,
     /// The artifact cache (default `<home>/cache/wasm`).
     pub cache_dir: PathBuf,
+    /// The secret key that seals the artifact cache (default
+    /// `<home>/keys/wasm-artifacts.key`; made on first use, mode 0600). Artifacts
+    /// sealed under another key are compiled again.
+    pub key_file: PathBuf,
     /// Parent of the sandboxes' host directories (default
     /// `$TMPDIR/stockade-wasm-<uid>`); each process uses `<scratch_dir>/<pid>/`.
     pub scratch_dir: PathBuf,
@@ -81,7 +90,14 @@ pub struct WasmConfig {
     /// How often running code checks its deadline (default 10 ms): the precision of
     /// exec deadlines.
     pub tick: Duration,
+    /// Most entries (files, directories, links) a sandbox's `/tmp` may hold, the
+    /// counterpart of a tmpfs's inode limit (default [`DEFAULT_TMP_MAX_ENTRIES`]);
+    /// creating more fails with `ENOSPC` inside the guest.
+    pub tmp_max_entries: u64,
 }
+
+/// Default of [`WasmConfig::tmp_max_entries`].
+pub const DEFAULT_TMP_MAX_ENTRIES: u64 = 10_000;
 
 impl Default for WasmConfig {
     fn default() -> Self {
@@ -95,12 +111,14 @@ impl WasmConfig {
         WasmConfig {
             home: home.to_path_buf(),
             cache_dir: home.join("cache").join("wasm"),
+            key_file: home.join("keys").join("wasm-artifacts.key"),
             scratch_dir: std::env::temp_dir().join(format!(
                 "stockade-wasm-{}",
                 rustix::process::geteuid().as_raw()
             )),
             fuel_per_exec: None,
             tick: Duration::from_millis(10),
+            tmp_max_entries: DEFAULT_TMP_MAX_ENTRIES,
         }
     }
 }
@@ -127,6 +145,8 @@ struct Inner {
     engine_key: String,
     linker: Linker<ExecState>,
     modules: Mutex<HashMap<ModuleKey, Arc<ModuleEntry>>>,
+    /// The artifact key, read (or made) on first use.
+    artifact_key: Mutex<Option<Arc<ArtifactKey>>>,
     sandboxes: Mutex<HashMap<String, Arc<SandboxEntry>>>,
     /// The epoch ticker runs while this is alive.
     _alive: Arc<()>,
@@ -202,6 +222,41 @@ fn pid_alive(pid: u32) -> bool {
     Path::new(&format!("/proc/{pid}")).exists()
 }
 
+/// `path` with its longest existing ancestor resolved (links, `..`): where it is or
+/// will be once made.
+fn canonical_prefix(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    loop {
+        if let Ok(real) = std::fs::canonicalize(&at) {
+            return rest
+                .iter()
+                .rev()
+                .fold(real, |p, c: &std::ffi::OsString| p.join(c));
+        }
+        match (at.file_name().map(|n| n.to_os_string()), at.parent()) {
+            (Some(name), Some(parent)) => {
+                rest.push(name);
+                at = parent.to_path_buf();
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Opens a module file for reading.
+fn open_module(path: &Path) -> Result<std::fs::File> {
+    let file = std::fs::File::open(path)
+        .map_err(|e| Error::io(format!("cannot open module {}", path.display()), e))?;
+    match file.metadata() {
+        Ok(md) if md.is_file() => Ok(file),
+        _ => Err(Error::InvalidRequest(format!(
+            "module {} is not a regular file",
+            path.display()
+        ))),
+    }
+}
+
 fn spec_error(field: &str, message: String) -> Error {
     Error::InvalidSpec(SpecErrors::one(field, message))
 }
@@ -225,6 +280,7 @@ impl WasmProvider {
                 engine,
                 linker,
                 modules: Mutex::new(HashMap::new()),
+                artifact_key: Mutex::new(None),
                 sandboxes: Mutex::new(HashMap::new()),
                 _alive: alive,
             }),
@@ -241,18 +297,38 @@ impl WasmProvider {
         &self.inner.engine_key
     }
 
-    /// Compiles the module at `path` into the artifact cache (or finds it there) and
-    /// says how: [`LoadPath::Compiled`] or [`LoadPath::Cached`].
+    /// Compiles the WebAssembly module at `path` into the artifact cache (or finds it
+    /// there) and says how: [`LoadPath::Compiled`] or [`LoadPath::Cached`].
     pub fn precompile(&self, path: &Path) -> Result<LoadPath> {
+        let file = open_module(path)?;
+        Ok(self.load(path, &file)?.path)
+    }
+
+    /// Loads the module in `file` through the artifact cache.
+    fn load(&self, path: &Path, file: &std::fs::File) -> Result<artifact::Loaded> {
+        let key = self.artifact_key()?;
+        let cache = artifact::Cache {
+            dir: &self.inner.config.cache_dir,
+            engine_key: &self.inner.engine_key,
+            key: &key,
+        };
         let known = self.known_digest(path);
-        let loaded = artifact::load(
-            &self.inner.engine,
-            &self.inner.engine_key,
-            &self.inner.config.cache_dir,
-            path,
-            known.as_deref(),
-        )?;
-        Ok(loaded.path)
+        artifact::load(&self.inner.engine, &cache, path, file, known.as_deref())
+    }
+
+    /// The artifact key of [`WasmConfig::key_file`], made on first use.
+    fn artifact_key(&self) -> Result<Arc<ArtifactKey>> {
+        let mut slot = self
+            .inner
+            .artifact_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(k) = &*slot {
+            return Ok(k.clone());
+        }
+        let key = Arc::new(home::artifact_key(&self.inner.config.key_file)?);
+        *slot = Some(key.clone());
+        Ok(key)
     }
 
     /// How the module of a sandbox was loaded and how long that took (ms).
@@ -285,14 +361,21 @@ impl WasmProvider {
                 }),
             };
         }
-        let looks_like_file =
-            image.ends_with(".wasm") || image.ends_with(".cwasm") || image.contains('/');
+        if image.ends_with(".cwasm") {
+            return Err(spec_error(
+                "image",
+                format!(
+                    "image {image:?} is a precompiled .cwasm artifact; Stockade never loads precompiled code it did not compile itself: pass the .wasm module instead (it is compiled once and cached)"
+                ),
+            ));
+        }
+        let looks_like_file = image.ends_with(".wasm") || image.contains('/');
         if !looks_like_file {
             let known: Vec<_> = runtime::RUNTIMES.iter().map(|r| r.name).collect();
             return Err(spec_error(
                 "image",
                 format!(
-                    "image {image:?} is neither a .wasm/.cwasm file nor a known runtime ({}); the wasm provider does not run OCI images",
+                    "image {image:?} is neither a .wasm file nor a known runtime ({}); the wasm provider does not run OCI images",
                     known.join(", ")
                 ),
             ));
@@ -310,7 +393,11 @@ impl WasmProvider {
 
     /// Loads (or finds in memory) the module at `path` and links it.
     fn module(&self, path: &Path) -> Result<Arc<ModuleEntry>> {
-        let md = std::fs::metadata(path)
+        // The in-memory key and the bytes compiled come from one open file, so the
+        // entry describes exactly what was loaded.
+        let file = open_module(path)?;
+        let md = file
+            .metadata()
             .map_err(|e| Error::io(format!("cannot stat module {}", path.display()), e))?;
         let key = ModuleKey {
             path: path.to_path_buf(),
@@ -328,14 +415,7 @@ impl WasmProvider {
         {
             return Ok(m.clone());
         }
-        let known = self.known_digest(path);
-        let loaded = artifact::load(
-            &self.inner.engine,
-            &self.inner.engine_key,
-            &self.inner.config.cache_dir,
-            path,
-            known.as_deref(),
-        )?;
+        let loaded = self.load(path, &file)?;
         let pre = exec::prelink(&self.inner.linker, &loaded.module, path)?;
         let entry = Arc::new(ModuleEntry {
             pre,
@@ -377,7 +457,7 @@ impl WasmProvider {
     }
 
     /// The wasm-specific refusals, all listed at once.
-    fn check_spec(spec: &ValidatedSpec) -> Result<()> {
+    fn check_spec(&self, spec: &ValidatedSpec) -> Result<()> {
         let mut errs = Vec::new();
         let mut bad = |field: String, message: String| errs.push(SpecError { field, message });
         if spec.limits.cpus < 1.0 {
@@ -397,7 +477,18 @@ impl WasmProvider {
                 );
             }
             match std::fs::metadata(&m.host) {
-                Ok(md) if md.is_dir() => {}
+                Ok(md) if md.is_dir() => {
+                    if let Some(private) = self.overlaps_private(&m.host) {
+                        bad(
+                            format!("mounts[{i}].host"),
+                            format!(
+                                "mount source {} would give the sandbox {}, which holds Stockade's compiled code or its key; mount a directory that neither holds it nor lies in it",
+                                m.host.display(),
+                                private.display()
+                            ),
+                        );
+                    }
+                }
                 Ok(_) => bad(
                     format!("mounts[{i}].host"),
                     format!(
@@ -430,7 +521,20 @@ impl WasmProvider {
         }
     }
 
-    fn applied(spec: &ValidatedSpec, module: &ModuleEntry, fuel: Option<u64>) -> Vec<String> {
+    /// The directory of the artifact cache or of its key that a mount of `host` would
+    /// reach (`host` is one of them, lies in one, or holds one), if any.
+    fn overlaps_private(&self, host: &Path) -> Option<PathBuf> {
+        let host = std::fs::canonicalize(host).ok()?;
+        let config = &self.inner.config;
+        let key_dir = config.key_file.parent().unwrap_or(Path::new("/"));
+        [config.cache_dir.as_path(), key_dir]
+            .into_iter()
+            .map(canonical_prefix)
+            .find(|d| d.starts_with(&host) || host.starts_with(d))
+    }
+
+    fn applied(&self, spec: &ValidatedSpec, module: &ModuleEntry) -> Vec<String> {
+        let fuel = self.inner.config.fuel_per_exec;
         let mut a = vec![
             format!(
                 "module {} (sha256 {}), WASI preview 1",
@@ -443,8 +547,9 @@ impl WasmProvider {
                 format_size(spec.limits.memory_bytes)
             ),
             format!(
-                "/tmp: private host directory capped at {}, removed at destroy",
-                format_size(spec.limits.tmp_bytes)
+                "/tmp: private host directory capped at {} and {} entries, removed at destroy",
+                format_size(spec.limits.tmp_bytes),
+                self.inner.config.tmp_max_entries
             ),
             format!("pids: at most {} execs at once, one thread each", spec.limits.pids),
             "cpu: one host thread per exec".to_string(),
@@ -598,7 +703,7 @@ impl Provider for WasmProvider {
 
     async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         self.capabilities().check(self.name(), &spec)?;
-        Self::check_spec(&spec)?;
+        self.check_spec(&spec)?;
         let image = spec
             .image
             .clone()
@@ -633,13 +738,17 @@ impl Provider for WasmProvider {
             owner_pid: opts.owner_pid,
             spec: serde_json::to_value(spec.spec())
                 .map_err(|e| Error::Internal(format!("cannot encode spec: {e}")))?,
-            applied: Self::applied(&spec, &module, self.inner.config.fuel_per_exec),
+            applied: self.applied(&spec, &module),
         };
         let (dead, dead_rx) = watch::channel(false);
         let expires_at = Instant::now() + lifetime;
         let entry = Arc::new(SandboxEntry {
             info: info.clone(),
-            quota: Arc::new(TmpQuota::new(dir.join("tmp"), spec.limits.tmp_bytes)),
+            quota: Arc::new(TmpQuota::new(
+                dir.join("tmp"),
+                spec.limits.tmp_bytes,
+                self.inner.config.tmp_max_entries,
+            )),
             memory: MemoryBudget::new(spec.limits.memory_bytes),
             exec_slots: Arc::new(Semaphore::new(spec.limits.pids as usize)),
             workdir: spec.effective_workdir().to_string_lossy().into_owned(),

@@ -1,11 +1,12 @@
-//! Caps that WASI itself does not have: the size of a sandbox's `/tmp`, and one memory
-//! budget shared by all the execs of a sandbox.
+//! Caps that WASI itself does not have: the size and the number of entries of a
+//! sandbox's `/tmp`, and one memory budget shared by all the execs of a sandbox.
 //!
 //! `/tmp` is a host directory, so the kernel would let the guest fill the host's
-//! disk. Every WASI call that can allocate disk space goes through [`TmpQuota::reserve`]
-//! first (see `exec::add_quota_shims`): it charges a conservative estimate and, when
-//! the estimate would pass the cap, measures what the directory really holds. Writes
-//! that would pass the cap fail with `ENOSPC` inside the guest, as on a full tmpfs.
+//! disk, or its inodes with empty files (which take no blocks). Every WASI call that
+//! can allocate disk space or add an entry goes through [`TmpQuota::reserve`] first
+//! (see `exec::add_quota_shims`): it charges a conservative estimate and, when the
+//! estimate would pass a cap, measures what the directory really holds. What would
+//! pass a cap fails with `ENOSPC` inside the guest, as on a full tmpfs.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -17,28 +18,42 @@ use wasmtime::ResourceLimiter;
 /// Disk block size used for estimates.
 const BLOCK: u64 = 4096;
 
-/// The size cap of one sandbox's `/tmp`.
+/// The caps of one sandbox's `/tmp`: bytes on disk and entries.
 #[derive(Debug)]
 pub(crate) struct TmpQuota {
     root: PathBuf,
     cap: u64,
+    max_entries: u64,
     state: Mutex<Usage>,
 }
 
 #[derive(Debug, Default)]
 struct Usage {
-    /// Bytes the directory held when last measured.
-    measured: u64,
-    /// Upper bound of what was added since.
+    /// What the directory held when last measured.
+    measured: Measured,
+    /// Upper bound of the bytes added since.
     pending: u64,
+    /// Upper bound of the entries added since.
+    pending_entries: u64,
+}
+
+/// What a directory holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Measured {
+    /// Bytes allocated on disk.
+    pub bytes: u64,
+    /// Files, directories and links below it (not itself).
+    pub entries: u64,
 }
 
 impl TmpQuota {
-    /// A quota of `cap` bytes over the directory `root` (empty at start).
-    pub fn new(root: PathBuf, cap: u64) -> TmpQuota {
+    /// A quota of `cap` bytes and `max_entries` entries over the directory `root`
+    /// (empty at start).
+    pub fn new(root: PathBuf, cap: u64, max_entries: u64) -> TmpQuota {
         TmpQuota {
             root,
             cap,
+            max_entries,
             state: Mutex::new(Usage::default()),
         }
     }
@@ -46,6 +61,11 @@ impl TmpQuota {
     /// The cap in bytes.
     pub fn cap(&self) -> u64 {
         self.cap
+    }
+
+    /// The cap in entries.
+    pub fn max_entries(&self) -> u64 {
+        self.max_entries
     }
 
     /// What a write of `bytes` may add on disk at most (partial blocks at both ends).
@@ -58,41 +78,46 @@ impl TmpQuota {
         BLOCK
     }
 
-    /// Charges `bytes`; false when they do not fit under the cap.
-    pub fn reserve(&self, bytes: u64) -> bool {
+    /// Charges `bytes` and `entries`; false when they do not fit under the caps.
+    pub fn reserve(&self, bytes: u64, entries: u64) -> bool {
         let mut u = self.state.lock().unwrap_or_else(|e| e.into_inner());
-        if u.measured + u.pending + bytes <= self.cap {
-            u.pending += bytes;
-            return true;
+        let fits = |u: &Usage| {
+            u.measured.bytes + u.pending + bytes <= self.cap
+                && u.measured.entries + u.pending_entries + entries <= self.max_entries
+        };
+        if !fits(&u) {
+            u.measured = measure(&self.root);
+            u.pending = 0;
+            u.pending_entries = 0;
+            if !fits(&u) {
+                return false;
+            }
         }
-        u.measured = disk_usage(&self.root);
-        u.pending = 0;
-        if u.measured + bytes <= self.cap {
-            u.pending = bytes;
-            true
-        } else {
-            false
-        }
+        u.pending += bytes;
+        u.pending_entries += entries;
+        true
     }
 
     /// Bytes the directory holds now.
     pub fn used(&self) -> u64 {
-        disk_usage(&self.root)
+        measure(&self.root).bytes
     }
 }
 
-/// Bytes allocated on disk under `dir` (like `du`), without following symlinks.
-fn disk_usage(dir: &Path) -> u64 {
+/// Bytes allocated on disk under `dir` (like `du`) and the entries there, without
+/// following symlinks.
+fn measure(dir: &Path) -> Measured {
     use std::os::unix::fs::MetadataExt;
-    let mut total = 0u64;
+    let mut total = Measured::default();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
         let Ok(rd) = std::fs::read_dir(&d) else {
             continue;
         };
         for entry in rd.flatten() {
+            total.entries += 1;
             let Ok(md) = entry.metadata() else { continue };
-            total += md.blocks() * 512;
+            total.bytes += md.blocks() * 512;
             if md.is_dir() {
                 stack.push(entry.path());
             }
@@ -208,21 +233,38 @@ mod tests {
     #[test]
     fn quota_measures_before_refusing() {
         let dir = tempfile::tempdir().unwrap();
-        let q = TmpQuota::new(dir.path().to_path_buf(), 64 << 10);
+        let q = TmpQuota::new(dir.path().to_path_buf(), 64 << 10, 1000);
         // Estimates alone would pass the cap, but the directory is empty: allowed.
         for _ in 0..100 {
-            assert!(q.reserve(8 << 10));
+            assert!(q.reserve(8 << 10, 0));
         }
         std::fs::write(dir.path().join("big"), vec![1u8; 60 << 10]).unwrap();
         // Estimates still fit for a while; once they do not, the measurement sees
         // the big file and refuses.
         let mut granted = 0;
-        while q.reserve(TmpQuota::write_cost(16 << 10)) {
+        while q.reserve(TmpQuota::write_cost(16 << 10), 0) {
             granted += 1;
             assert!(granted <= 3, "the cap must hold");
         }
         std::fs::remove_file(dir.path().join("big")).unwrap();
-        assert!(q.reserve(TmpQuota::write_cost(16 << 10)));
+        assert!(q.reserve(TmpQuota::write_cost(16 << 10), 0));
+    }
+
+    #[test]
+    fn entries_are_capped_even_when_they_take_no_space() {
+        let dir = tempfile::tempdir().unwrap();
+        let q = TmpQuota::new(dir.path().to_path_buf(), 1 << 30, 10);
+        let mut made = 0;
+        while q.reserve(0, 1) {
+            std::fs::write(dir.path().join(format!("f{made}")), b"").unwrap();
+            made += 1;
+            assert!(made <= 10, "the entry cap must hold");
+        }
+        assert_eq!(made, 10);
+        // Writes that add no entry still go through.
+        assert!(q.reserve(TmpQuota::write_cost(100), 0));
+        std::fs::remove_file(dir.path().join("f0")).unwrap();
+        assert!(q.reserve(0, 1), "a freed entry can be used again");
     }
 
     #[test]

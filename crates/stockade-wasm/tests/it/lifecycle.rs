@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use stockade_core::{ErrorCode, ExecRequest, Provider};
 use stockade_wasm::{LoadPath, WasmConfig, WasmProvider};
 
-use crate::support::{create, guest, provider, provider_with, run, spec, text};
+use crate::support::{create, guest, provider, provider_in, run, spec, text};
 
 fn entries(dir: &std::path::Path) -> usize {
     walk_count(dir)
@@ -153,41 +153,28 @@ async fn gc_reaps_what_a_dead_process_left() {
 #[tokio::test]
 async fn modules_are_compiled_once_and_then_loaded_from_the_cache() {
     let Some(g) = guest() else { return };
-    let cache = tempfile::tempdir().unwrap();
-    let config = |c: &mut WasmConfig| c.cache_dir = cache.path().join("wasm");
-    let (p, _s1) = provider_with(config);
+    let home = tempfile::tempdir().unwrap();
+    let (p, _s1) = provider_in(home.path(), |_| {});
     let id = create(&p, spec(&g)).await;
     assert_eq!(p.module_load(&id).unwrap().0, LoadPath::Compiled);
     // The same provider reuses the module in memory.
     let id2 = create(&p, spec(&g)).await;
     assert_eq!(p.module_load(&id2).unwrap().0, LoadPath::Compiled);
 
-    let (p2, _s2) = provider_with(config);
+    let (p2, _s2) = provider_in(home.path(), |_| {});
     let id = create(&p2, spec(&g)).await;
     let (how, ms) = p2.module_load(&id).unwrap();
     assert_eq!(how, LoadPath::Cached);
     assert!(ms < 1000.0, "{ms} ms");
     assert_eq!(run(&p2, &id, &["g", "hello"]).await.exit_code, 0);
-    let artifacts: Vec<_> = std::fs::read_dir(cache.path().join("wasm"))
-        .unwrap()
-        .flatten()
-        .collect();
+    let cache = p2.config().cache_dir.clone();
+    let artifacts: Vec<_> = std::fs::read_dir(&cache).unwrap().flatten().collect();
     assert_eq!(artifacts.len(), 1);
-
-    // A precompiled artifact named as the image runs too.
-    let cwasm = artifacts[0].path();
-    let id = create(&p2, spec(&cwasm)).await;
-    assert_eq!(p2.module_load(&id).unwrap().0, LoadPath::Precompiled);
-    assert_eq!(
-        text(&run(&p2, &id, &["g", "hello"]).await.stdout),
-        "hello from wasm\n"
-    );
 
     // A fuel-metered engine compiles its own artifact next to it.
     let p3 = WasmProvider::with_config(WasmConfig {
         fuel_per_exec: Some(1 << 30),
-        cache_dir: cache.path().join("wasm"),
-        ..WasmConfig::default()
+        ..WasmConfig::in_home(home.path())
     })
     .unwrap();
     assert_ne!(p3.engine_key(), p2.engine_key());

@@ -123,6 +123,70 @@ async fn tmp_is_capped() {
     assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
 }
 
+/// What `g touch-many` says it made.
+fn made(out: &stockade_core::ExecOutcome) -> u64 {
+    let stdout = text(&out.stdout);
+    stdout
+        .trim()
+        .strip_prefix("made ")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("unexpected output: {stdout}"))
+}
+
+#[tokio::test]
+async fn tmp_caps_the_number_of_entries() {
+    let Some(g) = guest() else { return };
+    let (p, _scratch) = provider();
+    let id = create(&p, spec(&g)).await;
+    // Empty files take no disk blocks: only a count can stop them.
+    let out = run(&p, &id, &["g", "touch-many", "/tmp/many", "20000"]).await;
+    assert_eq!(out.exit_code, 1, "{}", text(&out.stdout));
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("No space left on device"), "{stderr}");
+    assert_eq!(
+        made(&out),
+        9_999,
+        "the directory and 9999 files make the default 10000 entries"
+    );
+
+    // The sandbox keeps working; the host-side API meets the same cap.
+    assert_eq!(run(&p, &id, &["g", "hello"]).await.exit_code, 0);
+    let out = run(&p, &id, &["g", "write", "/tmp/many/f1", "rewritten"]).await;
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    let err = p.write_file(&id, "/tmp/one-more", b"x").await.unwrap_err();
+    assert_eq!(err.code(), ErrorCode::LimitExceeded, "{err}");
+    assert!(err.to_string().contains("10000 entries"), "{err}");
+    // Entries come back when files go.
+    p.remove(&id, "/tmp/many", true).await.unwrap();
+    let out = run(&p, &id, &["g", "touch-many", "/tmp/again", "100"]).await;
+    assert_eq!(
+        (out.exit_code, made(&out)),
+        (0, 100),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[tokio::test]
+async fn the_entry_cap_is_configurable() {
+    let Some(g) = guest() else { return };
+    let (p, _scratch) = provider_with(|c| c.tmp_max_entries = 50);
+    let id = create(&p, spec(&g)).await;
+    let out = run(&p, &id, &["g", "touch-many", "/tmp/d", "500"]).await;
+    assert_eq!(
+        (out.exit_code, made(&out)),
+        (1, 49),
+        "{}",
+        text(&out.stderr)
+    );
+    let info = p.inspect(&id).await.unwrap();
+    assert!(
+        info.applied.iter().any(|a| a.contains("50 entries")),
+        "{:?}",
+        info.applied
+    );
+}
+
 #[tokio::test]
 async fn concurrent_execs_are_capped_by_pids() {
     let Some(g) = guest() else { return };

@@ -1,5 +1,10 @@
 //! Shared test parts: the guest module, the Python runtime, providers with their own
-//! scratch directories, and `require`, which fails in CI and skips loudly elsewhere.
+//! scratch directories in the test home, and `require`, which fails in CI and skips
+//! loudly elsewhere.
+//!
+//! Tests never use the host's `STOCKADE_HOME`: they share one home of their own in the
+//! target directory (its artifact cache survives between runs, so Python is compiled
+//! once), and tests that tamper with a cache make a home of their own.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -86,37 +91,74 @@ pub fn guest() -> Option<PathBuf> {
     )
 }
 
-/// The Python runtime, installed under the default `STOCKADE_HOME`.
+/// The home the tests share (`<target>/stockade-wasm-test-home`): runtimes, the
+/// artifact cache and its key. Several runs of the tests may use it at once.
+pub fn test_home() -> PathBuf {
+    let home = target_dir().join("stockade-wasm-test-home");
+    std::fs::create_dir_all(&home).expect("test home");
+    home
+}
+
+fn installed_in(home: &Path) -> Result<bool, String> {
+    let list = stockade_wasm::runtime::list_runtimes_in(home).map_err(|e| e.to_string())?;
+    Ok(list
+        .runtimes
+        .iter()
+        .any(|r| r.name == "python-wasm" && r.installed))
+}
+
+/// Copies the Python runtime from the host's home (where ci-setup.sh installs it) into
+/// the test home, once, under a lock that concurrent test runs share.
+fn install_python() -> Result<(), String> {
+    let home = test_home();
+    let lock = std::fs::File::create(home.join(".install.lock")).map_err(|e| e.to_string())?;
+    rustix::fs::flock(&lock, rustix::fs::FlockOperation::LockExclusive)
+        .map_err(|e| e.to_string())?;
+    if installed_in(&home)? {
+        return Ok(());
+    }
+    let host_home = stockade_wasm::stockade_home();
+    if !installed_in(&host_home)? {
+        return Err(format!("not installed under {}", host_home.display()));
+    }
+    let module = stockade_wasm::RuntimeSpec::find("python-wasm")
+        .expect("python-wasm is known")
+        .module_in(&host_home);
+    stockade_wasm::runtime::install_runtime_from_file_in(&home, "python-wasm", &module)
+        .map(drop)
+        .map_err(|e| format!("cannot install it into {}: {e}", home.display()))
+}
+
+/// The Python runtime, installed in the test home.
 pub fn python() -> Option<()> {
-    let home = stockade_wasm::stockade_home();
-    let found = stockade_wasm::list_runtimes()
-        .map_err(|e| e.to_string())
-        .and_then(|l| {
-            l.runtimes
-                .iter()
-                .any(|r| r.name == "python-wasm" && r.installed)
-                .then_some(())
-                .ok_or_else(|| format!("not installed under {}", home.display()))
-        });
+    static DONE: OnceLock<Result<(), String>> = OnceLock::new();
     require(
         "the python-wasm runtime",
-        found,
+        DONE.get_or_init(install_python).clone(),
         "cargo run -p stockade-wasm --example install-runtime (crates/stockade-wasm/ci-setup.sh does it)",
     )
 }
 
-/// A provider using the default home (runtimes, artifact cache) and a scratch
-/// directory of its own, so that tests can check what is left behind.
+/// A provider using the test home (runtimes, artifact cache) and a scratch directory
+/// of its own, so that tests can check what is left behind.
 pub fn provider() -> (WasmProvider, tempfile::TempDir) {
     provider_with(|_| {})
 }
 
 /// [`provider`] with a configuration change.
 pub fn provider_with(change: impl FnOnce(&mut WasmConfig)) -> (WasmProvider, tempfile::TempDir) {
+    provider_in(&test_home(), change)
+}
+
+/// [`provider_with`] on the home `home`.
+pub fn provider_in(
+    home: &Path,
+    change: impl FnOnce(&mut WasmConfig),
+) -> (WasmProvider, tempfile::TempDir) {
     let scratch = tempfile::tempdir().expect("scratch dir");
     let mut config = WasmConfig {
         scratch_dir: scratch.path().to_path_buf(),
-        ..WasmConfig::default()
+        ..WasmConfig::in_home(home)
     };
     change(&mut config);
     (

@@ -41,6 +41,32 @@ fn main() {
             Ok(()) => println!("wrote {}", arg(2)),
             Err(e) => fail(&format!("cannot write {}", arg(2)), e),
         },
+        // Writes stdin into the file `arg(2)`.
+        "save" => {
+            let mut buf = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut buf)
+                .unwrap_or_else(|e| fail("stdin", e));
+            match std::fs::write(arg(2), &buf) {
+                Ok(()) => println!("saved {} bytes to {}", buf.len(), arg(2)),
+                Err(e) => fail(&format!("cannot write {}", arg(2)), e),
+            }
+        }
+        // Makes the directory `arg(2)` and up to `arg(3)` empty files in it; stops at
+        // the first error and says how many it made (stdout: `made N`).
+        "touch-many" => {
+            let n: u64 = arg(3).parse().unwrap_or(0);
+            if let Err(e) = std::fs::create_dir(arg(2)) {
+                fail(&format!("cannot make {}", arg(2)), e);
+            }
+            for i in 0..n {
+                if let Err(e) = std::fs::File::create(format!("{}/f{i}", arg(2))) {
+                    println!("made {i}");
+                    fail(&format!("create failed after {i} files"), e);
+                }
+            }
+            println!("made {n}");
+        }
         "ls" => match std::fs::read_dir(arg(2)) {
             Ok(rd) => {
                 let mut names: Vec<_> = rd
