@@ -284,8 +284,8 @@ async fn code_running_as_root_cannot_use_the_agent_socket() {
     let code = format!(
         "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(10)\n\
          try:\n    s.connect('/.stockade/agent.sock')\nexcept OSError as e:\n    print('unreachable', e); raise SystemExit\n\
-         s.sendall(bytes.fromhex('{hex}'))\ngot = b''\n\
-         try:\n    while len(got) < 4096:\n        b = s.recv(4096)\n        if not b: break\n        got += b\nexcept OSError as e:\n    print('error', e)\n\
+         got = b''\n\
+         try:\n    s.sendall(bytes.fromhex('{hex}'))\n    while len(got) < 4096:\n        b = s.recv(4096)\n        if not b: break\n        got += b\nexcept OSError as e:\n    print('error', e)\n\
          print('answered', len(got))"
     );
     let out = py(&sb, &code, 30_000).await;
