@@ -86,11 +86,10 @@ fn processes() -> Vec<(u32, u32)> {
 /// the dead shim `dead`, until none is left (bounded: a process stuck in the kernel
 /// cannot be waited for forever).
 pub fn kill_orphans(helpers: &Helpers, dead: u32) {
-    let h = helpers.0.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = helpers.0.lock().unwrap_or_else(|e| e.into_inner());
+    h.remove(&dead);
     let me = std::process::id();
     let until = Instant::now() + HELPER_DEADLINE;
-    let mut h = h;
-    h.remove(&dead);
     loop {
         let procs = processes();
         let parent: HashMap<u32, u32> = procs.iter().copied().collect();
