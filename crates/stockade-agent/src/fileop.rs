@@ -81,6 +81,88 @@ pub fn main() -> i32 {
     0
 }
 
+/// What a non-regular file is, for messages.
+fn describe_kind(ft: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a fifo"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else {
+        "not a file"
+    }
+}
+
+fn not_regular(path: &Path, ft: fs::FileType) -> OpError {
+    if ft.is_dir() {
+        return invalid(format!("{} is a directory; use ls", path.display()));
+    }
+    OpError(
+        ErrorCode::InvalidSpec,
+        format!(
+            "{} is not a regular file ({}); only regular files are read and written",
+            path.display(),
+            describe_kind(ft)
+        ),
+    )
+}
+
+/// The error of an `open` that failed: ENXIO is what a socket (or a FIFO without a
+/// reader, for writing) answers; say what the path is instead.
+fn open_err(what: &str, path: &Path, e: io::Error) -> OpError {
+    if e.raw_os_error() == Some(libc::ENXIO)
+        && let Ok(md) = fs::symlink_metadata(path)
+    {
+        return not_regular(path, md.file_type());
+    }
+    io_err(what, path, e)
+}
+
+/// Opens a regular file for reading. Never blocks (`O_NONBLOCK`: a FIFO without a
+/// writer would wait forever) and refuses anything else after `fstat`, on the open
+/// file itself, so nothing can be swapped in between. `nofollow` for walks, where
+/// the entry was seen as a file and must still be one.
+fn open_regular(path: &Path, nofollow: bool) -> R<(fs::File, fs::Metadata)> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let flags = libc::O_NONBLOCK | if nofollow { libc::O_NOFOLLOW } else { 0 };
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(flags)
+        .open(path)
+        .map_err(|e| open_err("read", path, e))?;
+    let md = f.metadata().map_err(|e| io_err("stat", path, e))?;
+    if !md.is_file() {
+        return Err(not_regular(path, md.file_type()));
+    }
+    Ok((f, md))
+}
+
+/// Replaces the contents of a regular file (created if missing). Refuses FIFOs,
+/// sockets and devices without blocking on them: a FIFO without a reader fails the
+/// non-blocking open with ENXIO, one with a reader fails the `fstat` check, and
+/// nothing is written in either case.
+fn write_regular(path: &Path, data: &[u8]) -> R<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| open_err("write", path, e))?;
+    let md = f.metadata().map_err(|e| io_err("stat", path, e))?;
+    if !md.is_file() {
+        return Err(not_regular(path, md.file_type()));
+    }
+    f.set_len(0).map_err(|e| io_err("truncate", path, e))?;
+    f.write_all(data).map_err(|e| io_err("write", path, e))
+}
+
 fn p(path: &str) -> R<PathBuf> {
     if path.is_empty() || path.contains('\0') {
         return Err(invalid(format!("path {path:?} is empty or contains NUL")));
@@ -125,7 +207,7 @@ pub fn run(op: &FileOp) -> R<FileResult> {
             if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
                 fs::create_dir_all(parent).map_err(|e| io_err("create directory", parent, e))?;
             }
-            fs::write(&path, data).map_err(|e| io_err("write", &path, e))?;
+            write_regular(&path, data)?;
             if let Some(m) = mode {
                 // Never setuid/setgid bits from a caller.
                 fs::set_permissions(&path, fs::Permissions::from_mode(m & 0o1777))
@@ -139,14 +221,7 @@ pub fn run(op: &FileOp) -> R<FileResult> {
             limit: want,
         } => {
             let path = p(path)?;
-            let mut f = fs::File::open(&path).map_err(|e| io_err("read", &path, e))?;
-            let md = f.metadata().map_err(|e| io_err("stat", &path, e))?;
-            if md.is_dir() {
-                return Err(invalid(format!(
-                    "{} is a directory; use ls",
-                    path.display()
-                )));
-            }
+            let (mut f, md) = open_regular(&path, false)?;
             let want = (*want).min(MAX_FILE_BYTES);
             f.seek(SeekFrom::Start(*offset))
                 .map_err(|e| io_err("seek in", &path, e))?;
@@ -171,14 +246,17 @@ pub fn run(op: &FileOp) -> R<FileResult> {
             if old.is_empty() {
                 return Err(invalid("edit needs a non-empty old text".into()));
             }
-            let md = fs::metadata(&path).map_err(|e| io_err("edit", &path, e))?;
+            let (f, md) = open_regular(&path, false)?;
             if md.len() > MAX_FILE_BYTES {
                 return Err(limit(format!(
                     "{} is larger than the {MAX_FILE_BYTES}-byte file limit",
                     path.display()
                 )));
             }
-            let text = fs::read_to_string(&path).map_err(|e| io_err("edit", &path, e))?;
+            let mut text = String::new();
+            f.take(MAX_FILE_BYTES)
+                .read_to_string(&mut text)
+                .map_err(|e| io_err("edit", &path, e))?;
             let n = text.matches(old.as_str()).count() as u64;
             if n == 0 {
                 return Err(invalid(format!(
@@ -197,7 +275,7 @@ pub fn run(op: &FileOp) -> R<FileResult> {
             } else {
                 text.replacen(old.as_str(), new, 1)
             };
-            fs::write(&path, out).map_err(|e| io_err("write", &path, e))?;
+            write_regular(&path, out.as_bytes())?;
             Ok(FileResult::Edited { replacements: n })
         }
         FileOp::Ls { path } => {
@@ -333,9 +411,14 @@ fn grep(regex: &str, root: &Path, include: Option<&str>, max: u32) -> R<FileResu
         {
             continue;
         }
-        let Ok(bytes) = fs::read(e.path()) else {
+        // Checked again on the open file: the entry may have been swapped for a FIFO.
+        let Ok((f, _)) = open_regular(e.path(), true) else {
             continue;
         };
+        let mut bytes = Vec::new();
+        if f.take(MAX_FILE_BYTES).read_to_end(&mut bytes).is_err() {
+            continue;
+        }
         if bytes.iter().take(8192).any(|b| *b == 0) {
             continue; // binary
         }
@@ -476,6 +559,9 @@ fn upload(dest: &Path, archive: &[u8]) -> R<FileResult> {
 
 fn download(path: &Path) -> R<FileResult> {
     let md = fs::metadata(path).map_err(|e| io_err("read", path, e))?;
+    if !md.is_file() && !md.is_dir() {
+        return Err(not_regular(path, md.file_type()));
+    }
     let mut b = tar::Builder::new(Vec::new());
     b.follow_symlinks(false);
     let mut total = 0u64;
@@ -496,10 +582,18 @@ fn download(path: &Path) -> R<FileResult> {
                 path.display()
             )));
         }
-        if m.file_type().is_file() || m.is_dir() || m.file_type().is_symlink() {
+        if m.file_type().is_file() {
+            // Opened without following or blocking and checked on the open file: an
+            // entry swapped for a FIFO (or a link) is skipped, never waited on.
+            if let Ok((mut f, _)) = open_regular(full, true) {
+                b.append_file(name, &mut f)
+                    .map_err(|e| io_err("pack", full, e))?;
+            }
+        } else if m.is_dir() || m.file_type().is_symlink() {
             b.append_path_with_name(full, name)
                 .map_err(|e| io_err("pack", full, e))?;
         }
+        // FIFOs, sockets and devices inside a directory are left out of the archive.
         Ok(())
     };
     if md.is_dir() {
@@ -524,8 +618,13 @@ fn download(path: &Path) -> R<FileResult> {
     Ok(FileResult::Archive(bytes))
 }
 
-/// Runs a file job through a fresh `fileop` child (called by PID 1).
-pub fn spawn(op: FileOp, policy: &ExecPolicy) -> AgentMsg {
+/// How long one file operation may take; then its child is killed.
+pub const FILE_OP_DEADLINE: std::time::Duration = std::time::Duration::from_secs(120);
+
+/// Runs a file job through a fresh `fileop` child (called by PID 1), within
+/// [`FILE_OP_DEADLINE`]; a child past it is killed, and waited for, before the error
+/// is returned.
+pub fn spawn(op: FileOp, policy: &ExecPolicy, helpers: &crate::cleanup::Helpers) -> AgentMsg {
     let fail = |m: String| AgentMsg::Error {
         code: ErrorCode::Internal,
         message: m,
@@ -541,24 +640,71 @@ pub fn spawn(op: FileOp, policy: &ExecPolicy) -> AgentMsg {
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
     stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
-    if let Err(e) = cmd.spawn() {
-        return fail(format!("cannot start the file operation: {e}"));
-    }
+    let child = match helpers.spawn(&mut cmd) {
+        Ok(c) => c.id(),
+        Err(e) => return fail(format!("cannot start the file operation: {e}")),
+    };
     drop(cmd);
+    let until = std::time::Instant::now() + FILE_OP_DEADLINE;
+    let answer = talk(&mut ours, op, policy, until);
+    if answer.is_none() {
+        // Out of time, or gone: either way nothing of it may stay behind.
+        let grace = until.saturating_duration_since(std::time::Instant::now());
+        crate::cleanup::wait_or_kill(child, grace.min(std::time::Duration::from_secs(1)));
+    }
+    helpers.forget(child);
+    match answer {
+        Some(m) => m,
+        None if std::time::Instant::now() >= until => AgentMsg::Error {
+            code: ErrorCode::Timeout,
+            message: format!(
+                "the file operation did not finish within {} s and was stopped",
+                FILE_OP_DEADLINE.as_secs()
+            ),
+        },
+        None => fail("the file operation died (out of memory or killed)".into()),
+    }
+}
+
+/// Sends the job and reads the answer, within the deadline. `None` when the child
+/// went away or ran out of time.
+fn talk(
+    ours: &mut UnixStream,
+    op: FileOp,
+    policy: &ExecPolicy,
+    until: std::time::Instant,
+) -> Option<AgentMsg> {
+    let left = || {
+        Some(until.saturating_duration_since(std::time::Instant::now()))
+            .filter(|d| !d.is_zero())
+            .or(Some(std::time::Duration::from_millis(1)))
+    };
+    let _ = ours.set_write_timeout(left());
+    let fail = |m: String| {
+        Some(AgentMsg::Error {
+            code: ErrorCode::Internal,
+            message: m,
+        })
+    };
     if let Err(e) = write_msg(
-        &mut ours,
+        ours,
         &FileJob {
             op,
             policy: policy.clone(),
         },
     ) {
-        return fail(format!("cannot send the file operation: {e}"));
+        return match e {
+            stockade_agent_proto::codec::CodecError::Io(_) => None,
+            e => fail(format!("cannot send the file operation: {e}")),
+        };
     }
     let _ = ours.flush();
-    match read_msg::<_, AgentMsg>(&mut ours) {
-        Ok(Some(m)) => m,
-        Ok(None) => fail("the file operation died (out of memory or killed)".into()),
+    let _ = ours.set_read_timeout(left());
+    match read_msg::<_, AgentMsg>(ours) {
+        Ok(Some(m)) => Some(m),
+        Ok(None) | Err(stockade_agent_proto::codec::CodecError::Io(_)) => None,
         Err(e) => fail(format!("bad answer from the file operation: {e}")),
     }
 }

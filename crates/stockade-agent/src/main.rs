@@ -4,11 +4,14 @@
 //!   plan on stdin); its forked child becomes PID 1 inside and serves the agent
 //!   protocol.
 //! - `shim`: runs one exec inside the sandbox (started by PID 1 for every exec).
+//! - `fileop`: runs one file operation as the sandbox user (started by PID 1).
+//! - `ipc-clean`: removes the shared memory the execs left (started by PID 1).
 //! - `container`: PID 1 of a docker sandbox (the docker provider's entrypoint).
 //! - `docker-watch`: host-side watcher of a docker sandbox's owner and lifetime.
 //! - `--version`.
 
 mod cgroup;
+mod cleanup;
 mod container;
 mod fileop;
 mod monitor;
@@ -19,10 +22,20 @@ mod watch;
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let code = match args.next().as_deref() {
+    let role = args.next();
+    // Nothing our caller left open may reach a sandbox (or stay held by a helper that
+    // outlives the caller): every role starts with stdio only, plus fd 3, the control
+    // socket PID 1 hands the shim and fileop on purpose.
+    let first = match role.as_deref() {
+        Some("shim" | "fileop") => 4,
+        _ => 3,
+    };
+    stockade_sys::process::close_fds_from(first);
+    let code = match role.as_deref() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
         Some("fileop") => fileop::main(),
+        Some("ipc-clean") => cleanup::ipc_clean_main(),
         Some("container") => container::main(),
         Some("docker-watch") => watch::main(args.collect()),
         Some("--version") | Some("-V") => {

@@ -166,8 +166,10 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
             format!("{m} (is this root on a host with cgroups? see `stockade doctor`)"),
         )
     })?;
-    let (sync_r, sync_w) = nix::unistd::pipe().map_err(|e| internal(format!("pipe: {e}")))?;
-    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| internal(format!("pipe: {e}")))?;
+    let (sync_r, sync_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| internal(format!("pipe: {e}")))?;
+    let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+        .map_err(|e| internal(format!("pipe: {e}")))?;
     let flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET
@@ -278,8 +280,10 @@ const READY_FD: i32 = 10;
 const EXIT_FD: i32 = 11;
 
 fn start_helper(plan: &LaunchPlan, argv: &[String], child: Pid) -> Result<Helper, String> {
-    let (ready_r, ready_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
-    let (exit_r, exit_w) = nix::unistd::pipe().map_err(|e| format!("pipe: {e}"))?;
+    let (ready_r, ready_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let (exit_r, exit_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let log_path = plan.state_dir.join("net-helper.log");
     let log = fs::File::create(&log_path).map_err(|e| format!("cannot create helper log: {e}"))?;
     let mut cmd = std::process::Command::new(&argv[0]);

@@ -11,7 +11,7 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
@@ -25,6 +25,7 @@ use stockade_agent_proto::{
     PROTOCOL_VERSION, Stream,
 };
 
+use crate::cleanup::{self, Helpers};
 use crate::shim::{ShimConfig, ShimEvent};
 use stockade_agent_proto::now_ms;
 
@@ -57,6 +58,11 @@ struct Shared {
     active: AtomicUsize,
     /// When the last connection ended (unix ms).
     last_ms: AtomicU64,
+    /// Our helper children (shims, file operations).
+    helpers: Helpers,
+    /// Held shared by each running exec; taken exclusively to clean up the shared
+    /// memory execs left, only when none runs.
+    execs: RwLock<()>,
 }
 
 /// Ends the sandbox (PID 1 exits, the kernel kills the namespace, the monitor cleans
@@ -88,6 +94,8 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
         oom,
         active: AtomicUsize::new(0),
         last_ms: AtomicU64::new(now_ms()),
+        helpers: Helpers::default(),
+        execs: RwLock::new(()),
     });
     if let Some(idle) = idle {
         let shared = shared.clone();
@@ -130,6 +138,14 @@ fn send(conn: &Mutex<UnixStream>, msg: &AgentMsg) -> bool {
 }
 
 fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
+    // Only the provider, outside the sandbox's pid namespace (its pid reads 0 here),
+    // drives the agent. Code inside that reaches the socket (docker with --user 0
+    // can open its directory) is refused before a byte is read.
+    match stockade_sys::net::peer_pid(stream.as_fd()) {
+        Ok(0) => {}
+        Ok(pid) => return Err(format!("refused a connection from pid {pid} inside")),
+        Err(e) => return Err(e.to_string()),
+    }
     match read_msg::<_, ClientMsg>(&mut stream).map_err(|e| e.to_string())? {
         Some(ClientMsg::Hello { version }) if version == PROTOCOL_VERSION => {}
         Some(ClientMsg::Hello { version }) => {
@@ -159,12 +175,20 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
         None => Ok(()),
         Some(ClientMsg::Ping) => write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string()),
         Some(ClientMsg::File(op)) => {
-            let answer = crate::fileop::spawn(op, &shared.policy);
+            let answer = crate::fileop::spawn(op, &shared.policy, &shared.helpers);
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())
         }
         Some(ClientMsg::Exec(req)) => {
             let conn = Arc::new(Mutex::new(stream.try_clone().map_err(|e| e.to_string())?));
-            let outcome = run_exec(&stream, &conn, req, shared);
+            let outcome = {
+                let _running = shared.execs.read().unwrap_or_else(|e| e.into_inner());
+                run_exec(&stream, &conn, req, shared)
+            };
+            // The last exec to end removes the shared memory the execs left, before
+            // its result goes out: the next exec starts with the sandbox's memory.
+            if let Ok(_alone) = shared.execs.try_write() {
+                cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
+            }
             let msg = match outcome {
                 Ok(o) => AgentMsg::Exited(o),
                 Err(message) => AgentMsg::Error {
@@ -210,6 +234,8 @@ fn run_exec(
         timeout_ms: req.timeout_ms,
         policy: shared.policy.clone(),
     };
+    let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
+    line.push(b'\n');
     let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0("stockade-shim")
@@ -218,18 +244,57 @@ fn run_exec(
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
     stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
-    let mut child = cmd
-        .spawn()
+    let mut child = shared
+        .helpers
+        .spawn(&mut cmd)
         .map_err(|e| format!("cannot start the exec shim: {e}"))?;
     drop(cmd);
-    let (stdin, stdout, stderr) = (child.stdin.take(), child.stdout.take(), child.stderr.take());
+    let shim = child.id();
+    let io = ShimIo {
+        ctl: ours,
+        stdin: child.stdin.take(),
+        stdout: child.stdout.take(),
+        stderr: child.stderr.take(),
+    };
     // The reaper thread owns waiting; dropping Child does not wait.
     drop(child);
-    let mut ctl = ours;
-    let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
-    line.push(b'\n');
-    ctl.write_all(&line)
+    let outcome = shim_exec(client, conn, &req, shared, io, &line, started);
+    match outcome {
+        Ok(_) => shared.helpers.forget(shim),
+        // The shim died (the OOM killer, a kill) or misbehaved: it and its processes
+        // (reparented to us once it is gone) are killed; none outlives the result.
+        Err(_) => cleanup::kill_orphans(&shared.helpers, shim),
+    }
+    outcome
+}
+
+/// A started shim's control socket and the exec's stdio pipes.
+struct ShimIo {
+    ctl: UnixStream,
+    stdin: Option<std::process::ChildStdin>,
+    stdout: Option<std::process::ChildStdout>,
+    stderr: Option<std::process::ChildStderr>,
+}
+
+/// Drives a started shim through the exec.
+fn shim_exec(
+    client: &UnixStream,
+    conn: &Arc<Mutex<UnixStream>>,
+    req: &ExecRequest,
+    shared: &Shared,
+    io: ShimIo,
+    line: &[u8],
+    started: Instant,
+) -> Result<ExecOutcome, String> {
+    let ShimIo {
+        mut ctl,
+        stdin,
+        stdout,
+        stderr,
+    } = io;
+    ctl.write_all(line)
         .map_err(|e| format!("cannot configure the exec shim: {e}"))?;
     let oom_before = shared.oom.as_ref().map(|c| c.read());
 

@@ -4,8 +4,9 @@
 //! It becomes a child subreaper, so everything the exec starts (also processes that
 //! call setsid or double-fork) stays its descendant. It forks the user's process,
 //! which drops to the sandbox user, loses every capability, sets no_new_privs, enters
-//! landlock and seccomp, and execs. At the deadline, on a `kill` line, or when the
-//! control socket closes, it kills every descendant and reaps them.
+//! landlock and seccomp, and execs with stdio only. When the user's process exits, at
+//! the deadline, on a `kill` line, or when the control socket closes, it kills every
+//! descendant and reaps them: nothing an exec starts outlives its result.
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -81,8 +82,12 @@ pub fn main() -> i32 {
     let _ = nix::unistd::setsid();
     let _ = nix::sys::prctl::set_child_subreaper(true);
     let _ = nix::sys::prctl::set_dumpable(false);
-    // Under memory pressure the kernel picks the exec's processes, never the agent.
-    let _ = stockade_sys::process::set_oom_score_adj(1000);
+    // Under memory pressure the kernel picks the exec's processes (raised to 1000 in
+    // the child), not the shim that tracks them: -1000 where we may (it takes
+    // CAP_SYS_RESOURCE, which docker containers and some hosts' root lack; then the
+    // inherited value stays, still below the code's). Should the shim die anyway,
+    // PID 1 kills the exec's tree.
+    let _ = stockade_sys::process::set_oom_score_adj(-1000);
     let filters = if config.policy.seccomp {
         stockade_sys::seccomp::build().ok()
     } else {
@@ -132,8 +137,13 @@ pub fn main() -> i32 {
         WaitStatus::Signaled(_, s, _) => (128 + s as i32, Some(s as i32)),
         _ => (255, None),
     };
-    let killed = timed_out || status == WaitStatus::StillAlive;
-    let background = !killed && has_descendants();
+    // What the exec left in the background (also double-forked or setsid) ends with
+    // it: nothing outlives the result. Killed and reaped before we report, so the
+    // output pipes reach EOF; `background` only says some process could not be
+    // reaped in time (stuck in the kernel), so PID 1 drains the pipes without
+    // waiting for their end.
+    let _ = kill_descendants(child);
+    let background = has_descendants();
     if !exec_error.is_empty() {
         // The program never ran (the child said why on the exec's stderr): report
         // what a shell would.
@@ -304,6 +314,10 @@ fn prepare_and_exec(
     filters: Option<&stockade_sys::seccomp::Filters>,
 ) -> Result<std::convert::Infallible, String> {
     let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    // Set before the capabilities go: with CAP_SYS_RESOURCE this also makes 1000 the
+    // floor the code cannot lower it below.
+    stockade_sys::process::set_oom_score_adj(1000)
+        .map_err(|e| format!("cannot raise the OOM score: {e}"))?;
     stockade_sys::process::reset_signals();
     become_sandbox_user(&config.policy)?;
     nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {
@@ -330,6 +344,9 @@ fn prepare_and_exec(
         .collect::<Result<_, _>>()?;
     let prog = c(&program)?;
     enter_landlock(&config.policy)?;
+    // The program starts with stdio only: whatever this process holds (the control
+    // socket, the error pipe) closes at exec.
+    stockade_sys::process::cloexec_fds_from(3).map_err(|e| e.to_string())?;
     if let Some(f) = filters {
         f.apply().map_err(|e| e.to_string())?;
     }

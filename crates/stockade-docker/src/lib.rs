@@ -301,8 +301,8 @@ impl DockerProvider {
             .and_then(|s| s.pid)
             .filter(|p| *p > 0)
             .ok_or_else(|| Error::Internal(format!("sandbox {id} has no init process")))?;
-        let status = tokio::process::Command::new(agent)
-            .arg("docker-watch")
+        let mut cmd = std::process::Command::new(agent);
+        cmd.arg("docker-watch")
             .arg(&name)
             .arg(pid.to_string())
             .arg(opts.owner_pid.map(|p| p.to_string()).unwrap_or("-".into()))
@@ -312,8 +312,12 @@ impl DockerProvider {
             .env_clear()
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
+            .stderr(std::process::Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // The watcher outlives its caller: it must not keep the caller's files and
+        // sockets open.
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+        let status = tokio::process::Command::from(cmd)
             .status()
             .await
             .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;

@@ -226,8 +226,11 @@ impl NativeProvider {
             .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
         let log = std::fs::File::create(dir.join("monitor.log"))
             .map_err(|e| Error::io("cannot create monitor log", e))?;
-        let mut child = tokio::process::Command::new(&agent)
-            .arg("monitor")
+        let mut cmd = std::process::Command::new(&agent);
+        // PID 1 of the sandbox is the monitor's fork: its command line is readable
+        // inside, so it names no host path (the agent's own path would).
+        std::os::unix::process::CommandExt::arg0(&mut cmd, "stockade-monitor");
+        cmd.arg("monitor")
             .env_clear()
             .env(
                 "PATH",
@@ -235,13 +238,15 @@ impl NativeProvider {
             )
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
-            .stderr(log)
-            .process_group(0)
-            .spawn()
-            .map_err(|e| {
-                let _ = std::fs::remove_dir_all(&dir);
-                Error::io(format!("cannot start {}", agent.display()), e)
-            })?;
+            .stderr(log);
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Nothing our caller holds open (an SDK user's files and sockets, a daemon's
+        // listeners) reaches the monitor, so nothing reaches the sandbox.
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+        let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
+            let _ = std::fs::remove_dir_all(&dir);
+            Error::io(format!("cannot start {}", agent.display()), e)
+        })?;
         let mut stdin = child
             .stdin
             .take()

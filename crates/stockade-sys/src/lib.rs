@@ -3,6 +3,7 @@
 //! call and its arguments.
 
 pub mod caps;
+pub mod ipc;
 pub mod landlock;
 pub mod net;
 pub mod process;

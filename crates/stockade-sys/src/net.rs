@@ -32,3 +32,48 @@ pub fn loopback_up() -> Result<()> {
     unsafe { libc::close(fd) };
     result
 }
+
+/// The pid of the process that connected the unix socket `sock` (`SO_PEERCRED`), as
+/// seen from the caller's pid namespace: 0 when the peer is outside it (e.g. on the
+/// host, for PID 1 of a sandbox).
+pub fn peer_pid(sock: std::os::fd::BorrowedFd<'_>) -> Result<i32> {
+    use std::os::fd::AsRawFd;
+    let mut cred = libc::ucred {
+        pid: 0,
+        uid: 0,
+        gid: 0,
+    };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: SO_PEERCRED writes at most `len` bytes into the ucred we own and
+    // updates `len`; `sock` is a valid descriptor for the call's duration.
+    let r = unsafe {
+        libc::getsockopt(
+            sock.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(SysError::last(
+            "getsockopt",
+            format!("{}, SO_PEERCRED", sock.as_raw_fd()),
+        ));
+    }
+    Ok(cred.pid)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn peer_pid_is_ours_within_our_namespace() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        assert_eq!(
+            super::peer_pid(a.as_fd()).unwrap(),
+            std::process::id() as i32
+        );
+    }
+}

@@ -83,6 +83,106 @@ pub fn pass_fd(cmd: &mut Command, fd: OwnedFd, target: i32) {
     }
 }
 
+/// `close_range(first, ~0, flags)`; false when the kernel refuses it (older than
+/// 5.9, or 5.11 for `CLOSE_RANGE_CLOEXEC`).
+fn close_range(first: u32, flags: libc::c_uint) -> bool {
+    // SAFETY: close_range only closes (or marks close-on-exec) descriptors of this
+    // process; callers own every descriptor at or above `first` (see the callers'
+    // contracts), so no Rust object is left with a closed fd it still uses.
+    unsafe {
+        libc::syscall(
+            libc::SYS_close_range,
+            first as libc::c_uint,
+            libc::c_uint::MAX,
+            flags,
+        ) == 0
+    }
+}
+
+/// Open descriptors of this process at or above `first`, from `/proc/self/fd`.
+fn open_fds_from(first: i32) -> Vec<i32> {
+    let mut fds: Vec<i32> = std::fs::read_dir("/proc/self/fd")
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.file_name().to_str()?.parse().ok())
+                .filter(|fd| *fd >= first)
+                .collect()
+        })
+        .unwrap_or_default();
+    fds.sort_unstable();
+    fds
+}
+
+/// Closes every descriptor at or above `first` (`close_range`, else a walk of
+/// `/proc/self/fd`). For the start of a program that must hold nothing its caller
+/// left open: the caller must own no `OwnedFd`/`File` at or above `first` yet.
+pub fn close_fds_from(first: u32) {
+    if close_range(first, 0) {
+        return;
+    }
+    for fd in open_fds_from(first as i32) {
+        // SAFETY: as above; a stale entry (the walk's own directory fd, already closed)
+        // fails with EBADF harmlessly.
+        unsafe { libc::close(fd) };
+    }
+}
+
+/// Marks every descriptor at or above `first` close-on-exec (`close_range` with
+/// `CLOSE_RANGE_CLOEXEC`, else `fcntl` over `/proc/self/fd`): the last step before an
+/// `execve` that must start with stdio only, which keeps the descriptors usable until
+/// the exec (e.g. a pipe that reports a failed exec). Single-threaded callers only
+/// (the walk allocates).
+pub fn cloexec_fds_from(first: u32) -> Result<()> {
+    if close_range(first, libc::CLOSE_RANGE_CLOEXEC) {
+        return Ok(());
+    }
+    for fd in open_fds_from(first as i32) {
+        // SAFETY: F_SETFD only changes the close-on-exec flag of `fd`.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() != Some(libc::EBADF) {
+                return Err(SysError {
+                    call: "fcntl",
+                    args: format!("{fd}, F_SETFD, FD_CLOEXEC"),
+                    source: e,
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Makes the program spawned by `cmd` start with stdio only: in the child, before
+/// exec, every descriptor from 3 up is marked close-on-exec, so nothing this process
+/// inherited from its own caller without close-on-exec gets through. Call it before
+/// [`pass_fd`] (closures run in the order they were added; a later `pass_fd` puts its
+/// descriptor back).
+pub fn spawn_with_stdio_only(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // raw system calls (close_range, getrlimit, fcntl), which are async-signal-safe;
+    // it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if close_range(3, libc::CLOSE_RANGE_CLOEXEC) {
+                return Ok(());
+            }
+            let mut lim = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 {
+                lim.rlim_cur.min(1 << 20) as i32
+            } else {
+                1 << 16
+            };
+            for fd in 3..max {
+                libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC);
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Takes ownership of a descriptor inherited at exec (e.g. the shim's fd 3), marking
 /// it close-on-exec. `None` when the descriptor is not open.
 pub fn take_inherited_fd(fd: i32) -> Option<OwnedFd> {
@@ -188,6 +288,31 @@ mod tests {
         assert!(is_same_process(me, t));
         assert!(!is_same_process(me, t + 1));
         assert_eq!(parent_pid(me), Some(std::os::unix::process::parent_id()));
+    }
+
+    #[test]
+    fn spawned_programs_start_with_stdio_only() {
+        let f = std::fs::File::open("/").unwrap();
+        let fd = f.as_raw_fd();
+        nix::fcntl::fcntl(
+            fd,
+            nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()),
+        )
+        .unwrap();
+        let probe = format!("[ -e /proc/self/fd/{fd} ] && echo leaked; ls /proc/self/fd");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &probe]);
+        let leaky = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        assert!(leaky.contains("leaked"), "the fd was not planted: {leaky}");
+        let mut cmd = Command::new("/bin/sh");
+        cmd.args(["-c", &probe]);
+        spawn_with_stdio_only(&mut cmd);
+        let out = String::from_utf8(cmd.output().unwrap().stdout).unwrap();
+        assert_eq!(
+            out.split_whitespace().collect::<Vec<_>>(),
+            ["0", "1", "2", "3"],
+            "{out}"
+        );
     }
 
     #[test]

@@ -7,6 +7,10 @@
 //!   with `skopeo`.
 //! - [`debian_test_image`]: the Debian rootfs tar `crates/stockade-image/ci-setup.sh`
 //!   builds with mmdebstrap.
+//! - [`fds::planted`]: descriptors leaked by a careless caller, and the probe that
+//!   looks for them inside.
+
+pub mod fds;
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};

@@ -187,3 +187,22 @@ fn direct_runs_in_process_and_an_unreachable_host_is_an_error() {
     let out = stockade(&["pool", "ls", "--direct"]).output().unwrap();
     assert_eq!(out.status.code(), Some(69), "pools need a daemon");
 }
+
+// Issue 14, finding 3: every tenant's code would inherit what the daemon holds open;
+// the daemon here starts with descriptors planted by its caller.
+#[test]
+fn descriptors_of_the_daemon_do_not_reach_the_code() {
+    if !require_root("descriptors_of_the_daemon") {
+        return;
+    }
+    let planted = stockade_testkit::fds::planted();
+    let d = Serve::start();
+    let out = d.cli(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
+}

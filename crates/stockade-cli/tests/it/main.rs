@@ -519,3 +519,21 @@ fn session_exec_persists_the_workspace() {
     );
     assert!(!home.path().join("sessions/demo").exists());
 }
+
+// Issue 14, finding 3: descriptors the caller of `stockade` left open do not reach
+// the code (the fds are planted without close-on-exec, so `stockade` inherits them).
+#[test]
+fn descriptors_inherited_by_the_cli_do_not_reach_the_code() {
+    if !require_root("descriptors_inherited_by_the_cli") {
+        return;
+    }
+    let planted = stockade_testkit::fds::planted();
+    let out = run(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
+}

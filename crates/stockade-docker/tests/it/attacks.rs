@@ -258,3 +258,118 @@ async fn file_copies_refuse_traversal() {
     );
     sb.destroy().await.unwrap();
 }
+
+// Issue 14, finding 11: code running as root (`--user 0`) reaches the agent's
+// socket directory; the agent must refuse connections from inside the container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn code_running_as_root_cannot_use_the_agent_socket() {
+    use stockade_agent_proto::{ClientMsg, PROTOCOL_VERSION, codec};
+    let Some(image) = image() else { return };
+    let mut s = spec(&image);
+    s.user = stockade_core::spec::User { uid: 0, gid: 0 };
+    let sb = sandbox(s).await;
+    let mut frames = codec::encode(&ClientMsg::Hello {
+        version: PROTOCOL_VERSION,
+    })
+    .unwrap();
+    frames.extend(
+        codec::encode(&ClientMsg::Exec(ExecRequest::new([
+            "/bin/sh",
+            "-c",
+            "echo escaped > /tmp/inner-exec",
+        ])))
+        .unwrap(),
+    );
+    let hex: String = frames.iter().map(|b| format!("{b:02x}")).collect();
+    let code = format!(
+        "import socket\ns = socket.socket(socket.AF_UNIX)\ns.settimeout(10)\n\
+         try:\n    s.connect('/.stockade/agent.sock')\nexcept OSError as e:\n    print('unreachable', e); raise SystemExit\n\
+         got = b''\n\
+         try:\n    s.sendall(bytes.fromhex('{hex}'))\n    while len(got) < 4096:\n        b = s.recv(4096)\n        if not b: break\n        got += b\nexcept OSError as e:\n    print('error', e)\n\
+         print('answered', len(got))"
+    );
+    let out = py(&sb, &code, 30_000).await;
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("unreachable") || stdout.contains("answered 0"),
+        "the agent served a connection from inside the container:\n{stdout}{}",
+        text(&out.stderr)
+    );
+    let check = sh(&sb, "cat /tmp/inner-exec 2>/dev/null || echo none", 30_000).await;
+    assert_eq!(
+        text(&check.stdout),
+        "none\n",
+        "an exec ran through the agent socket"
+    );
+    // The agent still serves the provider.
+    assert_eq!(text(&sh(&sb, "echo alive", 30_000).await.stdout), "alive\n");
+    sb.destroy().await.unwrap();
+}
+
+// Issue 14, finding 11: what the code can read of PID 1 names no host path.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pid1_reveals_no_host_path() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let out = sh(
+        &sb,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
+        30_000,
+    )
+    .await;
+    let s = text(&out.stdout);
+    for host in [
+        "/run/stockade-docker",
+        "/var/cache",
+        "/target/",
+        "/work/",
+        "/root/",
+    ] {
+        assert!(
+            !s.contains(host),
+            "a command line inside names {host}:\n{s}"
+        );
+    }
+    sb.destroy().await.unwrap();
+}
+
+// Issue 14, finding 7: what an exec leaves in the background ends with it, and the
+// exec's tree dies with its shim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_processes_end_with_their_exec() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let out = sh(
+        &sb,
+        "sleep 1000 & (setsid sleep 999 &) ; nohup sleep 998 >/dev/null 2>&1 & echo started",
+        30_000,
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "started\n", "{out:?}");
+    let ps = sh(
+        &sb,
+        "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] || cat $p/comm; done 2>/dev/null",
+        30_000,
+    )
+    .await;
+    assert!(
+        !text(&ps.stdout).contains("sleep"),
+        "processes outlived their exec's result:\n{}",
+        text(&ps.stdout)
+    );
+    let adj = sh(
+        &sb,
+        "cat /proc/$PPID/oom_score_adj /proc/self/oom_score_adj",
+        30_000,
+    )
+    .await;
+    let adj: Vec<i32> = text(&adj.stdout)
+        .lines()
+        .map(|l| l.trim().parse().unwrap())
+        .collect();
+    assert!(
+        adj.len() == 2 && adj[0] < adj[1] && adj[1] == 1000,
+        "the shim (the exec's parent) must be the least likely OOM victim, the code the most: {adj:?}"
+    );
+    sb.destroy().await.unwrap();
+}

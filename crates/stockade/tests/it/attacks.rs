@@ -1,6 +1,7 @@
 //! Escape attempts. Each fails its test when the attack succeeds.
 
 use std::net::TcpListener;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use stockade::spec::Mount;
@@ -496,5 +497,239 @@ async fn tmp_is_capped_at_its_size() {
     );
     let kib: u64 = s.lines().last().unwrap().trim().parse().unwrap();
     assert!(kib <= 8 * 1024, "/tmp holds {kib} KiB with an 8 MiB cap");
+    destroy_clean(sb).await;
+}
+
+// Issue 14, finding 3: the caller's open descriptors must not reach the code.
+#[tokio::test]
+async fn the_callers_open_descriptors_do_not_reach_the_code() {
+    if !require_root("the_callers_open_descriptors_do_not_reach_the_code") {
+        return;
+    }
+    let planted = stockade_testkit::fds::planted();
+    let sb = sandbox(SandboxSpec::default()).await;
+    let out = sh(&sb, &planted.probe(), 10_000).await;
+    planted.assert_none_leaked(&text(&out.stdout));
+    // Also with output streamed and stdin kept open (other paths through the agent).
+    let mut req = ExecRequest::new(["/bin/sh", "-c", &planted.probe()]);
+    req.timeout_ms = Some(10_000);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(64);
+    let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    let out = sb.exec_streaming(req, tx).await.expect("exec");
+    drain.await.unwrap();
+    planted.assert_none_leaked(&text(&out.stdout));
+    destroy_clean(sb).await;
+}
+
+/// Names (`comm`) of every process in the sandbox but the one listing them.
+async fn processes_inside(sb: &stockade::Sandbox) -> String {
+    let ps = sh(
+        sb,
+        "for p in /proc/[0-9]*; do [ $p = /proc/$$ ] || cat $p/comm; done 2>/dev/null",
+        5_000,
+    )
+    .await;
+    text(&ps.stdout)
+}
+
+// Issue 14, finding 7a: what an exec leaves in the background ends with it.
+#[tokio::test]
+async fn background_processes_end_with_their_exec() {
+    if !require_root("background_processes_end_with_their_exec") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let out = sh(
+        &sb,
+        "sleep 1000 & (setsid sleep 999 &) ; nohup sleep 998 >/dev/null 2>&1 & echo started",
+        30_000,
+    )
+    .await;
+    assert_eq!(text(&out.stdout), "started\n", "{out:?}");
+    assert!(!out.timed_out);
+    let comms = processes_inside(&sb).await;
+    assert!(
+        !comms.contains("sleep"),
+        "processes outlived their exec's result: {comms}"
+    );
+    destroy_clean(sb).await;
+}
+
+/// Host pid of the exec shim running in the native sandbox `id` (a child of its PID 1
+/// whose command line starts with `stockade-shim`), once one runs.
+fn host_shim_pid(id: &str) -> u32 {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).unwrap())
+            .unwrap();
+    let init = state["init_pid"].as_u64().unwrap() as u32;
+    for _ in 0..2_000 {
+        for e in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                .and_then(|s| s.parse::<u32>().ok());
+            if cmdline.starts_with(b"stockade-shim") && ppid == Some(init) {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    panic!("no exec shim found below PID 1 (host pid {init}) of {id}");
+}
+
+// Issue 14, finding 7b: the shim is the least likely OOM victim, and when it dies
+// anyway, the exec's processes die with it.
+#[tokio::test]
+async fn the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim() {
+    if !require_root("the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    // The shim lowers itself to -1000 where it may (CAP_SYS_RESOURCE; hosts whose
+    // root lacks it keep the inherited value) and raises the code to 1000.
+    let adj = sh(
+        &sb,
+        "cat /proc/$PPID/oom_score_adj /proc/self/oom_score_adj",
+        5_000,
+    )
+    .await;
+    let adj: Vec<i32> = text(&adj.stdout)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect();
+    assert!(
+        adj.len() == 2 && adj[0] < adj[1] && adj[1] == 1000,
+        "the shim (the exec's parent) must be a less likely OOM victim than the code (1000): {adj:?}"
+    );
+    // Killing the shim (as the OOM killer would) must take the exec's tree with it.
+    let sb = Arc::new(sb);
+    let running = {
+        let sb = sb.clone();
+        tokio::spawn(async move {
+            let mut req = ExecRequest::new([
+                "/bin/sh",
+                "-c",
+                "sleep 1000 & (setsid sleep 999 &) ; sleep 997",
+            ]);
+            req.timeout_ms = Some(600_000);
+            sb.exec(req).await
+        })
+    };
+    let id = sb.id().to_string();
+    let shim = tokio::task::spawn_blocking(move || host_shim_pid(&id))
+        .await
+        .unwrap();
+    // Let the script start its sleeps before the shim goes.
+    loop {
+        if processes_inside(&sb).await.matches("sleep").count() >= 3 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::process::Command::new("kill")
+        .args(["-9", &shim.to_string()])
+        .status()
+        .unwrap();
+    let res = running.await.unwrap();
+    let err = res.expect_err("the exec's shim was killed");
+    assert!(err.to_string().contains("shim died"), "{err}");
+    let comms = processes_inside(&sb).await;
+    assert!(
+        !comms.contains("sleep"),
+        "the exec's processes outlived its dead shim: {comms}"
+    );
+    let sb = Arc::try_unwrap(sb).ok().unwrap();
+    destroy_clean(sb).await;
+}
+
+// Issue 14, finding 7: SysV and POSIX shared memory an exec leaves behind is removed
+// when it ends, so the next exec has the sandbox's memory.
+#[tokio::test]
+async fn orphaned_shared_memory_is_removed_after_the_exec() {
+    if !require_root("orphaned_shared_memory_is_removed_after_the_exec") {
+        return;
+    }
+    let mut spec = SandboxSpec::default();
+    spec.limits.memory_bytes = 256 << 20;
+    let sb = sandbox(spec).await;
+    let code = [
+        "import ctypes",
+        "libc = ctypes.CDLL(None, use_errno=True)",
+        "libc.shmget.restype = ctypes.c_int",
+        "libc.shmget.argtypes = [ctypes.c_int, ctypes.c_size_t, ctypes.c_int]",
+        "libc.shmat.restype = ctypes.c_void_p",
+        "libc.shmat.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int]",
+        "libc.shmdt.argtypes = [ctypes.c_void_p]",
+        "size = 160 << 20",
+        "shm = libc.shmget(0, size, 0o1600)",
+        "assert shm >= 0, ctypes.get_errno()",
+        "addr = libc.shmat(shm, None, 0)",
+        "ctypes.memset(addr, 1, size)",
+        "libc.shmdt(addr)",
+        "assert libc.semget(0, 4, 0o1600) >= 0",
+        "assert libc.msgget(0, 0o1600) >= 0",
+        "open('/dev/shm/leftover', 'wb').write(b'x' * (32 << 20))",
+        "print('left', shm)",
+    ]
+    .join("\n");
+    let out = py(&sb, &code, 60_000).await;
+    assert!(
+        text(&out.stdout).starts_with("left"),
+        "{out:?} {}",
+        text(&out.stderr)
+    );
+    let left = py(
+        &sb,
+        "import os\nfor k in ('shm', 'sem', 'msg'):\n    print(*open('/proc/sysvipc/' + k).read().splitlines()[1:], sep='\\n')\nprint(*os.listdir('/dev/shm'), sep='\\n')",
+        10_000,
+    )
+    .await;
+    let s = text(&left.stdout);
+    assert!(
+        s.trim().is_empty(),
+        "shared memory outlived the exec that made it:\n{s}{}",
+        text(&left.stderr)
+    );
+    // The next exec has the memory.
+    let out = py(
+        &sb,
+        "b = bytearray(180 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\nprint('ok')",
+        60_000,
+    )
+    .await;
+    assert!(!out.oom_killed, "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    destroy_clean(sb).await;
+}
+
+// Issue 14, finding 11: what the code can read of PID 1 names no host path.
+#[tokio::test]
+async fn pid1_reveals_no_host_path() {
+    if !require_root("pid1_reveals_no_host_path") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let out = sh(
+        &sb,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
+        5_000,
+    )
+    .await;
+    let s = text(&out.stdout);
+    let root = state_root();
+    let root = root.to_string_lossy();
+    assert!(
+        !s.contains(root.as_ref()) && !s.contains("/target/"),
+        "process command lines inside reveal host paths:\n{s}"
+    );
+    assert!(
+        s.lines().next().is_some_and(|l| !l.contains('/')),
+        "PID 1's command line names a path:\n{s}"
+    );
     destroy_clean(sb).await;
 }

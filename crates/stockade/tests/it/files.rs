@@ -461,3 +461,82 @@ async fn idle_sessions_lose_their_sandbox_but_keep_the_workspace() {
     m.delete("idle").await.unwrap();
     assert_no_trace(next.id());
 }
+
+/// Runs a file operation, failing the test (instead of hanging it) if it never ends.
+async fn bounded<T>(what: &str, f: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(Duration::from_secs(120), f)
+        .await
+        .unwrap_or_else(|_| panic!("{what} never returned"))
+}
+
+// Issue 14, finding 9: FIFOs, sockets and devices are refused at once, never waited on.
+#[tokio::test]
+async fn file_operations_refuse_fifos_sockets_and_devices_at_once() {
+    if !require_root("file_operations_refuse_fifos_sockets_and_devices_at_once") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let made = sh(
+        &sb,
+        "mkfifo /tmp/f && mkdir /tmp/d && mkfifo /tmp/d/p && echo hi > /tmp/d/a && \
+         python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('/tmp/d/s')\" && echo made",
+        10_000,
+    )
+    .await;
+    assert_eq!(text(&made.stdout), "made\n", "{made:?}");
+    for path in ["/tmp/f", "/tmp/d/s", "/dev/zero"] {
+        let err = bounded(&format!("read {path}"), sb.read(path))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not a regular file"),
+            "read {path}: {err}"
+        );
+        let err = bounded(&format!("download {path}"), sb.download(path))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not a regular file"),
+            "download {path}: {err}"
+        );
+    }
+    let err = bounded("write onto a fifo", sb.write("/tmp/f", "x"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    let err = bounded("edit a fifo", sb.edit("/tmp/f", "a", "b", false))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    // A directory holding a fifo and a socket downloads without them.
+    let archive = bounded("download /tmp/d", sb.download("/tmp/d"))
+        .await
+        .unwrap();
+    let names: Vec<String> = tar::Archive::new(&archive[..])
+        .entries()
+        .unwrap()
+        .map(|e| e.unwrap().path().unwrap().display().to_string())
+        .collect();
+    assert_eq!(names, ["a"]);
+    let found = bounded("grep over a fifo", sb.grep("hi", "/tmp/d", None, 0))
+        .await
+        .unwrap();
+    assert_eq!(found.len(), 1, "{found:?}");
+    let globbed = bounded("glob over a fifo", sb.glob("*", "/tmp/d"))
+        .await
+        .unwrap();
+    assert_eq!(globbed, ["a", "p", "s"]);
+    // Nothing of the operations is left running.
+    let ps = sh(
+        &sb,
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline; echo; done",
+        5_000,
+    )
+    .await;
+    assert!(
+        !text(&ps.stdout).contains("fileop"),
+        "file operations left processes behind:\n{}",
+        text(&ps.stdout)
+    );
+    destroy_clean(sb).await;
+}

@@ -1,0 +1,222 @@
+//! What PID 1 cleans up after execs: the trees of shims that died, and the shared
+//! memory the code left behind.
+//!
+//! - Each exec's shim tracks the exec's processes (it is their subreaper) and kills
+//!   them when the exec ends. Should the shim itself die (the OOM killer, a kill), its
+//!   processes are reparented to PID 1; [`kill_orphans`] kills every process whose
+//!   line of parents reaches PID 1 through anything but a live helper (shim, file
+//!   operation), before the exec's result is sent.
+//! - SysV shared memory, semaphores and message queues outlive the processes that
+//!   made them, and so do files in `/dev/shm` (POSIX shm and semaphores): memory
+//!   charged to the sandbox that no process holds. When an exec ends and no other
+//!   exec is running, PID 1 starts `ipc-clean`, which becomes the sandbox user and
+//!   removes them all (the sandbox has its own IPC namespace; the code never runs as
+//!   another user, so it owns everything it made).
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use stockade_agent_proto::launch::ExecPolicy;
+
+/// How long a helper may take before it is killed.
+const HELPER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// Pids of PID 1's helper children (exec shims, file operations, ipc-clean). Every
+/// other child of PID 1 is an orphan of an exec whose shim died.
+#[derive(Default)]
+pub struct Helpers(Mutex<HashSet<u32>>);
+
+impl Helpers {
+    /// Spawns `cmd` and records it as a helper (under the lock, so a concurrent sweep
+    /// never takes it for an orphan).
+    pub fn spawn(&self, cmd: &mut Command) -> std::io::Result<std::process::Child> {
+        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let child = cmd.spawn()?;
+        h.insert(child.id());
+        Ok(child)
+    }
+
+    /// Forgets a helper that ended.
+    pub fn forget(&self, pid: u32) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&pid);
+    }
+}
+
+/// `(pid, ppid)` of every live (not zombie) process we can see.
+fn processes() -> Vec<(u32, u32)> {
+    let mut out = Vec::new();
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let mut f = stat[close + 2..].split(' ');
+        let state = f.next().unwrap_or("X");
+        if let (false, Some(ppid)) = (
+            matches!(state, "Z" | "X" | "x"),
+            f.next().and_then(|p| p.parse().ok()),
+        ) {
+            out.push((pid, ppid));
+        }
+    }
+    out
+}
+
+/// Kills every process below us that is not (below) a live helper, after forgetting
+/// the dead shim `dead`, until none is left (bounded: a process stuck in the kernel
+/// cannot be waited for forever).
+pub fn kill_orphans(helpers: &Helpers, dead: u32) {
+    let mut h = helpers.0.lock().unwrap_or_else(|e| e.into_inner());
+    h.remove(&dead);
+    let me = std::process::id();
+    let until = Instant::now() + HELPER_DEADLINE;
+    loop {
+        let procs = processes();
+        let parent: HashMap<u32, u32> = procs.iter().copied().collect();
+        let victims: Vec<u32> = procs
+            .iter()
+            .map(|(pid, _)| *pid)
+            .filter(|pid| {
+                // Walk up to our child on this process's line.
+                let mut p = *pid;
+                let mut steps = 0;
+                while let Some(&pp) = parent.get(&p) {
+                    if pp == me {
+                        return !h.contains(&p);
+                    }
+                    p = pp;
+                    steps += 1;
+                    if steps > 4096 {
+                        break;
+                    }
+                }
+                false
+            })
+            .collect();
+        if victims.is_empty() || Instant::now() > until {
+            return;
+        }
+        for v in victims {
+            let _ = kill(Pid::from_raw(v as i32), Signal::SIGKILL);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Waits until process `pid` (a child of ours that the reaper thread collects) has
+/// exited, up to `deadline`; kills it then. True when it ended by itself.
+pub fn wait_or_kill(pid: u32, deadline: Duration) -> bool {
+    let Some(fd) = rustix::process::Pid::from_raw(pid as i32)
+        .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
+    else {
+        return true; // already gone and reaped
+    };
+    let until = Instant::now() + deadline;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+        match poll(
+            &mut fds,
+            PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX),
+        ) {
+            Ok(n) if n > 0 => return true,
+            Ok(_) => break,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(_) => break,
+        }
+    }
+    let _ = rustix::process::pidfd_send_signal(&fd, rustix::process::Signal::KILL);
+    let mut fds = [PollFd::new(fd.as_fd(), PollFlags::POLLIN)];
+    let _ = poll(&mut fds, PollTimeout::from(5_000u16));
+    false
+}
+
+/// Whether the sandbox's IPC namespace or `/dev/shm` holds anything.
+fn shared_memory_left() -> bool {
+    stockade_sys::ipc::count() > 0
+        || fs::read_dir("/dev/shm")
+            .map(|mut d| d.next().is_some())
+            .unwrap_or(false)
+}
+
+/// Removes the shared memory the execs left, through an `ipc-clean` helper running as
+/// the sandbox user. The caller makes sure no exec is running.
+pub fn clean_shared_memory(policy: &ExecPolicy, helpers: &Helpers) {
+    if !shared_memory_left() {
+        return;
+    }
+    let Ok(json) = serde_json::to_vec(policy) else {
+        return;
+    };
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("stockade-ipc-clean")
+        .arg("ipc-clean")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+    let Ok(mut child) = helpers.spawn(&mut cmd) else {
+        return;
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(&json);
+    }
+    let pid = child.id();
+    drop(child);
+    wait_or_kill(pid, HELPER_DEADLINE);
+    helpers.forget(pid);
+}
+
+/// Entry point of `stockade-agent ipc-clean` (the policy as JSON on stdin).
+pub fn ipc_clean_main() -> i32 {
+    let mut input = String::new();
+    if std::io::stdin().read_to_string(&mut input).is_err() {
+        return 2;
+    }
+    let policy: ExecPolicy = match serde_json::from_str(&input) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stockade-ipc-clean: bad policy: {e}; this command is run by the agent");
+            return 2;
+        }
+    };
+    if let Err(e) = crate::shim::become_sandbox_user(&policy) {
+        eprintln!("stockade-ipc-clean: {e}");
+        return 1;
+    }
+    stockade_sys::ipc::remove_all();
+    if let Ok(dir) = fs::read_dir("/dev/shm") {
+        for e in dir.flatten() {
+            let p = e.path();
+            let _ = match e.file_type() {
+                Ok(t) if t.is_dir() => fs::remove_dir_all(&p),
+                _ => fs::remove_file(&p),
+            };
+        }
+    }
+    0
+}
