@@ -106,16 +106,47 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
             Ok(stream) => {
                 let shared = shared.clone();
                 shared.active.fetch_add(1, Ordering::SeqCst);
-                std::thread::spawn(move || {
-                    let _ = handle(stream, &shared);
+                // A second handle on the connection, to answer when no thread can be
+                // started (the agent's threads count against the sandbox's pids cap,
+                // which the code can fill): the caller gets an error, the agent lives.
+                let answer = stream.try_clone().ok();
+                let spawned = spawn_thread({
+                    let shared = shared.clone();
+                    move || {
+                        let _ = handle(stream, &shared);
+                        shared.last_ms.store(now_ms(), Ordering::SeqCst);
+                        shared.active.fetch_sub(1, Ordering::SeqCst);
+                    }
+                });
+                if let Err(message) = spawned {
+                    if let Some(mut s) = answer {
+                        let _ = write_msg(
+                            &mut s,
+                            &AgentMsg::Error {
+                                code: ErrorCode::LimitExceeded,
+                                message,
+                            },
+                        );
+                    }
                     shared.last_ms.store(now_ms(), Ordering::SeqCst);
                     shared.active.fetch_sub(1, Ordering::SeqCst);
-                });
+                }
             }
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
         }
     }
     stockade_sys::process::exit_now(0)
+}
+
+/// Starts a thread, or says why not: with the sandbox's pids cap reached (the code's
+/// processes and the agent's threads share it) `std::thread::spawn` would panic.
+fn spawn_thread<F: FnOnce() + Send + 'static>(f: F) -> Result<(), String> {
+    std::thread::Builder::new().spawn(f).map(|_| ()).map_err(|e| {
+        format!(
+            "the agent cannot start a thread ({e}): the sandbox's process limit (pids) is reached; \
+             end some of its processes or create the sandbox with a higher pids limit"
+        )
+    })
 }
 
 fn reap_forever(mask: SigSet) -> ! {
@@ -305,20 +336,20 @@ fn shim_exec(
         let _ = stdin_tx.send(None);
     }
     if let Some(mut pipe) = stdin {
-        std::thread::spawn(move || {
+        spawn_thread(move || {
             while let Ok(Some(data)) = stdin_rx.recv() {
                 if pipe.write_all(&data).is_err() {
                     break;
                 }
             }
-        });
+        })?;
     }
     // Client messages during the exec: stdin, kill; end of connection kills.
     let mut ctl_for_client = ctl.try_clone().map_err(|e| e.to_string())?;
     let mut client_r = client.try_clone().map_err(|e| e.to_string())?;
     let done = Arc::new(AtomicBool::new(false));
     let done_c = done.clone();
-    std::thread::spawn(move || {
+    spawn_thread(move || {
         loop {
             match read_msg::<_, ClientMsg>(&mut client_r) {
                 Ok(Some(ClientMsg::Stdin(d))) => {
@@ -335,15 +366,17 @@ fn shim_exec(
                 }
             }
         }
-    });
+    })?;
     let background = Arc::new(AtomicBool::new(false));
     let pump = {
         let conn = conn.clone();
         let background = background.clone();
         let (limit, stream) = (req.output_limit_bytes, req.stream);
-        std::thread::spawn(move || {
-            pump_output(stdout, stderr, limit, stream.then_some(conn), &background)
-        })
+        std::thread::Builder::new()
+            .spawn(move || pump_output(stdout, stderr, limit, stream.then_some(conn), &background))
+            .map_err(|e| {
+                format!("the agent cannot start a thread ({e}): the sandbox's process limit (pids) is reached")
+            })?
     };
     let mut events = BufReader::new(ctl.try_clone().map_err(|e| e.to_string())?);
     let mut outcome = ExecOutcome::default();

@@ -203,3 +203,40 @@ async fn network_egress_does_not_reach_the_hosts_lan() {
     );
     destroy_clean(sb).await;
 }
+
+#[tokio::test]
+async fn a_sandbox_at_its_pids_cap_refuses_new_work_but_survives() {
+    if !require_root("a_sandbox_at_its_pids_cap_refuses_new_work_but_survives") {
+        return;
+    }
+    let mut spec = SandboxSpec::default();
+    spec.limits.pids = 24;
+    let sb = sandbox(spec).await;
+    // The code takes every task the cap allows and holds them for a while.
+    let hog = "import os, time\nkids = []\nwhile True:\n    try:\n        pid = os.fork()\n    except OSError:\n        break\n    if pid == 0:\n        time.sleep(8); os._exit(0)\n    kids.append(pid)\n\
+               print('holding', len(kids), flush=True)\ntime.sleep(8)";
+    let mut req = stockade::ExecRequest::new(["/usr/bin/python3", "-c", hog]);
+    req.timeout_ms = Some(20_000);
+    let holder = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sb.exec(req).await })
+    };
+    tokio::time::sleep(std::time::Duration::from_secs(3)).await;
+    // New work while the cap is full: refused or failed, but the agent lives on.
+    for _ in 0..3 {
+        let mut r = stockade::ExecRequest::new(["/bin/true"]);
+        r.timeout_ms = Some(5_000);
+        let _ = sb.exec(r).await;
+    }
+    let held = holder.await.unwrap().expect("the holding exec finishes");
+    assert!(
+        text(&held.stdout).starts_with("holding"),
+        "{} {}",
+        text(&held.stdout),
+        text(&held.stderr)
+    );
+    // Once the code's processes are gone the sandbox works again.
+    let out = sh(&sb, "echo alive", 10_000).await;
+    assert_eq!(text(&out.stdout), "alive\n", "{}", text(&out.stderr));
+    destroy_clean(sb).await;
+}
