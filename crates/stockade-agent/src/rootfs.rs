@@ -11,6 +11,7 @@ use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
 
@@ -78,28 +79,51 @@ fn open_in(root: &OwnedFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno>
 }
 
 /// The directory `target` of the new root at `root` (opened afresh, so it is the
-/// topmost mount there), creating missing directories (0755) inside the root.
+/// topmost mount there), creating missing directories (0755) inside the root, also
+/// where a dangling symlink points (as `mkdir -p` would, but inside the root).
 fn target_dir(root: &Path, target: &Path) -> Result<OwnedFd, String> {
     let rootfd = open_dir(root)?;
-    let mut cur = PathBuf::new();
-    let mut fd = open_in(&rootfd, Path::new("."), OFlags::DIRECTORY)
-        .map_err(|e| err("open", root, e))?;
-    for c in relative(target).components() {
-        cur.push(c);
-        fd = match open_in(&rootfd, &cur, OFlags::DIRECTORY) {
-            Ok(f) => f,
-            Err(Errno::NOENT) => {
-                match rustix::fs::mkdirat(&fd, c.as_os_str(), Mode::from_raw_mode(0o755)) {
-                    Ok(()) | Err(Errno::EXIST) => {}
-                    Err(e) => return Err(err("create directory", &Path::new("/").join(&cur), e)),
+    let mut want = relative(target);
+    let shown = |p: &Path| Path::new("/").join(p);
+    // Each restart follows one dangling symlink; 40 is the kernel's own hop limit.
+    'walk: for _ in 0..40 {
+        let comps: Vec<Component> = want.components().collect();
+        let mut cur = PathBuf::new();
+        let mut fd =
+            open_in(&rootfd, Path::new("."), OFlags::DIRECTORY).map_err(|e| err("open", root, e))?;
+        for (i, c) in comps.iter().enumerate() {
+            let parent = cur.clone();
+            cur.push(c);
+            fd = match open_in(&rootfd, &cur, OFlags::DIRECTORY) {
+                Ok(f) => f,
+                Err(Errno::NOENT) => {
+                    let name = c.as_os_str();
+                    match rustix::fs::mkdirat(&fd, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(err("create directory", &shown(&cur), e)),
+                    }
+                    match open_in(&rootfd, &cur, OFlags::DIRECTORY) {
+                        Ok(f) => f,
+                        Err(Errno::NOENT) => {
+                            // A symlink to a missing directory: go on from its target.
+                            let link = rustix::fs::readlinkat(&fd, name, Vec::new())
+                                .map_err(|e| err("read the link", &shown(&cur), e))?;
+                            let link = PathBuf::from(OsStr::from_bytes(link.as_bytes()));
+                            let mut next = if link.is_absolute() { PathBuf::new() } else { parent };
+                            next.push(link);
+                            next.extend(&comps[i + 1..]);
+                            want = relative(&next);
+                            continue 'walk;
+                        }
+                        Err(e) => return Err(err("open", &shown(&cur), e)),
+                    }
                 }
-                open_in(&rootfd, &cur, OFlags::DIRECTORY)
-                    .map_err(|e| err("open", &Path::new("/").join(&cur), e))?
-            }
-            Err(e) => return Err(err("open", &Path::new("/").join(&cur), e)),
-        };
+                Err(e) => return Err(err("open", &shown(&cur), e)),
+            };
+        }
+        return Ok(fd);
     }
-    Ok(fd)
+    Err(err("create directory", target, "too many levels of symbolic links"))
 }
 
 /// The parent directory of `path` in the new root (created) and its last component.
