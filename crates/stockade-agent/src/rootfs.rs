@@ -89,8 +89,8 @@ fn target_dir(root: &Path, target: &Path) -> Result<OwnedFd, String> {
     'walk: for _ in 0..40 {
         let comps: Vec<Component> = want.components().collect();
         let mut cur = PathBuf::new();
-        let mut fd =
-            open_in(&rootfd, Path::new("."), OFlags::DIRECTORY).map_err(|e| err("open", root, e))?;
+        let mut fd = open_in(&rootfd, Path::new("."), OFlags::DIRECTORY)
+            .map_err(|e| err("open", root, e))?;
         for (i, c) in comps.iter().enumerate() {
             let parent = cur.clone();
             cur.push(c);
@@ -109,7 +109,11 @@ fn target_dir(root: &Path, target: &Path) -> Result<OwnedFd, String> {
                             let link = rustix::fs::readlinkat(&fd, name, Vec::new())
                                 .map_err(|e| err("read the link", &shown(&cur), e))?;
                             let link = PathBuf::from(OsStr::from_bytes(link.as_bytes()));
-                            let mut next = if link.is_absolute() { PathBuf::new() } else { parent };
+                            let mut next = if link.is_absolute() {
+                                PathBuf::new()
+                            } else {
+                                parent
+                            };
                             next.push(link);
                             next.extend(&comps[i + 1..]);
                             want = relative(&next);
@@ -123,7 +127,11 @@ fn target_dir(root: &Path, target: &Path) -> Result<OwnedFd, String> {
         }
         return Ok(fd);
     }
-    Err(err("create directory", target, "too many levels of symbolic links"))
+    Err(err(
+        "create directory",
+        target,
+        "too many levels of symbolic links",
+    ))
 }
 
 /// The parent directory of `path` in the new root (created) and its last component.
@@ -184,7 +192,10 @@ fn open_source(source: &Path, within: Option<&Path>, file: bool) -> Result<Owned
     let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
     if is_dir == file {
         let want = if file { "a file" } else { "a directory" };
-        return Err(format!("cannot mount {}: it is not {want}", shown.display()));
+        return Err(format!(
+            "cannot mount {}: it is not {want}",
+            shown.display()
+        ));
     }
     Ok(fd)
 }
@@ -312,7 +323,13 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
         MountOp::Proc { target } => {
             let dst = mkdir(root, target, 0o555)?;
             let f = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            do_mount(Some(Path::new("proc")), &fd_path(&dst), Some("proc"), f, None)
+            do_mount(
+                Some(Path::new("proc")),
+                &fd_path(&dst),
+                Some("proc"),
+                f,
+                None,
+            )
         }
         MountOp::Sysfs { target } => {
             let dst = mkdir(root, target, 0o555)?;
@@ -399,8 +416,10 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             };
             let st = rustix::fs::fstat(&dst).map_err(|e| err("inspect", target, e))?;
             if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
-                let f =
-                    MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+                let f = MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
                 do_mount(
                     Some(Path::new("tmpfs")),
                     &fd_path(&dst),

@@ -134,7 +134,9 @@ pub enum Error {
     },
     /// Writing more would pass the store's total cap or the caller's budget; nothing
     /// of what was being written is kept.
-    #[error("{what}: it would pass the image store's {cap} of {limit} bytes ({used} bytes in use); {fix}")]
+    #[error(
+        "{what}: it would pass the image store's {cap} of {limit} bytes ({used} bytes in use); {fix}"
+    )]
     QuotaExceeded {
         /// What was being written (a blob, an image's root filesystem).
         what: String,

@@ -182,6 +182,9 @@ mod tests {
         assert_eq!(kind(&root, Path::new("abs")).unwrap(), Kind::Symlink);
         assert_eq!(kind(&root, Path::new("abs/real")).unwrap(), Kind::Dir);
         assert_eq!(read_link(&root, Path::new("up")).unwrap(), "../../..");
-        assert!(read(&root, Path::new("real/secret"), 2).is_err(), "over max");
+        assert!(
+            read(&root, Path::new("real/secret"), 2).is_err(),
+            "over max"
+        );
     }
 }

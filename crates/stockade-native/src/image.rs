@@ -89,12 +89,11 @@ pub fn image_root(
     // In use from here on: gc keeps the tree, `image rm` refuses.
     let (in_use_lock, guard) = store.hold(&image.digest).map_err(internal)?;
     let rootfs = store.rootfs(&image).map_err(|e| match e {
-        stockade_image::Error::LimitExceeded { .. } | stockade_image::Error::QuotaExceeded { .. } => {
-            Error::LimitExceeded {
-                what: e.to_string(),
-                limit: "the image store's limits".into(),
-            }
-        }
+        stockade_image::Error::LimitExceeded { .. }
+        | stockade_image::Error::QuotaExceeded { .. } => Error::LimitExceeded {
+            what: e.to_string(),
+            limit: "the image store's limits".into(),
+        },
         stockade_image::Error::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
         e => internal(e),
     })?;
@@ -176,12 +175,26 @@ pub fn image_user(rootfs: &Path, user: &str) -> Result<Option<(u32, u32)>, Strin
 fn entries(rootfs: &Path, under: &Path, skip: &[&str]) -> Result<Vec<(PathBuf, Entry)>, Error> {
     use stockade_image::inroot::{self, Kind};
     let rel = under.strip_prefix("/").unwrap_or(under);
-    let cannot = |e| Error::io(format!("cannot read {} of image {}", under.display(), rootfs.display()), e);
+    let cannot = |e| {
+        Error::io(
+            format!(
+                "cannot read {} of image {}",
+                under.display(),
+                rootfs.display()
+            ),
+            e,
+        )
+    };
     let listed = match inroot::read_dir(rootfs, rel) {
         Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         // `/etc` that is a file, or a symlink loop: the image has no such directory.
-        Err(e) if matches!(e.raw_os_error(), Some(nix::libc::ENOTDIR | nix::libc::ELOOP)) => {
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ENOTDIR | nix::libc::ELOOP)
+            ) =>
+        {
             return Ok(Vec::new());
         }
         Err(e) => return Err(cannot(e)),
@@ -205,7 +218,6 @@ fn entries(rootfs: &Path, under: &Path, skip: &[&str]) -> Result<Vec<(PathBuf, E
     out.sort_by(|a, b| a.0.cmp(&b.0));
     Ok(out)
 }
-
 
 #[cfg(test)]
 mod tests {

@@ -370,7 +370,10 @@ async fn image_symlinks_never_reach_the_host() {
         ],
     ));
     for (name, entries) in &images {
-        let layout = host.dir.path().join(format!("layout-{}", name.replace([':', '/'], "-")));
+        let layout = host
+            .dir
+            .path()
+            .join(format!("layout-{}", name.replace([':', '/'], "-")));
         stockade_testkit::oci_layout_entries(&layout, &base, entries, serde_json::json!({}), name);
         stockade_image::import(&store, &layout, None).unwrap();
         for writable in [false, true] {

@@ -288,7 +288,8 @@ async fn image_symlinks_never_reach_the_host() {
     let provider: Arc<dyn Provider> =
         Arc::new(DockerProvider::new().with_image_store(store.root()));
     let pid = std::process::id();
-    let images: Vec<(String, Vec<stockade_testkit::LayerEntry>)> = vec![
+    // (name, attack layer, whether python can still run in it)
+    let images: Vec<(String, Vec<stockade_testkit::LayerEntry>, bool)> = vec![
         (
             format!("localhost/stockade-attack-{pid}/etc:1"),
             vec![
@@ -297,17 +298,33 @@ async fn image_symlinks_never_reach_the_host() {
                 Dir("srv"),
                 Symlink("srv/deep", "../../.."),
             ],
+            true,
         ),
         (
             format!("localhost/stockade-attack-{pid}/top:1"),
             vec![
-                Symlink("tmp", "/"),
                 Symlink("proc", "/proc"),
                 Symlink("dev", "../../.."),
                 Symlink("etc", "/proc"),
+                Symlink("bin", "/"),
             ],
+            true,
+        ),
+        // runc refuses this one (its /tmp tmpfs target does not resolve): fine.
+        (
+            format!("localhost/stockade-attack-{pid}/tmp:1"),
+            vec![Symlink("tmp", "/")],
+            true,
+        ),
+        // No python without /usr: probed with the (static) agent's file operations.
+        (
+            format!("localhost/stockade-attack-{pid}/usr:1"),
+            vec![Symlink("usr", "/"), Symlink("bin", "../../..")],
+            false,
         ),
     ];
+    let secret_rel = secret_path.strip_prefix("/").unwrap().display().to_string();
+    let own_cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
     let probe = format!(
         r#"
 import os
@@ -330,7 +347,7 @@ print("leaks", leaks)
             .map(|b| format!("{b:02x}"))
             .collect::<String>()
     );
-    for (name, entries) in &images {
+    for (name, entries, python) in &images {
         let layout = host.path().join(name.replace([':', '/'], "-"));
         stockade_testkit::oci_layout_entries(
             &layout,
@@ -350,9 +367,47 @@ print("leaks", leaks)
         .await;
         let outcome = match created {
             Ok(sb) => {
-                let out = py(&sb, &probe, 30_000).await;
+                let out = if *python {
+                    Some(py(&sb, &probe, 30_000).await)
+                } else {
+                    None
+                };
+                let mut found = Vec::new();
+                for pre in [
+                    "",
+                    "/etc",
+                    "/usr",
+                    "/bin",
+                    "/tmp",
+                    "/proc",
+                    "/dev",
+                    "/usr/local",
+                ] {
+                    for suffix in [
+                        secret_rel.clone(),
+                        "secret.txt".into(),
+                        format!("proc/{pid}/cmdline"),
+                        format!("{pid}/cmdline"),
+                    ] {
+                        let p = format!("{pre}/{suffix}");
+                        if let Ok(data) = sb.read(&p).await
+                            && (data == secret.as_bytes() || data == own_cmdline)
+                        {
+                            found.push(p);
+                        }
+                    }
+                }
+                // File operations work in this image (else the probe proves nothing).
+                let listed = sb
+                    .file(stockade_core::FileOp::Ls { path: "/".into() })
+                    .await;
                 sb.destroy().await.unwrap();
-                Some(out)
+                assert!(
+                    found.is_empty(),
+                    "{name}: host files reached through {found:?}"
+                );
+                assert!(listed.is_ok(), "{name}: file operations fail: {listed:?}");
+                out
             }
             Err(e) => {
                 eprintln!("{name}: refused by the runtime: {e}");

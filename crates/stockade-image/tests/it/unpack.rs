@@ -444,7 +444,11 @@ fn whiteouts_of_dot_and_dotdot_cannot_remove_the_store() {
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
-        assert_eq!(left, ["partial-other"], "{name}: a failed flatten left a tree");
+        assert_eq!(
+            left,
+            ["partial-other"],
+            "{name}: a failed flatten left a tree"
+        );
     }
 }
 
@@ -469,7 +473,10 @@ fn a_whiteout_through_a_symlink_is_refused() {
         );
         let e = store.rootfs(&img).unwrap_err();
         assert!(matches!(e, Error::UnsafeEntry { .. }), "{name}: {e}");
-        assert!(outside.join("secret").exists(), "{name} removed a host file");
+        assert!(
+            outside.join("secret").exists(),
+            "{name} removed a host file"
+        );
     }
 }
 
@@ -507,18 +514,26 @@ fn the_store_total_cap_counts_what_is_stored() {
     let e = store.rootfs(&img_b).unwrap_err();
     assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
     let msg = e.to_string();
-    for needle in ["5242880", "max_total_bytes", "STOCKADE_IMAGE_STORE_MAX_BYTES"] {
+    for needle in [
+        "5242880",
+        "max_total_bytes",
+        "STOCKADE_IMAGE_STORE_MAX_BYTES",
+    ] {
         assert!(msg.contains(needle), "{msg} lacks {needle}");
     }
-    assert!(!store.root().join("rootfs").join(img_b.digest.hex()).exists());
+    assert!(
+        !store
+            .root()
+            .join("rootfs")
+            .join(img_b.digest.hex())
+            .exists()
+    );
     assert_eq!(
         std::fs::read_dir(store.root().join("tmp")).unwrap().count(),
         0
     );
     // A blob write is held to the cap too.
-    let e = store
-        .put_blob_bytes(&vec![0u8; 6 << 20], None)
-        .unwrap_err();
+    let e = store.put_blob_bytes(&vec![0u8; 6 << 20], None).unwrap_err();
     assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
 
     // A per-caller budget: what this handle adds is counted and capped.
@@ -530,5 +545,9 @@ fn the_store_total_cap_counts_what_is_stored() {
     let e = budget.rootfs(&img).unwrap_err();
     assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
     assert!(e.to_string().contains("budget"), "{e}");
-    assert_eq!(budget.added_bytes(), added_blobs, "a failed flatten adds nothing");
+    assert_eq!(
+        budget.added_bytes(),
+        added_blobs,
+        "a failed flatten adds nothing"
+    );
 }
