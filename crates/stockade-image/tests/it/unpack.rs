@@ -510,7 +510,7 @@ fn the_store_total_cap_counts_what_is_stored() {
     store.rootfs(&img_a).unwrap();
     let used = store.usage().unwrap();
     assert!(used >= 3 << 20, "usage counts the unpacked tree: {used}");
-    let img_b = store_image(&store, &build(&[b.clone()], true), "t/b:1");
+    let img_b = store_image(&store, &build(std::slice::from_ref(&b), true), "t/b:1");
     let e = store.rootfs(&img_b).unwrap_err();
     assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
     let msg = e.to_string();
