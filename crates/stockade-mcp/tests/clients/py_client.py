@@ -213,7 +213,7 @@ async def scenario_progress_cancel(args: argparse.Namespace) -> None:
         assert any("marker-started" in m for m in seen), seen
         # The command is gone (the kill is synchronous with the exec's end; allow the
         # server a moment to process the notification).
-        probe = "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and b'sleep' in open(f'/proc/{p}/cmdline','rb').read()))"
+        probe = "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and b'sleep\\x00300' in open(f'/proc/{p}/cmdline','rb').read()))"
         count = None
         for _ in range(100):
             out = await call_ok(c, "sandbox_exec", {"sandbox_id": sid, "command": f"python3 -c \"{probe}\""})

@@ -101,7 +101,7 @@ async function progressCancel() {
   });
   await assert.rejects(call, (e) => /abort|cancel/i.test(String(e)));
   assert.ok(seen.some((m) => m.includes('marker-started')), JSON.stringify(seen));
-  const probe = "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and b'sleep' in open(f'/proc/{p}/cmdline','rb').read()))";
+  const probe = "import os\nprint(sum(1 for p in os.listdir('/proc') if p.isdigit() and b'sleep\\x00300' in open(f'/proc/{p}/cmdline','rb').read()))";
   let count;
   for (let i = 0; i < 100; i++) {
     count = Number((await ok('sandbox_exec', { sandbox_id: sid, command: `python3 -c "${probe}"` })).stdout);

@@ -200,8 +200,26 @@ impl Env {
         v
     }
 
-    /// Deletes a session the clients made (its sandbox is not the server's to end).
-    fn delete_session(&self, name: &str) {
+    /// Deletes the sessions named `name` the clients made, of any tenant (their
+    /// sandboxes are not the server's to end); returns how many there were.
+    fn delete_session(&self, name: &str) -> usize {
+        let tenant_suffix = format!(".{name}");
+        let all: Vec<String> = std::fs::read_dir(self.home.path().join("sessions"))
+            .map(|d| {
+                d.flatten()
+                    .filter(|e| e.path().is_dir())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n == name || n.ends_with(&tenant_suffix))
+                    .collect()
+            })
+            .unwrap_or_default();
+        for n in &all {
+            self.delete_one_session(n);
+        }
+        all.len()
+    }
+
+    fn delete_one_session(&self, name: &str) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
@@ -296,7 +314,7 @@ fn python_client_over_stdio_calls_every_tool() {
     let rs = e.py("all", &e.stdio());
     // The client disconnected: the sandbox it left alive was destroyed.
     assert_gone(result(&rs, "left").as_str().unwrap());
-    e.delete_session(result(&rs, "session").as_str().unwrap());
+    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
 }
 
 #[test]
@@ -310,7 +328,7 @@ fn python_client_over_http_calls_every_tool() {
     );
     // The client ended its MCP session (DELETE): its sandbox went with it.
     assert_gone(result(&rs, "left").as_str().unwrap());
-    e.delete_session(result(&rs, "session").as_str().unwrap());
+    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
 }
 
 #[test]
@@ -318,7 +336,7 @@ fn typescript_client_over_stdio_calls_every_tool() {
     let _l = lock();
     let Some(e) = env() else { return };
     let rs = e.ts("all", &e.stdio());
-    e.delete_session(result(&rs, "session").as_str().unwrap());
+    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
 }
 
 #[test]
@@ -330,7 +348,7 @@ fn typescript_client_over_http_calls_every_tool() {
         "all",
         &["--http".into(), url, "--token".into(), TOKEN_B.into()],
     );
-    e.delete_session(result(&rs, "session").as_str().unwrap());
+    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
 }
 
 #[test]
@@ -373,18 +391,8 @@ fn clients_with_different_tokens_do_not_see_each_others_sandboxes() {
         ],
     );
     // Each tenant got its own workspace of that name.
-    let name = result(&rs, "sessions")[0].as_str().unwrap().to_string();
-    let sessions = e.home.path().join("sessions");
-    let dirs: Vec<String> = std::fs::read_dir(&sessions)
-        .unwrap()
-        .flatten()
-        .map(|d| d.file_name().to_string_lossy().into_owned())
-        .filter(|n| n.ends_with(&name) && !n.ends_with(".lock"))
-        .collect();
-    assert_eq!(dirs.len(), 2, "{dirs:?}");
-    for d in dirs {
-        e.delete_session(&d);
-    }
+    let name = result(&rs, "sessions")[0].as_str().unwrap();
+    assert_eq!(e.delete_session(name), 2);
 }
 
 #[test]
