@@ -65,9 +65,9 @@ pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, args: &McpArgs) -> any
     let auth = Arc::new(auth);
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
-        .layer(axum::middleware::from_fn(move |req: Request, next: Next| {
-            authenticate(auth.clone(), req, next)
-        }));
+        .layer(axum::middleware::from_fn(
+            move |req: Request, next: Next| authenticate(auth.clone(), req, next),
+        ));
     eprintln!("stockade mcp: listening on http://{local}/mcp");
     let stop = ct.clone();
     axum::serve(listener, app)

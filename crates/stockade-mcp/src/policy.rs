@@ -216,19 +216,15 @@ impl OperatorPolicy {
                 Err(mut e) => errs.append(&mut e),
             }
         }
-        if errs.is_empty() {
-            Ok(self)
-        } else {
-            Err(errs)
-        }
+        if errs.is_empty() { Ok(self) } else { Err(errs) }
     }
 
     /// Reads and applies a policy file.
     pub fn load(self, path: &Path) -> Result<OperatorPolicy, String> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read policy file {}: {e}", path.display()))?;
-        let f: PolicyFile = toml::from_str(&text)
-            .map_err(|e| format!("policy file {}: {e}", path.display()))?;
+        let f: PolicyFile =
+            toml::from_str(&text).map_err(|e| format!("policy file {}: {e}", path.display()))?;
         self.apply_file(f)
             .map_err(|e| format!("policy file {}: {}", path.display(), e.join("; ")))
     }
@@ -340,7 +336,7 @@ impl OperatorPolicy {
     /// An exec deadline in seconds: the asked one (default 60 s) within the maximum.
     pub fn exec_timeout(&self, asked: Option<f64>) -> Result<f64, Denied> {
         let t = asked.unwrap_or(DEFAULT_EXEC_TIMEOUT_SECS as f64);
-        if !(t > 0.0) {
+        if !t.is_finite() || t <= 0.0 {
             return Err(Denied::new(
                 "timeout",
                 format!("timeout {t} is not a positive number of seconds"),
@@ -492,8 +488,14 @@ mod tests {
         );
         let e = p.resources(None, None, None, true).unwrap_err();
         assert_eq!(e.rule, "allow_network");
-        assert!(e.to_string().contains("refused by policy rule allow_network"));
-        assert!(p.resources(Some(256 << 20), Some(1.0), Some(60), false).is_ok());
+        assert!(
+            e.to_string()
+                .contains("refused by policy rule allow_network")
+        );
+        assert!(
+            p.resources(Some(256 << 20), Some(1.0), Some(60), false)
+                .is_ok()
+        );
         assert_eq!(p.mount("/etc", false).unwrap_err().rule, "workspaces");
         assert_eq!(p.exec_timeout(None).unwrap(), 60.0);
         assert_eq!(

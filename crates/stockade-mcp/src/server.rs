@@ -78,7 +78,10 @@ impl ToolError {
         if let Some(r) = &self.rule {
             err["rule"] = json!(r);
         }
-        let text = format!("error ({}): {}\nwhat to try: {}", self.code, self.message, self.fix);
+        let text = format!(
+            "error ({}): {}\nwhat to try: {}",
+            self.code, self.message, self.fix
+        );
         let mut r = CallToolResult::error(vec![ContentBlock::text(text)]);
         r.structured_content = Some(json!({ "error": err }));
         r
@@ -108,9 +111,7 @@ impl From<Error> for ToolError {
             (_, C::Unavailable) => "try another language or provider, or ask the operator to \
                                     fix the host (`stockade doctor`)"
                 .into(),
-            (_, C::LimitExceeded) => {
-                "ask for less, or destroy sandboxes you no longer need".into()
-            }
+            (_, C::LimitExceeded) => "ask for less, or destroy sandboxes you no longer need".into(),
             (_, C::PolicyDenied) => {
                 "the operator's approval rules refuse this; do it another way".into()
             }
@@ -118,9 +119,7 @@ impl From<Error> for ToolError {
             (_, C::Internal) => "try again; if it persists, tell the operator".into(),
         };
         let rule = match &e {
-            Error::PolicyDenied(m) => m
-                .rsplit_once(" rule ")
-                .map(|(_, r)| r.trim().to_string()),
+            Error::PolicyDenied(m) => m.rsplit_once(" rule ").map(|(_, r)| r.trim().to_string()),
             _ => None,
         };
         ToolError {
@@ -490,7 +489,10 @@ impl Handler {
                         if truncated {
                             text.push_str("\n[more matches were cut; narrow the search]");
                         }
-                        Ok(ok(json!({"matches": matches, "truncated": truncated}), text))
+                        Ok(ok(
+                            json!({"matches": matches, "truncated": truncated}),
+                            text,
+                        ))
                     }
                     other => Err(unexpected(other)),
                 }
@@ -574,7 +576,11 @@ impl Handler {
         Ok(sb)
     }
 
-    async fn create(&self, a: tools::SandboxCreate, ctx: &RequestContext<RoleServer>) -> ToolResult {
+    async fn create(
+        &self,
+        a: tools::SandboxCreate,
+        ctx: &RequestContext<RoleServer>,
+    ) -> ToolResult {
         let shared = self.shared();
         let p = &shared.policy;
         let live = shared
@@ -681,7 +687,11 @@ impl Handler {
     }
 
     fn list(&self) -> CallToolResult {
-        let owned = self.shared().owned.lock().unwrap_or_else(|p| p.into_inner());
+        let owned = self
+            .shared()
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let mut list: Vec<&Owned> = owned.values().filter(|o| o.conn == self.conn.id).collect();
         list.sort_by_key(|o| o.info.created_at_ms);
         let items: Vec<Value> = list
@@ -729,7 +739,9 @@ impl Handler {
         if !valid {
             return Err(ToolError::new(
                 "invalid_arguments",
-                format!("session name {name:?} is not 1-40 of A-Z a-z 0-9 . _ - (not starting with .)"),
+                format!(
+                    "session name {name:?} is not 1-40 of A-Z a-z 0-9 . _ - (not starting with .)"
+                ),
                 "pick a name such as my-project",
             ));
         }
@@ -752,7 +764,12 @@ impl Handler {
     }
 
     /// Runs a file operation where `at` says, after the approval rules for writes.
-    async fn file(&self, tenant: &str, at: &tools::TargetFields, op: FileOp) -> Result<FileResult, ToolError> {
+    async fn file(
+        &self,
+        tenant: &str,
+        at: &tools::TargetFields,
+        op: FileOp,
+    ) -> Result<FileResult, ToolError> {
         let (provider, id) = match (&at.sandbox_id, &at.session) {
             (Some(id), None) => {
                 let (p, info) = self.shared().lookup(self.conn.id, id)?;
@@ -768,7 +785,10 @@ impl Handler {
             }
         };
         if op.writes() {
-            self.shared().policy.approval.check(&id, &Action::FileWrite(&op))?;
+            self.shared()
+                .policy
+                .approval
+                .check(&id, &Action::FileWrite(&op))?;
         }
         Ok(provider.file(&id, op).await?)
     }
@@ -783,7 +803,10 @@ impl Handler {
         mut req: ExecRequest,
         ctx: &RequestContext<RoleServer>,
     ) -> Result<ExecOutcome, ToolError> {
-        self.shared().policy.approval.check(id, &Action::Exec(&req))?;
+        self.shared()
+            .policy
+            .approval
+            .check(id, &Action::Exec(&req))?;
         stockade::check_request(&req)?;
         let progress = Progress::new(ctx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
@@ -914,10 +937,7 @@ struct Progress {
 impl Progress {
     fn new(ctx: &RequestContext<RoleServer>) -> Progress {
         Progress {
-            target: ctx
-                .meta
-                .get_progress_token()
-                .map(|t| (t, ctx.peer.clone())),
+            target: ctx.meta.get_progress_token().map(|t| (t, ctx.peer.clone())),
             n: AtomicU64::new(0),
         }
     }
@@ -966,8 +986,8 @@ fn parse_uri(uri: &str) -> Option<(&str, &str, String)> {
 
 impl ServerHandler for Handler {
     fn get_info(&self) -> ServerConfig {
-        let caps = serde_json::from_value(json!({"tools": {}, "resources": {}}))
-            .unwrap_or_default();
+        let caps =
+            serde_json::from_value(json!({"tools": {}, "resources": {}})).unwrap_or_default();
         ServerConfig::new(caps)
             .with_server_info(rmcp::model::Implementation::new(
                 "stockade",
@@ -984,7 +1004,9 @@ impl ServerHandler for Handler {
 
     /// Sessions (and so the 2026-07-28 stateless protocol) are needed: sandboxes are
     /// per-connection state.
-    fn supported_protocol_versions(&self) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
+    fn supported_protocol_versions(
+        &self,
+    ) -> std::borrow::Cow<'static, [rmcp::model::ProtocolVersion]> {
         std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::known_up_to(
             &rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE,
         ))
@@ -995,7 +1017,9 @@ impl ServerHandler for Handler {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(all_tools(self.shared().policy())))
+        Ok(ListToolsResult::with_all_items(all_tools(
+            self.shared().policy(),
+        )))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -1025,7 +1049,11 @@ impl ServerHandler for Handler {
         _request: Option<PaginatedRequestParams>,
         _ctx: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
-        let owned = self.shared().owned.lock().unwrap_or_else(|p| p.into_inner());
+        let owned = self
+            .shared()
+            .owned
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let items: Vec<Value> = owned
             .values()
             .filter(|o| o.conn == self.conn.id)
@@ -1183,17 +1211,18 @@ mod tests {
             parse_uri("session://proj/src/main.py"),
             Some(("session", "proj", "/src/main.py".to_string()))
         );
-        assert_eq!(parse_uri("sandbox://sb-1"), Some(("sandbox", "sb-1", "/".to_string())));
+        assert_eq!(
+            parse_uri("sandbox://sb-1"),
+            Some(("sandbox", "sb-1", "/".to_string()))
+        );
         assert_eq!(parse_uri("file:///etc/passwd"), None);
         assert_eq!(parse_uri("sandbox:///etc"), None);
     }
 
     #[test]
     fn errors_carry_a_fix_and_the_rule() {
-        let e: ToolError = Error::PolicyDenied(
-            "exec `curl x` in sandbox sb denied by rule no-curl".into(),
-        )
-        .into();
+        let e: ToolError =
+            Error::PolicyDenied("exec `curl x` in sandbox sb denied by rule no-curl".into()).into();
         assert_eq!(e.code, "policy_denied");
         assert_eq!(e.rule.as_deref(), Some("no-curl"));
         let r = e.result();

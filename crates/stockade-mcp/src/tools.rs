@@ -554,17 +554,14 @@ mod tests {
             Value::Object(m) => Some(m),
             _ => None,
         };
-        let e = parse::<RunCode>("run_code", args(json!({"lang": "python", "code": "1"})))
-            .unwrap_err();
+        let e =
+            parse::<RunCode>("run_code", args(json!({"lang": "python", "code": "1"}))).unwrap_err();
         assert!(e.contains("unknown field `lang`"), "{e}");
         assert!(e.contains("`language`"), "{e}");
         let e = parse::<RunCode>("run_code", args(json!({"language": "python"}))).unwrap_err();
         assert!(e.contains("missing field `code`"), "{e}");
-        let e = parse::<RunCode>(
-            "run_code",
-            args(json!({"language": "python", "code": 5})),
-        )
-        .unwrap_err();
+        let e = parse::<RunCode>("run_code", args(json!({"language": "python", "code": 5})))
+            .unwrap_err();
         assert!(e.contains("invalid type"), "{e}");
         let e = parse::<ReadFile>(
             "read_file",

@@ -226,7 +226,8 @@ impl Env {
             .unwrap();
         rt.block_on(async {
             let p = stockade::provider(Some("native")).unwrap();
-            let m = stockade::SessionManager::new(p, stockade::SessionConfig::new(self.home.path()));
+            let m =
+                stockade::SessionManager::new(p, stockade::SessionConfig::new(self.home.path()));
             m.delete(name).await.unwrap();
         });
     }
@@ -272,7 +273,8 @@ impl Drop for Server {
 /// Whether anything of native sandbox `id` is left: its state dir or its cgroups.
 fn traces(id: &str) -> Vec<String> {
     let mut left = Vec::new();
-    let state = Path::new("/run/stockade").join(id);
+    let root = std::env::var_os("STOCKADE_STATE_DIR").unwrap_or_else(|| "/run/stockade".into());
+    let state = Path::new(&root).join(id);
     if state.exists() {
         left.push(state.display().to_string());
     }
@@ -314,7 +316,10 @@ fn python_client_over_stdio_calls_every_tool() {
     let rs = e.py("all", &e.stdio());
     // The client disconnected: the sandbox it left alive was destroyed.
     assert_gone(result(&rs, "left").as_str().unwrap());
-    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
+    assert_eq!(
+        e.delete_session(result(&rs, "session").as_str().unwrap()),
+        1
+    );
 }
 
 #[test]
@@ -328,7 +333,10 @@ fn python_client_over_http_calls_every_tool() {
     );
     // The client ended its MCP session (DELETE): its sandbox went with it.
     assert_gone(result(&rs, "left").as_str().unwrap());
-    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
+    assert_eq!(
+        e.delete_session(result(&rs, "session").as_str().unwrap()),
+        1
+    );
 }
 
 #[test]
@@ -336,7 +344,10 @@ fn typescript_client_over_stdio_calls_every_tool() {
     let _l = lock();
     let Some(e) = env() else { return };
     let rs = e.ts("all", &e.stdio());
-    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
+    assert_eq!(
+        e.delete_session(result(&rs, "session").as_str().unwrap()),
+        1
+    );
 }
 
 #[test]
@@ -348,7 +359,10 @@ fn typescript_client_over_http_calls_every_tool() {
         "all",
         &["--http".into(), url, "--token".into(), TOKEN_B.into()],
     );
-    assert_eq!(e.delete_session(result(&rs, "session").as_str().unwrap()), 1);
+    assert_eq!(
+        e.delete_session(result(&rs, "session").as_str().unwrap()),
+        1
+    );
 }
 
 #[test]
@@ -491,4 +505,118 @@ fn the_attack_suite_fails_through_run_code() {
             "output-flood"
         ]
     );
+}
+
+/// A daemon of this test's own (unix socket and state in the test's home), run on a
+/// thread; stopped and emptied when dropped.
+struct Daemon {
+    socket: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Daemon {
+    fn start(home: &Path) -> Daemon {
+        let socket = home.join("stockaded.sock");
+        let args = stockade_server::ServeArgs {
+            listen: Some(stockade_server::Listen::Unix(socket.clone())),
+            token_file: None,
+            metrics_listen: None,
+            state_dir: Some(home.join("daemon-state")),
+            default_provider: Some("native".into()),
+            max_sandboxes_per_tenant: 64,
+            max_pool_per_tenant: 64,
+            max_sandboxes: 512,
+            pool_idle_ttl_secs: 600,
+            native_state_dir: None,
+        };
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Runtime::new().unwrap();
+            rt.block_on(stockade_server::serve(args, async move {
+                let _ = rx.await;
+            }))
+            .unwrap();
+        });
+        let end = Instant::now() + Duration::from_secs(60);
+        while !socket.exists() {
+            assert!(Instant::now() < end, "the daemon did not start");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Daemon {
+            socket,
+            stop: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    fn host(&self) -> String {
+        format!("unix://{}", self.socket.display())
+    }
+
+    /// Deletes the daemon's sessions and returns the ids of sandboxes it still holds.
+    fn cleanup(&self) -> Vec<String> {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let r = stockade_client::RemoteProvider::connect(
+                &stockade_client::Host::Unix(self.socket.clone()),
+                None,
+            )
+            .await
+            .unwrap();
+            for s in r.session_list().await.unwrap() {
+                r.session_delete(&s.name).await.unwrap();
+            }
+            let left: Vec<String> = stockade::Provider::list(&r)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|i| i.id)
+                .collect();
+            for id in &left {
+                let _ = stockade::Provider::destroy(&r, id).await;
+            }
+            left
+        })
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if let Some(tx) = self.stop.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn works_through_a_daemon_named_by_stockade_host() {
+    let _l = lock();
+    let Some(e) = env() else { return };
+    let daemon = Daemon::start(e.home.path());
+    // Not --direct: STOCKADE_HOST names the daemon.
+    let transport = vec![
+        "--stdio".to_string(),
+        server_bin().to_string(),
+        "--policy".into(),
+        e.policy.display().to_string(),
+    ];
+    let mut c = Command::new(&e.python);
+    c.arg(clients_dir().join("py_client.py"))
+        .arg("all")
+        .args(&transport);
+    e.envs(&mut c);
+    c.env("STOCKADE_HOST", daemon.host());
+    let rs = run_client(c, "all");
+    let left = result(&rs, "left").as_str().unwrap().to_string();
+    // The sandboxes were the daemon's: the MCP server's exit destroyed its own.
+    let held = daemon.cleanup();
+    assert!(!held.contains(&left), "{left} outlived its client: {held:?}");
+    assert_gone(&left);
 }
