@@ -158,6 +158,8 @@ pub struct Shared {
     owned: Mutex<HashMap<String, Owned>>,
     next_conn: AtomicU64,
     rt: tokio::runtime::Handle,
+    /// Destroys started by dropped connections; [`Shared::release_all`] waits for them.
+    pending: Mutex<Vec<tokio::task::JoinHandle<()>>>,
 }
 
 impl Shared {
@@ -171,6 +173,7 @@ impl Shared {
             owned: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             rt: tokio::runtime::Handle::current(),
+            pending: Mutex::new(Vec::new()),
         })
     }
 
@@ -227,9 +230,14 @@ impl Shared {
         destroy_all(self.take(|o| o.conn == conn)).await;
     }
 
-    /// Destroys every sandbox any connection created (server exit).
+    /// Destroys every sandbox any connection created, and waits for the destroys
+    /// dropped connections started (server exit).
     pub async fn release_all(&self) {
         destroy_all(self.take(|_| true)).await;
+        let pending = std::mem::take(&mut *self.pending.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in pending {
+            let _ = h.await;
+        }
     }
 
     fn lookup(&self, conn: u64, id: &str) -> Result<(Arc<dyn Provider>, SandboxInfo), ToolError> {
@@ -270,7 +278,10 @@ impl Drop for Conn {
         let conn = self.id;
         let list = shared.take(|o| o.conn == conn);
         if !list.is_empty() {
-            shared.rt.spawn(destroy_all(list));
+            let h = shared.rt.spawn(destroy_all(list));
+            let mut pending = shared.pending.lock().unwrap_or_else(|p| p.into_inner());
+            pending.retain(|h| !h.is_finished());
+            pending.push(h);
         }
     }
 }

@@ -45,11 +45,11 @@ def client(args: argparse.Namespace, token: str | None = None) -> Client:
     if args.stdio:
         env = {k: v for k, v in os.environ.items() if k.startswith(("STOCKADE_", "PATH", "HOME"))}
         params = StdioServerParameters(command=args.stdio[0], args=args.stdio[1:], env=env)
-        return Client(params, mode="legacy")
+        return Client(params, mode=args.mode)
     tok = token or args.token
     headers = {"Authorization": f"Bearer {tok}"} if tok else {}
     http = httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(120.0))
-    return Client(streamable_http_client(args.http, http_client=http), mode="legacy")
+    return Client(streamable_http_client(args.http, http_client=http), mode=args.mode)
 
 
 def structured(r: Any) -> dict[str, Any]:
@@ -327,6 +327,7 @@ def main() -> None:
     p.add_argument("scenario", choices=sorted(SCENARIOS))
     p.add_argument("--http")
     p.add_argument("--token")
+    p.add_argument("--mode", default="legacy", help="legacy (initialize) or auto (server/discover first)")
     p.add_argument("--stdio", nargs=argparse.REMAINDER)
     args = p.parse_args()
     assert bool(args.http) != bool(args.stdio), "give --http URL or --stdio BIN ARGS..."

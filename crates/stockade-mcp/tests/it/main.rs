@@ -313,7 +313,11 @@ fn lock() -> std::sync::MutexGuard<'static, ()> {
 fn python_client_over_stdio_calls_every_tool() {
     let _l = lock();
     let Some(e) = env() else { return };
-    let rs = e.py("all", &e.stdio());
+    // `auto`: the SDK's default, which probes server/discover and falls back to
+    // initialize (the server speaks the revisions with sessions).
+    let mut transport = vec!["--mode".to_string(), "auto".to_string()];
+    transport.extend(e.stdio());
+    let rs = e.py("all", &transport);
     // The client disconnected: the sandbox it left alive was destroyed.
     assert_gone(result(&rs, "left").as_str().unwrap());
     assert_eq!(
@@ -617,6 +621,9 @@ fn works_through_a_daemon_named_by_stockade_host() {
     let left = result(&rs, "left").as_str().unwrap().to_string();
     // The sandboxes were the daemon's: the MCP server's exit destroyed its own.
     let held = daemon.cleanup();
-    assert!(!held.contains(&left), "{left} outlived its client: {held:?}");
+    assert!(
+        !held.contains(&left),
+        "{left} outlived its client: {held:?}"
+    );
     assert_gone(&left);
 }
