@@ -68,6 +68,8 @@ enum Command {
     /// Warm pools of the daemon: warm, ls, drain.
     #[command(subcommand)]
     Pool(commands::pool::PoolCmd),
+    /// MCP server: sandboxes as tools for MCP clients (stdio, or --http ADDR).
+    Mcp(stockade_mcp::McpArgs),
 }
 
 fn main() {
@@ -85,6 +87,11 @@ fn main() {
     if let Command::Serve(args) = cli.command {
         drop(rt);
         std::process::exit(commands::serve::run(args));
+    }
+    if let Command::Mcp(args) = cli.command {
+        drop(rt);
+        let code = commands::mcp::run(args, cli.provider, cli.home, cli.direct);
+        std::process::exit(code);
     }
     let mut ctx = commands::Ctx {
         json: cli.json,
@@ -113,7 +120,7 @@ fn main() {
             Command::Cp(a) => commands::cp::run(&ctx, a).await,
             Command::Session(c) => commands::session::run(&ctx, c).await,
             Command::Pool(c) => commands::pool::run(&ctx, c).await,
-            Command::Serve(_) => Ok(0),
+            Command::Serve(_) | Command::Mcp(_) => Ok(0),
         };
         match result {
             Ok(code) => code,

@@ -9,6 +9,7 @@ pub mod gc;
 pub mod image;
 pub mod inspect;
 pub mod ls;
+pub mod mcp;
 pub mod pool;
 pub mod rm;
 pub mod run;

@@ -1,0 +1,187 @@
+//! `stockade mcp`: Stockade's sandboxes as tools for any Model Context Protocol
+//! client, over stdio (what desktop clients start) or the streamable HTTP transport.
+//!
+//! Built on the official Rust SDK (`rmcp`). Sandboxes run in-process on the default
+//! provider, or through a daemon (`STOCKADE_HOST` / the default socket). What the
+//! model may ask for is the operator's [`policy::OperatorPolicy`]; the defaults are
+//! the secure ones. Every sandbox the server creates is destroyed when its client
+//! disconnects or the server exits (by its owner pid even on SIGKILL); sessions
+//! persist.
+
+pub mod http;
+pub mod policy;
+pub mod server;
+pub mod tools;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::Args;
+use rmcp::ServiceExt;
+
+use policy::{OperatorPolicy, PolicyFile, Workspace};
+
+/// Flags of `stockade mcp`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct McpArgs {
+    /// Serve the streamable HTTP transport at http://ADDR/mcp instead of stdio
+    /// (port 0 picks a free one; the address is printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub http: Option<SocketAddr>,
+    /// Bearer tokens, one per line (the daemon's token file: each token is a tenant).
+    /// Required when --http is not a loopback address.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Host names clients use to reach --http (checked against the Host header;
+    /// default: loopback names and the listen address).
+    #[arg(long = "allowed-host", value_name = "HOST")]
+    pub allowed_hosts: Vec<String>,
+    /// Operator policy file (TOML); the flags below override it.
+    #[arg(long, value_name = "FILE")]
+    pub policy: Option<PathBuf>,
+    /// Provider the model may use (repeatable; the first is the default).
+    #[arg(long = "allow-provider", value_name = "NAME")]
+    pub allow_providers: Vec<String>,
+    /// Language run_code accepts (repeatable; default: all of the language table).
+    #[arg(long = "allow-language", value_name = "LANG")]
+    pub allow_languages: Vec<String>,
+    /// Image sandbox_create accepts: a reference, or a prefix ending in * (repeatable).
+    #[arg(long = "allow-image", value_name = "REF")]
+    pub allow_images: Vec<String>,
+    /// Let the model ask for network egress (default: never).
+    #[arg(long)]
+    pub allow_network: bool,
+    /// Most memory one sandbox may have, e.g. 2g (default 1g).
+    #[arg(long, value_name = "SIZE")]
+    pub max_memory: Option<String>,
+    /// Most CPUs one sandbox may have (default 1).
+    #[arg(long, value_name = "N")]
+    pub max_cpus: Option<f64>,
+    /// Longest sandbox lifetime in seconds (default 3600).
+    #[arg(long, value_name = "SECS")]
+    pub max_lifetime: Option<u64>,
+    /// Most live sandboxes per client (default 8).
+    #[arg(long, value_name = "N")]
+    pub max_sandboxes: Option<usize>,
+    /// Host directory the model may mount, HOST[:rw|:ro] (repeatable; default none).
+    #[arg(long = "workspace", value_name = "DIR")]
+    pub workspaces: Vec<String>,
+}
+
+/// The CLI's global options that `stockade mcp` uses.
+#[derive(Debug, Clone, Default)]
+pub struct Globals {
+    /// `--provider`: the default provider (else `$STOCKADE_PROVIDER` or native).
+    pub provider: Option<String>,
+    /// `--home`: sessions and images (else `$STOCKADE_HOME` or the default).
+    pub home: Option<PathBuf>,
+    /// `--direct`: never use a daemon.
+    pub direct: bool,
+}
+
+/// The policy from the defaults, the file, then the flags.
+pub fn build_policy(a: &McpArgs, g: &Globals) -> Result<OperatorPolicy, String> {
+    let default = g
+        .provider
+        .clone()
+        .unwrap_or_else(stockade::default_provider_name);
+    let mut p = OperatorPolicy::strict(&default);
+    if let Some(f) = &a.policy {
+        p = p.load(f)?;
+    }
+    let nonempty = |v: &Vec<String>| (!v.is_empty()).then(|| v.clone());
+    let mut workspaces = Vec::new();
+    for w in &a.workspaces {
+        workspaces.push(Workspace::parse(w)?);
+    }
+    let flags = PolicyFile {
+        providers: nonempty(&a.allow_providers),
+        languages: nonempty(&a.allow_languages),
+        images: nonempty(&a.allow_images),
+        allow_network: a.allow_network.then_some(true),
+        max_memory: a.max_memory.clone(),
+        max_cpus: a.max_cpus,
+        max_lifetime_secs: a.max_lifetime,
+        max_sandboxes: a.max_sandboxes,
+        workspaces,
+        ..PolicyFile::default()
+    };
+    p.apply_file(flags).map_err(|e| e.join("; "))
+}
+
+/// Runs the server until the client disconnects (stdio) or a signal (both);
+/// returns the process exit code.
+pub fn run(args: McpArgs, g: Globals) -> i32 {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("stockade mcp: error: cannot start the runtime: {e}");
+            return 70;
+        }
+    };
+    let code = rt.block_on(async move {
+        match serve(args, g).await {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("stockade mcp: error: {e:#}");
+                64
+            }
+        }
+    });
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    code
+}
+
+async fn serve(args: McpArgs, g: Globals) -> anyhow::Result<()> {
+    let policy = build_policy(&args, &g).map_err(anyhow::Error::msg)?;
+    let remote = if g.direct {
+        None
+    } else {
+        stockade_client::RemoteProvider::from_env().await?
+    };
+    let home = g.home.clone().unwrap_or_else(stockade_image::stockade_home);
+    let shared = server::Shared::new(server::Options {
+        policy,
+        remote,
+        home,
+    });
+    match args.http {
+        Some(addr) => http::serve(shared, addr, &args).await,
+        None => {
+            let handler = shared.connect();
+            let conn = handler.conn_id();
+            let running = handler
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| anyhow::anyhow!("MCP handshake on stdio failed: {e}"))?;
+            tokio::select! {
+                _ = running.waiting() => {}
+                _ = shutdown_signal() => {}
+            }
+            shared.release(conn).await;
+            shared.release_all().await;
+            Ok(())
+        }
+    }
+}
+
+/// SIGTERM, SIGINT or SIGHUP.
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+        _ = hup.recv() => {}
+    }
+}
