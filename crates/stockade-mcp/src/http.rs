@@ -18,8 +18,7 @@ use crate::server::{Shared, Tenant};
 
 /// Maps the request's bearer token to its tenant, or answers 401.
 async fn authenticate(auth: Arc<Auth>, mut req: Request, next: Next) -> Response {
-    let md = tonic::metadata::MetadataMap::from_headers(req.headers().clone());
-    match auth.tenant(&md) {
+    match auth.tenant(req.headers()) {
         Ok(t) => {
             req.extensions_mut().insert(Tenant(t));
             next.run(req).await

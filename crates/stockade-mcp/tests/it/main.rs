@@ -533,6 +533,9 @@ impl Daemon {
             max_sandboxes: 512,
             pool_idle_ttl_secs: 600,
             native_state_dir: None,
+            allow_mounts: Vec::new(),
+            max_connections: 256,
+            max_streams_per_connection: 64,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let thread = std::thread::spawn(move || {
