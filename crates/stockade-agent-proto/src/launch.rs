@@ -134,18 +134,26 @@ pub enum MountOp {
         mode: u32,
         flags: MountFlags,
     },
-    /// Bind the host path `source` at `target` (recursively).
+    /// Bind the host path `source` at `target` (recursively). With `within` (an
+    /// image's rootfs), `source` is a path inside that directory and is resolved
+    /// inside it (`openat2` with `RESOLVE_IN_ROOT`): its symlinks, `..` and absolute
+    /// targets never leave it.
     Bind {
         source: PathBuf,
         target: PathBuf,
         flags: MountFlags,
         file: bool,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        within: Option<PathBuf>,
     },
-    /// An overlay with the host path `lower` below and a fresh upper in a scratch tmpfs.
+    /// An overlay with the host path `lower` below and a fresh upper in a scratch
+    /// tmpfs; `within` as for `Bind`.
     Overlay {
         lower: PathBuf,
         target: PathBuf,
         flags: MountFlags,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        within: Option<PathBuf>,
     },
     /// A fresh procfs (of the sandbox's pid namespace).
     Proc { target: PathBuf },

@@ -1,19 +1,31 @@
 //! Executes the mount operations of a launch plan and pivots into the new root.
 //! Runs in the sandbox's fresh mount namespace, as PID 1, before serving.
+//!
+//! Every path is resolved with `openat2(RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS)`:
+//! targets inside the new root (whose symlinks, from an image, resolve as they will
+//! inside the sandbox, never on the host), image sources inside the image's rootfs.
+//! Mounts and chmods then go through `/proc/self/fd/N` of the opened file, so no
+//! later path walk can be redirected.
 
+use std::ffi::OsStr;
 use std::fs;
-use std::os::unix::fs::{PermissionsExt, symlink};
-use std::path::{Path, PathBuf};
+use std::io::Write;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Component, Path, PathBuf};
 
 use nix::mount::{MntFlags, MsFlags, mount, umount2};
+use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
+use rustix::io::Errno;
 use stockade_agent_proto::launch::{MountFlags, MountOp};
 
 /// Directory (inside the new root) holding overlay upper and work dirs; masked at the end.
 pub const SCRATCH: &str = ".stockade";
 
-fn inside(root: &Path, target: &Path) -> PathBuf {
-    root.join(target.strip_prefix("/").unwrap_or(target))
-}
+/// How paths resolve: `/`, `..` and absolute symlinks stop at the root given; `/proc`
+/// magic links (which jump anywhere) are refused.
+const IN_ROOT: ResolveFlags = ResolveFlags::IN_ROOT.union(ResolveFlags::NO_MAGICLINKS);
 
 fn ms(flags: MountFlags) -> MsFlags {
     let mut f = MsFlags::empty();
@@ -26,6 +38,174 @@ fn ms(flags: MountFlags) -> MsFlags {
 
 fn err(what: &str, path: &Path, e: impl std::fmt::Display) -> String {
     format!("cannot {what} {}: {e}", path.display())
+}
+
+/// The path through which the kernel reaches exactly what `fd` is.
+fn fd_path(fd: &OwnedFd) -> PathBuf {
+    PathBuf::from(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+}
+
+/// `path` relative to the root it is resolved in (`/usr` -> `usr`, `/` -> `.`).
+fn relative(path: &Path) -> PathBuf {
+    let rel: PathBuf = path
+        .components()
+        .filter(|c| !matches!(c, Component::RootDir | Component::CurDir))
+        .collect();
+    if rel.as_os_str().is_empty() {
+        PathBuf::from(".")
+    } else {
+        rel
+    }
+}
+
+fn open_dir(path: &Path) -> Result<OwnedFd, String> {
+    rustix::fs::open(
+        path,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| err("open", path, e))
+}
+
+/// Opens `path` inside the directory `root` (`O_PATH`), resolved as if `root` were `/`.
+fn open_in(root: &OwnedFd, path: &Path, flags: OFlags) -> Result<OwnedFd, Errno> {
+    rustix::fs::openat2(
+        root,
+        relative(path),
+        flags | OFlags::PATH | OFlags::CLOEXEC,
+        Mode::empty(),
+        IN_ROOT,
+    )
+}
+
+/// The directory `target` of the new root at `root` (opened afresh, so it is the
+/// topmost mount there), creating missing directories (0755) inside the root, also
+/// where a dangling symlink points (as `mkdir -p` would, but inside the root).
+fn target_dir(root: &Path, target: &Path) -> Result<OwnedFd, String> {
+    let rootfd = open_dir(root)?;
+    let mut want = relative(target);
+    let shown = |p: &Path| Path::new("/").join(p);
+    // Each restart follows one dangling symlink; 40 is the kernel's own hop limit.
+    'walk: for _ in 0..40 {
+        let comps: Vec<Component> = want.components().collect();
+        let mut cur = PathBuf::new();
+        let mut fd = open_in(&rootfd, Path::new("."), OFlags::DIRECTORY)
+            .map_err(|e| err("open", root, e))?;
+        for (i, c) in comps.iter().enumerate() {
+            let parent = cur.clone();
+            cur.push(c);
+            fd = match open_in(&rootfd, &cur, OFlags::DIRECTORY) {
+                Ok(f) => f,
+                Err(Errno::NOENT) => {
+                    let name = c.as_os_str();
+                    match rustix::fs::mkdirat(&fd, name, Mode::from_raw_mode(0o755)) {
+                        Ok(()) | Err(Errno::EXIST) => {}
+                        Err(e) => return Err(err("create directory", &shown(&cur), e)),
+                    }
+                    match open_in(&rootfd, &cur, OFlags::DIRECTORY) {
+                        Ok(f) => f,
+                        Err(Errno::NOENT) => {
+                            // A symlink to a missing directory: go on from its target.
+                            let link = rustix::fs::readlinkat(&fd, name, Vec::new())
+                                .map_err(|e| err("read the link", &shown(&cur), e))?;
+                            let link = PathBuf::from(OsStr::from_bytes(link.as_bytes()));
+                            let mut next = if link.is_absolute() {
+                                PathBuf::new()
+                            } else {
+                                parent
+                            };
+                            next.push(link);
+                            next.extend(&comps[i + 1..]);
+                            want = relative(&next);
+                            continue 'walk;
+                        }
+                        Err(e) => return Err(err("open", &shown(&cur), e)),
+                    }
+                }
+                Err(e) => return Err(err("open", &shown(&cur), e)),
+            };
+        }
+        return Ok(fd);
+    }
+    Err(err(
+        "create directory",
+        target,
+        "too many levels of symbolic links",
+    ))
+}
+
+/// The parent directory of `path` in the new root (created) and its last component.
+fn target_parent<'a>(root: &Path, path: &'a Path) -> Result<(OwnedFd, &'a OsStr), String> {
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("cannot use {} as a file: it names no entry", path.display()))?;
+    let parent = target_dir(root, path.parent().unwrap_or(Path::new("/")))?;
+    Ok((parent, name))
+}
+
+/// The file `path` of the new root, created empty (0644) when missing; never
+/// through a symlink at its last component.
+fn target_file(root: &Path, path: &Path) -> Result<OwnedFd, String> {
+    let (parent, name) = target_parent(root, path)?;
+    rustix::fs::openat(
+        &parent,
+        name,
+        OFlags::CREATE | OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o644),
+    )
+    .map_err(|e| err("create", path, e))
+}
+
+/// An existing `target` of the new root (symlinks followed inside it), or `None`.
+fn existing(root: &Path, target: &Path) -> Result<Option<OwnedFd>, String> {
+    let rootfd = open_dir(root)?;
+    match open_in(&rootfd, target, OFlags::empty()) {
+        Ok(f) => Ok(Some(f)),
+        Err(Errno::NOENT) => Ok(None),
+        Err(e) => Err(err("open", target, e)),
+    }
+}
+
+/// Opens a mount source: a host path of the plan as is, or (`within`) a path inside
+/// an image's rootfs resolved inside it. It must be a directory, or a file when
+/// `file`.
+fn open_source(source: &Path, within: Option<&Path>, file: bool) -> Result<OwnedFd, String> {
+    let (fd, shown) = match within {
+        Some(rootfs) => {
+            let root = open_dir(rootfs)?;
+            let fd = open_in(&root, source, OFlags::empty()).map_err(|e| {
+                err(
+                    "open",
+                    &rootfs.join(source),
+                    format!("{e} (resolved inside the image)"),
+                )
+            })?;
+            (fd, rootfs.join(source))
+        }
+        None => {
+            let fd = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| err("open", source, e))?;
+            (fd, source.to_path_buf())
+        }
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|e| err("inspect", &shown, e))?;
+    let is_dir = FileType::from_raw_mode(st.st_mode) == FileType::Directory;
+    if is_dir == file {
+        let want = if file { "a file" } else { "a directory" };
+        return Err(format!(
+            "cannot mount {}: it is not {want}",
+            shown.display()
+        ));
+    }
+    Ok(fd)
+}
+
+/// Creates `dir` (a sandbox path) and sets its mode.
+fn mkdir(root: &Path, dir: &Path, mode: u32) -> Result<OwnedFd, String> {
+    let fd = target_dir(root, dir)?;
+    fs::set_permissions(fd_path(&fd), fs::Permissions::from_mode(mode))
+        .map_err(|e| err("chmod", dir, e))?;
+    Ok(fd)
 }
 
 fn do_mount(
@@ -46,33 +226,34 @@ fn do_mount(
     })
 }
 
-fn bind(src: &Path, dst: &Path, flags: MountFlags) -> Result<(), String> {
+/// Binds what `src` is onto what `dst` is, then remounts it with `flags` (through
+/// the target opened again: the new mount, not the one below it).
+fn bind(
+    root: &Path,
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    target: &Path,
+    flags: MsFlags,
+) -> Result<(), String> {
     // Non-recursive: submounts of the host path are not carried into the sandbox.
-    do_mount(Some(src), dst, None, MsFlags::MS_BIND, None)?;
     do_mount(
+        Some(&fd_path(src)),
+        &fd_path(dst),
         None,
-        dst,
-        None,
-        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | ms(flags),
+        MsFlags::MS_BIND,
         None,
     )
-}
-
-fn mkdir(path: &Path, mode: u32) -> Result<(), String> {
-    fs::create_dir_all(path).map_err(|e| err("create directory", path, e))?;
-    fs::set_permissions(path, fs::Permissions::from_mode(mode)).map_err(|e| err("chmod", path, e))
-}
-
-fn touch(path: &Path) -> Result<(), String> {
-    if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| err("create directory", parent, e))?;
-    }
-    fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map(drop)
-        .map_err(|e| err("create", path, e))
+    .map_err(|e| format!("{e} [{}]", target.display()))?;
+    let mounted = existing(root, target)?
+        .ok_or_else(|| format!("{} vanished after mounting it", target.display()))?;
+    do_mount(
+        None,
+        &fd_path(&mounted),
+        None,
+        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
+        None,
+    )
+    .map_err(|e| format!("{e} [{}]", target.display()))
 }
 
 /// Applies one operation below `root`. `overlays` numbers overlay scratch dirs.
@@ -84,152 +265,176 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             mode,
             flags,
         } => {
-            let dst = inside(root, target);
-            fs::create_dir_all(&dst).map_err(|e| err("create directory", &dst, e))?;
+            let dst = target_dir(root, target)?;
             let data = format!("size={size_bytes},mode={mode:o}");
-            do_mount(None, &dst, Some("tmpfs"), ms(*flags), Some(&data))
-                .map_err(|e| format!("{e} [tmpfs]"))?;
-            // tmpfs named as source "tmpfs" would read better in mountinfo; nix takes None.
-            Ok(())
+            do_mount(
+                Some(Path::new("tmpfs")),
+                &fd_path(&dst),
+                Some("tmpfs"),
+                ms(*flags),
+                Some(&data),
+            )
+            .map_err(|e| format!("{e} [tmpfs {}]", target.display()))
         }
         MountOp::Bind {
             source,
             target,
             flags,
             file,
+            within,
         } => {
-            let dst = inside(root, target);
-            if *file {
-                touch(&dst)?
+            let src = open_source(source, within.as_deref(), *file)?;
+            let dst = if *file {
+                target_file(root, target)?
             } else {
-                fs::create_dir_all(&dst).map_err(|e| err("create directory", &dst, e))?
-            }
-            bind(source, &dst, *flags)
+                target_dir(root, target)?
+            };
+            bind(root, &src, &dst, target, ms(*flags))
         }
         MountOp::Overlay {
             lower,
             target,
             flags,
+            within,
         } => {
-            let dst = inside(root, target);
-            fs::create_dir_all(&dst).map_err(|e| err("create directory", &dst, e))?;
+            let lower = open_source(lower, within.as_deref(), false)?;
+            let dst = target_dir(root, target)?;
             *overlays += 1;
-            let base = root.join(SCRATCH).join(format!("overlay{overlays}"));
-            let (upper, work) = (base.join("upper"), base.join("work"));
-            for d in [&upper, &work] {
-                mkdir(d, 0o755)?;
-            }
+            let base = Path::new("/")
+                .join(SCRATCH)
+                .join(format!("overlay{overlays}"));
+            let upper = mkdir(root, &base.join("upper"), 0o755)?;
+            let work = mkdir(root, &base.join("work"), 0o755)?;
             let data = format!(
                 "lowerdir={},upperdir={},workdir={}",
-                lower.display(),
-                upper.display(),
-                work.display()
+                fd_path(&lower).display(),
+                fd_path(&upper).display(),
+                fd_path(&work).display()
             );
             do_mount(
                 Some(Path::new("overlay")),
-                &dst,
+                &fd_path(&dst),
                 Some("overlay"),
                 ms(*flags),
                 Some(&data),
             )
+            .map_err(|e| format!("{e} [overlay {}]", target.display()))
         }
         MountOp::Proc { target } => {
-            let dst = inside(root, target);
-            mkdir(&dst, 0o555)?;
+            let dst = mkdir(root, target, 0o555)?;
             let f = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            do_mount(Some(Path::new("proc")), &dst, Some("proc"), f, None)
+            do_mount(
+                Some(Path::new("proc")),
+                &fd_path(&dst),
+                Some("proc"),
+                f,
+                None,
+            )
         }
         MountOp::Sysfs { target } => {
-            let dst = inside(root, target);
-            mkdir(&dst, 0o555)?;
+            let dst = mkdir(root, target, 0o555)?;
             let f =
                 MsFlags::MS_RDONLY | MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-            do_mount(Some(Path::new("sysfs")), &dst, Some("sysfs"), f, None)
+            do_mount(
+                Some(Path::new("sysfs")),
+                &fd_path(&dst),
+                Some("sysfs"),
+                f,
+                None,
+            )
         }
         MountOp::Devpts { target } => {
-            let dst = inside(root, target);
-            mkdir(&dst, 0o755)?;
+            let dst = mkdir(root, target, 0o755)?;
             let f = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
             do_mount(
                 Some(Path::new("devpts")),
-                &dst,
+                &fd_path(&dst),
                 Some("devpts"),
                 f,
                 Some("newinstance,ptmxmode=0666,mode=0620"),
             )
         }
         MountOp::Device { source, target } => {
-            let dst = inside(root, target);
-            touch(&dst)?;
-            do_mount(Some(source), &dst, None, MsFlags::MS_BIND, None)?;
-            let f =
-                MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
-            do_mount(None, &dst, None, f, None)
+            let src = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
+                .map_err(|e| err("open", source, e))?;
+            let dst = target_file(root, target)?;
+            let f = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
+            bind(root, &src, &dst, target, f)
         }
-        MountOp::Mkdir { path, mode } => mkdir(&inside(root, path), *mode),
+        MountOp::Mkdir { path, mode } => mkdir(root, path, *mode).map(drop),
         MountOp::Symlink { to, path } => {
-            let dst = inside(root, path);
-            if let Some(parent) = dst.parent() {
-                fs::create_dir_all(parent).map_err(|e| err("create directory", parent, e))?;
-            }
-            symlink(to, &dst).map_err(|e| err("create symlink", &dst, e))
+            let (parent, name) = target_parent(root, path)?;
+            rustix::fs::symlinkat(to.as_str(), &parent, name)
+                .map_err(|e| err("create symlink", path, e))
         }
         MountOp::File {
             path,
             contents,
             mode,
         } => {
-            let dst = inside(root, path);
-            if let Some(parent) = dst.parent() {
-                fs::create_dir_all(parent).map_err(|e| err("create directory", parent, e))?;
-            }
-            fs::write(&dst, contents).map_err(|e| err("write", &dst, e))?;
-            fs::set_permissions(&dst, fs::Permissions::from_mode(*mode))
-                .map_err(|e| err("chmod", &dst, e))
+            let (parent, name) = target_parent(root, path)?;
+            let fd = rustix::fs::openat(
+                &parent,
+                name,
+                OFlags::CREATE
+                    | OFlags::WRONLY
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| err("create", path, e))?;
+            let mut f = fs::File::from(fd);
+            f.write_all(contents.as_bytes())
+                .map_err(|e| err("write", path, e))?;
+            f.set_permissions(fs::Permissions::from_mode(*mode))
+                .map_err(|e| err("chmod", path, e))
         }
         MountOp::ReadOnly { target } => {
-            let dst = inside(root, target);
-            if !dst.exists() {
+            let Some(dst) = existing(root, target)? else {
                 return Ok(());
-            }
+            };
             do_mount(
-                Some(&dst),
-                &dst,
+                Some(&fd_path(&dst)),
+                &fd_path(&dst),
                 None,
                 MsFlags::MS_BIND | MsFlags::MS_REC,
                 None,
             )?;
+            let mounted = existing(root, target)?
+                .ok_or_else(|| format!("{} vanished after mounting it", target.display()))?;
             let f = MsFlags::MS_BIND
                 | MsFlags::MS_REMOUNT
                 | MsFlags::MS_RDONLY
                 | MsFlags::MS_NOSUID
                 | MsFlags::MS_NODEV;
-            do_mount(None, &dst, None, f, None)
+            do_mount(None, &fd_path(&mounted), None, f, None)
         }
         MountOp::Mask { target } => {
-            let dst = inside(root, target);
-            match fs::symlink_metadata(&dst) {
-                Err(_) => Ok(()),
-                Ok(m) if m.is_dir() => {
-                    let f = MsFlags::MS_RDONLY
-                        | MsFlags::MS_NOSUID
-                        | MsFlags::MS_NODEV
-                        | MsFlags::MS_NOEXEC;
-                    do_mount(
-                        Some(Path::new("tmpfs")),
-                        &dst,
-                        Some("tmpfs"),
-                        f,
-                        Some("size=0,mode=000"),
-                    )
-                }
-                Ok(_) => do_mount(
+            let Some(dst) = existing(root, target)? else {
+                return Ok(());
+            };
+            let st = rustix::fs::fstat(&dst).map_err(|e| err("inspect", target, e))?;
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                let f = MsFlags::MS_RDONLY
+                    | MsFlags::MS_NOSUID
+                    | MsFlags::MS_NODEV
+                    | MsFlags::MS_NOEXEC;
+                do_mount(
+                    Some(Path::new("tmpfs")),
+                    &fd_path(&dst),
+                    Some("tmpfs"),
+                    f,
+                    Some("size=0,mode=000"),
+                )
+            } else {
+                do_mount(
                     Some(Path::new("/dev/null")),
-                    &dst,
+                    &fd_path(&dst),
                     None,
                     MsFlags::MS_BIND,
                     None,
-                ),
+                )
             }
         }
     }

@@ -9,6 +9,11 @@
 //!
 //! [languages]
 //! python = "registry.lan:5000/runtimes/python:3.12"
+//!
+//! [store]
+//! max_image_bytes = "4G"     # one image unpacked (env STOCKADE_IMAGE_MAX_BYTES)
+//! max_image_entries = 1000000 #                (env STOCKADE_IMAGE_MAX_ENTRIES)
+//! max_total_bytes = "20G"    # the whole store (env STOCKADE_IMAGE_STORE_MAX_BYTES)
 //! ```
 
 use std::collections::BTreeMap;
@@ -28,6 +33,92 @@ pub struct Config {
     /// Language name -> image reference, overriding the presets' default images.
     #[serde(default)]
     pub languages: BTreeMap<String, String>,
+    /// The image store's caps.
+    #[serde(default)]
+    pub store: StoreConfig,
+}
+
+/// The `[store]` table: caps on what the image store keeps. Sizes are bytes, as an
+/// integer or a string with a binary suffix (`"512M"`, `"4G"`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// The largest one image may unpack to. Default 4 GiB.
+    #[serde(default, deserialize_with = "size")]
+    pub max_image_bytes: Option<u64>,
+    /// The most entries one image may have. Default 1,000,000.
+    #[serde(default)]
+    pub max_image_entries: Option<u64>,
+    /// The largest the whole store may grow. Default: the smaller of 20 GiB and what
+    /// it holds plus half the free disk, measured when an image is written.
+    #[serde(default, deserialize_with = "size")]
+    pub max_total_bytes: Option<u64>,
+}
+
+/// Environment variables overriding the `[store]` table.
+pub const ENV_MAX_IMAGE_BYTES: &str = "STOCKADE_IMAGE_MAX_BYTES";
+/// See [`ENV_MAX_IMAGE_BYTES`].
+pub const ENV_MAX_IMAGE_ENTRIES: &str = "STOCKADE_IMAGE_MAX_ENTRIES";
+/// See [`ENV_MAX_IMAGE_BYTES`].
+pub const ENV_MAX_TOTAL_BYTES: &str = "STOCKADE_IMAGE_STORE_MAX_BYTES";
+
+impl StoreConfig {
+    /// This table with the environment's overrides applied; a malformed variable is
+    /// an error naming it.
+    pub fn with_env(mut self) -> std::result::Result<StoreConfig, String> {
+        let var = |name: &str| -> std::result::Result<Option<u64>, String> {
+            match std::env::var(name) {
+                Ok(v) if !v.trim().is_empty() => parse_size(&v)
+                    .map(Some)
+                    .map_err(|e| format!("environment variable {name}: {e}")),
+                _ => Ok(None),
+            }
+        };
+        if let Some(n) = var(ENV_MAX_IMAGE_BYTES)? {
+            self.max_image_bytes = Some(n);
+        }
+        if let Some(n) = var(ENV_MAX_IMAGE_ENTRIES)? {
+            self.max_image_entries = Some(n);
+        }
+        if let Some(n) = var(ENV_MAX_TOTAL_BYTES)? {
+            self.max_total_bytes = Some(n);
+        }
+        Ok(self)
+    }
+}
+
+/// `4096`, `512K`, `512M`, `4G`, `1T` (binary multiples; a trailing `B`/`iB` allowed).
+pub fn parse_size(s: &str) -> std::result::Result<u64, String> {
+    let t = s.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        Some('t' | 'T') => (&t[..t.len() - 1], 40),
+        _ => (t, 0),
+    };
+    num.trim()
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .ok_or_else(|| format!("{s:?} is not a size (bytes, or a number with K, M, G or T)"))
+}
+
+fn size<'de, D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Option<u64>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Raw {
+        N(u64),
+        S(String),
+    }
+    match Raw::deserialize(d)? {
+        Raw::N(n) => Ok(Some(n)),
+        Raw::S(s) => parse_size(&s).map(Some).map_err(serde::de::Error::custom),
+    }
 }
 
 /// The `[registries]` table.
@@ -121,6 +212,21 @@ mod tests {
         assert!(e.contains("unknown field"), "{e}");
         let e = Config::parse("[languages]\npython = \"UPPER/Case:1\"\n").unwrap_err();
         assert!(e.contains("languages.python"), "{e}");
+    }
+
+    #[test]
+    fn store_caps_parse_as_sizes() {
+        let c = Config::parse(
+            "[store]\nmax_image_bytes = \"512M\"\nmax_total_bytes = 1073741824\nmax_image_entries = 10\n",
+        )
+        .unwrap();
+        assert_eq!(c.store.max_image_bytes, Some(512 << 20));
+        assert_eq!(c.store.max_total_bytes, Some(1 << 30));
+        assert_eq!(c.store.max_image_entries, Some(10));
+        let e = Config::parse("[store]\nmax_total_bytes = \"lots\"\n").unwrap_err();
+        assert!(e.contains("lots"), "{e}");
+        assert_eq!(parse_size("4GiB").unwrap(), 4 << 30);
+        assert!(parse_size("-1").is_err() && parse_size("99999999T").is_err());
     }
 
     #[test]

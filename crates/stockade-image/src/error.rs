@@ -123,7 +123,7 @@ pub enum Error {
     },
     /// A layer is larger than the unpacking limits allow (a decompression bomb, or a
     /// genuinely huge image).
-    #[error("layer {layer}: more than {limit} {what}")]
+    #[error("layer {layer}: more than {limit} {what}; {}", limit_fix(what))]
     LimitExceeded {
         /// The layer's digest.
         layer: String,
@@ -131,6 +131,23 @@ pub enum Error {
         what: &'static str,
         /// The limit that was passed.
         limit: u64,
+    },
+    /// Writing more would pass the store's total cap or the caller's budget; nothing
+    /// of what was being written is kept.
+    #[error(
+        "{what}: it would pass the image store's {cap} of {limit} bytes ({used} bytes in use); {fix}"
+    )]
+    QuotaExceeded {
+        /// What was being written (a blob, an image's root filesystem).
+        what: String,
+        /// Which cap: `total cap (max_total_bytes)` or `budget of this caller`.
+        cap: &'static str,
+        /// The cap in bytes.
+        limit: u64,
+        /// What counted against it before this write.
+        used: u64,
+        /// How to make room or raise the cap.
+        fix: String,
     },
     /// The registry refused or failed a request.
     #[cfg(feature = "pull")]
@@ -160,6 +177,20 @@ impl Error {
     ) -> impl FnOnce(std::io::Error) -> Error {
         let path = path.into();
         move |source| Error::Io { op, path, source }
+    }
+}
+
+/// How to raise a per-image limit.
+fn limit_fix(what: &str) -> &'static str {
+    match what {
+        "entries" => {
+            "an image this large needs `max_image_entries` raised in the [store] table of the \
+             config file or STOCKADE_IMAGE_MAX_ENTRIES"
+        }
+        _ => {
+            "an image this large needs `max_image_bytes` raised in the [store] table of the \
+             config file or STOCKADE_IMAGE_MAX_BYTES (default 4 GiB)"
+        }
     }
 }
 

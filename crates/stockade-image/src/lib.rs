@@ -14,6 +14,7 @@ mod config;
 mod digest;
 mod error;
 mod import;
+pub mod inroot;
 pub mod oci;
 #[cfg(feature = "pull")]
 mod pull;
@@ -23,7 +24,10 @@ mod unpack;
 
 use std::path::PathBuf;
 
-pub use config::{Config, Registries};
+pub use config::{
+    Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, Registries,
+    StoreConfig, parse_size,
+};
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use import::{Imported, import};

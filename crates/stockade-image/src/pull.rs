@@ -237,6 +237,15 @@ pub async fn pull(
             limit: store.limits().max_bytes,
         });
     }
+    let missing: u64 = blobs
+        .iter()
+        .filter(|b| !store.has_blob(&b.digest))
+        .map(|b| b.size)
+        .fold(0, u64::saturating_add);
+    let room = store.room(&format!("image {r}"))?;
+    if missing > room.left {
+        return Err((room.exceeded)());
+    }
     progress(PullProgress::Resolved {
         digest: digest.clone(),
         total_bytes: blobs.iter().map(|b| b.size).sum(),

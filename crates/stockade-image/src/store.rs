@@ -13,6 +13,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +22,11 @@ use crate::digest::{Digest, HashingReader, HashingWriter};
 use crate::error::{Error, Result};
 use crate::oci::{self, ImageConfig, Manifest, RunConfig};
 use crate::reference::Reference;
-use crate::unpack::{Limits, Unpacker, Whiteouts};
+use crate::unpack::{Limits, Room, Unpacker, Whiteouts};
+
+/// The default cap on the whole store, when the config names none (it is also held
+/// to what it holds plus half the free disk).
+pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 20 << 30;
 
 /// The largest JSON document (manifest, index, config) the store reads into memory.
 pub const MAX_DOCUMENT_BYTES: u64 = 4 << 20;
@@ -31,6 +37,11 @@ pub const MAX_DOCUMENT_BYTES: u64 = 4 << 20;
 pub struct Store {
     root: PathBuf,
     limits: Limits,
+    /// The cap on the whole store; `None`: the default (see [`DEFAULT_MAX_TOTAL_BYTES`]).
+    max_total_bytes: Option<u64>,
+    /// What this handle (and its clones) may add, and has added.
+    budget: Option<u64>,
+    added: Arc<AtomicU64>,
 }
 
 /// An image in the store: its manifest and config.
@@ -76,17 +87,126 @@ struct Refs {
 pub(crate) struct StoreLock(#[allow(dead_code)] File);
 
 impl Store {
-    /// Opens (creating it if needed) the store at `root`, with default unpack limits.
+    /// Opens (creating it if needed) the store at `root`, with the caps of the config
+    /// file's `[store]` table and the environment (see [`crate::StoreConfig`]).
     pub fn open(root: impl Into<PathBuf>) -> Result<Store> {
+        let path = crate::Config::default_path();
+        let caps = crate::Config::load_from(&path)?
+            .store
+            .with_env()
+            .map_err(|reason| Error::Config { path, reason })?;
+        Store::open_with(root, &caps)
+    }
+
+    /// Opens the store at `root` with these caps (unset ones at their defaults).
+    pub fn open_with(root: impl Into<PathBuf>, caps: &crate::StoreConfig) -> Result<Store> {
         let root = root.into();
         for d in ["blobs/sha256", "layers", "rootfs", "tmp", "inuse"] {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(Error::io("create directory", &p))?;
         }
+        let d = Limits::default();
         Ok(Store {
             root,
-            limits: Limits::default(),
+            limits: Limits {
+                max_entries: caps.max_image_entries.unwrap_or(d.max_entries),
+                max_bytes: caps.max_image_bytes.unwrap_or(d.max_bytes),
+            },
+            max_total_bytes: caps.max_total_bytes,
+            budget: None,
+            added: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Replaces the cap on the whole store (default: the smaller of
+    /// [`DEFAULT_MAX_TOTAL_BYTES`] and what it holds plus half the free disk).
+    pub fn with_max_store_bytes(mut self, bytes: u64) -> Store {
+        self.max_total_bytes = Some(bytes);
+        self
+    }
+
+    /// A handle that may add at most `bytes` to the store (blobs written and trees
+    /// unpacked through it and its clones; a failed write counts nothing), for a
+    /// caller with its own quota. [`Store::added_bytes`] says how much it added.
+    pub fn with_budget(mut self, bytes: u64) -> Store {
+        self.budget = Some(bytes);
+        self.added = Arc::new(AtomicU64::new(0));
+        self
+    }
+
+    /// Bytes this handle and its clones added to the store (blobs and unpacked trees),
+    /// since it was opened or given a budget.
+    pub fn added_bytes(&self) -> u64 {
+        self.added.load(Ordering::Relaxed)
+    }
+
+    /// What the store takes on disk: the length of every file under it (sparse files
+    /// count in full), symlinks and directories not counted.
+    pub fn usage(&self) -> Result<u64> {
+        fn walk(dir: &Path, total: &mut u64) -> Result<()> {
+            let rd = match fs::read_dir(dir) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                // A tree mid-removal or a directory without read permission.
+                Err(_) => return Ok(()),
+            };
+            for e in rd.flatten() {
+                match e.file_type() {
+                    Ok(t) if t.is_dir() => walk(&e.path(), total)?,
+                    Ok(t) if t.is_file() => {
+                        *total += e.metadata().map(|m| m.len()).unwrap_or(0);
+                    }
+                    _ => {}
+                }
+            }
+            Ok(())
+        }
+        let mut total = 0;
+        walk(&self.root, &mut total)?;
+        Ok(total)
+    }
+
+    /// The room left for `what`: under the store's total cap and this handle's
+    /// budget, whichever is smaller, with the error passing it gives.
+    pub(crate) fn room(&self, what: &str) -> Result<Room> {
+        let used = self.usage()?;
+        let total = match self.max_total_bytes {
+            Some(n) => n,
+            None => {
+                let free = rustix::fs::statvfs(&self.root)
+                    .map(|v| v.f_bavail.saturating_mul(v.f_frsize))
+                    .map_err(|e| Error::io("statvfs", &self.root)(e.into()))?;
+                DEFAULT_MAX_TOTAL_BYTES.min(used.saturating_add(free / 2))
+            }
+        };
+        let store_left = total.saturating_sub(used);
+        let what = what.to_string();
+        let store_fix = "remove images (`stockade image rm`, `stockade image gc`) or raise \
+                         `max_total_bytes` in the [store] table of the config file or \
+                         STOCKADE_IMAGE_STORE_MAX_BYTES";
+        let added = self.added_bytes();
+        match self.budget {
+            Some(b) if b.saturating_sub(added) < store_left => Ok(Room {
+                left: b.saturating_sub(added),
+                exceeded: Box::new(move || Error::QuotaExceeded {
+                    what: what.clone(),
+                    cap: "budget of this caller",
+                    limit: b,
+                    used: added,
+                    fix: "remove images of this caller or ask for a larger image quota".into(),
+                }),
+            }),
+            _ => Ok(Room {
+                left: store_left,
+                exceeded: Box::new(move || Error::QuotaExceeded {
+                    what: what.clone(),
+                    cap: "total cap (max_total_bytes)",
+                    limit: total,
+                    used,
+                    fix: store_fix.into(),
+                }),
+            }),
+        }
     }
 
     /// Opens the store at `$STOCKADE_HOME/images` (see [`crate::stockade_home`]).
@@ -137,16 +257,22 @@ impl Store {
             Some(d) => format!("blob {d}"),
             None => "blob".to_string(),
         };
-        let mut reader = reader;
-        match size {
-            // One byte more than announced is enough to know it is too long.
-            Some(n) => io::copy(&mut reader.take(n + 1), &mut w),
-            None => io::copy(&mut reader, &mut w),
+        let room = self.room(&what())?;
+        if size.is_some_and(|n| n > room.left) {
+            return Err((room.exceeded)());
         }
-        .map_err(|source| Error::Archive {
-            what: what(),
-            source,
+        // One byte more than announced (or than there is room for) is enough to know
+        // it is too long.
+        let cap = size.unwrap_or(u64::MAX).min(room.left);
+        io::copy(&mut reader.take(cap.saturating_add(1)), &mut w).map_err(|source| {
+            Error::Archive {
+                what: what(),
+                source,
+            }
         })?;
+        if w.count > room.left {
+            return Err((room.exceeded)());
+        }
         let actual = w.digest();
         if let Some(n) = size
             && w.count != n
@@ -166,6 +292,7 @@ impl Store {
                 actual: actual.to_string(),
             });
         }
+        let count = w.count;
         let tmp = w
             .inner
             .into_inner()
@@ -174,8 +301,12 @@ impl Store {
             .sync_all()
             .map_err(Error::io("sync", tmp.path()))?;
         let dest = self.blob_path(&actual);
+        let existed = dest.exists();
         tmp.persist(&dest)
             .map_err(|e| Error::io("rename into", &dest)(e.error))?;
+        if !existed {
+            self.added.fetch_add(count, Ordering::Relaxed);
+        }
         Ok(actual)
     }
 
@@ -466,11 +597,14 @@ impl Store {
         if dest.is_dir() {
             return Ok(dest);
         }
+        let room = self.room(&format!("layer {layer} unpacked"))?;
         self.build_tree(&dest, |root| {
-            let mut u = Unpacker::new(root, self.limits);
+            let mut u = Unpacker::new(root, self.limits).with_room(room);
             let reader = decompressed(self.open_blob(layer)?, layer)?;
             u.apply(&layer.to_string(), reader, Whiteouts::Keep)?;
-            u.finish()
+            let n = u.bytes();
+            u.finish()?;
+            Ok(n)
         })
     }
 
@@ -498,8 +632,9 @@ impl Store {
                 ),
             });
         }
+        let room = self.room(&format!("image {} unpacked", image.digest))?;
         self.build_tree(&dest, |root| {
-            let mut u = Unpacker::new(root, self.limits);
+            let mut u = Unpacker::new(root, self.limits).with_room(room);
             for (i, layer) in image.manifest.layers.iter().enumerate() {
                 let d = &layer.digest;
                 let mut hashing = HashingReader::new(decompressed(self.open_blob(d)?, d)?);
@@ -518,13 +653,19 @@ impl Store {
                     });
                 }
             }
-            u.finish()
+            let n = u.bytes();
+            u.finish()?;
+            Ok(n)
         })
     }
 
     /// Builds a tree in a private temp dir and renames it to `dest`; a concurrent
-    /// builder that finished first wins, and its tree is used.
-    fn build_tree(&self, dest: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<PathBuf> {
+    /// builder that finished first wins, and its tree is used. `fill` returns the
+    /// bytes it wrote, counted as added once the tree is in place. A failed build
+    /// leaves nothing; gc (which waits for the shared store lock held here) removes
+    /// what a killed one left in `tmp/`.
+    fn build_tree(&self, dest: &Path, fill: impl FnOnce(&Path) -> Result<u64>) -> Result<PathBuf> {
+        let _lock = self.lock(false)?;
         let tmp_dir = self.root.join("tmp");
         let tmp = tempfile::Builder::new()
             .prefix("tree-")
@@ -532,13 +673,19 @@ impl Store {
             .map_err(Error::io("create a directory in", &tmp_dir))?;
         let result = fill(tmp.path());
         let tmp = tmp.keep();
-        if let Err(e) = result {
-            make_writable(&tmp);
-            let _ = fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
+        let written = match result {
+            Ok(n) => n,
+            Err(e) => {
+                make_writable(&tmp);
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(e);
+            }
+        };
         match fs::rename(&tmp, dest) {
-            Ok(()) => Ok(dest.to_path_buf()),
+            Ok(()) => {
+                self.added.fetch_add(written, Ordering::Relaxed);
+                Ok(dest.to_path_buf())
+            }
             Err(_) if dest.is_dir() => {
                 make_writable(&tmp);
                 let _ = fs::remove_dir_all(&tmp);

@@ -25,7 +25,7 @@ use crate::error::{Error, Result};
 pub struct Limits {
     /// Entries in all layers together. Default 1,000,000.
     pub max_entries: u64,
-    /// Bytes of file content in all layers together. Default 16 GiB.
+    /// Bytes of file content in all layers together. Default 4 GiB.
     pub max_bytes: u64,
 }
 
@@ -33,9 +33,18 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             max_entries: 1_000_000,
-            max_bytes: 16 << 30,
+            max_bytes: 4 << 30,
         }
     }
+}
+
+/// Room left under the store's total cap or a caller's budget (the smaller), and the
+/// error that passing it gives.
+pub(crate) struct Room {
+    /// Bytes that may still be written.
+    pub left: u64,
+    /// The error once more would be written.
+    pub exceeded: Box<dyn Fn() -> Error + Send>,
 }
 
 /// The whiteout prefix of the OCI layer format: `.wh.NAME` deletes `NAME`.
@@ -59,6 +68,7 @@ pub(crate) struct Unpacker<'a> {
     bytes: u64,
     chown: bool,
     dirs: BTreeMap<PathBuf, DirMeta>,
+    room: Option<Room>,
 }
 
 /// Whether whiteouts are applied (flattening) or kept as plain files (one layer).
@@ -77,7 +87,19 @@ impl<'a> Unpacker<'a> {
             bytes: 0,
             chown: rustix::process::geteuid().is_root(),
             dirs: BTreeMap::new(),
+            room: None,
         }
+    }
+
+    /// Also stops at `room` (the store's total cap or a caller's budget).
+    pub(crate) fn with_room(mut self, room: Room) -> Self {
+        self.room = Some(room);
+        self
+    }
+
+    /// Bytes of file content written so far.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// Applies one layer's tar stream on top of what is already in the root.
@@ -118,7 +140,13 @@ impl<'a> Unpacker<'a> {
                     let dir_rel = rel.parent().unwrap_or(Path::new(""));
                     self.clear_dir(&parent, dir_rel, &this_layer)?;
                 } else if !name_bytes.starts_with(b".wh..wh.") {
-                    let hidden = rel.with_file_name(OsStr::from_bytes(&name_bytes[4..]));
+                    // `.wh.`, `.wh..` and `.wh...` would name the directory itself or
+                    // its parent (at the top: the tree and the store's tmp/).
+                    let hidden_name = &name_bytes[WHITEOUT.len()..];
+                    if matches!(hidden_name, b"" | b"." | b"..") {
+                        return Err(refuse("a whiteout must name an entry, not '.' or '..'"));
+                    }
+                    let hidden = rel.with_file_name(OsStr::from_bytes(hidden_name));
                     if !this_layer.contains(&hidden) {
                         remove_any(&self.root.join(&hidden))?;
                     }
@@ -154,11 +182,19 @@ impl<'a> Unpacker<'a> {
                 }
                 tar::EntryType::Regular | tar::EntryType::Continuous => {
                     remove_any(&dest)?;
-                    let left = self.limits.max_bytes - self.bytes;
-                    let too_big = || Error::LimitExceeded {
-                        layer: layer.to_string(),
-                        what: "bytes",
-                        limit: self.limits.max_bytes,
+                    let image_left = self.limits.max_bytes - self.bytes;
+                    let room_left = self
+                        .room
+                        .as_ref()
+                        .map_or(u64::MAX, |r| r.left.saturating_sub(self.bytes));
+                    let left = image_left.min(room_left);
+                    let too_big = || match &self.room {
+                        Some(r) if room_left < image_left => (r.exceeded)(),
+                        _ => Error::LimitExceeded {
+                            layer: layer.to_string(),
+                            what: "bytes",
+                            limit: self.limits.max_bytes,
+                        },
                     };
                     if entry.header().size().unwrap_or(u64::MAX) > left {
                         return Err(too_big());

@@ -8,8 +8,9 @@ use stockade_image::{Config, PullOptions, Reference, Store};
 use crate::layout::Entry;
 use crate::plan::{ImageRoot, SYNTHETIC_ETC};
 
-/// Top-level names of an image that the sandbox gets from elsewhere.
-const NOT_FROM_IMAGE: &[&str] = &["etc", "proc", "sys", "dev", "tmp"];
+/// Top-level names of an image that the sandbox gets from elsewhere (`.stockade` is
+/// the agent's scratch directory).
+const NOT_FROM_IMAGE: &[&str] = &["etc", "proc", "sys", "dev", "tmp", ".stockade"];
 
 /// Opens the store at `store` (default `$STOCKADE_HOME/images`).
 fn open_store(store: Option<&Path>) -> Result<Store, Error> {
@@ -45,7 +46,7 @@ pub fn pull_error(reference: &str, e: stockade_image::Error) -> Error {
     use stockade_image::Error as E;
     match e {
         E::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
-        E::LimitExceeded { .. } => Error::LimitExceeded {
+        E::LimitExceeded { .. } | E::QuotaExceeded { .. } => Error::LimitExceeded {
             what: e.to_string(),
             limit: "the image store's limits".into(),
         },
@@ -87,7 +88,15 @@ pub fn image_root(
     })?;
     // In use from here on: gc keeps the tree, `image rm` refuses.
     let (in_use_lock, guard) = store.hold(&image.digest).map_err(internal)?;
-    let rootfs = store.rootfs(&image).map_err(internal)?;
+    let rootfs = store.rootfs(&image).map_err(|e| match e {
+        stockade_image::Error::LimitExceeded { .. }
+        | stockade_image::Error::QuotaExceeded { .. } => Error::LimitExceeded {
+            what: e.to_string(),
+            limit: "the image store's limits".into(),
+        },
+        stockade_image::Error::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
+        e => internal(e),
+    })?;
     let run = image.run_config();
     let user = match run.user.as_deref().map(str::trim) {
         None | Some("") => None,
@@ -97,7 +106,7 @@ pub fn image_root(
     };
     let root = ImageRoot {
         root: entries(&rootfs, Path::new("/"), NOT_FROM_IMAGE)?,
-        etc: entries(&rootfs.join("etc"), Path::new("/etc"), SYNTHETIC_ETC)?,
+        etc: entries(&rootfs, Path::new("/etc"), SYNTHETIC_ETC)?,
         rootfs,
         env: run.env.unwrap_or_default(),
         workdir: run
@@ -118,14 +127,13 @@ pub fn image_user(rootfs: &Path, user: &str) -> Result<Option<(u32, u32)>, Strin
         Some((u, g)) => (u, Some(g)),
         None => (user, None),
     };
-    // Read as plain files: the rootfs is unpacked with no symlink leaving it, but a
-    // symlinked /etc/passwd could still point at the host's, so refuse links.
+    // Resolved inside the rootfs, as the sandbox would: an image's `/etc -> /` or
+    // `/etc/passwd -> /etc/shadow` never reaches the host's files.
     let read = |name: &str| -> String {
-        let p = rootfs.join("etc").join(name);
-        match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.is_file() => std::fs::read_to_string(&p).unwrap_or_default(),
-            _ => String::new(),
-        }
+        let p = Path::new("etc").join(name);
+        stockade_image::inroot::read(rootfs, &p, 4 << 20)
+            .map(|d| String::from_utf8_lossy(&d).into_owned())
+            .unwrap_or_default()
     };
     let passwd = read("passwd");
     let lookup = |table: &str, key: &str, id_field: usize| -> Option<(u32, Option<u32>)> {
@@ -161,32 +169,49 @@ pub fn image_user(rootfs: &Path, user: &str) -> Result<Option<(u32, u32)>, Strin
     Ok((uid != 0).then_some((uid, gid)))
 }
 
-/// The entries of `dir` (none when it does not exist) as paths under `under`.
-fn entries(dir: &Path, under: &Path, skip: &[&str]) -> Result<Vec<(PathBuf, Entry)>, Error> {
-    let rd = match std::fs::read_dir(dir) {
-        Ok(rd) => rd,
+/// The entries of the image directory `under` (a sandbox path; none when it does not
+/// exist), resolved inside `rootfs` as the sandbox would resolve it: an image's
+/// `/etc -> /` lists the image's own root, never the host's.
+fn entries(rootfs: &Path, under: &Path, skip: &[&str]) -> Result<Vec<(PathBuf, Entry)>, Error> {
+    use stockade_image::inroot::{self, Kind};
+    let rel = under.strip_prefix("/").unwrap_or(under);
+    let cannot = |e| {
+        Error::io(
+            format!(
+                "cannot read {} of image {}",
+                under.display(),
+                rootfs.display()
+            ),
+            e,
+        )
+    };
+    let listed = match inroot::read_dir(rootfs, rel) {
+        Ok(l) => l,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io(format!("cannot read {}", dir.display()), e)),
+        // `/etc` that is a file, or a symlink loop: the image has no such directory.
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(nix::libc::ENOTDIR | nix::libc::ELOOP)
+            ) =>
+        {
+            return Ok(Vec::new());
+        }
+        Err(e) => return Err(cannot(e)),
     };
     let mut out = Vec::new();
-    for e in rd {
-        let e = e.map_err(|e| Error::io(format!("cannot read {}", dir.display()), e))?;
-        let name = e.file_name();
+    for (name, kind) in listed {
         if skip.iter().any(|s| name == *s) {
             continue;
         }
-        let Ok(t) = e.file_type() else { continue };
-        let entry = if t.is_symlink() {
-            match std::fs::read_link(e.path()) {
+        let entry = match kind {
+            Kind::Symlink => match inroot::read_link(rootfs, &rel.join(&name)) {
                 Ok(to) => Entry::Symlink(to.to_string_lossy().into_owned()),
                 Err(_) => continue,
-            }
-        } else if t.is_dir() {
-            Entry::Dir
-        } else if t.is_file() {
-            Entry::File
-        } else {
-            continue;
+            },
+            Kind::Dir => Entry::Dir,
+            Kind::File => Entry::File,
+            Kind::Other => continue,
         };
         out.push((under.join(&name), entry));
     }

@@ -63,9 +63,11 @@ pub fn effective_user(spec: &ValidatedSpec, ctx: &PlanContext) -> stockade_spec:
 }
 
 impl ImageRoot {
-    /// Where a sandbox path of the image is on the host.
+    /// A sandbox path of the image as a path inside its rootfs, which the agent
+    /// resolves inside the rootfs (never `rootfs.join(..)` followed on the host: an
+    /// image's `/etc -> /` would reach the host's root).
     pub fn source(&self, path: &Path) -> PathBuf {
-        self.rootfs.join(path.strip_prefix("/").unwrap_or(path))
+        path.strip_prefix("/").unwrap_or(path).to_path_buf()
     }
 }
 
@@ -81,19 +83,40 @@ pub const SYNTHETIC_ETC: &[&str] = &[
     "resolv.conf",
 ];
 
-/// (host source, sandbox target, entry) of the root's or `/etc`'s entries: the
-/// image's when there is one, else the host's.
+/// A mount source: a host path, or a path inside an image's rootfs (`within`).
+struct Source {
+    path: PathBuf,
+    within: Option<PathBuf>,
+}
+
+/// (source, sandbox target, entry) of the root's or `/etc`'s entries: the image's
+/// when there is one, else the host's.
 fn sources<'a>(
     ctx: &'a PlanContext,
     pick: impl Fn(&'a ImageRoot) -> &'a [(PathBuf, Entry)],
     host: &'a [(PathBuf, Entry)],
-) -> Vec<(PathBuf, &'a PathBuf, &'a Entry)> {
+) -> Vec<(Source, &'a PathBuf, &'a Entry)> {
     match &ctx.image {
         Some(img) => pick(img)
             .iter()
-            .map(|(p, e)| (img.source(p), p, e))
+            .map(|(p, e)| {
+                let source = Source {
+                    path: img.source(p),
+                    within: Some(img.rootfs.clone()),
+                };
+                (source, p, e)
+            })
             .collect(),
-        None => host.iter().map(|(p, e)| (p.clone(), p, e)).collect(),
+        None => host
+            .iter()
+            .map(|(p, e)| {
+                let source = Source {
+                    path: p.clone(),
+                    within: None,
+                };
+                (source, p, e)
+            })
+            .collect(),
     }
 }
 
@@ -124,15 +147,17 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 path: path.clone(),
             },
             Entry::Dir if writable => MountOp::Overlay {
-                lower: source,
+                lower: source.path,
                 target: path.clone(),
                 flags: MountFlags::RW,
+                within: source.within,
             },
             _ => MountOp::Bind {
-                source,
+                source: source.path,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
                 file: *entry == Entry::File,
+                within: source.within,
             },
         });
     }
@@ -156,6 +181,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             target: m.target.clone(),
             flags,
             file,
+            within: None,
         });
     }
     let image_workdir = ctx.image.as_ref().and_then(|i| i.workdir.clone());
@@ -359,17 +385,12 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
                 to: to.clone(),
                 path: path.clone(),
             },
-            Entry::File => MountOp::Bind {
-                source,
+            Entry::File | Entry::Dir => MountOp::Bind {
+                source: source.path,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
-                file: true,
-            },
-            Entry::Dir => MountOp::Bind {
-                source,
-                target: path.clone(),
-                flags: MountFlags::RO_HOST,
-                file: false,
+                file: *entry == Entry::File,
+                within: source.within,
             },
         });
     }
@@ -712,31 +733,25 @@ mod tests {
         };
         spec.env.insert("LANG".into(), "C.UTF-8".into());
         let p = plan(&spec.clone().validate().unwrap(), &image_ctx()).unwrap();
+        // Sources are paths inside the rootfs, resolved inside it by the agent.
         let bind = |source: &str, target: &str, file: bool| MountOp::Bind {
             source: source.into(),
             target: target.into(),
             flags: MountFlags::RO_HOST,
             file,
+            within: Some("/var/lib/stockade/images/rootfs/abc".into()),
         };
-        assert!(p.mounts.contains(&bind(
-            "/var/lib/stockade/images/rootfs/abc/usr",
-            "/usr",
-            false
-        )));
-        assert!(p.mounts.contains(&bind(
-            "/var/lib/stockade/images/rootfs/abc/etc/ssl",
-            "/etc/ssl",
-            false
-        )));
+        assert!(p.mounts.contains(&bind("usr", "/usr", false)));
+        assert!(p.mounts.contains(&bind("etc/ssl", "/etc/ssl", false)));
         assert!(p.mounts.contains(&MountOp::Symlink {
             to: "usr/bin".into(),
             path: "/bin".into()
         }));
         // Nothing of the host's root or /etc.
         for op in &p.mounts {
-            if let MountOp::Bind { source, .. } = op {
+            if let MountOp::Bind { source, within, .. } = op {
                 assert!(
-                    !source.starts_with("/usr") && !source.starts_with("/etc"),
+                    within.is_some() || !source.starts_with("/usr") && !source.starts_with("/etc"),
                     "{op:?}"
                 );
             }
@@ -773,9 +788,10 @@ mod tests {
         };
         let p = plan(&spec.validate().unwrap(), &image_ctx()).unwrap();
         assert!(p.mounts.contains(&MountOp::Overlay {
-            lower: "/var/lib/stockade/images/rootfs/abc/usr".into(),
+            lower: "usr".into(),
             target: "/usr".into(),
-            flags: MountFlags::RW
+            flags: MountFlags::RW,
+            within: Some("/var/lib/stockade/images/rootfs/abc".into()),
         }));
     }
 
@@ -812,13 +828,15 @@ mod tests {
         assert!(p.mounts.contains(&MountOp::Overlay {
             lower: "/usr".into(),
             target: "/usr".into(),
-            flags: MountFlags::RW
+            flags: MountFlags::RW,
+            within: None,
         }));
         assert!(p.mounts.contains(&MountOp::Bind {
             source: "/srv/data".into(),
             target: "/work".into(),
             flags: MountFlags::RW,
-            file: false
+            file: false,
+            within: None,
         }));
         assert!(p.mounts.contains(&MountOp::Mask {
             target: "/.stockade".into()

@@ -239,6 +239,30 @@ pub fn oci_layout(
     config: serde_json::Value,
     ref_name: &str,
 ) {
+    let entries: Vec<LayerEntry> = files.iter().map(|(p, b)| LayerEntry::File(p, b)).collect();
+    oci_layout_entries(dir, base, &entries, config, ref_name)
+}
+
+/// One entry of the second layer [`oci_layout_entries`] writes.
+#[derive(Clone, Copy, Debug)]
+pub enum LayerEntry<'a> {
+    /// A file (mode 0755) with these contents.
+    File(&'a str, &'a [u8]),
+    /// A directory (mode 0755).
+    Dir(&'a str),
+    /// A symlink (path, target), the target written as given (`/`, `../../..`).
+    Symlink(&'a str, &'a str),
+}
+
+/// Like [`oci_layout`], the second layer made of any [`LayerEntry`]s: images with
+/// symlinks such as `etc -> /` for the attack tests.
+pub fn oci_layout_entries(
+    dir: &Path,
+    base: &Path,
+    entries: &[LayerEntry],
+    config: serde_json::Value,
+    ref_name: &str,
+) {
     use sha2::Digest as _;
     let blobs = dir.join("blobs/sha256");
     std::fs::create_dir_all(&blobs).unwrap();
@@ -248,12 +272,27 @@ pub fn oci_layout(
         (format!("sha256:{hex}"), data.len())
     };
     let mut b = tar::Builder::new(Vec::new());
-    for (path, body) in files {
+    for e in entries {
         let mut h = tar::Header::new_gnu();
-        h.set_size(body.len() as u64);
         h.set_mode(0o755);
-        h.set_cksum();
-        b.append_data(&mut h, path, *body).unwrap();
+        match *e {
+            LayerEntry::File(path, body) => {
+                h.set_size(body.len() as u64);
+                h.set_cksum();
+                b.append_data(&mut h, path, body).unwrap();
+            }
+            LayerEntry::Dir(path) => {
+                h.set_entry_type(tar::EntryType::Directory);
+                h.set_size(0);
+                h.set_cksum();
+                b.append_data(&mut h, path, std::io::empty()).unwrap();
+            }
+            LayerEntry::Symlink(path, target) => {
+                h.set_entry_type(tar::EntryType::Symlink);
+                h.set_size(0);
+                b.append_link(&mut h, path, target).unwrap();
+            }
+        }
     }
     let extra = b.into_inner().unwrap();
     let base = std::fs::read(base).unwrap();

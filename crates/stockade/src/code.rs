@@ -72,6 +72,10 @@ pub fn image_error(e: stockade_image::Error) -> Error {
             what: e.to_string(),
             limit: "the unpacking limits".into(),
         },
+        E::QuotaExceeded { .. } => Error::LimitExceeded {
+            what: e.to_string(),
+            limit: "the image store's cap".into(),
+        },
         E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
         E::InUse { .. } | E::Config { .. } => Error::InvalidRequest(e.to_string()),
         E::Registry { .. } => Error::Unavailable {
@@ -87,14 +91,15 @@ pub fn image_error(e: stockade_image::Error) -> Error {
 
 /// Finds `name` in `dirs` under `root` (the host's `/`, or an image's rootfs), as a
 /// file or a symlink (an image's `/usr/bin/python3 -> python3.11` resolves inside
-/// the sandbox, not here).
+/// the sandbox, not here). Parents resolve inside `root` as they would in the
+/// sandbox: an image's `/usr -> /` never makes this look at the host's files.
 fn find_in(root: &Path, dirs: &[&str], name: &str) -> Option<String> {
+    use stockade_image::inroot::{Kind, kind};
     dirs.iter().find_map(|dir| {
         let inside = Path::new(dir).join(name);
-        let on_host = root.join(inside.strip_prefix("/").ok()?);
-        std::fs::symlink_metadata(&on_host)
+        kind(root, inside.strip_prefix("/").ok()?)
             .ok()
-            .filter(|m| m.is_file() || m.file_type().is_symlink())
+            .filter(|k| matches!(k, Kind::File | Kind::Symlink))
             .map(|_| inside.display().to_string())
     })
 }
@@ -252,5 +257,15 @@ mod tests {
         // A directory is not an interpreter.
         assert_eq!(find_in(d.path(), &["/usr/bin"], "ruby"), None);
         assert_eq!(find_in(d.path(), &["/usr/bin"], "lua"), None);
+    }
+
+    #[test]
+    fn an_image_symlink_to_the_host_root_is_not_followed_on_the_host() {
+        // The host has /bin/sh; an image whose /opt is `/` does not.
+        let d = tempfile::tempdir().unwrap();
+        std::os::unix::fs::symlink("/", d.path().join("opt")).unwrap();
+        std::os::unix::fs::symlink("../../../..", d.path().join("up")).unwrap();
+        assert!(Path::new("/bin/sh").exists());
+        assert_eq!(find_in(d.path(), &["/opt/bin", "/up/bin"], "sh"), None);
     }
 }

@@ -258,3 +258,172 @@ async fn file_copies_refuse_traversal() {
     );
     sb.destroy().await.unwrap();
 }
+
+/// Images whose `etc`, `tmp`, `proc`, `dev` or nested entries are symlinks to `/`,
+/// `/proc` or `../../..`, loaded from the stockade image store: python inside reads
+/// through each and finds neither the host's secret file nor the test process. A
+/// runtime that refuses such an image (runc refuses some mount destinations that are
+/// symlinks) fails closed, which is fine; one that runs it must show no host.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn image_symlinks_never_reach_the_host() {
+    use std::os::unix::fs::PermissionsExt;
+    use stockade_testkit::LayerEntry::{Dir, Symlink};
+    if image().is_none() {
+        return;
+    }
+    let Some(debian) = require(
+        "the Debian test image",
+        stockade_testkit::debian_test_image(),
+        stockade_testkit::DEBIAN_FIX,
+    ) else {
+        return;
+    };
+    let host = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(host.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let secret = format!("host-secret-{}", std::process::id());
+    let secret_path = host.path().join("secret.txt");
+    std::fs::write(&secret_path, &secret).unwrap();
+    std::fs::set_permissions(&secret_path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let store = stockade_image::Store::open(host.path().join("images")).unwrap();
+    let provider: Arc<dyn Provider> =
+        Arc::new(DockerProvider::new().with_image_store(store.root()));
+    let pid = std::process::id();
+    // (name, attack layer, whether python can still run in it)
+    let images: Vec<(String, Vec<stockade_testkit::LayerEntry>, bool)> = vec![
+        (
+            format!("localhost/stockade-attack-{pid}/etc:1"),
+            vec![
+                Symlink("etc", "/"),
+                Symlink("usr/local", "/proc"),
+                Dir("srv"),
+                Symlink("srv/deep", "../../.."),
+            ],
+            true,
+        ),
+        (
+            format!("localhost/stockade-attack-{pid}/top:1"),
+            vec![
+                Symlink("proc", "/proc"),
+                Symlink("dev", "../../.."),
+                Symlink("etc", "/proc"),
+                Symlink("bin", "/"),
+            ],
+            true,
+        ),
+        // runc refuses this one (its /tmp tmpfs target does not resolve): fine.
+        (
+            format!("localhost/stockade-attack-{pid}/tmp:1"),
+            vec![Symlink("tmp", "/")],
+            true,
+        ),
+        // No python without /usr: probed with the (static) agent's file operations.
+        (
+            format!("localhost/stockade-attack-{pid}/usr:1"),
+            vec![Symlink("usr", "/"), Symlink("bin", "../../..")],
+            false,
+        ),
+    ];
+    let secret_rel = secret_path.strip_prefix("/").unwrap().display().to_string();
+    let own_cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    let probe = format!(
+        r#"
+import os
+pid = {pid}
+leaks = []
+for pre in ["", "/etc", "/etc/etc", "/tmp", "/proc", "/dev", "/usr/local", "/srv/deep"]:
+    for p in [pre + "{secret}", pre + "/secret.txt", pre + "/proc/%d/cmdline" % pid, pre + "/%d/cmdline" % pid]:
+        try:
+            data = open(p, "rb").read()
+        except OSError:
+            continue
+        if b"host-secret" in data or data == bytes.fromhex("{own}"):
+            leaks.append(p)
+print("leaks", leaks)
+"#,
+        secret = secret_path.display(),
+        own = std::fs::read(format!("/proc/{pid}/cmdline"))
+            .unwrap()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    for (name, entries, python) in &images {
+        let layout = host.path().join(name.replace([':', '/'], "-"));
+        stockade_testkit::oci_layout_entries(
+            &layout,
+            &debian,
+            entries,
+            serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]}),
+            name,
+        );
+        stockade_image::import(&store, &layout, None).unwrap();
+        let created = Sandbox::create(
+            provider.clone(),
+            spec(name),
+            CreateOptions {
+                owner_pid: Some(pid),
+            },
+        )
+        .await;
+        let outcome = match created {
+            Ok(sb) => {
+                let out = if *python {
+                    Some(py(&sb, &probe, 30_000).await)
+                } else {
+                    None
+                };
+                let mut found = Vec::new();
+                for pre in [
+                    "",
+                    "/etc",
+                    "/usr",
+                    "/bin",
+                    "/tmp",
+                    "/proc",
+                    "/dev",
+                    "/usr/local",
+                ] {
+                    for suffix in [
+                        secret_rel.clone(),
+                        "secret.txt".into(),
+                        format!("proc/{pid}/cmdline"),
+                        format!("{pid}/cmdline"),
+                    ] {
+                        let p = format!("{pre}/{suffix}");
+                        if let Ok(data) = sb.read(&p).await
+                            && (data == secret.as_bytes() || data == own_cmdline)
+                        {
+                            found.push(p);
+                        }
+                    }
+                }
+                // File operations work in this image (else the probe proves nothing).
+                let listed = sb
+                    .file(stockade_core::FileOp::Ls { path: "/".into() })
+                    .await;
+                sb.destroy().await.unwrap();
+                assert!(
+                    found.is_empty(),
+                    "{name}: host files reached through {found:?}"
+                );
+                assert!(listed.is_ok(), "{name}: file operations fail: {listed:?}");
+                out
+            }
+            Err(e) => {
+                eprintln!("{name}: refused by the runtime: {e}");
+                None
+            }
+        };
+        let _ = std::process::Command::new("/usr/bin/docker")
+            .args(["image", "rm", "-f", name])
+            .output();
+        if let Some(out) = outcome {
+            let s = text(&out.stdout);
+            assert!(
+                s.contains("leaks []"),
+                "{name}: {s} stderr: {}",
+                text(&out.stderr)
+            );
+        }
+    }
+}

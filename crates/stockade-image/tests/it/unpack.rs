@@ -410,3 +410,144 @@ fn concurrent_flattening_yields_one_tree() {
         0
     );
 }
+
+/// Whiteouts naming `.`, `..` or nothing (`.wh.`, `.wh..`, `.wh...`) would remove the
+/// directory holding the whiteout or its parent: at the top of a layer that is the
+/// tree being built and the store's `tmp/` (with every import and partial pull in
+/// it). They are refused, and nothing of the store is touched.
+#[test]
+fn whiteouts_of_dot_and_dotdot_cannot_remove_the_store() {
+    for name in [".wh...", ".wh..", ".wh.", "a/.wh...", "a/.wh..", "a/.wh."] {
+        let lower = Layer::new().dir("a").file("a/keep", b"k").into_tar();
+        let upper = Layer::new().file(name, b"").into_tar();
+        let (dir, store) = store();
+        // A partial download of another pull, in progress.
+        let partial = store.root().join("tmp/partial-other");
+        std::fs::write(&partial, b"half a blob").unwrap();
+        let beside = dir.path().join("beside");
+        std::fs::write(&beside, b"x").unwrap();
+        let img = store_image(&store, &build(&[lower, upper], true), "t/x:1");
+        let result = store.rootfs(&img);
+        assert!(
+            std::fs::read(&partial).is_ok_and(|d| d == b"half a blob"),
+            "{name}: the store's tmp/ was damaged"
+        );
+        assert!(beside.exists() && store.root().join("blobs/sha256").is_dir());
+        match result {
+            Err(e @ Error::UnsafeEntry { .. }) => {
+                assert!(e.to_string().contains("whiteout"), "{name}: {e}")
+            }
+            other => panic!("{name}: expected a refused whiteout, got {other:?}"),
+        }
+        assert!(!store.root().join("rootfs").join(img.digest.hex()).exists());
+        let left: Vec<_> = std::fs::read_dir(store.root().join("tmp"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(
+            left,
+            ["partial-other"],
+            "{name}: a failed flatten left a tree"
+        );
+    }
+}
+
+/// A whiteout can only remove what is inside the tree, never through a symlink of
+/// a lower layer.
+#[test]
+fn a_whiteout_through_a_symlink_is_refused() {
+    let (dir, store) = store();
+    let outside = dir.path().join("outside");
+    std::fs::create_dir(&outside).unwrap();
+    std::fs::write(outside.join("secret"), b"s").unwrap();
+    let lower = Layer::new()
+        .symlink("out", outside.to_str().unwrap())
+        .symlink("up", "../../..")
+        .into_tar();
+    for name in ["out/.wh.secret", "up/.wh.outside", "out/.wh..wh..opq"] {
+        let upper = Layer::new().file(name, b"").into_tar();
+        let img = store_image(
+            &store,
+            &build(&[lower.clone(), upper], true),
+            &format!("t/x:{}", name.len()),
+        );
+        let e = store.rootfs(&img).unwrap_err();
+        assert!(matches!(e, Error::UnsafeEntry { .. }), "{name}: {e}");
+        assert!(
+            outside.join("secret").exists(),
+            "{name} removed a host file"
+        );
+    }
+}
+
+/// The per-image cap names itself and how to raise it.
+#[test]
+fn the_per_image_cap_is_named_with_how_to_raise_it() {
+    let l = Layer::new().file("big", &vec![7u8; 2 << 20]).into_tar();
+    let (_d, store) = store();
+    let store = store.with_limits(Limits {
+        max_entries: 100,
+        max_bytes: 1 << 20,
+    });
+    let img = store_image(&store, &build(&[l], true), "t/x:1");
+    let e = store.rootfs(&img).unwrap_err().to_string();
+    for needle in ["1048576", "max_image_bytes", "STOCKADE_IMAGE_MAX_BYTES"] {
+        assert!(e.contains(needle), "{e} lacks {needle}");
+    }
+    assert_eq!(Limits::default().max_bytes, 4 << 30, "per-image default");
+}
+
+/// The store's total cap counts what is already stored: a second image that would
+/// pass it is refused while flattening, naming the cap, and leaves nothing behind;
+/// a handle with a budget reports what it added and stops at the budget.
+#[test]
+fn the_store_total_cap_counts_what_is_stored() {
+    let (_d, store) = store();
+    let a = Layer::new().file("a", &vec![1u8; 3 << 20]).into_tar();
+    let b = Layer::new().file("b", &vec![2u8; 3 << 20]).into_tar();
+    let store = store.with_max_store_bytes(5 << 20);
+    let img_a = store_image(&store, &build(&[a], true), "t/a:1");
+    store.rootfs(&img_a).unwrap();
+    let used = store.usage().unwrap();
+    assert!(used >= 3 << 20, "usage counts the unpacked tree: {used}");
+    let img_b = store_image(&store, &build(std::slice::from_ref(&b), true), "t/b:1");
+    let e = store.rootfs(&img_b).unwrap_err();
+    assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
+    let msg = e.to_string();
+    for needle in [
+        "5242880",
+        "max_total_bytes",
+        "STOCKADE_IMAGE_STORE_MAX_BYTES",
+    ] {
+        assert!(msg.contains(needle), "{msg} lacks {needle}");
+    }
+    assert!(
+        !store
+            .root()
+            .join("rootfs")
+            .join(img_b.digest.hex())
+            .exists()
+    );
+    assert_eq!(
+        std::fs::read_dir(store.root().join("tmp")).unwrap().count(),
+        0
+    );
+    // A blob write is held to the cap too.
+    let e = store.put_blob_bytes(&vec![0u8; 6 << 20], None).unwrap_err();
+    assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
+
+    // A per-caller budget: what this handle adds is counted and capped.
+    let (_d2, fresh) = crate::support::store();
+    let budget = fresh.with_budget(2 << 20);
+    let img = store_image(&budget, &build(&[b], true), "t/b:1");
+    let added_blobs = budget.added_bytes();
+    assert!(added_blobs > 0 && added_blobs < 1 << 20, "{added_blobs}");
+    let e = budget.rootfs(&img).unwrap_err();
+    assert!(matches!(e, Error::QuotaExceeded { .. }), "{e}");
+    assert!(e.to_string().contains("budget"), "{e}");
+    assert_eq!(
+        budget.added_bytes(),
+        added_blobs,
+        "a failed flatten adds nothing"
+    );
+}
