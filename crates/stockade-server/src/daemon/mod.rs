@@ -58,6 +58,8 @@ pub struct Limits {
     pub mounts: MountPolicy,
     /// Whether callers are tenants with tokens (then images are names only).
     pub tenants_untrusted: bool,
+    /// What each tenant may add to the image store in all (`--tenant-image-bytes`).
+    pub tenant_image_bytes: u64,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
 }

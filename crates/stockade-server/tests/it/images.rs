@@ -107,7 +107,9 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     let b = d.client(Some(TOKEN_B)).await;
 
     // A small image fits the budget.
-    let sb = try_create(&a, &tiny).await.expect("a small image fits");
+    let sb = try_create(&a, &tiny)
+        .await
+        .unwrap_or_else(|e| panic!("a small image fits: {e}\n{}", d.log()));
     sb.destroy().await.unwrap();
 
     // An image larger than what is left: refused before anything is fetched, naming
