@@ -31,7 +31,7 @@ fn tiny_base(dir: &Path) -> std::path::PathBuf {
 
 /// `n` bytes no compressor shrinks (xorshift from `seed`).
 fn noise(n: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed | 1;
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     (0..n)
         .map(|_| {
             x ^= x << 13;
@@ -69,6 +69,17 @@ async fn try_create(c: &stockade_client::RemoteProvider, image: &str) -> stockad
     Sandbox::create(Arc::new(c.clone()), with_image(image), Default::default()).await
 }
 
+/// The error of a create that must be refused; panics with `why` when it is not.
+async fn refused(c: &stockade_client::RemoteProvider, image: &str, why: &str) -> stockade::Error {
+    match try_create(c, image).await {
+        Ok(sb) => {
+            sb.destroy().await.unwrap();
+            panic!("{why}");
+        }
+        Err(e) => e,
+    }
+}
+
 /// What the store holds in `tmp/` (partial downloads, trees being built).
 fn scratch(images: &Path) -> Vec<String> {
     std::fs::read_dir(images.join("tmp"))
@@ -92,16 +103,15 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     let tmp = tempfile::tempdir().unwrap();
     let base = tiny_base(tmp.path());
     let tiny = push(&reg, tmp.path(), &base, "tiny", b"small");
-    // Each image costs its blob and its unpacked root: about twice its layer.
+    // Each image costs its blobs and its unpacked root: about twice its layer. A
+    // budget of 3 MiB takes the tiny image and one 1.25 MiB image, not two.
     let big = push(&reg, tmp.path(), &base, "big", &noise(4 << 20, 1));
     let mid1 = push(&reg, tmp.path(), &base, "mid1", &noise(1280 << 10, 2));
     let mid2 = push(&reg, tmp.path(), &base, "mid2", &noise(1280 << 10, 3));
+    let mid3 = push(&reg, tmp.path(), &base, "mid3", &noise(1280 << 10, 4));
 
     let tokens = token_file(&tmp);
-    let mut d = TestDaemon::start(&[
-        &format!("--token-file={tokens}"),
-        "--tenant-image-bytes=3M",
-    ]);
+    let mut d = TestDaemon::start(&[&format!("--token-file={tokens}"), "--tenant-image-bytes=3M"]);
     let images = d.dir.join("home/images");
     let a = d.client(Some(TOKEN_A)).await;
     let b = d.client(Some(TOKEN_B)).await;
@@ -116,36 +126,47 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     // the budget and the operator's flag; nothing is left in the store.
     let store = stockade_image::Store::open(&images).unwrap();
     let before = store.usage().unwrap();
-    let e = try_create(&a, &big)
-        .await
-        .err()
-        .expect("the daemon pulled an image past the tenant's budget");
+    let e = refused(
+        &a,
+        &big,
+        "the daemon pulled an image past the tenant's budget",
+    )
+    .await;
     assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
     let msg = e.to_string();
     assert!(msg.contains("image budget"), "{msg}");
     assert!(msg.contains("3145728"), "names the budget: {msg}");
-    assert!(msg.contains("--tenant-image-bytes"), "says how to raise it: {msg}");
-    assert!(store.resolve(&big).is_err(), "the refused image is not kept");
+    assert!(
+        msg.contains("--tenant-image-bytes"),
+        "says how to raise it: {msg}"
+    );
+    assert!(
+        store.resolve(&big).is_err(),
+        "the refused image is not kept"
+    );
     assert_eq!(store.usage().unwrap(), before, "a refused pull added bytes");
     assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
 
-    // Another tenant is unaffected; once the image is in the store, it costs nothing.
-    let sb = try_create(&b, &big).await.expect("tenant B has its own budget");
+    // What it pulls is charged: a second image no longer fits.
+    let sb = try_create(&a, &mid1).await.expect("fits the budget");
     sb.destroy().await.unwrap();
-    let sb = try_create(&a, &big)
+    let e = refused(&a, &mid2, "the tenant's earlier pull was not charged").await;
+    assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
+
+    // Another tenant is unaffected; once the image is in the store, it costs nothing.
+    let sb = try_create(&b, &mid2)
+        .await
+        .expect("tenant B has its own budget");
+    sb.destroy().await.unwrap();
+    let sb = try_create(&a, &mid2)
         .await
         .expect("an image already in the store costs nothing");
     sb.destroy().await.unwrap();
 
-    // What a tenant pulled stays charged across a restart of the daemon.
-    let sb = try_create(&a, &mid1).await.expect("fits the budget");
-    sb.destroy().await.unwrap();
+    // The charge survives a restart of the daemon.
     d.restart();
     let a = d.client(Some(TOKEN_A)).await;
-    let e = try_create(&a, &mid2)
-        .await
-        .err()
-        .expect("a restart reset the tenant's image charge");
+    let e = refused(&a, &mid3, "a restart reset the tenant's image charge").await;
     assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
     assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
     assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
