@@ -52,13 +52,10 @@ impl Daemon {
         let budget = self.limits.tenant_image_bytes;
         let used = self.store.image_bytes(tenant).map_err(internal)?;
         let left = budget.saturating_sub(used);
-        let over = |needed: Option<u64>| Error::LimitExceeded {
+        let over = || Error::LimitExceeded {
             what: format!(
                 "image {reference} for tenant {tenant} (it has added {used} bytes to the \
-                 image store{})",
-                needed
-                    .map(|n| format!("; this image needs about {n} more"))
-                    .unwrap_or_default()
+                 image store)"
             ),
             limit: format!(
                 "the image budget of {budget} bytes per tenant (the operator raises it \
@@ -66,7 +63,7 @@ impl Daemon {
             ),
         };
         if left == 0 {
-            return Err(over(None));
+            return Err(over());
         }
         let h = store.with_budget(left);
         let config =
@@ -104,7 +101,7 @@ impl Daemon {
         result.map_err(|e| match e {
             // The budget (the handle's `limit` is what was left of it), not the
             // store's own cap, refused the write.
-            ImageError::QuotaExceeded { limit, .. } if limit == left => over(None),
+            ImageError::QuotaExceeded { limit, .. } if limit == left => over(),
             e => image_error(reference, e),
         })
     }
