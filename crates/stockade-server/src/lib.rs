@@ -100,6 +100,11 @@ pub struct ServeArgs {
     /// this flag is given.
     #[arg(long = "allow-mount", value_name = "DIR")]
     pub allow_mounts: Vec<PathBuf>,
+    /// What each tenant may add to the host's image store, in all (images it made the
+    /// daemon pull and unpack; an image already in the store costs nothing). Kept in
+    /// the daemon's state, so a restart does not reset it. `512M`, `8G`...
+    #[arg(long, value_name = "SIZE", default_value = "8G", value_parser = stockade_image::parse_size)]
+    pub tenant_image_bytes: u64,
     /// Most client connections open at once (more wait to be accepted).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
@@ -205,6 +210,7 @@ pub async fn serve(
             state_dir.join("mounts"),
         )?,
         tenants_untrusted: auth.required(),
+        tenant_image_bytes: args.tenant_image_bytes,
         honour_owner_pid: matches!(listen, Listen::Unix(_)),
     };
     let default_provider = args

@@ -1,5 +1,5 @@
 //! Durable daemon state in `redb`: the sandboxes the daemon handed out or keeps warm,
-//! and the pools. Every change is committed before the call that made it returns, so
+//! the pools, and what each tenant added to the image store. Every change is committed before the call that made it returns, so
 //! a daemon killed with `kill -9` restarts knowing what it owned.
 
 use std::collections::BTreeMap;
@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 const SANDBOXES: TableDefinition<&str, &[u8]> = TableDefinition::new("sandboxes");
 const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
+/// Bytes each tenant added to the image store (its image budget's use).
+const IMAGE_BYTES: TableDefinition<&str, u64> = TableDefinition::new("image_bytes");
 
 /// A failure of the state store.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +89,7 @@ impl Store {
             t.open_table(SANDBOXES)?;
             t.open_table(POOLS)?;
             t.open_table(META)?;
+            t.open_table(IMAGE_BYTES)?;
             Ok(())
         })?;
         Ok(s)
@@ -159,6 +162,29 @@ impl Store {
             t.open_table(POOLS)?.remove(key.as_str())?;
             Ok(())
         })
+    }
+
+    /// Bytes `tenant` has added to the image store.
+    pub fn image_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
+        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let t = r.open_table(IMAGE_BYTES).map_err(|e| self.err(e))?;
+        Ok(t.get(tenant)
+            .map_err(|e| self.err(e))?
+            .map(|v| v.value())
+            .unwrap_or(0))
+    }
+
+    /// Charges `bytes` more to `tenant`'s image budget; returns its new total.
+    pub fn add_image_bytes(&self, tenant: &str, bytes: u64) -> Result<u64, StoreError> {
+        let mut total = 0;
+        self.write(|t| {
+            let mut table = t.open_table(IMAGE_BYTES)?;
+            let before = table.get(tenant)?.map(|v| v.value()).unwrap_or(0);
+            total = before.saturating_add(bytes);
+            table.insert(tenant, total)?;
+            Ok(())
+        })?;
+        Ok(total)
     }
 
     /// Everything saved.
@@ -261,5 +287,16 @@ mod tests {
         assert_eq!(pools.len(), 1);
         s.remove_pool("t-1", "tpl").unwrap();
         assert!(s.load().unwrap().1.is_empty());
+        assert_eq!(s.image_bytes("t-1").unwrap(), 0);
+        assert_eq!(s.add_image_bytes("t-1", 5).unwrap(), 5);
+        assert_eq!(s.add_image_bytes("t-1", 7).unwrap(), 12);
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert_eq!(
+            s.image_bytes("t-1").unwrap(),
+            12,
+            "charges survive reopening"
+        );
+        assert_eq!(s.image_bytes("t-2").unwrap(), 0);
     }
 }

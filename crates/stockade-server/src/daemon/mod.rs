@@ -18,6 +18,7 @@ use stockade::{
 use stockade_pool::{Pool, PoolStats};
 use tokio::sync::mpsc;
 
+mod images;
 mod lifecycle;
 mod paths;
 mod pools;
@@ -58,6 +59,8 @@ pub struct Limits {
     pub mounts: MountPolicy,
     /// Whether callers are tenants with tokens (then images are names only).
     pub tenants_untrusted: bool,
+    /// What each tenant may add to the image store in all (`--tenant-image-bytes`).
+    pub tenant_image_bytes: u64,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
 }
@@ -134,6 +137,8 @@ pub struct Daemon {
     stopping: AtomicBool,
     /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
     staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
+    /// One budgeted image pull per tenant at a time.
+    image_locks: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
 }
 
 /// One pool as `pool ls` shows it.
@@ -290,6 +295,7 @@ impl Daemon {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             staging_in_flight: Arc::default(),
+            image_locks: Mutex::default(),
         }))
     }
 
@@ -420,6 +426,7 @@ impl Daemon {
         self.check_spec(p.as_ref(), &spec)?;
         let owner_pid = owner_pid.filter(|_| self.limits.honour_owner_pid);
         let _slot = self.reserve(tenant)?;
+        self.charge_image(tenant, &pname, &spec).await?;
         let (template, _) = template_of(&pname, &spec);
         let key = format!("{tenant}/{template}");
         let spec_json = serde_json::to_value(&spec).map_err(internal)?;

@@ -213,6 +213,7 @@ impl Daemon {
         spec.idle_timeout_secs = None;
         let made = async {
             let (_, p) = self.provider(&pname)?;
+            self.charge_image(&tenant, &pname, &template).await?;
             let t0 = Instant::now();
             let info = self.create_on(&p, spec).await?;
             self.metrics.create_seconds.observe(t0.elapsed());

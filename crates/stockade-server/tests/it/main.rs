@@ -2,6 +2,7 @@
 //! Needs root; fails in CI without it, skips loudly elsewhere.
 
 mod harness;
+mod images;
 mod tenants;
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,151 @@
+//! Tenants' image budgets: an image a tenant names that the host does not have yet is
+//! pulled (and, for native, unpacked) by the daemon itself, through a store handle
+//! capped at what is left of the tenant's budget, and what it added is charged to the
+//! tenant in the state store. The provider then finds the image in place.
+
+use std::sync::Arc;
+
+use stockade::{Error, Result, SandboxSpec};
+use stockade_image::Error as ImageError;
+
+use super::{Daemon, internal};
+
+impl Daemon {
+    /// The tenant's lock for image pulls: one budgeted pull per tenant at a time, so
+    /// two concurrent pulls cannot both spend what is left.
+    fn image_lock(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
+        let mut m = self.image_locks.lock().unwrap_or_else(|p| p.into_inner());
+        m.entry(tenant.to_string()).or_default().clone()
+    }
+
+    /// Makes sure the spec's image is on the host before the provider is asked for
+    /// it, charging what fetching and unpacking it adds to the tenant's image budget.
+    /// An image the host has already costs nothing.
+    pub(super) async fn charge_image(
+        &self,
+        tenant: &str,
+        provider: &str,
+        spec: &SandboxSpec,
+    ) -> Result<()> {
+        let Some(reference) = spec.image.as_deref() else {
+            return Ok(());
+        };
+        let native = match provider {
+            "native" => true,
+            "docker" => false,
+            // wasm images are runtimes, installed by the provider.
+            _ => return Ok(()),
+        };
+        if !native && docker_has(reference).await? {
+            return Ok(());
+        }
+        let store = stockade_image::Store::open(self.home.join("images")).map_err(internal)?;
+        if present(&store, reference, native)? {
+            return Ok(());
+        }
+        let lock = self.image_lock(tenant);
+        let _held = lock.lock().await;
+        // Another call of this tenant may have brought it while this one waited.
+        if present(&store, reference, native)? {
+            return Ok(());
+        }
+        let budget = self.limits.tenant_image_bytes;
+        let used = self.store.image_bytes(tenant).map_err(internal)?;
+        let left = budget.saturating_sub(used);
+        let over = || Error::LimitExceeded {
+            what: format!(
+                "image {reference} for tenant {tenant} (it has added {used} bytes to the \
+                 image store)"
+            ),
+            limit: format!(
+                "the image budget of {budget} bytes per tenant (the operator raises it \
+                 with stockaded --tenant-image-bytes SIZE)"
+            ),
+        };
+        if left == 0 {
+            return Err(over());
+        }
+        let h = store.with_budget(left);
+        let config =
+            stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        let options = stockade_image::PullOptions::from_env(&config);
+        let mut result = stockade_image::pull(&h, reference, &options, &mut |_| {})
+            .await
+            .map(|_| ());
+        if result.is_ok() && native {
+            let hb = h.clone();
+            let r = reference.to_string();
+            result = tokio::task::spawn_blocking(move || {
+                let image = hb.image(&r)?;
+                hb.rootfs(&image).map(|_| ())
+            })
+            .await
+            .map_err(internal)?;
+        }
+        // Whatever was kept counts, even when a later step failed.
+        let added = h.added_bytes();
+        if added > 0 {
+            let total = self
+                .store
+                .add_image_bytes(tenant, added)
+                .map_err(internal)?;
+            tracing::info!(
+                tenant,
+                image = reference,
+                added,
+                total,
+                budget,
+                "image charged"
+            );
+        }
+        result.map_err(|e| match e {
+            // The budget (the handle's `limit` is what was left of it), not the
+            // store's own cap, refused the write.
+            ImageError::QuotaExceeded { limit, .. } if limit == left => over(),
+            e => image_error(reference, e),
+        })
+    }
+}
+
+/// Whether the host has what the provider needs of `reference`: for native, the
+/// image's flattened root; for docker, its blobs (dockerd loads them from the store).
+fn present(store: &stockade_image::Store, reference: &str, native: bool) -> Result<bool> {
+    match store.resolve(reference) {
+        Ok(d) => Ok(!native || store.root().join("rootfs").join(d.hex()).is_dir()),
+        Err(ImageError::ImageNotFound { .. }) => Ok(false),
+        Err(e @ ImageError::InvalidReference { .. }) => Err(Error::InvalidRequest(e.to_string())),
+        Err(e) => Err(internal(e)),
+    }
+}
+
+/// Whether dockerd has the image already (then the docker provider uses its copy).
+async fn docker_has(reference: &str) -> Result<bool> {
+    let p = stockade::DockerProvider::new();
+    let docker = p.docker().await?;
+    Ok(stockade::docker::image::facts(docker, reference)
+        .await?
+        .is_some())
+}
+
+/// A failed pull or unpack as an error that says what to do.
+fn image_error(reference: &str, e: ImageError) -> Error {
+    match e {
+        ImageError::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
+        ImageError::LimitExceeded { .. } | ImageError::QuotaExceeded { .. } => {
+            Error::LimitExceeded {
+                what: e.to_string(),
+                limit: "the image store's limits".into(),
+            }
+        }
+        ImageError::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
+        ImageError::Registry { .. } | ImageError::NoMatchingPlatform { .. } => Error::Unavailable {
+            what: format!("image {reference}"),
+            reason: format!("it is not on this host and pulling it failed: {e}"),
+            fix: "check the reference and the daemon's network and STOCKADE_REGISTRY_* \
+                      credentials; plain-HTTP registries need `insecure` in the daemon's \
+                      config file"
+                .into(),
+        },
+        e => Error::Internal(format!("pulling {reference}: {e}")),
+    }
+}

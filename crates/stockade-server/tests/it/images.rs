@@ -1,0 +1,173 @@
+//! A tenant fills the host's image store through the daemon: every image it names is
+//! pulled and unpacked on the host. Each tenant has an image budget; the test tries to
+//! go over it and fails if the daemon lets it.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use stockade::{ErrorCode, Sandbox, SandboxSpec};
+use stockade_testkit::Registry;
+
+use crate::harness::{TestDaemon, require_root};
+use crate::{TOKEN_A, TOKEN_B, token_file};
+
+/// A base layer holding only `srv/hello` (enough to build a sandbox's root from).
+fn tiny_base(dir: &Path) -> std::path::PathBuf {
+    let src = dir.join("tiny");
+    std::fs::create_dir_all(src.join("srv")).unwrap();
+    std::fs::write(src.join("srv/hello"), b"hi").unwrap();
+    let tar = dir.join("tiny.tar");
+    let st = std::process::Command::new("tar")
+        .arg("-cf")
+        .arg(&tar)
+        .arg("-C")
+        .arg(&src)
+        .arg("srv")
+        .status()
+        .unwrap();
+    assert!(st.success(), "tar");
+    tar
+}
+
+/// `n` bytes no compressor shrinks (xorshift from `seed`).
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+/// Pushes the tiny base plus `srv/blob` of `blob` bytes as `name`; returns its
+/// reference on the registry.
+fn push(reg: &Registry, dir: &Path, base: &Path, name: &str, blob: &[u8]) -> String {
+    let layout = dir.join(format!("layout-{name}"));
+    stockade_testkit::oci_layout(
+        &layout,
+        base,
+        &[("srv/blob", blob)],
+        serde_json::json!({}),
+        "v1",
+    );
+    reg.push(&layout, "v1", &format!("quota/{name}:1"), false);
+    format!("{}/quota/{name}:1", reg.addr)
+}
+
+fn with_image(image: &str) -> SandboxSpec {
+    SandboxSpec {
+        image: Some(image.into()),
+        timeout_secs: 60,
+        ..SandboxSpec::default()
+    }
+}
+
+async fn try_create(c: &stockade_client::RemoteProvider, image: &str) -> stockade::Result<Sandbox> {
+    Sandbox::create(Arc::new(c.clone()), with_image(image), Default::default()).await
+}
+
+/// The error of a create that must be refused; panics with `why` when it is not.
+async fn refused(c: &stockade_client::RemoteProvider, image: &str, why: &str) -> stockade::Error {
+    match try_create(c, image).await {
+        Ok(sb) => {
+            sb.destroy().await.unwrap();
+            panic!("{why}");
+        }
+        Err(e) => e,
+    }
+}
+
+/// What the store holds in `tmp/` (partial downloads, trees being built).
+fn scratch(images: &Path) -> Vec<String> {
+    std::fs::read_dir(images.join("tmp"))
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("partial-") || n.starts_with("tree-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
+    if require_root().is_none() {
+        return;
+    }
+    let Some(reg) = Registry::start("127.0.0.1", None) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tiny_base(tmp.path());
+    let tiny = push(&reg, tmp.path(), &base, "tiny", b"small");
+    // Each image costs its blobs and its unpacked root: about twice its layer. A
+    // budget of 3 MiB takes the tiny image and one 1.25 MiB image, not two.
+    let big = push(&reg, tmp.path(), &base, "big", &noise(4 << 20, 1));
+    let mid1 = push(&reg, tmp.path(), &base, "mid1", &noise(1280 << 10, 2));
+    let mid2 = push(&reg, tmp.path(), &base, "mid2", &noise(1280 << 10, 3));
+    let mid3 = push(&reg, tmp.path(), &base, "mid3", &noise(1280 << 10, 4));
+
+    let tokens = token_file(&tmp);
+    let mut d = TestDaemon::start(&[&format!("--token-file={tokens}"), "--tenant-image-bytes=3M"]);
+    let images = d.dir.join("home/images");
+    let a = d.client(Some(TOKEN_A)).await;
+    let b = d.client(Some(TOKEN_B)).await;
+
+    // A small image fits the budget.
+    let sb = try_create(&a, &tiny)
+        .await
+        .unwrap_or_else(|e| panic!("a small image fits: {e}\n{}", d.log()));
+    sb.destroy().await.unwrap();
+
+    // An image larger than what is left: refused before anything is fetched, naming
+    // the budget and the operator's flag; nothing is left in the store.
+    let store = stockade_image::Store::open(&images).unwrap();
+    let before = store.usage().unwrap();
+    let e = refused(
+        &a,
+        &big,
+        "the daemon pulled an image past the tenant's budget",
+    )
+    .await;
+    assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
+    let msg = e.to_string();
+    assert!(msg.contains("image budget"), "{msg}");
+    assert!(msg.contains("3145728"), "names the budget: {msg}");
+    assert!(
+        msg.contains("--tenant-image-bytes"),
+        "says how to raise it: {msg}"
+    );
+    assert!(
+        store.resolve(&big).is_err(),
+        "the refused image is not kept"
+    );
+    assert_eq!(store.usage().unwrap(), before, "a refused pull added bytes");
+    assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
+
+    // What it pulls is charged: a second image no longer fits.
+    let sb = try_create(&a, &mid1).await.expect("fits the budget");
+    sb.destroy().await.unwrap();
+    let e = refused(&a, &mid2, "the tenant's earlier pull was not charged").await;
+    assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
+
+    // Another tenant is unaffected; once the image is in the store, it costs nothing.
+    let sb = try_create(&b, &mid2)
+        .await
+        .expect("tenant B has its own budget");
+    sb.destroy().await.unwrap();
+    let sb = try_create(&a, &mid2)
+        .await
+        .expect("an image already in the store costs nothing");
+    sb.destroy().await.unwrap();
+
+    // The charge survives a restart of the daemon.
+    d.restart();
+    let a = d.client(Some(TOKEN_A)).await;
+    let e = refused(&a, &mid3, "a restart reset the tenant's image charge").await;
+    assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
+    assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
+    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+}
