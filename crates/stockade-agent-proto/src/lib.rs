@@ -92,6 +92,13 @@ pub struct ExecRequest {
     /// Keep stdin open after `stdin` for [`ClientMsg::Stdin`] messages until
     /// [`ClientMsg::CloseStdin`] (default false: stdin ends after `stdin`).
     pub keep_stdin_open: bool,
+    /// Leave the processes the command starts running after it exits, as a server
+    /// started with `cmd &` (default false: when the command exits, everything it
+    /// started is killed, so nothing outlives the result). They stay tracked by the
+    /// exec's shim and end with the sandbox; the deadline still kills the whole tree
+    /// when it passes before the command exits.
+    #[serde(default)]
+    pub background: bool,
 }
 
 impl ExecRequest {
@@ -106,6 +113,7 @@ impl ExecRequest {
             output_limit_bytes: 1 << 20,
             stream: false,
             keep_stdin_open: false,
+            background: false,
         }
     }
 }

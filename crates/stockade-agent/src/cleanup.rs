@@ -45,6 +45,15 @@ impl Helpers {
         Ok(child)
     }
 
+    /// Whether any recorded helper still runs (a shim keeping background processes,
+    /// or one of another exec); forgets those that ended.
+    pub fn any_alive(&self) -> bool {
+        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let live: HashSet<u32> = processes().into_iter().map(|(pid, _)| pid).collect();
+        h.retain(|p| live.contains(p));
+        !h.is_empty()
+    }
+
     /// Forgets a helper that ended.
     pub fn forget(&self, pid: u32) {
         self.0
@@ -93,6 +102,8 @@ pub fn kill_orphans(helpers: &Helpers, dead: u32) {
     loop {
         let procs = processes();
         let parent: HashMap<u32, u32> = procs.iter().copied().collect();
+        // Helpers that ended (kept-background shims are forgotten only here).
+        h.retain(|p| parent.contains_key(p));
         let victims: Vec<u32> = procs
             .iter()
             .map(|(pid, _)| *pid)

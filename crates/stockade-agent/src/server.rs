@@ -217,7 +217,10 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             };
             // The last exec to end removes the shared memory the execs left, before
             // its result goes out: the next exec starts with the sandbox's memory.
-            if let Ok(_alone) = shared.execs.try_write() {
+            // Not while background processes (kept by a live shim) may use it.
+            if let Ok(_alone) = shared.execs.try_write()
+                && !shared.helpers.any_alive()
+            {
                 cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
             }
             let msg = match outcome {
@@ -264,6 +267,7 @@ fn run_exec(
             .unwrap_or_else(|| shared.policy.workdir.clone()),
         timeout_ms: req.timeout_ms,
         policy: shared.policy.clone(),
+        background: req.background,
     };
     let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
     line.push(b'\n');
@@ -293,6 +297,9 @@ fn run_exec(
     drop(child);
     let outcome = shim_exec(client, conn, &req, shared, io, &line, started);
     match outcome {
+        // A shim keeping background processes lives on as their subreaper; it stays a
+        // helper (so a sweep spares its tree) until it is gone.
+        Ok(_) if req.background => {}
         Ok(_) => shared.helpers.forget(shim),
         // The shim died (the OOM killer, a kill) or misbehaved: it and its processes
         // (reparented to us once it is gone) are killed; none outlives the result.

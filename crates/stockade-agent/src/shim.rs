@@ -36,6 +36,10 @@ pub struct ShimConfig {
     pub cwd: String,
     pub timeout_ms: Option<u64>,
     pub policy: ExecPolicy,
+    /// Leave what the command started running after it exits (we stay their
+    /// subreaper until the last one ends).
+    #[serde(default)]
+    pub background: bool,
 }
 
 /// What the shim tells PID 1, one JSON line each.
@@ -142,7 +146,13 @@ pub fn main() -> i32 {
     // output pipes reach EOF; `background` only says some process could not be
     // reaped in time (stuck in the kernel), so PID 1 drains the pipes without
     // waiting for their end.
-    let _ = kill_descendants(child);
+    // Asked for background processes: they keep running when the command exited by
+    // itself (not at a deadline or a kill); we stay their subreaper, out of the code's
+    // reach (root), and end when the last one has.
+    let keep = config.background && !timed_out && status != WaitStatus::StillAlive;
+    if !keep {
+        let _ = kill_descendants(child);
+    }
     let background = has_descendants();
     if !exec_error.is_empty() {
         // The program never ran (the child said why on the exec's stderr): report
@@ -162,7 +172,21 @@ pub fn main() -> i32 {
             background,
         },
     );
+    if keep && background {
+        reap_until_none_left();
+    }
     0
+}
+
+/// Reaps children (the kept background processes, and their orphans, which are
+/// reparented to us) until there are none.
+fn reap_until_none_left() {
+    loop {
+        match waitpid(Pid::from_raw(-1), None) {
+            Ok(_) | Err(Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
 }
 
 fn report_failure(ctl: &mut UnixStream, msg: &str) {

@@ -61,6 +61,7 @@ pub fn exec_request(sandbox_id: &str, r: &ExecRequest) -> pb::ExecRequest {
         timeout_ms: r.timeout_ms,
         output_limit_bytes: r.output_limit_bytes,
         keep_stdin_open: r.keep_stdin_open,
+        background: r.background,
     }
 }
 
@@ -75,6 +76,7 @@ pub fn from_exec_request(r: pb::ExecRequest) -> (String, ExecRequest) {
         req.output_limit_bytes = r.output_limit_bytes;
     }
     req.keep_stdin_open = r.keep_stdin_open;
+    req.background = r.background;
     (r.sandbox_id, req)
 }
 

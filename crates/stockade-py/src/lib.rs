@@ -476,7 +476,7 @@ impl SandboxHandle {
     }
 
     /// Runs a command and waits for it; the outcome as a tuple.
-    #[pyo3(signature = (argv, stdin=None, env=None, cwd=None, timeout_ms=None, output_limit=None, asynchronous=false))]
+    #[pyo3(signature = (argv, stdin=None, env=None, cwd=None, timeout_ms=None, output_limit=None, asynchronous=false, background=false))]
     #[allow(clippy::too_many_arguments)]
     fn exec(
         &self,
@@ -488,8 +488,10 @@ impl SandboxHandle {
         timeout_ms: Option<u64>,
         output_limit: Option<u64>,
         asynchronous: bool,
+        background: bool,
     ) -> PyResult<Py<PyAny>> {
-        let req = request(argv, stdin, env, cwd, timeout_ms, output_limit);
+        let mut req = request(argv, stdin, env, cwd, timeout_ms, output_limit);
+        req.background = background;
         let sb = self.sb.clone();
         drive(py, asynchronous, async move {
             Ok(outcome_tuple(sb.exec(req).await.map_err(to_py)?))

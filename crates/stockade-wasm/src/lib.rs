@@ -787,6 +787,11 @@ impl Provider for WasmProvider {
                 "the wasm provider cannot keep stdin open; pass stdin as bytes".into(),
             ));
         }
+        if req.background {
+            return Err(Error::InvalidRequest(
+                "the wasm provider has no processes to leave in the background; use the native or docker provider".into(),
+            ));
+        }
         let sb = self.sandbox(id)?;
         exec::run(&self.inner.engine, &self.inner.config, &sb, req, output).await
     }

@@ -28,6 +28,10 @@ pub struct ExecArgs {
     /// Read stdin and pass it to the command.
     #[arg(long, short = 'i')]
     pub stdin: bool,
+    /// Leave what the command starts (`server &`) running after it exits, until the
+    /// sandbox ends; without it everything the command started ends with it.
+    #[arg(long)]
+    pub background: bool,
     /// The command.
     #[arg(last = true, required = true)]
     pub command: Vec<String>,
@@ -138,5 +142,9 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         a.output_limit.as_deref(),
         a.stdin,
     )?;
+    let req = stockade::ExecRequest {
+        background: a.background,
+        ..req
+    };
     exec_and_print(ctx, provider.as_ref(), &a.id, req).await
 }

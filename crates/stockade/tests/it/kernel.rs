@@ -240,3 +240,44 @@ async fn a_sandbox_at_its_pids_cap_refuses_new_work_but_survives() {
     assert_eq!(text(&out.stdout), "alive\n", "{}", text(&out.stderr));
     destroy_clean(sb).await;
 }
+
+#[tokio::test]
+async fn a_background_server_lives_on_only_when_asked() {
+    if !require_root("a_background_server_lives_on_only_when_asked") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let start = |port: u16, background: bool| {
+        let mut r = stockade::ExecRequest::new([
+            "/bin/sh".to_string(),
+            "-c".to_string(),
+            format!("python3 -m http.server {port} --bind 127.0.0.1 >/dev/null 2>&1 &"),
+        ]);
+        r.timeout_ms = Some(10_000);
+        r.background = background;
+        r
+    };
+    let probe = |port: u16| {
+        format!(
+            "import socket, time\nfor _ in range(50):\n    try:\n        socket.create_connection(('127.0.0.1', {port}), timeout=1).close(); print('UP'); break\n    except OSError:\n        time.sleep(0.1)\nelse:\n    print('DOWN')"
+        )
+    };
+    // Without asking: the server ends with the exec that started it.
+    let out = sb.exec(start(8766, false)).await.unwrap();
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    let out = py(&sb, &probe(8766), 20_000).await;
+    assert_eq!(text(&out.stdout), "DOWN\n", "a server outlived its exec");
+    // Asked: it lives on for later execs, while the exec itself returned at once.
+    let out = sb.exec(start(8765, true)).await.unwrap();
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    assert!(!out.timed_out);
+    let out = py(&sb, &probe(8765), 20_000).await;
+    assert_eq!(text(&out.stdout), "UP\n", "{}", text(&out.stderr));
+    // It is still there a few execs later, and the sandbox ends it at destroy.
+    for _ in 0..3 {
+        sh(&sb, "true", 5_000).await;
+    }
+    let out = py(&sb, &probe(8765), 20_000).await;
+    assert_eq!(text(&out.stdout), "UP\n", "{}", text(&out.stderr));
+    destroy_clean(sb).await;
+}

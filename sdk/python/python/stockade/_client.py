@@ -242,12 +242,15 @@ class Sandbox(_Handle):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_limit: int | None = None,
+        background: bool = False,
     ) -> ExecResult:
         """Runs a command and waits. At ``timeout`` seconds everything it started is
         killed (``timed_out``). Output is capped at ``output_limit`` bytes per stream
-        (default 1 MiB), keeping head and tail."""
+        (default 1 MiB), keeping head and tail. When the command exits, everything it
+        started ends with it, unless ``background=True``: then what it left running
+        (``server &``) lives on until the sandbox ends."""
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
-        return ExecResult._from_native(self._h.exec(_argv(argv), **kw))
+        return ExecResult._from_native(self._h.exec(_argv(argv), background=background, **kw))
 
     def stream(
         self,
@@ -507,9 +510,12 @@ class AsyncSandbox(_Handle):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         output_limit: int | None = None,
+        background: bool = False,
     ) -> ExecResult:
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
-        return ExecResult._from_native(await self._h.exec(_argv(argv), asynchronous=True, **kw))
+        return ExecResult._from_native(
+            await self._h.exec(_argv(argv), asynchronous=True, background=background, **kw)
+        )
 
     def stream(
         self,

@@ -39,6 +39,7 @@ class SandboxHandle:
         timeout_ms: int | None = None,
         output_limit: int | None = None,
         asynchronous: bool = False,
+        background: bool = False,
     ) -> Any: ...
     def stream(
         self,
