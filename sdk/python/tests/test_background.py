@@ -24,7 +24,7 @@ def _serve(port: int) -> list[str]:
 def test_a_background_server_lives_on_only_when_asked(client: stockade.Stockade) -> None:
     with client.create() as sb:
         assert sb.exec(_serve(8766), timeout=10).exit_code == 0
-        assert sb.exec(["python3", "-c", PROBE.format(port=8766)], timeout=20).stdout == b"DOWN\n"
+        assert sb.exec(["python3", "-c", PROBE.format(port=8766)], timeout=20).stdout == "DOWN\n"
         r = sb.exec(_serve(8765), timeout=10, background=True)
         assert r.exit_code == 0 and not r.timed_out
-        assert sb.exec(["python3", "-c", PROBE.format(port=8765)], timeout=20).stdout == b"UP\n"
+        assert sb.exec(["python3", "-c", PROBE.format(port=8765)], timeout=20).stdout == "UP\n"
