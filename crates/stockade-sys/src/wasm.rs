@@ -3,7 +3,8 @@
 //! wasmtime's `Module::deserialize` maps the machine code of an artifact and runs it
 //! as is: whoever chose the bytes chose native code that runs in this process. So
 //! bytes reach it only sealed: [`seal`] serializes a [`Module`] this process compiled
-//! and authenticates the result with HMAC-SHA256 under a secret [`ArtifactKey`];
+//! and authenticates the result with BLAKE3 in keyed mode (a MAC) under a secret
+//! [`ArtifactKey`];
 //! [`deserialize_sealed`] checks that tag (in constant time) before it hands the bytes
 //! to wasmtime. Nothing else in Stockade can load precompiled code, so a file that an
 //! untrusted party wrote (a `.cwasm` given as an image, a file planted in the cache,
@@ -17,7 +18,6 @@
 
 use std::fmt;
 
-use ring::hmac;
 use wasmtime::{Engine, Module};
 
 /// Bytes of an [`ArtifactKey`].
@@ -25,19 +25,19 @@ pub const KEY_LEN: usize = 32;
 
 /// Start of every sealed artifact (not an ELF header: a sealed file is nothing
 /// wasmtime or anything else would load by itself).
-const MAGIC: &[u8; 16] = b"stockade-cwasm1\n";
+const MAGIC: &[u8; 16] = b"stockade-cwasm2\n";
 const TAG_LEN: usize = 32;
 /// Longest context accepted (contexts are a digest and an engine key).
 const MAX_CONTEXT: usize = 4096;
 
 /// The secret that authenticates artifacts. Whoever knows it can make this process
 /// run native code: keep it in a file only the host user can read.
-pub struct ArtifactKey(hmac::Key);
+pub struct ArtifactKey([u8; KEY_LEN]);
 
 impl ArtifactKey {
     /// The key made of `bytes` (as read from the key file).
     pub fn from_bytes(bytes: &[u8; KEY_LEN]) -> ArtifactKey {
-        ArtifactKey(hmac::Key::new(hmac::HMAC_SHA256, bytes))
+        ArtifactKey(*bytes)
     }
 
     /// Fresh key bytes from the system's random source.
@@ -88,8 +88,8 @@ pub fn seal(key: &ArtifactKey, context: &[u8], module: &Module) -> wasmtime::Res
     out.extend_from_slice(context);
     out.extend_from_slice(&artifact);
     let body = MAGIC.len() + TAG_LEN;
-    let tag = hmac::sign(&key.0, &out[body..]);
-    out[MAGIC.len()..body].copy_from_slice(tag.as_ref());
+    let tag = blake3::keyed_hash(&key.0, &out[body..]);
+    out[MAGIC.len()..body].copy_from_slice(tag.as_bytes());
     Ok(out)
 }
 
@@ -106,7 +106,11 @@ pub fn deserialize_sealed(
         return Err(SealError::NotSealed);
     }
     let (tag, body) = rest.split_at(TAG_LEN);
-    hmac::verify(&key.0, body, tag).map_err(|_| SealError::BadTag)?;
+    let tag: [u8; TAG_LEN] = tag.try_into().map_err(|_| SealError::NotSealed)?;
+    // `blake3::Hash` compares in constant time.
+    if blake3::keyed_hash(&key.0, body) != blake3::Hash::from(tag) {
+        return Err(SealError::BadTag);
+    }
     // Authentic from here on: the layout is ours.
     let (len, body) = body.split_at(4);
     let len = u32::from_le_bytes([len[0], len[1], len[2], len[3]]) as usize;
@@ -116,7 +120,7 @@ pub fn deserialize_sealed(
     let artifact = &body[len..];
     // SAFETY: `Module::deserialize` requires bytes produced by `Module::serialize` of
     // a compatible wasmtime (it checks the version and the engine configuration
-    // itself, not the code). The HMAC tag just verified proves that `artifact` is,
+    // itself, not the code). The keyed BLAKE3 tag just verified proves that `artifact` is,
     // byte for byte, what `seal` got from `Module::serialize` of a module compiled in
     // a process that holds `key`: `seal` is the only producer of tags, and it only
     // ever seals the output of `serialize`. The bytes are in our memory, so they

@@ -3,7 +3,7 @@
 //! milliseconds instead of compiling for seconds.
 //!
 //! wasmtime runs the machine code of an artifact as it finds it, so only artifacts
-//! this cache made are ever loaded: each is sealed with an HMAC under the home's
+//! this cache made are ever loaded: each is sealed with a MAC (keyed BLAKE3) under the home's
 //! artifact key when it is written and checked before wasmtime sees it (see
 //! `stockade_sys::wasm`). One that fails the check (changed, planted, made under
 //! another home's key) is deleted and the module compiled again. What a caller names
