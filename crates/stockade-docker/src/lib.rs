@@ -315,8 +315,8 @@ impl DockerProvider {
             .stderr(std::process::Stdio::null());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // The watcher outlives its caller: it must not keep the caller's files and
-        // sockets open. It closes every fd from 3 up first thing (`stockade-agent`'s
-        // main); no `pre_exec` here, which would turn a vfork spawn into a full fork.
+        // sockets open.
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
         let status = tokio::process::Command::from(cmd)
             .status()
             .await

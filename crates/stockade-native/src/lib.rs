@@ -241,11 +241,8 @@ impl NativeProvider {
             .stderr(log);
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // Nothing our caller holds open (an SDK user's files and sockets, a daemon's
-        // listeners) reaches the sandbox: the monitor closes every fd from 3 up as the
-        // first thing it does (`stockade-agent`'s main), before it forks anything. Not
-        // done here with a `pre_exec` hook: that takes `Command` off `posix_spawn`
-        // (vfork) onto `fork`, and tearing down the copy of a large caller's address
-        // space at `execve` cost about 4 ms per create.
+        // listeners) reaches the monitor, so nothing reaches the sandbox.
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
         let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             Error::io(format!("cannot start {}", agent.display()), e)
