@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 pub use caps::Capabilities;
 pub use error::{Error, ErrorCode, Result};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
-pub use session::{SessionConfig, SessionInfo, SessionManager};
+pub use session::{SessionConfig, SessionInfo, SessionManager, check_session_name};
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream, now_ms};
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};

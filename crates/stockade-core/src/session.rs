@@ -70,7 +70,9 @@ pub struct SessionManager {
     config: SessionConfig,
 }
 
-fn check_name(name: &str) -> Result<()> {
+/// Checks that a session name is a plain name (1-64 of `A-Z a-z 0-9 . _ -`, not
+/// starting with `.`), never a path: it becomes a directory under the sessions home.
+pub fn check_session_name(name: &str) -> Result<()> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && !name.starts_with('.')
@@ -81,7 +83,8 @@ fn check_name(name: &str) -> Result<()> {
         Ok(())
     } else {
         Err(Error::InvalidRequest(format!(
-            "session name {name:?} must be 1-64 of A-Z a-z 0-9 . _ - and not start with '.'"
+            "session name {name:?} must be 1-64 of A-Z a-z 0-9 . _ - and not start with '.' \
+             (it is a name, not a path)"
         )))
     }
 }
@@ -148,7 +151,7 @@ impl SessionManager {
 
     /// The session's live sandbox, or a new one on the same workspace.
     pub async fn get_or_create(&self, name: &str) -> Result<Sandbox> {
-        check_name(name)?;
+        check_session_name(name)?;
         let _lock = self.lock(name).await?;
         let mut rec = self.read(name);
         if let Some(sb) = self.live(&rec.sandbox_id).await {
@@ -207,7 +210,7 @@ impl SessionManager {
 
     /// Destroys the session's sandbox, keeps its workspace.
     pub async fn release(&self, name: &str) -> Result<()> {
-        check_name(name)?;
+        check_session_name(name)?;
         if !self.dir(name).exists() {
             return Err(Error::NotFound {
                 kind: "session",
@@ -241,7 +244,7 @@ impl SessionManager {
         };
         for e in dir.flatten() {
             let name = e.file_name().to_string_lossy().into_owned();
-            if !e.path().is_dir() || check_name(&name).is_err() {
+            if !e.path().is_dir() || check_session_name(&name).is_err() {
                 continue;
             }
             let rec = self.read(&name);

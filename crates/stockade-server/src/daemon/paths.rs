@@ -330,24 +330,8 @@ pub fn check_image(provider: &str, image: Option<&str>) -> Result<()> {
     Ok(())
 }
 
-/// A session name is a plain name (never a path): it becomes a directory under the
-/// tenant's part of the daemon's home.
-pub fn check_session_name(name: &str) -> Result<()> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidRequest(format!(
-            "session name {name:?} must be 1-64 of A-Z a-z 0-9 . _ - and not start with '.' \
-             (it is a name, not a path)"
-        )))
-    }
-}
+/// A session name is a plain name (never a path): the core's own check.
+pub use stockade::check_session_name;
 
 #[cfg(test)]
 mod tests {
