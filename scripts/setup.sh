@@ -27,6 +27,22 @@ if ! command -v cargo >/dev/null 2>&1; then
   [ -x "$HOME/.cargo/bin/cargo" ] || curl --proto '=https' -sSf https://sh.rustup.rs | sh -s -- -y --profile minimal
   export PATH="$HOME/.cargo/bin:$PATH"
 fi
+# The toolchain rust-toolchain.toml pins. When the installed toolchain is that version
+# under another name (`stable`), it is made available under the pinned name too (a
+# link, as `rustup toolchain link` makes; that command refuses official names): no
+# download is needed, or possible where only crates.io is reachable. Else rustup
+# fetches it.
+pinned=$(sed -n 's/^channel = "\(.*\)"/\1/p' rust-toolchain.toml)
+if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q "^$pinned-"; then
+  have=$(cd / && rustc --version | awk '{print $2}')
+  if [ "$have" = "$pinned" ]; then
+    sysroot=$(cd / && rustc --print sysroot)
+    ln -sfn "$sysroot" "$(dirname "$sysroot")/$pinned-$(basename "$sysroot" | sed 's/^[^-]*-//')"
+  else
+    echo "setup: installing Rust $pinned (rust-toolchain.toml); found $have" >&2
+    rustup toolchain install "$pinned" --profile minimal -c rustfmt,clippy
+  fi
+fi
 
 if [ "$profile" = release ]; then
   cargo build --release --bins >&2

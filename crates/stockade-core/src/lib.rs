@@ -7,6 +7,7 @@
 
 mod caps;
 mod error;
+pub mod host;
 mod policy;
 mod session;
 

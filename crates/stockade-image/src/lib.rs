@@ -22,8 +22,6 @@ mod reference;
 mod store;
 mod unpack;
 
-use std::path::PathBuf;
-
 pub use config::{
     Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, Registries,
     StoreConfig, parse_size,
@@ -38,22 +36,4 @@ pub use reference::Reference;
 pub use store::{GcReport, Image, MAX_DOCUMENT_BYTES, Store};
 pub use unpack::Limits;
 
-/// Stockade's data directory: `$STOCKADE_HOME` when set; `/var/lib/stockade` for
-/// root; else `$XDG_DATA_HOME/stockade` or `~/.local/share/stockade`. The same rule
-/// as the other crates that keep state.
-pub fn stockade_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("STOCKADE_HOME").filter(|h| !h.is_empty()) {
-        return PathBuf::from(h);
-    }
-    let euid = rustix::process::geteuid();
-    if euid.is_root() {
-        return PathBuf::from("/var/lib/stockade");
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
-        return PathBuf::from(x).join("stockade");
-    }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => PathBuf::from(h).join(".local/share/stockade"),
-        None => PathBuf::from(format!("/tmp/stockade-home-{}", euid.as_raw())),
-    }
-}
+pub use stockade_core::host::stockade_home;

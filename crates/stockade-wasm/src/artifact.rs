@@ -21,7 +21,6 @@ use stockade_sys::wasm::{ArtifactKey, SealError};
 use wasmtime::{Engine, Module};
 
 use crate::home;
-use crate::runtime::CachedArtifact;
 
 /// The magic number of a WebAssembly binary module.
 const WASM_MAGIC: &[u8; 4] = b"\0asm";
@@ -226,6 +225,23 @@ fn write_artifact(dir: &Path, artifact: &Path, bytes: &[u8]) -> Result<()> {
         }
     }
     result.map_err(|e| Error::io(format!("cannot write artifact {}", artifact.display()), e))
+}
+
+/// One compiled artifact in the cache.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct CachedArtifact {
+    /// The artifact file.
+    pub path: PathBuf,
+    /// SHA-256 of the module it was compiled from.
+    pub module_sha256: String,
+    /// Key of the engine configuration it was compiled for.
+    pub engine_key: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// The runtime it belongs to, when it is one.
+    pub runtime: Option<String>,
+    /// Whether the default engine of this build can load it.
+    pub current: bool,
 }
 
 /// The artifacts in `cache`; `current` marks those of the engine `key`.

@@ -1,31 +1,12 @@
 //! Where stockade keeps its data, and the secret key of the artifact cache.
 
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use stockade_core::{Error, Result};
 use stockade_sys::wasm::{ArtifactKey, KEY_LEN};
 
-/// `$STOCKADE_HOME`, else `/var/lib/stockade` for root, else
-/// `$XDG_DATA_HOME/stockade` (default `~/.local/share/stockade`).
-pub fn stockade_home() -> PathBuf {
-    if let Some(h) = std::env::var_os("STOCKADE_HOME").filter(|h| !h.is_empty()) {
-        return PathBuf::from(h);
-    }
-    if rustix::process::geteuid().is_root() {
-        return PathBuf::from("/var/lib/stockade");
-    }
-    if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|x| !x.is_empty()) {
-        return PathBuf::from(x).join("stockade");
-    }
-    match std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        Some(h) => PathBuf::from(h).join(".local/share/stockade"),
-        None => PathBuf::from(format!(
-            "/tmp/stockade-home-{}",
-            rustix::process::geteuid().as_raw()
-        )),
-    }
-}
+pub use stockade_core::host::stockade_home;
 
 /// Creates `dir` and its parents, new directories with mode 0700.
 pub(crate) fn make_private_dir(dir: &Path) -> Result<()> {

@@ -41,7 +41,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use stockade_core::{
@@ -53,12 +53,12 @@ use stockade_sys::wasm::ArtifactKey;
 use tokio::sync::{Semaphore, watch};
 use wasmtime::{Engine, InstancePre, Linker};
 
-pub use artifact::LoadPath;
+pub use artifact::{CachedArtifact, LoadPath};
 pub use fs::{FileEntry, FileKind, GrepMatch, MAX_READ_BYTES};
 pub use home::stockade_home;
 pub use runtime::{
-    CachedArtifact, InstalledRuntime, RuntimeList, RuntimeSpec, RuntimeStatus, image_for_language,
-    install_runtime, install_runtime_from_file, list_runtimes,
+    InstalledRuntime, RuntimeList, RuntimeSpec, RuntimeStatus, image_for_language, install_runtime,
+    install_runtime_from_file, list_runtimes,
 };
 
 use exec::ExecState;
@@ -204,18 +204,7 @@ impl Drop for SandboxEntry {
 }
 
 fn new_id() -> String {
-    let mut b = [0u8; 6];
-    let ok = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_ok();
-    if !ok {
-        let t = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0);
-        b.copy_from_slice(&((t as u64) ^ (std::process::id() as u64) << 32).to_le_bytes()[..6]);
-    }
-    format!("wasm-{}", home::hex(&b))
+    format!("wasm-{}", stockade_core::host::random_hex(6))
 }
 
 fn pid_alive(pid: u32) -> bool {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use stockade_core::{Error, Result};
 
+use crate::artifact::CachedArtifact;
 use crate::home::{self, stockade_home};
 
 /// A runtime this build knows how to install.
@@ -138,23 +139,6 @@ pub struct RuntimeStatus {
     pub details: Option<InstalledRuntime>,
     /// A compiled artifact of it is in the cache for the default engine.
     pub cached: bool,
-}
-
-/// One compiled artifact in the cache.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CachedArtifact {
-    /// The artifact file.
-    pub path: PathBuf,
-    /// SHA-256 of the module it was compiled from.
-    pub module_sha256: String,
-    /// Key of the engine configuration it was compiled for.
-    pub engine_key: String,
-    /// Size in bytes.
-    pub size: u64,
-    /// The runtime it belongs to, when it is one.
-    pub runtime: Option<String>,
-    /// Whether the default engine of this build can load it.
-    pub current: bool,
 }
 
 /// Everything `stockade runtime ls` shows.
