@@ -3,6 +3,7 @@
 
 mod harness;
 mod images;
+mod race;
 mod tenants;
 
 use std::os::unix::fs::PermissionsExt;
