@@ -12,7 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use crate::daemon::{Daemon, ExecEvent, PoolView};
-use crate::gate::Tenant;
+use crate::gate::{Tenant, Via};
 
 /// The service over one daemon; callers are authenticated before it (`gate.rs`).
 pub struct Service {
@@ -72,9 +72,11 @@ impl pb::stockade_server::Stockade for Service {
 
     async fn create(&self, r: Request<pb::CreateRequest>) -> Reply<pb::SandboxInfo> {
         let tenant = self.tenant(&r)?;
+        // A pid names a process on the daemon's host: only a local caller can mean one.
+        let local = r.extensions().get::<Via>() == Some(&Via::Unix);
         let r = r.into_inner();
         let spec = spec_from(&r.spec_json)?;
-        let owner = (r.owner_pid != 0).then_some(r.owner_pid);
+        let owner = (r.owner_pid != 0 && local).then_some(r.owner_pid);
         let (info, pooled) = self
             .daemon
             .create(&tenant, &r.provider, spec, owner, r.no_pool)
