@@ -3,6 +3,7 @@
 
 mod harness;
 mod images;
+mod listeners;
 mod race;
 mod tenants;
 
