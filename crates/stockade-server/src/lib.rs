@@ -267,8 +267,7 @@ pub async fn serve(
         match b {
             listen::Bound::Unix(l, path) => {
                 tracing::info!(socket = %path.display(), "listening");
-                let router = server_builder(streams)
-                    .add_service(gate.clone().via(gate::Via::Unix));
+                let router = server_builder(streams).add_service(gate.clone().via(gate::Via::Unix));
                 servers.spawn(async move {
                     let r = router
                         .serve_with_incoming_shutdown(
@@ -281,7 +280,11 @@ pub async fn serve(
                     r
                 });
             }
-            listen::Bound::Tcp { listener, addr, tls } => {
+            listen::Bound::Tcp {
+                listener,
+                addr,
+                tls,
+            } => {
                 let mut builder = server_builder(streams);
                 if let Some(cfg) = tls.clone() {
                     builder = builder.tls_config(cfg).context("TLS settings")?;

@@ -160,11 +160,7 @@ mod tests {
     }
 
     fn check(addr: &str, resolved: &str, p: &TcpPolicy) -> anyhow::Result<bool> {
-        check_tcp(
-            &Address::parse(addr).unwrap(),
-            resolved.parse().unwrap(),
-            p,
-        )
+        check_tcp(&Address::parse(addr).unwrap(), resolved.parse().unwrap(), p)
     }
 
     #[test]
@@ -173,10 +169,17 @@ mod tests {
         let e = check("0.0.0.0:7000", "0.0.0.0:7000", &policy(false, false))
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--insecure-plaintext") && e.contains("--tls-cert"), "{e}");
-        let e = check("http://10.1.2.3:7000", "10.1.2.3:7000", &policy(true, false))
-            .unwrap_err()
-            .to_string();
+        assert!(
+            e.contains("--insecure-plaintext") && e.contains("--tls-cert"),
+            "{e}"
+        );
+        let e = check(
+            "http://10.1.2.3:7000",
+            "10.1.2.3:7000",
+            &policy(true, false),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("in the clear"), "{e}");
         assert!(!check("0.0.0.0:7000", "0.0.0.0:7000", &policy(false, true)).unwrap());
     }
@@ -184,10 +187,21 @@ mod tests {
     #[test]
     fn tls_when_the_daemon_has_a_certificate_or_the_address_asks() {
         assert!(check("0.0.0.0:7000", "0.0.0.0:7000", &policy(true, false)).unwrap());
-        assert!(check("https://127.0.0.1:7000", "127.0.0.1:7000", &policy(true, false)).unwrap());
-        let e = check("https://127.0.0.1:7000", "127.0.0.1:7000", &policy(false, false))
-            .unwrap_err()
-            .to_string();
+        assert!(
+            check(
+                "https://127.0.0.1:7000",
+                "127.0.0.1:7000",
+                &policy(true, false)
+            )
+            .unwrap()
+        );
+        let e = check(
+            "https://127.0.0.1:7000",
+            "127.0.0.1:7000",
+            &policy(false, false),
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("needs --tls-cert"), "{e}");
     }
 }

@@ -124,9 +124,7 @@ impl TestDaemon {
         loop {
             let up = self.listeners.iter().all(|a| match a {
                 Address::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
-                Address::Tcp { .. } => {
-                    std::net::TcpStream::connect(a.authority().unwrap()).is_ok()
-                }
+                Address::Tcp { .. } => std::net::TcpStream::connect(a.authority().unwrap()).is_ok(),
             });
             if up {
                 return;

@@ -64,7 +64,10 @@ async fn tls_on_tcp_is_verified_and_a_wrong_ca_is_refused() {
         .unwrap();
     c.health().await.unwrap();
     let sb = create(&c, spec(60)).await;
-    let out = sb.exec(ExecRequest::new(["echo", "over tls"])).await.unwrap();
+    let out = sb
+        .exec(ExecRequest::new(["echo", "over tls"]))
+        .await
+        .unwrap();
     assert_eq!(out.stdout, b"over tls\n");
     sb.destroy().await.unwrap();
     let c = connect(&format!("https://localhost:{port}"), Some(&ca))
@@ -86,7 +89,10 @@ async fn tls_on_tcp_is_verified_and_a_wrong_ca_is_refused() {
     // Plain text to a TLS listener gets nowhere either.
     let plain = connect(&format!("http://127.0.0.1:{port}"), None).await;
     if let Ok(c) = plain {
-        assert!(c.health().await.is_err(), "plain text answered by a TLS listener");
+        assert!(
+            c.health().await.is_err(),
+            "plain text answered by a TLS listener"
+        );
     }
 
     // A CA file that is not there says so.
@@ -163,7 +169,13 @@ async fn a_unix_socket_and_a_tcp_port_at_once() {
     let (b, _) = remote.create_spec(&spec(60), Some(me), true).await.unwrap();
     assert_eq!(b.owner_pid, None, "an owner pid from TCP is ignored");
     // One daemon behind both: each sees and destroys what the other made.
-    let seen: Vec<String> = remote.list().await.unwrap().into_iter().map(|i| i.id).collect();
+    let seen: Vec<String> = remote
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
     assert!(seen.contains(&a.id) && seen.contains(&b.id), "{seen:?}");
     remote.destroy(&a.id).await.unwrap();
     local.destroy(&b.id).await.unwrap();
@@ -210,7 +222,10 @@ async fn a_call_cut_off_by_the_daemons_death_is_unavailable() {
     })
     .await;
     d.kill9();
-    for (what, r) in [("exec", plain.await.unwrap()), ("streamed exec", streamed.await.unwrap())] {
+    for (what, r) in [
+        ("exec", plain.await.unwrap()),
+        ("streamed exec", streamed.await.unwrap()),
+    ] {
         let e = r.unwrap_err();
         assert_eq!(e.code(), ErrorCode::Unavailable, "{what}: {e}");
         assert!(e.to_string().contains("stockaded"), "{what}: {e}");
