@@ -152,6 +152,18 @@ pub fn template_of(provider: &str, spec: &SandboxSpec) -> (String, SandboxSpec) 
     (id, t)
 }
 
+/// Whether `inspect` and `list` show a sandbox in this state: handed out, or being
+/// destroyed after it was.
+fn shown(s: State) -> bool {
+    matches!(
+        s,
+        State::InUse
+            | State::Destroying {
+                from: entry::Claimable::InUse
+            }
+    )
+}
+
 impl Daemon {
     /// A daemon over the store, before recovery. Providers are built on first use
     /// with `provider_options` (home, native state root).
@@ -299,11 +311,26 @@ impl Daemon {
     }
 
     /// The tenant's record of `id` while handed out (another tenant's id, a warm one
-    /// or one being destroyed is not found).
+    /// or one being destroyed is not found): what execs and file operations use.
     fn record(&self, tenant: &str, id: &str) -> Result<SandboxRecord> {
+        self.record_where(tenant, id, |s| s == State::InUse)
+    }
+
+    /// Like [`Daemon::record`], also while a destroy is under way (the sandbox still
+    /// exists until the provider has destroyed it): what `inspect` and `list` show.
+    fn record_shown(&self, tenant: &str, id: &str) -> Result<SandboxRecord> {
+        self.record_where(tenant, id, shown)
+    }
+
+    fn record_where(
+        &self,
+        tenant: &str,
+        id: &str,
+        state_ok: impl Fn(State) -> bool,
+    ) -> Result<SandboxRecord> {
         let g = self.lock();
         match g.entries.get(id) {
-            Some(e) if e.state == State::InUse && e.record.tenant == tenant => Ok(e.record.clone()),
+            Some(e) if state_ok(e.state) && e.record.tenant == tenant => Ok(e.record.clone()),
             _ => Err(Error::NotFound {
                 kind: "sandbox",
                 id: id.to_string(),
@@ -327,7 +354,7 @@ impl Daemon {
 
     /// One sandbox of the tenant.
     pub async fn inspect(&self, tenant: &str, id: &str) -> Result<(SandboxInfo, bool)> {
-        let rec = self.record(tenant, id)?;
+        let rec = self.record_shown(tenant, id)?;
         let (_, p) = self.provider(&rec.provider)?;
         Ok((self.info_of(&p, &rec).await?, rec.template.is_some()))
     }
@@ -338,7 +365,7 @@ impl Daemon {
             .lock()
             .entries
             .values()
-            .filter(|e| e.state == State::InUse && e.record.tenant == tenant)
+            .filter(|e| shown(e.state) && e.record.tenant == tenant)
             .map(|e| e.record.clone())
             .collect();
         let mut by_provider: std::collections::BTreeMap<String, Vec<SandboxRecord>> =
