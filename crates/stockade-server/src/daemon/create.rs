@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use stockade::{CreateOptions, Error, Provider, Result, SandboxInfo, SandboxSpec};
+use stockade::{CheckedSpec, CreateOptions, Error, Provider, Result, SandboxInfo, SandboxSpec};
 
 use super::entry::{Entry, PoolKey, ReapReason, State};
 use super::{DAEMON_LABEL, Daemon, TENANT_LABEL, check_image, internal, now_ms, template_of};
@@ -141,7 +141,7 @@ impl Daemon {
         spec: SandboxSpec,
     ) -> Result<SandboxInfo> {
         let (spec, staging) = self.limits.mounts.stage(self, spec)?;
-        let v = spec.validate()?;
+        let v = CheckedSpec::new(spec.validate()?, p.as_ref())?;
         let info = p.create(v, CreateOptions { owner_pid: None }).await?;
         staging.commit();
         Ok(info)

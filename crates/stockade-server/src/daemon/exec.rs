@@ -6,7 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use stockade::{
-    Error, ExecInput, ExecOutcome, ExecRequest, FileOp, FileResult, OutputChunk, Provider, Result,
+    CheckedRequest, Error, ExecInput, ExecIo, ExecOutcome, ExecRequest, FileOp, FileResult,
+    OutputChunk, Provider, Result,
 };
 use tokio::sync::mpsc;
 
@@ -149,11 +150,12 @@ impl Daemon {
         tenant: &str,
         id: &str,
         req: ExecRequest,
-    ) -> Result<(Arc<dyn Provider>, ExecRequest, InUse)> {
+    ) -> Result<(Arc<dyn Provider>, CheckedRequest, InUse)> {
         let rec = self.record(tenant, id)?;
+        let req = CheckedRequest::new(bind(&rec, req))?;
         let busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
-        Ok((p, bind(&rec, req), busy))
+        Ok((p, req, busy))
     }
 
     /// Runs an exec and waits (dropping the future kills it).
@@ -170,7 +172,7 @@ impl Daemon {
         }
         let (p, req, _busy) = self.prepare_exec(tenant, id, req)?;
         let t0 = Instant::now();
-        let r = p.exec(id, req, None).await;
+        let r = p.exec(id, req, ExecIo::none()).await;
         self.exec_done(id, t0, &r);
         r
     }
@@ -199,7 +201,11 @@ impl Daemon {
             {
                 let (out_tx, mut out_rx) = mpsc::channel(STREAM_BUFFER);
                 let t0 = Instant::now();
-                let exec = p.exec_interactive(&id, req, Some(out_tx), in_rx);
+                let io = ExecIo {
+                    output: Some(out_tx),
+                    input: Some(in_rx),
+                };
+                let exec = p.exec(&id, req, io);
                 tokio::pin!(exec);
                 let result = loop {
                     tokio::select! {

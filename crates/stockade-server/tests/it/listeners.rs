@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stockade::{ErrorCode, ExecRequest, FileOp, Provider};
+use stockade::{CheckedRequest, ErrorCode, ExecIo, ExecRequest, FileOp, Provider};
 use stockade_client::{Address, ConnectOptions, RemoteProvider};
 
 use crate::harness::{TestDaemon, eventually, free_port, require_root};
@@ -192,17 +192,22 @@ async fn a_call_cut_off_by_the_daemons_death_is_unavailable() {
     let sb = create(&c, spec(120)).await;
     let id = sb.id().to_string();
     let long = |marker: &str| {
-        ExecRequest::new(["/bin/sh", "-c", &format!("touch /tmp/{marker}; sleep 100")])
+        CheckedRequest::new(ExecRequest::new([
+            "/bin/sh",
+            "-c",
+            &format!("touch /tmp/{marker}; sleep 100"),
+        ]))
+        .unwrap()
     };
     let plain = tokio::spawn({
         let (c, id, req) = (c.clone(), id.clone(), long("a"));
-        async move { c.exec(&id, req, None).await }
+        async move { c.exec(&id, req, ExecIo::none()).await }
     });
     let streamed = tokio::spawn({
         let (c, id, req) = (c.clone(), id.clone(), long("b"));
         async move {
             let (tx, _rx) = tokio::sync::mpsc::channel(16);
-            c.exec(&id, req, Some(tx)).await
+            c.exec(&id, req, ExecIo::output(tx)).await
         }
     });
     // Both execs are running once their markers exist.

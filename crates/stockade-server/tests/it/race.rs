@@ -8,9 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use stockade::{
-    Capabilities, Check, CreateOptions, ExecOutcome, ExecRequest, FileOp, FileResult, GcReport,
-    InputReceiver, NativeProvider, OutputSender, Provider, Result, SandboxInfo, SandboxSpec,
-    ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, ExecIo, ExecOutcome, FileOp,
+    FileResult, GcReport, NativeProvider, Provider, Result, SandboxInfo, SandboxSpec,
 };
 use stockade_server::daemon::{MountPolicy, ReapReason};
 use stockade_server::store::Store;
@@ -39,25 +38,11 @@ impl Provider for HeldList {
     async fn probe(&self) -> Result<Vec<Check>> {
         self.inner.probe().await
     }
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         self.inner.create(spec, opts).await
     }
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        self.inner.exec(id, req, output).await
-    }
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: InputReceiver,
-    ) -> Result<ExecOutcome> {
-        self.inner.exec_interactive(id, req, output, input).await
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        self.inner.exec(id, req, io).await
     }
     async fn health(&self, id: &str) -> Result<()> {
         self.inner.health(id).await
