@@ -23,6 +23,10 @@ struct Cli {
     /// Run in-process even when a daemon answers (STOCKADE_HOST or the default socket).
     #[arg(long, global = true)]
     direct: bool,
+    /// The CA certificate (PEM) a TLS daemon's certificate must chain to (default:
+    /// $STOCKADE_TLS_CA, else the system's roots).
+    #[arg(long, global = true, value_name = "FILE")]
+    tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -102,7 +106,7 @@ fn main() {
     let code = rt.block_on(async {
         // Image and runtime management are local; everything else may use a daemon.
         let local = matches!(cli.command, Command::Image(_) | Command::Runtime(_));
-        if !local && let Err(e) = ctx.connect(cli.direct).await {
+        if !local && let Err(e) = ctx.connect(cli.direct, cli.tls_ca.as_deref()).await {
             return output::error(ctx.json, &e);
         }
         let result = match cli.command {

@@ -42,6 +42,19 @@ pub fn to_status(e: &Error) -> Status {
     Status::new(grpc_code(e.code()), e.to_string())
 }
 
+/// Whether a status was made on this side from a broken connection (the daemon died,
+/// restarted, or the network failed during the call) rather than sent by the daemon.
+/// tonic keeps the local error as the status's source; a status the daemon sent has
+/// none.
+pub fn is_transport_failure(s: &Status) -> bool {
+    use std::error::Error as _;
+    s.source().is_some()
+        && matches!(
+            s.code(),
+            Code::Unknown | Code::Internal | Code::Cancelled | Code::Unavailable
+        )
+}
+
 /// A status as an error, its message unchanged.
 pub fn from_status(s: Status) -> Error {
     Error::Remote {

@@ -2,23 +2,29 @@
 //! client of the daemon that implements [`Provider`], so the CLI and the SDKs use a
 //! daemon just by choosing this provider.
 //!
-//! Where the daemon is: `STOCKADE_HOST` (`unix:///path` or `http://host:port`), else
-//! the default socket ([`default_socket`]). `STOCKADE_TOKEN` is sent as a bearer token.
+//! Where the daemon is: `STOCKADE_HOST` (an [`Address`]: `unix:///path`,
+//! `tcp://host:port`, `https://host:port`...), else the default socket
+//! ([`default_socket`]). `STOCKADE_TOKEN` is sent as a bearer token; `STOCKADE_TLS_CA`
+//! names the CA file a TLS daemon's certificate must chain to.
 
+mod address;
+mod connect;
 pub mod convert;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use hyper_util::rt::TokioIo;
 use stockade_core::{
     Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecInput, ExecIo,
     ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
     OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, Stream,
 };
-use tonic::transport::{Channel, Endpoint, Uri};
+use tonic::transport::Channel;
 
+pub use address::{Address, Security};
+pub use connect::ConnectOptions;
+use connect::channel;
 use convert::from_status;
 
 /// Generated messages, client and server of `stockade.v1`.
@@ -44,43 +50,8 @@ pub const MAX_FILE_MESSAGE_BYTES: usize = (32 << 20) + (1 << 20);
 /// some stdin).
 pub const MAX_REQUEST_BYTES: usize = 4 << 20;
 
-/// Where a daemon listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Host {
-    /// A unix socket.
-    Unix(PathBuf),
-    /// `http://host:port`.
-    Http(String),
-}
-
-impl Host {
-    /// Parses `unix:///path`, `unix:/path` or `http://host:port`.
-    pub fn parse(text: &str) -> Result<Host> {
-        if let Some(p) = text.strip_prefix("unix://").or(text.strip_prefix("unix:")) {
-            if !p.starts_with('/') {
-                return Err(Error::InvalidRequest(format!(
-                    "daemon address {text:?} must name an absolute socket path (unix:///path)"
-                )));
-            }
-            return Ok(Host::Unix(p.into()));
-        }
-        if text.starts_with("http://") && text.len() > "http://".len() {
-            return Ok(Host::Http(text.to_string()));
-        }
-        Err(Error::InvalidRequest(format!(
-            "daemon address {text:?} is neither unix:///path nor http://host:port"
-        )))
-    }
-}
-
-impl std::fmt::Display for Host {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Host::Unix(p) => write!(f, "unix://{}", p.display()),
-            Host::Http(u) => f.write_str(u),
-        }
-    }
-}
+/// The former name of [`Address`].
+pub type Host = Address;
 
 /// The daemon's default socket: `/run/stockaded.sock` for root, else
 /// `$XDG_RUNTIME_DIR/stockaded.sock`, else `/tmp/stockaded-UID.sock`.
@@ -98,50 +69,13 @@ pub fn default_socket() -> PathBuf {
     }
 }
 
-async fn channel(host: &Host) -> Result<Channel> {
-    let unreachable = |e: tonic::transport::Error| {
-        let mut msg = e.to_string();
-        let mut src = std::error::Error::source(&e);
-        while let Some(s) = src {
-            msg = format!("{msg}: {s}");
-            src = s.source();
-        }
-        Error::Unavailable {
-            what: format!("stockaded at {host}"),
-            reason: msg,
-            fix: "start it with `stockade serve`, or unset STOCKADE_HOST to run in-process".into(),
-        }
-    };
-    match host {
-        Host::Unix(path) => {
-            let path = path.clone();
-            Endpoint::from_static("http://stockaded.invalid")
-                .connect_with_connector(tower::service_fn(move |_: Uri| {
-                    let path = path.clone();
-                    async move {
-                        let s = tokio::net::UnixStream::connect(path).await?;
-                        Ok::<_, std::io::Error>(TokioIo::new(s))
-                    }
-                }))
-                .await
-                .map_err(unreachable)
-        }
-        Host::Http(url) => Endpoint::from_shared(url.clone())
-            .map_err(|e| Error::InvalidRequest(format!("daemon address {url:?}: {e}")))?
-            .tcp_nodelay(true)
-            .connect()
-            .await
-            .map_err(unreachable),
-    }
-}
-
 /// A [`Provider`] that runs everything through a `stockaded` daemon.
 #[derive(Clone)]
 pub struct RemoteProvider {
     client: StockadeClient<Channel>,
     auth: Option<tonic::metadata::MetadataValue<tonic::metadata::Ascii>>,
     backend: Option<String>,
-    host: Arc<Host>,
+    host: Arc<Address>,
 }
 
 impl std::fmt::Debug for RemoteProvider {
@@ -154,9 +88,19 @@ impl std::fmt::Debug for RemoteProvider {
 }
 
 impl RemoteProvider {
-    /// Connects to the daemon at `host`, sending `token` (if any) on every call.
-    pub async fn connect(host: &Host, token: Option<&str>) -> Result<RemoteProvider> {
-        let auth = match token {
+    /// Connects to the daemon at `host`, sending `token` (if any) on every call; a
+    /// TLS daemon's certificate is checked against `STOCKADE_TLS_CA` if set.
+    pub async fn connect(host: &Address, token: Option<&str>) -> Result<RemoteProvider> {
+        let opts = ConnectOptions {
+            token: token.map(str::to_string),
+            ..ConnectOptions::from_env()
+        };
+        RemoteProvider::connect_with(host, &opts).await
+    }
+
+    /// Connects to the daemon at `host` with `opts`.
+    pub async fn connect_with(host: &Address, opts: &ConnectOptions) -> Result<RemoteProvider> {
+        let auth = match &opts.token {
             Some(t) => Some(format!("Bearer {}", t.trim()).parse().map_err(|_| {
                 Error::InvalidRequest(
                     "the token has characters that cannot be sent in a header".into(),
@@ -164,7 +108,7 @@ impl RemoteProvider {
             })?),
             None => None,
         };
-        let client = StockadeClient::new(channel(host).await?)
+        let client = StockadeClient::new(channel(host, opts).await?)
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES);
         Ok(RemoteProvider {
@@ -178,26 +122,44 @@ impl RemoteProvider {
     /// The daemon the environment names: `STOCKADE_HOST` (an error when it does not
     /// answer), else the default socket when it answers, else `None`.
     pub async fn from_env() -> Result<Option<RemoteProvider>> {
-        let token = std::env::var("STOCKADE_TOKEN")
-            .ok()
-            .filter(|t| !t.is_empty());
+        RemoteProvider::discover(&ConnectOptions::from_env()).await
+    }
+
+    /// Like [`RemoteProvider::from_env`], with `opts` instead of the environment's
+    /// token and CA file.
+    pub async fn discover(opts: &ConnectOptions) -> Result<Option<RemoteProvider>> {
         if let Some(h) = std::env::var("STOCKADE_HOST")
             .ok()
             .filter(|h| !h.is_empty())
         {
-            let host = Host::parse(&h)?;
-            return RemoteProvider::connect(&host, token.as_deref())
-                .await
-                .map(Some);
+            let host = Address::parse(&h)?;
+            return RemoteProvider::connect_with(&host, opts).await.map(Some);
         }
         let sock = default_socket();
         if !Path::new(&sock).exists() {
             return Ok(None);
         }
-        match RemoteProvider::connect(&Host::Unix(sock), token.as_deref()).await {
+        match RemoteProvider::connect_with(&Address::Unix(sock), opts).await {
             Ok(p) => Ok(Some(p)),
             // A stale socket of a daemon that is gone: run in-process.
             Err(_) => Ok(None),
+        }
+    }
+
+    /// An error of a call: the daemon's own (code and message unchanged), or, when the
+    /// connection broke during the call (the daemon died or restarted), unavailable.
+    fn fail(&self, s: tonic::Status) -> Error {
+        if convert::is_transport_failure(&s) {
+            return self.cut_off(s.message());
+        }
+        from_status(s)
+    }
+
+    fn cut_off(&self, why: &str) -> Error {
+        Error::Unavailable {
+            what: format!("stockaded at {}", self.host),
+            reason: format!("the connection broke during the call ({why})"),
+            fix: "the daemon stopped or restarted; retry when it is back".into(),
         }
     }
 
@@ -208,7 +170,7 @@ impl RemoteProvider {
     }
 
     /// Where the daemon is.
-    pub fn host(&self) -> &Host {
+    pub fn host(&self) -> &Address {
         &self.host
     }
 
@@ -230,7 +192,7 @@ impl RemoteProvider {
             .health(self.req(pb::HealthRequest {}))
             .await
             .map(|r| r.into_inner())
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// Creates a sandbox from `spec` (a warm one when a pool of its template exists
@@ -252,7 +214,7 @@ impl RemoteProvider {
                 no_pool,
             }))
             .await
-            .map_err(from_status)?
+            .map_err(|s| self.fail(s))?
             .into_inner();
         let pooled = r.pooled;
         Ok((convert::from_sandbox_info(r)?, pooled))
@@ -268,7 +230,7 @@ impl RemoteProvider {
             }))
             .await
             .map(drop)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// Kills a running streamed exec.
@@ -279,7 +241,7 @@ impl RemoteProvider {
             }))
             .await
             .map(drop)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// Keeps `size` idle sandboxes of the template `spec` (env and workdir are bound
@@ -296,7 +258,7 @@ impl RemoteProvider {
             }))
             .await
             .map(|r| r.into_inner())
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// The caller's pools.
@@ -305,7 +267,7 @@ impl RemoteProvider {
             .pool_list(self.req(pb::PoolListRequest {}))
             .await
             .map(|r| r.into_inner().pools)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// Drains one pool (or all the caller's, `None`); returns the destroyed ids.
@@ -316,7 +278,7 @@ impl RemoteProvider {
             }))
             .await
             .map(|r| r.into_inner().destroyed)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// The session's live sandbox, or a new one on its workspace.
@@ -325,7 +287,7 @@ impl RemoteProvider {
             .client()
             .session_get(self.req(pb::SessionRef { name: name.into() }))
             .await
-            .map_err(from_status)?;
+            .map_err(|s| self.fail(s))?;
         convert::from_sandbox_info(r.into_inner())
     }
 
@@ -335,7 +297,7 @@ impl RemoteProvider {
             .session_release(self.req(pb::SessionRef { name: name.into() }))
             .await
             .map(drop)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// Destroys the session's sandbox and workspace.
@@ -344,7 +306,7 @@ impl RemoteProvider {
             .session_delete(self.req(pb::SessionRef { name: name.into() }))
             .await
             .map(drop)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     /// The caller's sessions.
@@ -359,7 +321,7 @@ impl RemoteProvider {
                     .map(convert::from_session_info)
                     .collect()
             })
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     async fn stream_exec(
@@ -373,18 +335,18 @@ impl RemoteProvider {
             .client()
             .exec_stream(self.req(convert::exec_request(id, &req)))
             .await
-            .map_err(from_status)?
+            .map_err(|s| self.fail(s))?
             .into_inner();
         let mut forward = None;
         let result = loop {
             let event = match stream.message().await {
                 Ok(Some(e)) => e,
                 Ok(None) => {
-                    break Err(Error::Internal(format!(
-                        "the daemon ended the exec in sandbox {id} without an outcome"
+                    break Err(self.cut_off(&format!(
+                        "the exec in sandbox {id} ended without an outcome"
                     )));
                 }
-                Err(s) => break Err(from_status(s)),
+                Err(s) => break Err(self.fail(s)),
             };
             match event.event {
                 Some(pb::exec_event::Event::Started(exec_id)) => {
@@ -461,8 +423,8 @@ impl Provider for RemoteProvider {
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         let owner = match *self.host {
             // A pid means something only on the daemon's host.
-            Host::Unix(_) => opts.owner_pid,
-            Host::Http(_) => None,
+            Address::Unix(_) => opts.owner_pid,
+            Address::Tcp { .. } => None,
         };
         self.create_spec(&spec, owner, false).await.map(|(i, _)| i)
     }
@@ -476,7 +438,7 @@ impl Provider for RemoteProvider {
             .exec(self.req(convert::exec_request(id, &req)))
             .await
             .map(|r| convert::from_outcome(r.into_inner()))
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     async fn health(&self, id: &str) -> Result<()> {
@@ -488,7 +450,7 @@ impl Provider for RemoteProvider {
             .destroy(self.req(pb::SandboxRef { id: id.into() }))
             .await
             .map(drop)
-            .map_err(from_status)
+            .map_err(|s| self.fail(s))
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
@@ -496,7 +458,7 @@ impl Provider for RemoteProvider {
             .client()
             .list(self.req(pb::ListRequest {}))
             .await
-            .map_err(from_status)?;
+            .map_err(|s| self.fail(s))?;
         r.into_inner()
             .sandboxes
             .into_iter()
@@ -509,7 +471,7 @@ impl Provider for RemoteProvider {
             .client()
             .inspect(self.req(pb::SandboxRef { id: id.into() }))
             .await
-            .map_err(from_status)?;
+            .map_err(|s| self.fail(s))?;
         convert::from_sandbox_info(r.into_inner())
     }
 
@@ -518,7 +480,7 @@ impl Provider for RemoteProvider {
             .client()
             .gc(self.req(pb::GcRequest {}))
             .await
-            .map_err(from_status)?
+            .map_err(|s| self.fail(s))?
             .into_inner();
         Ok(GcReport {
             reaped: r.reaped,
@@ -534,32 +496,7 @@ impl Provider for RemoteProvider {
                 op: Some(convert::file_op(op)),
             }))
             .await
-            .map_err(from_status)?;
+            .map_err(|s| self.fail(s))?;
         convert::from_file_result(r.into_inner())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn hosts_parse_or_say_what_is_wrong() {
-        assert_eq!(
-            Host::parse("unix:///run/x.sock").unwrap(),
-            Host::Unix("/run/x.sock".into())
-        );
-        assert_eq!(
-            Host::parse("unix:/run/x.sock").unwrap(),
-            Host::Unix("/run/x.sock".into())
-        );
-        assert_eq!(
-            Host::parse("http://127.0.0.1:7000").unwrap(),
-            Host::Http("http://127.0.0.1:7000".into())
-        );
-        for bad in ["unix://rel", "tcp://x:1", "", "http://"] {
-            let e = Host::parse(bad).unwrap_err().to_string();
-            assert!(e.contains("daemon address"), "{bad}: {e}");
-        }
     }
 }

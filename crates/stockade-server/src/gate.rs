@@ -44,16 +44,33 @@ pub struct Gate<S> {
     inner: S,
     auth: Arc<Auth>,
     files: Arc<Semaphore>,
+    via: Via,
+}
+
+/// How a request reached the daemon (in its extensions): an owner pid means
+/// something only from a unix socket, a process on the daemon's host.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    Unix,
+    Tcp,
 }
 
 impl<S> Gate<S> {
     /// `files`: how many `File` calls may hold their (up to 33 MiB) message at once.
+    /// Requests count as local (unix socket) until [`Gate::via`] says otherwise.
     pub fn new(inner: S, auth: Auth, files: usize) -> Gate<S> {
         Gate {
             inner,
             auth: Arc::new(auth),
             files: Arc::new(Semaphore::new(files.max(1))),
+            via: Via::Unix,
         }
+    }
+
+    /// The same gate (tokens and `File` slots shared) for one listener's requests.
+    pub fn via(mut self, via: Via) -> Gate<S> {
+        self.via = via;
+        self
     }
 }
 
@@ -86,6 +103,7 @@ where
             Err(status) => return Box::pin(async move { Ok(status.into_http()) }),
         };
         parts.extensions.insert(Tenant(tenant));
+        parts.extensions.insert(self.via);
         let path = parts.uri.path().to_string();
         let limit = body_limit(&path);
         let body = Body::new(Capped {
@@ -205,16 +223,16 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
     }
 }
 
-/// `incoming` with at most `max` connections open at once: past that, the next
-/// accept waits for a slot (new connections queue in the kernel's backlog).
+/// `incoming` holding one of `slots` per open connection: when none is left, the
+/// next accept waits for one (new connections queue in the kernel's backlog). The
+/// listeners of one daemon share their slots.
 pub fn counted<S, IO, E>(
     incoming: S,
-    max: usize,
+    slots: Arc<Semaphore>,
 ) -> impl tokio_stream::Stream<Item = Result<Counted<IO>, E>>
 where
     S: tokio_stream::Stream<Item = Result<IO, E>>,
 {
-    let slots = Arc::new(Semaphore::new(max.max(1)));
     futures_util::stream::unfold(
         (Box::pin(incoming), slots),
         |(mut incoming, slots)| async move {

@@ -8,6 +8,7 @@
 pub mod auth;
 pub mod daemon;
 pub mod gate;
+pub mod listen;
 pub mod metrics;
 mod service;
 pub mod store;
@@ -15,57 +16,39 @@ pub mod store;
 use std::net::SocketAddr;
 use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use stockade_client::{MAX_FILE_MESSAGE_BYTES, MAX_MESSAGE_BYTES, StockadeServer};
+use stockade_client::{Address, MAX_FILE_MESSAGE_BYTES, MAX_MESSAGE_BYTES, StockadeServer};
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 
 pub use daemon::{Daemon, Limits};
 
-/// Where the daemon listens.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Listen {
-    /// A unix socket (mode 0600).
-    Unix(PathBuf),
-    /// TCP; every call then needs a token.
-    Tcp(SocketAddr),
-}
-
-impl std::str::FromStr for Listen {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Listen, String> {
-        if let Some(p) = s.strip_prefix("unix:") {
-            let p = p.strip_prefix("//").unwrap_or(p);
-            if !p.starts_with('/') {
-                return Err(format!(
-                    "listen address {s:?}: the socket path must be absolute"
-                ));
-            }
-            return Ok(Listen::Unix(p.into()));
-        }
-        if let Some(a) = s.strip_prefix("tcp:") {
-            return a
-                .parse()
-                .map(Listen::Tcp)
-                .map_err(|e| format!("listen address {s:?}: {e} (want tcp:ADDR:PORT)"));
-        }
-        Err(format!(
-            "listen address {s:?} is neither unix:PATH nor tcp:ADDR:PORT"
-        ))
-    }
-}
-
 /// Flags of `stockaded` and `stockade serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeArgs {
-    /// `unix:PATH` or `tcp:ADDR:PORT` (default: unix socket /run/stockaded.sock for
-    /// root, else $XDG_RUNTIME_DIR/stockaded.sock).
+    /// Where to listen; repeat to listen on several at once (a unix socket and a TCP
+    /// port, say). `unix:///PATH` or `/PATH`, `tcp://HOST:PORT` or `HOST:PORT` (TLS
+    /// with --tls-cert, else loopback only), `https://HOST:PORT`, `http://HOST:PORT`
+    /// (plain text). The default is the unix socket /run/stockaded.sock for root, else
+    /// $XDG_RUNTIME_DIR/stockaded.sock.
     #[arg(long, value_name = "ADDR")]
-    pub listen: Option<Listen>,
-    /// Tokens, one per line; each token is a tenant. Required with tcp:.
+    pub listen: Vec<Address>,
+    /// Tokens, one per line; each token is a tenant. Required with a TCP listener.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
+    /// The daemon's TLS certificate (PEM, its chain after it): TCP listeners then
+    /// speak TLS. Needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Allow plain-text TCP on addresses other than loopback: bearer tokens and all
+    /// data then cross the network in the clear (logged at start).
+    #[arg(long)]
+    pub insecure_plaintext: bool,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
     #[arg(long, value_name = "ADDR:PORT")]
     pub metrics_listen: Option<SocketAddr>,
@@ -178,17 +161,36 @@ pub async fn serve(
     args: ServeArgs,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let listen = args
-        .listen
-        .clone()
-        .unwrap_or_else(|| Listen::Unix(stockade_client::default_socket()));
+    // tonic's TLS is rustls; with more than one crypto backend in the build, the
+    // process needs a default (already set is fine).
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let addrs = if args.listen.is_empty() {
+        vec![Address::Unix(stockade_client::default_socket())]
+    } else {
+        args.listen.clone()
+    };
     let auth = match &args.token_file {
         Some(f) => auth::Auth::from_file(f)?,
         None => auth::Auth::none(),
     };
-    if matches!(listen, Listen::Tcp(_)) && !auth.required() {
+    let any_tcp = addrs.iter().any(|a| matches!(a, Address::Tcp { .. }));
+    if any_tcp && !auth.required() {
         bail!("listening on TCP needs --token-file (every call must carry a token)");
     }
+    if args.tls_cert.is_some() && !any_tcp {
+        bail!("--tls-cert is for TCP listeners; add --listen tcp://HOST:PORT or drop it");
+    }
+    let policy = listen::TcpPolicy {
+        identity: args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
+        insecure_plaintext: args.insecure_plaintext,
+    };
+    if args.insecure_plaintext {
+        tracing::warn!(
+            "--insecure-plaintext: plain-text TCP is allowed off loopback; tokens and data \
+             on such a listener cross the network in the clear"
+        );
+    }
+    let bound = listen::bind_all(&addrs, &policy).await?;
     let home = stockade::wasm::stockade_home();
     let state_dir = args
         .state_dir
@@ -211,7 +213,8 @@ pub async fn serve(
         )?,
         tenants_untrusted: auth.required(),
         tenant_image_bytes: args.tenant_image_bytes,
-        honour_owner_pid: matches!(listen, Listen::Unix(_)),
+        // Only calls over a unix socket carry an owner pid (`gate::Via`).
+        honour_owner_pid: addrs.iter().any(|a| matches!(a, Address::Unix(_))),
     };
     let default_provider = args
         .default_provider
@@ -249,10 +252,91 @@ pub async fn serve(
     let svc = StockadeServer::new(service::Service { daemon: d.clone() })
         .max_decoding_message_size(MAX_FILE_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let svc = gate::Gate::new(svc, auth, FILE_CALLS_AT_ONCE);
-    let max_conns = args.max_connections;
+    let gate = gate::Gate::new(svc, auth, FILE_CALLS_AT_ONCE);
+    // One connection budget for all listeners.
+    let conns = Arc::new(tokio::sync::Semaphore::new(args.max_connections.max(1)));
     let streams = args.max_streams_per_connection.max(1);
-    let server = tonic::transport::Server::builder()
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut servers = tokio::task::JoinSet::new();
+    for b in bound {
+        let mut stopped = stop_rx.clone();
+        let stopped = async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        };
+        let conns = conns.clone();
+        match b {
+            listen::Bound::Unix(l, path) => {
+                tracing::info!(socket = %path.display(), "listening");
+                let router = server_builder(streams).add_service(gate.clone().via(gate::Via::Unix));
+                servers.spawn(async move {
+                    let r = router
+                        .serve_with_incoming_shutdown(
+                            gate::counted(UnixListenerStream::new(l), conns),
+                            stopped,
+                        )
+                        .await
+                        .with_context(|| format!("serving on {}", path.display()));
+                    let _ = std::fs::remove_file(&path);
+                    r
+                });
+            }
+            listen::Bound::Tcp {
+                listener,
+                addr,
+                tls,
+            } => {
+                let mut builder = server_builder(streams);
+                if let Some(cfg) = tls.clone() {
+                    builder = builder.tls_config(cfg).context("TLS settings")?;
+                    tracing::info!(%addr, "listening (TLS, tokens required)");
+                } else if addr.ip().is_loopback() {
+                    tracing::info!(%addr, "listening (plain text on loopback, tokens required)");
+                } else {
+                    tracing::warn!(%addr, "listening in PLAIN TEXT off loopback (--insecure-plaintext): tokens cross the network in the clear");
+                }
+                let router = builder.add_service(gate.clone().via(gate::Via::Tcp));
+                servers.spawn(async move {
+                    router
+                        .serve_with_incoming_shutdown(
+                            gate::counted(TcpListenerStream::new(listener), conns),
+                            stopped,
+                        )
+                        .await
+                        .with_context(|| format!("serving on {addr}"))
+                });
+            }
+        }
+    }
+    // Until `stop`, or until one listener ends (then all do).
+    tokio::pin!(stop);
+    let mut result = Ok(());
+    let mut stopping = false;
+    loop {
+        tokio::select! {
+            _ = &mut stop, if !stopping => {
+                stopping = true;
+                let _ = stop_tx.send(true);
+            }
+            r = servers.join_next() => {
+                let Some(r) = r else { break };
+                if let Err(e) = r.context("a listener's task failed").and_then(|r| r)
+                    && result.is_ok()
+                {
+                    result = Err(e);
+                }
+                stopping = true;
+                let _ = stop_tx.send(true);
+            }
+        }
+    }
+    tracing::info!("shutting down");
+    d.shutdown().await;
+    result
+}
+
+/// The HTTP/2 settings every listener shares.
+fn server_builder(streams: u32) -> tonic::transport::Server {
+    tonic::transport::Server::builder()
         .max_concurrent_streams(streams)
         .concurrency_limit_per_connection(streams as usize)
         // What a peer may send before the daemon reads it: per stream and per
@@ -262,79 +346,4 @@ pub async fn serve(
         .http2_max_header_list_size(64 << 10)
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
-        .add_service(svc);
-    match &listen {
-        Listen::Unix(path) => {
-            if let Some(dir) = path.parent() {
-                std::fs::create_dir_all(dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-            }
-            // A socket left by a daemon that died; refuse to steal a live one.
-            if path.exists() {
-                if std::os::unix::net::UnixStream::connect(path).is_ok() {
-                    bail!("another daemon is listening on {}", path.display());
-                }
-                std::fs::remove_file(path)
-                    .with_context(|| format!("cannot remove stale socket {}", path.display()))?;
-            }
-            let l = tokio::net::UnixListener::bind(path)
-                .with_context(|| format!("cannot listen on {}", path.display()))?;
-            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
-                .with_context(|| format!("cannot restrict {}", path.display()))?;
-            tracing::info!(socket = %path.display(), "listening");
-            server
-                .serve_with_incoming_shutdown(
-                    gate::counted(UnixListenerStream::new(l), max_conns),
-                    stop,
-                )
-                .await
-                .context("serving on the unix socket")?;
-            let _ = std::fs::remove_file(path);
-        }
-        Listen::Tcp(addr) => {
-            let l = tokio::net::TcpListener::bind(addr)
-                .await
-                .with_context(|| format!("cannot listen on {addr}"))?;
-            tracing::info!(%addr, "listening (tokens required)");
-            server
-                .serve_with_incoming_shutdown(
-                    gate::counted(TcpListenerStream::new(l), max_conns),
-                    stop,
-                )
-                .await
-                .context("serving on TCP")?;
-        }
-    }
-    tracing::info!("shutting down");
-    d.shutdown().await;
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn listen_addresses_parse_or_say_what_is_wrong() {
-        assert_eq!(
-            "unix:/run/s.sock".parse::<Listen>().unwrap(),
-            Listen::Unix("/run/s.sock".into())
-        );
-        assert_eq!(
-            "unix:///run/s.sock".parse::<Listen>().unwrap(),
-            Listen::Unix("/run/s.sock".into())
-        );
-        assert_eq!(
-            "tcp:127.0.0.1:7000".parse::<Listen>().unwrap(),
-            Listen::Tcp("127.0.0.1:7000".parse().unwrap())
-        );
-        for bad in ["unix:rel", "tcp:nohost", "http://x", ""] {
-            assert!(
-                bad.parse::<Listen>()
-                    .unwrap_err()
-                    .contains("listen address"),
-                "{bad}"
-            );
-        }
-    }
 }

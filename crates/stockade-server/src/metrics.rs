@@ -8,6 +8,8 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::daemon::ReapReason;
+
 /// Upper bounds of the latency buckets, seconds.
 const BUCKETS: [f64; 16] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
@@ -63,7 +65,7 @@ pub struct Metrics {
     pub exec_seconds: Histogram,
     pub create_seconds: Histogram,
     pub acquire_seconds: Histogram,
-    /// Reaps by reason (`lifetime`, `idle`, `owner`, `gone`, `recovery`, `orphan`).
+    /// Reaps by reason.
     reaps: Mutex<std::collections::BTreeMap<&'static str, u64>>,
 }
 
@@ -76,17 +78,18 @@ pub struct Gauges {
 }
 
 impl Metrics {
-    pub fn reaped(&self, reason: &'static str) {
+    /// Counts a sandbox the daemon destroyed on its own.
+    pub fn reaped(&self, reason: ReapReason) {
         if let Ok(mut m) = self.reaps.lock() {
-            *m.entry(reason).or_default() += 1;
+            *m.entry(reason.as_str()).or_default() += 1;
         }
     }
 
     /// The reaps counted for `reason`.
-    pub fn reaps(&self, reason: &str) -> u64 {
+    pub fn reaps(&self, reason: ReapReason) -> u64 {
         self.reaps
             .lock()
-            .map(|m| m.get(reason).copied().unwrap_or(0))
+            .map(|m| m.get(reason.as_str()).copied().unwrap_or(0))
             .unwrap_or(0)
     }
 
@@ -243,8 +246,8 @@ mod tests {
     fn exposition_has_counters_gauges_and_cumulative_buckets() {
         let m = Metrics::default();
         m.creates_ok.fetch_add(3, Ordering::Relaxed);
-        m.reaped("lifetime");
-        m.reaped("lifetime");
+        m.reaped(ReapReason::Lifetime);
+        m.reaped(ReapReason::Lifetime);
         m.exec_seconds.observe(Duration::from_micros(700));
         m.exec_seconds.observe(Duration::from_millis(20));
         let t = m.render(&Gauges {
@@ -260,6 +263,6 @@ mod tests {
         assert!(t.contains("stockade_exec_duration_seconds_bucket{le=\"0.001\"} 1\n"));
         assert!(t.contains("stockade_exec_duration_seconds_bucket{le=\"0.025\"} 2\n"));
         assert!(t.contains("stockade_exec_duration_seconds_count 2\n"));
-        assert_eq!(m.reaps("lifetime"), 2);
+        assert_eq!(m.reaps(ReapReason::Lifetime), 2);
     }
 }

@@ -3,17 +3,16 @@
 
 use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Instant;
 
 use stockade::{Error, ExecInput, SandboxSpec, Stream};
 use stockade_client::convert::{self, to_status};
 use stockade_client::pb;
-use tokio::sync::mpsc;
+use tokio_stream::StreamExt;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
-use crate::daemon::{Daemon, PoolView};
-use crate::gate::Tenant;
+use crate::daemon::{Daemon, ExecEvent, PoolView};
+use crate::gate::{Tenant, Via};
 
 /// The service over one daemon; callers are authenticated before it (`gate.rs`).
 pub struct Service {
@@ -73,9 +72,11 @@ impl pb::stockade_server::Stockade for Service {
 
     async fn create(&self, r: Request<pb::CreateRequest>) -> Reply<pb::SandboxInfo> {
         let tenant = self.tenant(&r)?;
+        // A pid names a process on the daemon's host: only a local caller can mean one.
+        let local = r.extensions().get::<Via>() == Some(&Via::Unix);
         let r = r.into_inner();
         let spec = spec_from(&r.spec_json)?;
-        let owner = (r.owner_pid != 0).then_some(r.owner_pid);
+        let owner = (r.owner_pid != 0 && local).then_some(r.owner_pid);
         let (info, pooled) = self
             .daemon
             .create(&tenant, &r.provider, spec, owner, r.no_pool)
@@ -97,62 +98,26 @@ impl pb::stockade_server::Stockade for Service {
     async fn exec_stream(&self, r: Request<pb::ExecRequest>) -> Reply<Self::ExecStreamStream> {
         let tenant = self.tenant(&r)?;
         let (id, req) = convert::from_exec_request(r.into_inner());
-        let (p, req, busy) = self.daemon.prepare_exec(&tenant, &id, req).map_err(st)?;
-        let (in_tx, in_rx) = mpsc::channel(16);
-        let exec_id = self.daemon.register_exec(&tenant, in_tx);
-        let (ev_tx, ev_rx) = mpsc::channel::<Result<pb::ExecEvent, Status>>(16);
-        let d = self.daemon.clone();
+        let events = self.daemon.exec_stream(&tenant, &id, req).map_err(st)?;
         let ev = |e| pb::ExecEvent { event: Some(e) };
-        let _ = ev_tx
-            .send(Ok(ev(pb::exec_event::Event::Started(exec_id.clone()))))
-            .await;
-        tokio::spawn(async move {
-            // In use until the exec ends (and its last output is sent).
-            let _busy = busy;
-            let (out_tx, mut out_rx) = mpsc::channel(16);
-            let t0 = Instant::now();
-            let io = stockade::ExecIo {
-                output: Some(out_tx),
-                input: Some(in_rx),
-            };
-            let exec = p.exec(&id, req, io);
-            tokio::pin!(exec);
-            let chunk = |c: stockade::OutputChunk| {
+        let stream = ReceiverStream::new(events).map(move |e| match e {
+            ExecEvent::Started(exec_id) => Ok(ev(pb::exec_event::Event::Started(exec_id))),
+            ExecEvent::Output(c) => {
                 let stream = match c.stream {
                     Stream::Stdout => pb::StreamKind::Stdout,
                     Stream::Stderr => pb::StreamKind::Stderr,
                 };
-                ev(pb::exec_event::Event::Output(pb::OutputChunk {
+                Ok(ev(pb::exec_event::Event::Output(pb::OutputChunk {
                     stream: stream as i32,
                     data: c.data,
-                }))
-            };
-            let result = loop {
-                tokio::select! {
-                    r = &mut exec => break Some(r),
-                    Some(c) = out_rx.recv() => {
-                        if ev_tx.send(Ok(chunk(c))).await.is_err() {
-                            // The client went away: dropping the exec kills it.
-                            break None;
-                        }
-                    }
-                    _ = ev_tx.closed() => break None,
-                }
-            };
-            if let Some(r) = result {
-                d.exec_done(&id, t0, &r);
-                while let Ok(c) = out_rx.try_recv() {
-                    let _ = ev_tx.send(Ok(chunk(c))).await;
-                }
-                let last = match r {
-                    Ok(o) => Ok(ev(pb::exec_event::Event::Outcome(convert::outcome(o)))),
-                    Err(e) => Err(st(e)),
-                };
-                let _ = ev_tx.send(last).await;
+                })))
             }
-            d.unregister_exec(&exec_id);
+            ExecEvent::Outcome(Ok(o)) => {
+                Ok(ev(pb::exec_event::Event::Outcome(convert::outcome(o))))
+            }
+            ExecEvent::Outcome(Err(e)) => Err(st(e)),
         });
-        Ok(Response::new(Box::pin(ReceiverStream::new(ev_rx))))
+        Ok(Response::new(Box::pin(stream)))
     }
 
     async fn exec_input(&self, r: Request<pb::ExecInputRequest>) -> Reply<pb::Empty> {

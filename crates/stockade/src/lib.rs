@@ -45,14 +45,44 @@ pub fn provider_with_home(
     name: Option<&str>,
     home: Option<&std::path::Path>,
 ) -> Result<Arc<dyn Provider>> {
+    provider_with(
+        name,
+        &ProviderOptions {
+            home: home.map(Into::into),
+            ..ProviderOptions::default()
+        },
+    )
+}
+
+/// Where a provider keeps what it keeps; every field defaults to the environment's
+/// choice (`$STOCKADE_HOME`, `$STOCKADE_STATE_DIR`).
+#[derive(Clone, Debug, Default)]
+pub struct ProviderOptions {
+    /// Images (and other data) under this home instead of `$STOCKADE_HOME`.
+    pub home: Option<std::path::PathBuf>,
+    /// The native provider's state root instead of `$STOCKADE_STATE_DIR` (or
+    /// `/run/stockade`).
+    pub native_state_root: Option<std::path::PathBuf>,
+}
+
+/// The provider called `name` (default: [`default_provider_name`]) with `options`:
+/// the one way the library, the CLI and the daemon build providers.
+pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Arc<dyn Provider>> {
     let name = name
         .map(str::to_string)
         .unwrap_or_else(default_provider_name);
+    let home = options.home.as_deref();
     match name.as_str() {
-        "native" => Ok(Arc::new(match home {
-            Some(h) => NativeProvider::new().with_image_store(h.join("images")),
-            None => NativeProvider::new(),
-        })),
+        "native" => {
+            let p = match &options.native_state_root {
+                Some(root) => NativeProvider::with_state_root(root),
+                None => NativeProvider::new(),
+            };
+            Ok(Arc::new(match home {
+                Some(h) => p.with_image_store(h.join("images")),
+                None => p,
+            }))
+        }
         "wasm" => Ok(Arc::new(WasmProvider::new()?)),
         "docker" => Ok(Arc::new(match home {
             Some(h) => DockerProvider::new().with_image_store(h.join("images")),

@@ -39,10 +39,12 @@ impl Ctx {
     }
 
     /// Uses the daemon when `STOCKADE_HOST` is set or the default socket answers,
-    /// unless `direct`.
-    pub async fn connect(&mut self, direct: bool) -> Result<()> {
+    /// unless `direct`; `tls_ca` (`--tls-ca`) overrides `STOCKADE_TLS_CA`.
+    pub async fn connect(&mut self, direct: bool, tls_ca: Option<&std::path::Path>) -> Result<()> {
         if !direct {
-            self.remote = stockade_client::RemoteProvider::from_env().await?;
+            let mut opts = stockade_client::ConnectOptions::from_env();
+            opts.tls_ca = tls_ca.map(Into::into).or(opts.tls_ca);
+            self.remote = stockade_client::RemoteProvider::discover(&opts).await?;
         }
         Ok(())
     }

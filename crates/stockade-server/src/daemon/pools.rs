@@ -9,7 +9,10 @@ use std::time::{Duration, Instant};
 use stockade::{Error, Result, SandboxSpec};
 use stockade_pool::{Pool, PoolConfig};
 
-use super::{Daemon, MAX_LIFETIME_SECS, PoolEntry, PoolView, internal, now_ms, template_of};
+use super::entry::{Entry, PoolEntry, PoolKey, ReapReason, State};
+use super::{
+    Daemon, MAX_LIFETIME_SECS, PoolView, WARM_LIFETIME_MARGIN_SECS, internal, now_ms, template_of,
+};
 use crate::store::{PoolRecord, SandboxRecord};
 
 impl Daemon {
@@ -40,7 +43,7 @@ impl Daemon {
             )));
         }
         let (template_id, tspec) = template_of(&pname, &spec);
-        let key = format!("{tenant}/{template_id}");
+        let key = PoolKey::new(tenant, &template_id);
         let record = PoolRecord {
             template_id: template_id.clone(),
             tenant: tenant.to_string(),
@@ -120,28 +123,26 @@ impl Daemon {
         let mut found = false;
         {
             let mut g = self.lock();
-            let keys: Vec<String> = g
+            let keys: Vec<PoolKey> = g
                 .pools
-                .iter()
-                .filter(|(_, e)| {
-                    e.record.tenant == tenant
-                        && template_id.is_none_or(|t| e.record.template_id == t)
-                })
-                .map(|(k, _)| k.clone())
+                .keys()
+                .filter(|k| k.tenant == tenant && template_id.is_none_or(|t| k.template == t))
+                .cloned()
                 .collect();
             for k in keys {
                 found = true;
-                if let Some(mut e) = g.pools.remove(&k) {
-                    for id in e.pool.drain() {
-                        victims.push((e.record.provider.clone(), id));
-                    }
-                    if let Err(err) = self.store.remove_pool(tenant, &e.record.template_id) {
-                        tracing::error!(error = %err, "cannot forget pool");
+                let Some(mut e) = g.pools.remove(&k) else {
+                    continue;
+                };
+                if let Err(err) = self.store.remove_pool(tenant, &k.template) {
+                    tracing::error!(error = %err, "cannot forget pool");
+                }
+                for id in e.pool.drain() {
+                    // Out of the pool already; claiming makes it this drain's alone.
+                    if let Some(r) = g.claim(&id, |_| true) {
+                        victims.push((r.provider, id));
                     }
                 }
-            }
-            for (_, id) in &victims {
-                g.sandboxes.remove(id);
             }
         }
         if let Some(t) = template_id
@@ -155,14 +156,14 @@ impl Daemon {
         let mut destroyed = Vec::new();
         for (pname, id) in victims {
             let (_, p) = self.provider(&pname)?;
-            self.destroy_quietly(&p, &id, "drained").await;
+            self.destroy_quietly(&p, &id, ReapReason::Drained).await;
             destroyed.push(id);
         }
         Ok(destroyed)
     }
 
     /// Starts the creations the pool `key` wants, each in its own task.
-    pub(super) fn refill(self: &Arc<Self>, key: &str) {
+    pub(super) fn refill(self: &Arc<Self>, key: &PoolKey) {
         let (n, spec, tenant, pname) = {
             let mut g = self.lock();
             let total = g.total();
@@ -188,7 +189,7 @@ impl Daemon {
         };
         for _ in 0..n {
             let d = self.clone();
-            let key = key.to_string();
+            let key = key.clone();
             let spec = spec.clone();
             let tenant = tenant.clone();
             let pname = pname.clone();
@@ -198,7 +199,7 @@ impl Daemon {
 
     async fn create_warm(
         self: Arc<Self>,
-        key: String,
+        key: PoolKey,
         tenant: String,
         pname: String,
         spec: SandboxSpec,
@@ -208,7 +209,8 @@ impl Daemon {
         // The caller's lifetime starts at acquisition (the daemon enforces it); the
         // provider's own deadline covers the wait in the pool too, in case the daemon dies.
         spec.timeout_secs =
-            (spec.timeout_secs + self.limits.pool_idle_ttl.as_secs() + 60).min(MAX_LIFETIME_SECS);
+            (spec.timeout_secs + self.limits.pool_idle_ttl.as_secs() + WARM_LIFETIME_MARGIN_SECS)
+                .min(MAX_LIFETIME_SECS);
         // Idle timeouts are enforced by the daemon from acquisition on.
         spec.idle_timeout_secs = None;
         let made = async {
@@ -238,7 +240,7 @@ impl Daemon {
             tenant: tenant.clone(),
             provider: pname,
             spec: serde_json::to_value(&template).unwrap_or_default(),
-            template: key.split_once('/').map(|(_, t)| t.to_string()),
+            template: Some(key.template.clone()),
             idle: true,
             env: BTreeMap::new(),
             workdir: None,
@@ -247,11 +249,15 @@ impl Daemon {
             idle_timeout_ms: None,
             owner_pid: None,
         };
+        self.lock().entries.insert(
+            rec.id.clone(),
+            Entry::new(rec.clone(), State::Creating, now_ms()),
+        );
         if self.save(&rec).is_err() {
-            self.destroy_quietly(&p, &rec.id, "unsaved").await;
             if let Some(en) = self.lock().pools.get_mut(&key) {
                 en.pool.create_failed(now_ms());
             }
+            self.destroy_quietly(&p, &rec.id, ReapReason::Unsaved).await;
             return;
         }
         let refused = {
@@ -260,20 +266,22 @@ impl Daemon {
                 Some(en) => en.pool.created(rec.id.clone(), now_ms()),
                 None => Some(rec.id.clone()),
             };
-            if refused.is_none() {
+            if refused.is_none()
+                && let Some(e) = g.entries.get_mut(&rec.id)
+            {
+                e.state = State::Warm;
                 // Creation ends with the agent answering: that is a passed check.
-                g.healthy_at.insert(rec.id.clone(), now_ms());
-                g.warm_info.insert(rec.id.clone(), info.clone());
-                g.sandboxes.insert(rec.id.clone(), rec.clone());
+                e.healthy_at_ms = Some(now_ms());
+                e.warm_info = Some(info.clone());
             }
             refused
         };
         if let Some(id) = refused {
-            self.destroy_quietly(&p, &id, "not wanted").await;
+            self.destroy_quietly(&p, &id, ReapReason::NotWanted).await;
         }
     }
 
-    fn schedule_refill(self: &Arc<Self>, key: String) {
+    fn schedule_refill(self: &Arc<Self>, key: PoolKey) {
         let retry = self
             .lock()
             .pools

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use stockade::Provider;
-use stockade_client::{Host, RemoteProvider};
+use stockade_client::{Address, RemoteProvider};
 
 static N: AtomicUsize = AtomicUsize::new(0);
 
@@ -35,8 +35,10 @@ pub struct TestDaemon {
     /// Everything of this daemon lives below.
     pub dir: PathBuf,
     pub args: Vec<String>,
-    /// Where clients connect.
-    pub host: Host,
+    /// Where clients connect (the first listener).
+    pub host: Address,
+    /// Every listener (waited for at start).
+    pub listeners: Vec<Address>,
 }
 
 impl TestDaemon {
@@ -45,7 +47,8 @@ impl TestDaemon {
         dir.join("d.sock")
     }
 
-    /// Starts a daemon on a unix socket with `extra` flags.
+    /// Starts a daemon with `extra` flags, on a unix socket of its own unless they
+    /// name listeners (`--listen=ADDR`).
     pub fn start(extra: &[&str]) -> TestDaemon {
         let n = N.fetch_add(1, Ordering::SeqCst);
         // Under /tmp/stockade-it-*: scripts/leak-check.sh looks there for leftovers.
@@ -59,20 +62,22 @@ impl TestDaemon {
             format!("--state-dir={}", dir.join("daemon").display()),
             "--pool-idle-ttl-secs=120".to_string(),
         ];
-        let tcp = extra.iter().find_map(|a| a.strip_prefix("--listen=tcp:"));
-        let host = match tcp {
-            Some(addr) => Host::Http(format!("http://{addr}")),
-            None => {
-                args.push(format!("--listen=unix:{}", Self::socket(&dir).display()));
-                Host::Unix(Self::socket(&dir))
-            }
-        };
+        let mut listeners: Vec<Address> = extra
+            .iter()
+            .filter_map(|a| a.strip_prefix("--listen="))
+            .map(|a| Address::parse(a).unwrap())
+            .collect();
+        if listeners.is_empty() {
+            args.push(format!("--listen=unix:{}", Self::socket(&dir).display()));
+            listeners.push(Address::Unix(Self::socket(&dir)));
+        }
         args.extend(extra.iter().map(|s| s.to_string()));
         let mut d = TestDaemon {
             child: None,
             dir,
             args,
-            host,
+            host: listeners[0].clone(),
+            listeners,
         };
         d.spawn();
         d
@@ -117,12 +122,10 @@ impl TestDaemon {
         self.child = Some(c.spawn().expect("start stockaded"));
         let until = Instant::now() + Duration::from_secs(30);
         loop {
-            let up = match &self.host {
-                Host::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
-                Host::Http(u) => {
-                    std::net::TcpStream::connect(u.trim_start_matches("http://")).is_ok()
-                }
-            };
+            let up = self.listeners.iter().all(|a| match a {
+                Address::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
+                Address::Tcp { .. } => std::net::TcpStream::connect(a.authority().unwrap()).is_ok(),
+            });
             if up {
                 return;
             }

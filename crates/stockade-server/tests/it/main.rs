@@ -3,6 +3,8 @@
 
 mod harness;
 mod images;
+mod listeners;
+mod race;
 mod tenants;
 
 use std::os::unix::fs::PermissionsExt;

@@ -1,0 +1,197 @@
+//! A create call: the spec's checks, the tenant's quota slot, then a warm sandbox
+//! from a pool of its template (`acquire.rs`) or a cold creation on the provider.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use stockade::{CheckedSpec, CreateOptions, Error, Provider, Result, SandboxInfo, SandboxSpec};
+
+use super::entry::{Entry, PoolKey, ReapReason, State};
+use super::{DAEMON_LABEL, Daemon, TENANT_LABEL, check_image, internal, now_ms, template_of};
+use crate::store::SandboxRecord;
+
+/// Releases a creation slot on drop.
+pub(super) struct Pending<'a> {
+    d: &'a Daemon,
+    tenant: String,
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        let mut g = self.d.lock();
+        if let Some(n) = g.pending.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+        }
+    }
+}
+
+/// What a caller asked for, checked, with what the daemon binds to it.
+pub(super) struct Request {
+    pub tenant: String,
+    pub provider: String,
+    pub spec: SandboxSpec,
+    pub spec_json: serde_json::Value,
+    pub owner_pid: Option<u32>,
+}
+
+impl Request {
+    /// When the caller's lifetime ends if it starts now.
+    pub fn expires_at_ms(&self) -> u64 {
+        now_ms() + self.spec.timeout_secs * 1000
+    }
+
+    pub fn idle_timeout_ms(&self) -> Option<u64> {
+        self.spec.idle_timeout_secs.map(|s| s * 1000)
+    }
+}
+
+impl Daemon {
+    /// Creates a sandbox for `tenant`, warm from a pool of its template when there
+    /// is one (unless `no_pool`). Returns the info and whether it was warm.
+    pub async fn create(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        owner_pid: Option<u32>,
+        no_pool: bool,
+    ) -> Result<(SandboxInfo, bool)> {
+        if self.stopping.load(Ordering::SeqCst) {
+            return Err(Error::Unavailable {
+                what: "stockaded".into(),
+                reason: "it is shutting down".into(),
+                fix: "retry when it is back".into(),
+            });
+        }
+        let (pname, p) = self.provider(provider)?;
+        self.check_spec(p.as_ref(), &spec)?;
+        let _slot = self.reserve(tenant)?;
+        self.charge_image(tenant, &pname, &spec).await?;
+        let (template, _) = template_of(&pname, &spec);
+        let key = PoolKey::new(tenant, &template);
+        let req = Request {
+            tenant: tenant.to_string(),
+            spec_json: serde_json::to_value(&spec).map_err(internal)?,
+            spec,
+            provider: pname,
+            owner_pid: owner_pid.filter(|_| self.limits.honour_owner_pid),
+        };
+        if !no_pool {
+            if let Some(info) = self.acquire(&p, &key, &req).await? {
+                return Ok((info, true));
+            }
+            if self.lock().pools.contains_key(&key) {
+                self.metrics.pool_misses.fetch_add(1, Ordering::Relaxed);
+                self.refill(&key);
+            }
+        }
+        self.create_cold(&p, req).await.map(|i| (i, false))
+    }
+
+    /// Creates a sandbox on the provider for the caller and records it as in use.
+    async fn create_cold(&self, p: &Arc<dyn Provider>, req: Request) -> Result<SandboxInfo> {
+        let labelled = self.labelled(req.spec.clone(), &req.tenant);
+        let t0 = Instant::now();
+        let info = match self.create_on(p, labelled).await {
+            Ok(i) => i,
+            Err(e) => {
+                self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
+                return Err(e);
+            }
+        };
+        self.metrics.create_seconds.observe(t0.elapsed());
+        self.metrics.creates_ok.fetch_add(1, Ordering::Relaxed);
+        let rec = SandboxRecord {
+            id: info.id.clone(),
+            tenant: req.tenant.clone(),
+            provider: req.provider.clone(),
+            spec: req.spec_json.clone(),
+            template: None,
+            idle: false,
+            env: BTreeMap::new(),
+            workdir: None,
+            created_at_ms: info.created_at_ms,
+            expires_at_ms: req.expires_at_ms(),
+            idle_timeout_ms: req.idle_timeout_ms(),
+            owner_pid: req.owner_pid,
+        };
+        self.lock().entries.insert(
+            rec.id.clone(),
+            Entry::new(rec.clone(), State::Creating, now_ms()),
+        );
+        if let Err(e) = self.save(&rec) {
+            self.destroy_quietly(p, &rec.id, ReapReason::Unsaved).await;
+            return Err(e);
+        }
+        if let Some(e) = self.lock().entries.get_mut(&rec.id) {
+            e.state = State::InUse;
+            e.last_used_ms = now_ms();
+        }
+        tracing::info!(sandbox = %rec.id, tenant = %req.tenant, "created");
+        Ok(self.present(info, &rec))
+    }
+
+    /// Creates on the provider, with the spec's host mounts staged when tenants'
+    /// mounts are restricted (the provider never walks a tenant's path).
+    pub(super) async fn create_on(
+        &self,
+        p: &Arc<dyn Provider>,
+        spec: SandboxSpec,
+    ) -> Result<SandboxInfo> {
+        let (spec, staging) = self.limits.mounts.stage(self, spec)?;
+        let v = CheckedSpec::new(spec.validate()?, p.as_ref())?;
+        let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+        staging.commit();
+        Ok(info)
+    }
+
+    /// The checks a spec passes before anything is created: host mounts and images
+    /// a tenant may name, validity, and what the provider can honour.
+    pub(super) fn check_spec(&self, provider: &dyn Provider, spec: &SandboxSpec) -> Result<()> {
+        // Names only, checked before anything touches the file system.
+        self.limits.mounts.check(spec)?;
+        if self.limits.tenants_untrusted {
+            check_image(provider.name(), spec.image.as_deref())?;
+        }
+        let v = spec.clone().validate()?;
+        provider.capabilities().check(provider.name(), &v)?;
+        Ok(())
+    }
+
+    /// The spec with the labels naming this daemon and the tenant.
+    pub(super) fn labelled(&self, mut spec: SandboxSpec, tenant: &str) -> SandboxSpec {
+        spec.labels
+            .insert(DAEMON_LABEL.into(), self.daemon_id.clone());
+        spec.labels.insert(TENANT_LABEL.into(), tenant.into());
+        spec
+    }
+
+    /// A creation slot of the tenant, refused past its quota or the daemon's.
+    pub(super) fn reserve(&self, tenant: &str) -> Result<Pending<'_>> {
+        let mut g = self.lock();
+        let live = g.live_of(tenant);
+        if live >= self.limits.sandboxes_per_tenant {
+            return Err(Error::LimitExceeded {
+                what: format!("sandbox for tenant {tenant} ({live} live)"),
+                limit: format!(
+                    "{} live sandboxes per tenant",
+                    self.limits.sandboxes_per_tenant
+                ),
+            });
+        }
+        let total = g.total();
+        if total >= self.limits.sandboxes_total {
+            return Err(Error::LimitExceeded {
+                what: format!("sandbox on this daemon ({total} exist)"),
+                limit: format!("{} sandboxes in all", self.limits.sandboxes_total),
+            });
+        }
+        *g.pending.entry(tenant.to_string()).or_default() += 1;
+        Ok(Pending {
+            d: self,
+            tenant: tenant.to_string(),
+        })
+    }
+}
