@@ -46,7 +46,7 @@ pub struct SpecArgs {
     /// Working directory inside (default /tmp).
     #[arg(long, value_name = "PATH")]
     pub workdir: Option<PathBuf>,
-    /// uid[:gid] of the code inside (default 1000:1000).
+    /// The uid (and gid, as UID:GID) the code runs as inside (default 1000:1000).
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
     /// Hostname inside (default sandbox).

@@ -63,7 +63,7 @@ pub struct ServeArgs {
     /// root, else $XDG_RUNTIME_DIR/stockaded.sock).
     #[arg(long, value_name = "ADDR")]
     pub listen: Option<Listen>,
-    /// Tokens, one per line; each token is a tenant. Required with tcp:.
+    /// Tokens, one per line; each token is a tenant. Required with a `tcp:` address.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
     /// Serve Prometheus metrics at http://ADDR:PORT/metrics.
