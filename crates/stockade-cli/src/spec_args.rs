@@ -39,8 +39,9 @@ pub struct SpecArgs {
     /// working directory.
     #[arg(long, value_name = "DIR[:rw]")]
     pub workspace: Option<String>,
-    /// Run on this OCI image's root instead of the host's /usr (`stockade image pull`
-    /// or `import` it first); its Env and WorkingDir apply unless flags override.
+    /// Run on this OCI image's root instead of the host's /usr: a name (pulled on
+    /// first use), or the digest (`sha256:...`) or a unique digest prefix of an image
+    /// in the store; its Env and WorkingDir apply unless flags override.
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
     /// Working directory inside (default /tmp).

@@ -14,6 +14,7 @@ mod config;
 mod digest;
 mod error;
 mod import;
+mod names;
 pub mod inroot;
 pub mod oci;
 #[cfg(feature = "pull")]
@@ -35,6 +36,7 @@ pub use oci::{ImageConfig, Manifest, RunConfig};
 #[cfg(feature = "pull")]
 pub use pull::{Auth, PullOptions, PullProgress, is_loopback_registry, pull};
 pub use reference::Reference;
+pub use names::{Listed, MIN_BARE_PREFIX};
 pub use store::{GcReport, Image, MAX_DOCUMENT_BYTES, Store};
 pub use unpack::Limits;
 

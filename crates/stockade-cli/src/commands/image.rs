@@ -38,7 +38,7 @@ pub enum ImageCmd {
         #[arg(long)]
         tag: Option<String>,
     },
-    /// List the images in the store.
+    /// List the images in the store (those without a name as `<none>`, by digest).
     Ls,
     /// Show an image's manifest digest, config and layers.
     Inspect {
@@ -242,16 +242,18 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             }
         }
         ImageCmd::Ls => {
-            let list = store.list().map_err(to_error)?;
-            for (reference, digest) in &list {
-                let size = store.image_by_digest(digest).map(|i| i.size()).unwrap_or(0);
+            // Images without a name are listed by digest, as `<none>` (as docker does).
+            for listed in store.images().map_err(to_error)? {
+                let (reference, digest) = (listed.reference, listed.digest);
+                let size = store.image_by_digest(&digest).map(|i| i.size()).unwrap_or(0);
                 if ctx.json {
                     println!(
                         "{}",
                         json!({"reference": reference, "digest": digest.to_string(), "size": size})
                     );
                 } else {
-                    println!("{reference}\t{digest}\t{}", mib(size));
+                    let name = reference.as_deref().unwrap_or("<none>");
+                    println!("{name}\t{digest}\t{}", mib(size));
                 }
             }
         }

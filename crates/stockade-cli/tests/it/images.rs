@@ -256,3 +256,130 @@ fn an_image_in_use_is_not_removed() {
         String::from_utf8_lossy(&ls.stdout)
     );
 }
+
+/// The JSON lines of `image ls --json`.
+fn image_ls(home: &Path) -> Vec<serde_json::Value> {
+    let out = stockade_in(home, &["image", "ls", "--json"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// Issue 15: an OCI layout whose index names the image only by a bare tag imported,
+// printed a digest, and then the image was neither listed nor runnable by it.
+#[test]
+fn an_image_imported_without_a_name_is_listed_and_runs_by_digest() {
+    if !require_root("unnamed_import") {
+        return;
+    }
+    let Some(base) = require("the Debian test image", debian_test_image(), DEBIAN_FIX) else {
+        return;
+    };
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("layout");
+    let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
+    stockade_testkit::oci_layout(&layout, &base, &[("hello", b"hi\n")], config, "1");
+    let out = stockade_in(
+        home.path(),
+        &["image", "import", "--json", layout.to_str().unwrap()],
+    )
+    .output()
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let digest = json(&out)["digest"].as_str().unwrap().to_string();
+    let ls = image_ls(home.path());
+    assert_eq!(ls.len(), 1, "{ls:?}");
+    assert_eq!(ls[0]["digest"], digest.as_str());
+    assert_eq!(ls[0]["reference"], serde_json::Value::Null, "{ls:?}");
+    let text = stockade_in(home.path(), &["image", "ls"]).output().unwrap();
+    assert!(
+        String::from_utf8_lossy(&text.stdout).starts_with(&format!("<none>\t{digest}")),
+        "{}",
+        String::from_utf8_lossy(&text.stdout)
+    );
+    let hex = digest.strip_prefix("sha256:").unwrap();
+    for by in [digest.clone(), format!("sha256:{}", &hex[..8]), hex[..12].to_string()] {
+        let out = stockade_in(
+            home.path(),
+            &["run", "--image", &by, "--", "/bin/cat", "/hello"],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hi\n",
+            "--image {by}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    // Removed by its digest, it is gone from the list.
+    let out = stockade_in(home.path(), &["image", "rm", &digest])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(image_ls(home.path()).is_empty());
+}
+
+#[test]
+fn an_ambiguous_digest_prefix_is_refused_with_the_candidates() {
+    let home = tempfile::tempdir().unwrap();
+    let base = home.path().join("base.tar");
+    std::fs::write(&base, tar::Builder::new(Vec::new()).into_inner().unwrap()).unwrap();
+    // 17 images: two of them share their first hex digit.
+    let mut digests = Vec::new();
+    for i in 0..17 {
+        let layout = home.path().join(format!("layout{i}"));
+        let body = format!("{i}\n");
+        stockade_testkit::oci_layout(
+            &layout,
+            &base,
+            &[("n", body.as_bytes())],
+            serde_json::json!({}),
+            "latest",
+        );
+        let out = stockade_in(
+            home.path(),
+            &["image", "import", "--json", layout.to_str().unwrap()],
+        )
+        .output()
+        .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        digests.push(json(&out)["digest"].as_str().unwrap().to_string());
+    }
+    assert_eq!(image_ls(home.path()).len(), 17);
+    let first = |d: &String| d.chars().nth(7).unwrap();
+    let c = digests
+        .iter()
+        .map(first)
+        .find(|c| digests.iter().filter(|d| first(d) == *c).count() > 1)
+        .unwrap();
+    let out = stockade_in(
+        home.path(),
+        &["image", "inspect", "--json", &format!("sha256:{c}")],
+    )
+    .output()
+    .unwrap();
+    assert_eq!(out.status.code(), Some(64));
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    for d in digests.iter().filter(|d| first(d) == c) {
+        assert!(msg.contains(d.as_str()), "{d} not named in: {msg}");
+    }
+}
