@@ -5,8 +5,8 @@ use clap::Command;
 
 /// Words a sentence does not end on: a text ending with one was cut off.
 const DANGLING: &[&str] = &[
-    "a", "an", "and", "as", "at", "by", "for", "from", "in", "into", "is", "of", "on", "or",
-    "so", "than", "that", "the", "to", "which", "with",
+    "a", "an", "and", "as", "at", "by", "for", "from", "in", "into", "is", "of", "on", "or", "so",
+    "than", "that", "the", "to", "which", "with",
 ];
 
 /// Why `text` is not complete sentences, if it is not. Clap drops the final period of a
@@ -67,7 +67,9 @@ pub fn problems(cmd: &Command, path: &str) -> Vec<String> {
         if let Some(long) = arg.get_long_help()
             && let Some(why) = incomplete(&long.to_string())
         {
-            out.push(format!("`{path}` argument {name}: long help {long:?} {why}"));
+            out.push(format!(
+                "`{path}` argument {name}: long help {long:?} {why}"
+            ));
         }
     }
     for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {

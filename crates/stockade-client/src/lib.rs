@@ -13,9 +13,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecInput, ExecOutcome, ExecRequest, FileOp,
-    FileResult, GcReport, InputReceiver, OutputChunk, OutputSender, Provider, Result, SandboxInfo,
-    SandboxSpec, SessionInfo, Stream, ValidatedSpec,
+    Capabilities, Check, CreateOptions, Error, ErrorCode, ExecInput, ExecOutcome, ExecRequest,
+    FileOp, FileResult, GcReport, InputReceiver, OutputChunk, OutputSender, Provider, Result,
+    SandboxInfo, SandboxSpec, SessionInfo, Stream, ValidatedSpec,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -497,12 +497,18 @@ impl Provider for RemoteProvider {
         self.inspect(id).await.map(drop)
     }
 
+    /// Idempotent, as the trait promises: a sandbox the daemon no longer knows (already
+    /// destroyed, or never this tenant's) is gone, as in-process.
     async fn destroy(&self, id: &str) -> Result<()> {
-        self.client()
+        match self
+            .client()
             .destroy(self.req(pb::SandboxRef { id: id.into() }))
             .await
-            .map(drop)
             .map_err(from_status)
+        {
+            Err(e) if e.code() != ErrorCode::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {

@@ -245,7 +245,10 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             // Images without a name are listed by digest, as `<none>` (as docker does).
             for listed in store.images().map_err(to_error)? {
                 let (reference, digest) = (listed.reference, listed.digest);
-                let size = store.image_by_digest(&digest).map(|i| i.size()).unwrap_or(0);
+                let size = store
+                    .image_by_digest(&digest)
+                    .map(|i| i.size())
+                    .unwrap_or(0);
                 if ctx.json {
                     println!(
                         "{}",

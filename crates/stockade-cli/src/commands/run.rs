@@ -136,9 +136,11 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         }
         (Some(lang), code, file) => {
             let preset = LanguagePreset::find(lang).map_err(Error::InvalidRequest)?;
+            // The interpreter is chosen as the provider the user named (or the
+            // default) would choose it in-process, so a daemon runs the same one.
             language_argv(
                 ctx,
-                provider.name(),
+                &ctx.provider_name(),
                 preset,
                 code.as_ref(),
                 file.as_ref(),

@@ -40,17 +40,16 @@ fn registry_with_image(dir: &Path, host: &str) -> Option<(Registry, String)> {
     Some((reg, reference))
 }
 
-#[test]
-fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user() {
+both_ways! {
+    fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user(via, home) {
     if !require_root("run_image") {
         return;
     }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+    let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
         return;
     };
     // No command: the image's Cmd, in its WorkingDir, as its User (nobody).
-    let out = stockade_in(home.path(), &["run", "--image", &reference])
+    let out = via.wrap(stockade_in(home, &["run", "--image", &reference]))
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
@@ -59,44 +58,44 @@ fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user() {
         "hello from the image /srv 65534\n",
         "stderr: {stderr}"
     );
-    // Progress went to stderr while it pulled and unpacked.
-    for want in ["pulling", "fetched", "unpacked"] {
-        assert!(stderr.contains(want), "no {want:?} in: {stderr}");
+    // Progress went to stderr while it pulled and unpacked (in-process: a daemon
+    // pulls on its own host, without a progress channel to the CLI).
+    if !via.is_daemon() {
+        for want in ["pulling", "fetched", "unpacked"] {
+            assert!(stderr.contains(want), "no {want:?} in: {stderr}");
+        }
     }
     // A second run finds it in the store: no pull.
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &["run", "--image", &reference, "--", "id", "-u"],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n");
     assert!(!String::from_utf8_lossy(&out.stderr).contains("pulling"));
     // --user overrides the image's user.
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &[
             "run", "--image", &reference, "--user", "2000", "--", "id", "-u",
         ],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "2000\n");
+    }
 }
 
-#[test]
-fn languages_run_from_images_and_name_a_missing_interpreter() {
+both_ways! {
+    fn languages_run_from_images_and_name_a_missing_interpreter(via, home) {
     if !require_root("languages_from_images") {
         return;
     }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+    let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
         return;
     };
     // --language with --image: the interpreter is the image's, found on its PATH.
     let v = json(
-        &stockade_in(
-            home.path(),
+        &via.wrap(stockade_in(home,
             &[
                 "run",
                 "--json",
@@ -107,7 +106,7 @@ fn languages_run_from_images_and_name_a_missing_interpreter() {
                 "--code",
                 "import sys, os; print(sys.executable, os.path.exists('/srv/hello.py'))",
             ],
-        )
+        ))
         .output()
         .unwrap(),
     );
@@ -120,14 +119,13 @@ fn languages_run_from_images_and_name_a_missing_interpreter() {
         "this test assumes no host ruby"
     );
     std::fs::write(
-        home.path().join("config.toml"),
+        home.join("config.toml"),
         format!("[languages]\nruby = \"{reference}\"\n"),
     )
     .unwrap();
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(
@@ -141,11 +139,10 @@ fn languages_run_from_images_and_name_a_missing_interpreter() {
 
     // Without the config entry, the preset's own image is tried (docker.io here is
     // unreachable), and the error says the host lacks ruby and how to fix it.
-    std::fs::write(home.path().join("config.toml"), "").unwrap();
-    let out = stockade_in(
-        home.path(),
+    std::fs::write(home.join("config.toml"), "").unwrap();
+    let out = via.wrap(stockade_in(home,
         &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(out.status.code(), Some(69));
@@ -157,31 +154,30 @@ fn languages_run_from_images_and_name_a_missing_interpreter() {
 
     // A broken config file is an error naming the file.
     std::fs::write(
-        home.path().join("config.toml"),
+        home.join("config.toml"),
         "[registries]\nsecure = 1\n",
     )
     .unwrap();
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(out.status.code(), Some(64));
     assert!(String::from_utf8_lossy(&out.stdout).contains("config.toml"));
+    }
 }
 
-#[test]
-fn plain_http_registries_other_than_loopback_need_the_config_file() {
+both_ways! {
+    fn plain_http_registries_other_than_loopback_need_the_config_file(via, home) {
     if !require_root("insecure_registry_config") {
         return;
     }
-    let home = tempfile::tempdir().unwrap();
     // 127.0.0.2 is loopback to the kernel but not to Stockade's plain-HTTP rule.
-    let Some((reg, reference)) = registry_with_image(home.path(), "127.0.0.2") else {
+    let Some((reg, reference)) = registry_with_image(home, "127.0.0.2") else {
         return;
     };
-    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
+    let out = via.wrap(stockade_in(home, &["image", "pull", "--json", &reference]))
         .output()
         .unwrap();
     assert_eq!(
@@ -191,11 +187,11 @@ fn plain_http_registries_other_than_loopback_need_the_config_file() {
         String::from_utf8_lossy(&out.stdout)
     );
     std::fs::write(
-        home.path().join("config.toml"),
+        home.join("config.toml"),
         format!("[registries]\ninsecure = [\"{}\"]\n", reg.addr),
     )
     .unwrap();
-    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
+    let out = via.wrap(stockade_in(home, &["image", "pull", "--json", &reference]))
         .output()
         .unwrap();
     assert!(
@@ -209,37 +205,37 @@ fn plain_http_registries_other_than_loopback_need_the_config_file() {
             .unwrap()
             .starts_with("sha256:")
     );
+    }
 }
 
-#[test]
-fn an_image_in_use_is_not_removed() {
+both_ways! {
+    fn an_image_in_use_is_not_removed(via, home) {
     if !require_root("image_in_use") {
         return;
     }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
+    let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
         return;
     };
-    let out = stockade_in(home.path(), &["image", "pull", &reference])
+    let out = via.wrap(stockade_in(home, &["image", "pull", &reference]))
         .output()
         .unwrap();
     assert!(out.status.success());
     let created = json(
-        &stockade_in(home.path(), &["create", "--json", "--image", &reference])
+        &via.wrap(stockade_in(home, &["create", "--json", "--image", &reference]))
             .output()
             .unwrap(),
     );
     let id = created["id"].as_str().unwrap().to_string();
-    let out = stockade_in(home.path(), &["image", "rm", "--json", &reference])
+    let out = via.wrap(stockade_in(home, &["image", "rm", "--json", &reference]))
         .output()
         .unwrap();
     let removed_while_running = out.status.code();
     let msg = String::from_utf8_lossy(&out.stdout).to_string();
-    let rm = stockade_in(home.path(), &["rm", &id]).output().unwrap();
+    let rm = via.wrap(stockade_in(home, &["rm", &id])).output().unwrap();
     assert!(rm.status.success());
     assert_eq!(removed_while_running, Some(64), "{msg}");
     assert!(msg.contains("in use"), "{msg}");
-    let out = stockade_in(home.path(), &["image", "rm", &reference])
+    let out = via.wrap(stockade_in(home, &["image", "rm", &reference]))
         .output()
         .unwrap();
     assert!(
@@ -247,7 +243,7 @@ fn an_image_in_use_is_not_removed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ls = stockade_in(home.path(), &["image", "ls", "--json"])
+    let ls = via.wrap(stockade_in(home, &["image", "ls", "--json"]))
         .output()
         .unwrap();
     assert!(
@@ -255,11 +251,14 @@ fn an_image_in_use_is_not_removed() {
         "{}",
         String::from_utf8_lossy(&ls.stdout)
     );
+    }
 }
 
 /// The JSON lines of `image ls --json`.
 fn image_ls(home: &Path) -> Vec<serde_json::Value> {
-    let out = stockade_in(home, &["image", "ls", "--json"]).output().unwrap();
+    let out = stockade_in(home, &["image", "ls", "--json"])
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -273,22 +272,20 @@ fn image_ls(home: &Path) -> Vec<serde_json::Value> {
 
 // Issue 15: an OCI layout whose index names the image only by a bare tag imported,
 // printed a digest, and then the image was neither listed nor runnable by it.
-#[test]
-fn an_image_imported_without_a_name_is_listed_and_runs_by_digest() {
+both_ways! {
+    fn an_image_imported_without_a_name_is_listed_and_runs_by_digest(via, home) {
     if !require_root("unnamed_import") {
         return;
     }
     let Some(base) = require("the Debian test image", debian_test_image(), DEBIAN_FIX) else {
         return;
     };
-    let home = tempfile::tempdir().unwrap();
-    let layout = home.path().join("layout");
+    let layout = home.join("layout");
     let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
     stockade_testkit::oci_layout(&layout, &base, &[("hello", b"hi\n")], config, "1");
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &["image", "import", "--json", layout.to_str().unwrap()],
-    )
+    ))
     .output()
     .unwrap();
     assert!(
@@ -297,22 +294,25 @@ fn an_image_imported_without_a_name_is_listed_and_runs_by_digest() {
         String::from_utf8_lossy(&out.stderr)
     );
     let digest = json(&out)["digest"].as_str().unwrap().to_string();
-    let ls = image_ls(home.path());
+    let ls = image_ls(home);
     assert_eq!(ls.len(), 1, "{ls:?}");
     assert_eq!(ls[0]["digest"], digest.as_str());
     assert_eq!(ls[0]["reference"], serde_json::Value::Null, "{ls:?}");
-    let text = stockade_in(home.path(), &["image", "ls"]).output().unwrap();
+    let text = via.wrap(stockade_in(home, &["image", "ls"])).output().unwrap();
     assert!(
         String::from_utf8_lossy(&text.stdout).starts_with(&format!("<none>\t{digest}")),
         "{}",
         String::from_utf8_lossy(&text.stdout)
     );
     let hex = digest.strip_prefix("sha256:").unwrap();
-    for by in [digest.clone(), format!("sha256:{}", &hex[..8]), hex[..12].to_string()] {
-        let out = stockade_in(
-            home.path(),
+    for by in [
+        digest.clone(),
+        format!("sha256:{}", &hex[..8]),
+        hex[..12].to_string(),
+    ] {
+        let out = via.wrap(stockade_in(home,
             &["run", "--image", &by, "--", "/bin/cat", "/hello"],
-        )
+        ))
         .output()
         .unwrap();
         assert_eq!(
@@ -323,7 +323,7 @@ fn an_image_imported_without_a_name_is_listed_and_runs_by_digest() {
         );
     }
     // Removed by its digest, it is gone from the list.
-    let out = stockade_in(home.path(), &["image", "rm", &digest])
+    let out = via.wrap(stockade_in(home, &["image", "rm", &digest]))
         .output()
         .unwrap();
     assert!(
@@ -331,18 +331,18 @@ fn an_image_imported_without_a_name_is_listed_and_runs_by_digest() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(image_ls(home.path()).is_empty());
+    assert!(image_ls(home).is_empty());
+    }
 }
 
-#[test]
-fn an_ambiguous_digest_prefix_is_refused_with_the_candidates() {
-    let home = tempfile::tempdir().unwrap();
-    let base = home.path().join("base.tar");
+both_ways! {
+    fn an_ambiguous_digest_prefix_is_refused_with_the_candidates(via, home) {
+    let base = home.join("base.tar");
     std::fs::write(&base, tar::Builder::new(Vec::new()).into_inner().unwrap()).unwrap();
     // 17 images: two of them share their first hex digit.
     let mut digests = Vec::new();
     for i in 0..17 {
-        let layout = home.path().join(format!("layout{i}"));
+        let layout = home.join(format!("layout{i}"));
         let body = format!("{i}\n");
         stockade_testkit::oci_layout(
             &layout,
@@ -351,10 +351,9 @@ fn an_ambiguous_digest_prefix_is_refused_with_the_candidates() {
             serde_json::json!({}),
             "latest",
         );
-        let out = stockade_in(
-            home.path(),
+        let out = via.wrap(stockade_in(home,
             &["image", "import", "--json", layout.to_str().unwrap()],
-        )
+        ))
         .output()
         .unwrap();
         assert!(
@@ -364,22 +363,22 @@ fn an_ambiguous_digest_prefix_is_refused_with_the_candidates() {
         );
         digests.push(json(&out)["digest"].as_str().unwrap().to_string());
     }
-    assert_eq!(image_ls(home.path()).len(), 17);
+    assert_eq!(image_ls(home).len(), 17);
     let first = |d: &String| d.chars().nth(7).unwrap();
     let c = digests
         .iter()
         .map(first)
         .find(|c| digests.iter().filter(|d| first(d) == *c).count() > 1)
         .unwrap();
-    let out = stockade_in(
-        home.path(),
+    let out = via.wrap(stockade_in(home,
         &["image", "inspect", "--json", &format!("sha256:{c}")],
-    )
+    ))
     .output()
     .unwrap();
     assert_eq!(out.status.code(), Some(64));
     let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
     for d in digests.iter().filter(|d| first(d) == c) {
         assert!(msg.contains(d.as_str()), "{d} not named in: {msg}");
+    }
     }
 }

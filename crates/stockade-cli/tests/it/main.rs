@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[macro_use]
+mod via;
 mod daemon;
 mod images;
 
@@ -40,21 +42,17 @@ fn stockade(args: &[&str]) -> Command {
     c
 }
 
-fn run(args: &[&str]) -> Output {
-    stockade(args).output().expect("run stockade")
-}
-
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-#[test]
-fn run_json_has_the_promised_fields_and_exit_code_passes_through() {
+both_ways! {
+    fn run_json_has_the_promised_fields_and_exit_code_passes_through(via) {
     if !require_root("run_json") {
         return;
     }
-    let out = run(&[
+    let out = via.run(&[
         "run",
         "--json",
         "--",
@@ -83,14 +81,15 @@ fn run_json_has_the_promised_fields_and_exit_code_passes_through() {
     assert_eq!(v["exit_code"], 7);
     assert_eq!(v["stdout"], "hi\n");
     assert_eq!(v["timed_out"], false);
+    }
 }
 
-#[test]
-fn host_environment_does_not_reach_the_sandbox() {
+both_ways! {
+    fn host_environment_does_not_reach_the_sandbox(via) {
     if !require_root("host_environment") {
         return;
     }
-    let out = stockade(&["run", "--json", "--", "/usr/bin/env"])
+    let out = via.cmd(&["run", "--json", "--", "/usr/bin/env"])
         .env("STOCKADE_HOST_SECRET", "leaked-value")
         .output()
         .unwrap();
@@ -100,10 +99,11 @@ fn host_environment_does_not_reach_the_sandbox() {
     let mut keys: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();
     keys.sort();
     assert_eq!(keys, ["HOME", "LANG", "PATH"], "{env}");
+    }
 }
 
-#[test]
-fn languages_run_with_the_hosts_interpreters() {
+both_ways! {
+    fn languages_run_with_the_hosts_interpreters(via) {
     if !require_root("languages") {
         return;
     }
@@ -113,14 +113,14 @@ fn languages_run_with_the_hosts_interpreters() {
         ("sh", "echo 42", "42\n"),
         ("javascript", "console.log(6 * 7)", "42\n"),
     ] {
-        let out = run(&["run", "--json", "--language", lang, "--code", code]);
+        let out = via.run(&["run", "--json", "--language", lang, "--code", code]);
         let v = json(&out);
         assert_eq!(v["stdout"], want, "{lang}: {v}");
     }
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("prog.py");
     std::fs::write(&file, "import sys\nprint('from file', sys.argv[0])\n").unwrap();
-    let v = json(&run(&[
+    let v = json(&via.run(&[
         "run",
         "--json",
         "-l",
@@ -129,7 +129,7 @@ fn languages_run_with_the_hosts_interpreters() {
         file.to_str().unwrap(),
     ]));
     assert_eq!(v["stdout"], "from file /code/main.py\n", "{v}");
-    let out = run(&["run", "--json", "--language", "cobol", "--code", "x"]);
+    let out = via.run(&["run", "--json", "--language", "cobol", "--code", "x"]);
     assert_eq!(out.status.code(), Some(64));
     assert!(
         json(&out)["error"]["message"]
@@ -137,14 +137,15 @@ fn languages_run_with_the_hosts_interpreters() {
             .unwrap()
             .contains("unknown language")
     );
+    }
 }
 
-#[test]
-fn timeout_flag_is_the_exec_deadline_for_run() {
+both_ways! {
+    fn timeout_flag_is_the_exec_deadline_for_run(via) {
     if !require_root("timeout_flag") {
         return;
     }
-    let out = run(&[
+    let out = via.run(&[
         "run",
         "--json",
         "--timeout",
@@ -158,21 +159,22 @@ fn timeout_flag_is_the_exec_deadline_for_run() {
     assert_eq!(v["timed_out"], true, "{v}");
     assert_eq!(v["exit_code"], 137);
     assert!(v["duration_ms"].as_u64().unwrap() < 2500, "{v}");
+    }
 }
 
-#[test]
-fn create_exec_ls_inspect_rm() {
+both_ways! {
+    fn create_exec_ls_inspect_rm(via) {
     if !require_root("create_exec_ls_inspect_rm") {
         return;
     }
-    let out = run(&["create", "--json", "--memory", "256m", "--env", "FOO=bar"]);
+    let out = via.run(&["create", "--json", "--memory", "256m", "--env", "FOO=bar"]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     let id = json(&out)["id"].as_str().unwrap().to_string();
-    let ex = run(&[
+    let ex = via.run(&[
         "exec",
         "--json",
         &id,
@@ -182,13 +184,13 @@ fn create_exec_ls_inspect_rm() {
         "echo $FOO > /tmp/f; cat /tmp/f",
     ]);
     assert_eq!(json(&ex)["stdout"], "bar\n");
-    let again = run(&["exec", "--json", &id, "--", "cat", "/tmp/f"]);
+    let again = via.run(&["exec", "--json", &id, "--", "cat", "/tmp/f"]);
     assert_eq!(
         json(&again)["stdout"],
         "bar\n",
         "state persists between execs"
     );
-    let ls = json(&run(&["ls", "--json"]));
+    let ls = json(&via.run(&["ls", "--json"]));
     assert!(
         ls.as_array()
             .unwrap()
@@ -196,7 +198,7 @@ fn create_exec_ls_inspect_rm() {
             .any(|s| s["id"] == id.as_str()),
         "{ls}"
     );
-    let info = json(&run(&["inspect", "--json", &id]));
+    let info = json(&via.run(&["inspect", "--json", &id]));
     assert_eq!(info["spec"]["limits"]["memory_bytes"], 256u64 << 20);
     let applied: Vec<String> = info["applied"]
         .as_array()
@@ -208,16 +210,17 @@ fn create_exec_ls_inspect_rm() {
         applied.iter().any(|a| a.contains("memory 256MiB")),
         "{applied:?}"
     );
-    assert!(run(&["rm", &id]).status.success());
-    let gone = run(&["exec", "--json", &id, "--", "true"]);
+    assert!(via.run(&["rm", &id]).status.success());
+    let gone = via.run(&["exec", "--json", &id, "--", "true"]);
     assert_eq!(gone.status.code(), Some(65), "not found after rm");
     assert_eq!(json(&gone)["error"]["code"], "not_found");
-    assert!(run(&["rm", &id]).status.success(), "rm is idempotent");
+    assert!(via.run(&["rm", &id]).status.success(), "rm is idempotent");
+    }
 }
 
-#[test]
-fn bad_flags_list_every_problem() {
-    let out = run(&[
+both_ways! {
+    fn bad_flags_list_every_problem(via) {
+    let out = via.run(&[
         "run", "--memory", "lots", "--pids", "0", "--mount", "nocolon", "--", "true",
     ]);
     assert_eq!(out.status.code(), Some(64));
@@ -225,11 +228,12 @@ fn bad_flags_list_every_problem() {
     for needle in ["--memory", "limits.pids", "--mount"] {
         assert!(err.contains(needle), "{needle} missing: {err}");
     }
+    }
 }
 
-#[test]
-fn doctor_reports_providers() {
-    let out = run(&["doctor", "--json"]);
+both_ways! {
+    fn doctor_reports_providers(via) {
+    let out = via.run(&["doctor", "--json"]);
     let v = json(&out);
     let names: Vec<&str> = v["providers"]
         .as_array()
@@ -246,39 +250,55 @@ fn doctor_reports_providers() {
             .any(|c| c["name"] == "cgroups"),
         "{v}"
     );
+    // Through a daemon, the daemon is checked too, and the exit code says it answers.
+    assert_eq!(v["daemon"]["usable"].as_bool(), via.is_daemon().then_some(true), "{v}");
+    if via.is_daemon() {
+        assert_eq!(out.status.code(), Some(0), "{v}");
+    }
+    }
 }
 
-#[test]
-fn killing_the_cli_mid_run_leaves_nothing() {
+both_ways! {
+    fn killing_the_cli_mid_run_leaves_nothing(via) {
     if !require_root("killing_the_cli") {
         return;
     }
-    let mut child = stockade(&["run", "--", "sleep", "60"]).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    // The sandbox this CLI owns (other tests run sandboxes in parallel).
-    let owned: Vec<std::path::PathBuf> = std::fs::read_dir(state_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|d| {
-            std::fs::read(d.join("state.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .is_some_and(|v| v["owner_pid"] == child.id())
-        })
-        .collect();
+    let mut child = via.cmd(&["run", "--", "sleep", "60"]).spawn().unwrap();
+    // The sandbox this CLI owns (other tests run sandboxes in parallel), as `ls`
+    // shows it in-process and through the daemon alike.
+    let owned_by = |pid: u32| -> Vec<String> {
+        let out = via.run(&["ls", "--json"]);
+        serde_json::from_slice::<Value>(&out.stdout)
+            .ok()
+            .and_then(|v| v.as_array().cloned())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| s["owner_pid"] == pid)
+            .filter_map(|s| s["id"].as_str().map(str::to_string))
+            .collect()
+    };
+    let mut owned = Vec::new();
+    for _ in 0..200 {
+        owned = owned_by(child.id());
+        if !owned.is_empty() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
     assert_eq!(owned.len(), 1, "the running CLI owns one sandbox");
-    kill9(child.id());
+    let pid = child.id();
+    kill9(pid);
     child.wait().unwrap();
     let mut gone = false;
-    for _ in 0..100 {
-        if !owned[0].exists() {
+    for _ in 0..200 {
+        if owned_by(pid).is_empty() {
             gone = true;
             break;
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::thread::sleep(std::time::Duration::from_millis(50));
     }
-    assert!(gone, "{} outlived the killed CLI", owned[0].display());
+    assert!(gone, "{} outlived the killed CLI", owned[0]);
+    }
 }
 
 fn kill9(pid: u32) {
@@ -291,9 +311,9 @@ fn kill9(pid: u32) {
     );
 }
 
-#[test]
-fn wasm_provider_runs_python_from_the_cli() {
-    let out = run(&[
+both_ways! {
+    fn wasm_provider_runs_python_from_the_cli(via) {
+    let out = via.run(&[
         "run",
         "--json",
         "--provider",
@@ -308,7 +328,7 @@ fn wasm_provider_runs_python_from_the_cli() {
         v["stdout"], "42 wasi\n",
         "python.wasm did not run ({v}); install it with `stockade runtime install python-wasm` (CI does in crates/stockade-wasm/ci-setup.sh)"
     );
-    let out = run(&[
+    let out = via.run(&[
         "run",
         "--json",
         "--provider",
@@ -322,7 +342,7 @@ fn wasm_provider_runs_python_from_the_cli() {
     ]);
     let v = json(&out);
     assert_eq!(v["timed_out"], true, "{v}");
-    let ls = json(&run(&["runtime", "ls", "--json"]));
+    let ls = json(&via.run(&["runtime", "ls", "--json"]));
     assert!(
         ls["runtimes"]
             .as_array()
@@ -331,17 +351,18 @@ fn wasm_provider_runs_python_from_the_cli() {
             .any(|r| r["name"] == "python-wasm" && r["installed"] == true),
         "{ls}"
     );
+    }
 }
 
-#[test]
-fn fs_cp_and_workspace_from_the_cli() {
+both_ways! {
+    fn fs_cp_and_workspace_from_the_cli(via) {
     if !require_root("fs_cp_and_workspace") {
         return;
     }
     let ws = tempfile::tempdir().unwrap();
     std::os::unix::fs::chown(ws.path(), Some(1000), Some(1000)).unwrap();
     std::fs::write(ws.path().join("input.txt"), "from host\n").unwrap();
-    let id = json(&run(&[
+    let id = json(&via.run(&[
         "create",
         "--json",
         "--workspace",
@@ -350,7 +371,7 @@ fn fs_cp_and_workspace_from_the_cli() {
         .as_str()
         .unwrap()
         .to_string();
-    let pwd = json(&run(&[
+    let pwd = json(&via.run(&[
         "exec",
         "--json",
         &id,
@@ -361,7 +382,7 @@ fn fs_cp_and_workspace_from_the_cli() {
     ]));
     assert_eq!(pwd["stdout"], "/work\nfrom host\n");
     assert!(
-        run(&["fs", &id, "write", "/work/out.txt", "written by fs"])
+        via.run(&["fs", &id, "write", "/work/out.txt", "written by fs"])
             .status
             .success()
     );
@@ -369,9 +390,9 @@ fn fs_cp_and_workspace_from_the_cli() {
         std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
         "written by fs"
     );
-    let r = json(&run(&["fs", "--json", &id, "read", "/work/out.txt"]));
+    let r = json(&via.run(&["fs", "--json", &id, "read", "/work/out.txt"]));
     assert_eq!(r["data"], "written by fs");
-    let e = json(&run(&[
+    let e = json(&via.run(&[
         "fs",
         "--json",
         &id,
@@ -381,7 +402,7 @@ fn fs_cp_and_workspace_from_the_cli() {
         "the CLI",
     ]));
     assert_eq!(e["replacements"], 1);
-    let ls = json(&run(&["fs", "--json", &id, "ls", "/work"]));
+    let ls = json(&via.run(&["fs", "--json", &id, "ls", "/work"]));
     let names: Vec<&str> = ls
         .as_array()
         .unwrap()
@@ -389,18 +410,18 @@ fn fs_cp_and_workspace_from_the_cli() {
         .map(|e| e["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["input.txt", "out.txt"]);
-    let g = json(&run(&["fs", "--json", &id, "grep", "CLI", "/work"]));
+    let g = json(&via.run(&["fs", "--json", &id, "grep", "CLI", "/work"]));
     assert_eq!(g["matches"][0]["line"], "written by the CLI");
-    let gl = json(&run(&["fs", "--json", &id, "glob", "*.txt", "/work"]));
+    let gl = json(&via.run(&["fs", "--json", &id, "glob", "*.txt", "/work"]));
     assert_eq!(gl["paths"].as_array().unwrap().len(), 2);
-    let missing = run(&["fs", "--json", &id, "read", "/work/nope"]);
+    let missing = via.run(&["fs", "--json", &id, "read", "/work/nope"]);
     assert_eq!(missing.status.code(), Some(65));
     // cp in and out, directories included; a symlink is read inside the sandbox.
     let src = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(src.path().join("pkg/sub")).unwrap();
     std::fs::write(src.path().join("pkg/sub/mod.py"), "X = 1\n").unwrap();
     assert!(
-        run(&[
+        via.run(&[
             "cp",
             src.path().join("pkg").to_str().unwrap(),
             &format!("{id}:/tmp/pkg")
@@ -408,7 +429,7 @@ fn fs_cp_and_workspace_from_the_cli() {
         .status
         .success()
     );
-    let _ = run(&[
+    let _ = via.run(&[
         "exec",
         &id,
         "--",
@@ -418,7 +439,7 @@ fn fs_cp_and_workspace_from_the_cli() {
     ]);
     let out = tempfile::tempdir().unwrap();
     assert!(
-        run(&[
+        via.run(&[
             "cp",
             &format!("{id}:/tmp/pkg"),
             out.path().join("back").to_str().unwrap()
@@ -431,7 +452,7 @@ fn fs_cp_and_workspace_from_the_cli() {
         "X = 1\n"
     );
     assert!(
-        run(&[
+        via.run(&[
             "cp",
             &format!("{id}:/tmp/pkg/hostlink"),
             out.path().join("h").to_str().unwrap()
@@ -448,17 +469,17 @@ fn fs_cp_and_workspace_from_the_cli() {
     let single = src.path().join("single.txt");
     std::fs::write(&single, "one file").unwrap();
     assert!(
-        run(&["cp", single.to_str().unwrap(), &format!("{id}:/tmp")])
+        via.run(&["cp", single.to_str().unwrap(), &format!("{id}:/tmp")])
             .status
             .success()
     );
     assert_eq!(
-        json(&run(&["fs", "--json", &id, "read", "/tmp/single.txt"]))["data"],
+        json(&via.run(&["fs", "--json", &id, "read", "/tmp/single.txt"]))["data"],
         "one file"
     );
-    assert!(run(&["rm", &id]).status.success());
+    assert!(via.run(&["rm", &id]).status.success());
     // Read-only workspace by default.
-    let ro = json(&run(&[
+    let ro = json(&via.run(&[
         "run",
         "--json",
         "--workspace",
@@ -470,16 +491,17 @@ fn fs_cp_and_workspace_from_the_cli() {
     ]));
     assert_ne!(ro["exit_code"], 0, "{ro}");
     assert!(!ws.path().join("x").exists());
+    }
 }
 
-#[test]
-fn session_exec_persists_the_workspace() {
+both_ways! {
+    fn session_exec_persists_the_workspace(via) {
     if !require_root("session_exec") {
         return;
     }
     let home = tempfile::tempdir().unwrap();
     let h = home.path().to_str().unwrap();
-    let a = json(&run(&[
+    let a = json(&via.run(&[
         "session",
         "--home",
         h,
@@ -493,11 +515,11 @@ fn session_exec_persists_the_workspace() {
     ]));
     assert_eq!(a["stdout"], "1\n", "{a}");
     assert!(
-        run(&["session", "--home", h, "release", "demo"])
+        via.run(&["session", "--home", h, "release", "demo"])
             .status
             .success()
     );
-    let b = json(&run(&[
+    let b = json(&via.run(&[
         "session",
         "--home",
         h,
@@ -510,25 +532,26 @@ fn session_exec_persists_the_workspace() {
         "echo 2 >> log; cat log",
     ]));
     assert_eq!(b["stdout"], "1\n2\n", "the workspace survived the release");
-    let ls = json(&run(&["session", "--home", h, "ls", "--json"]));
+    let ls = json(&via.run(&["session", "--home", h, "ls", "--json"]));
     assert_eq!(ls[0]["name"], "demo");
     assert!(
-        run(&["session", "--home", h, "rm", "demo"])
+        via.run(&["session", "--home", h, "rm", "demo"])
             .status
             .success()
     );
     assert!(!home.path().join("sessions/demo").exists());
+    }
 }
 
 // Issue 14, finding 3: descriptors the caller of `stockade` left open do not reach
 // the code (the fds are planted without close-on-exec, so `stockade` inherits them).
-#[test]
-fn descriptors_inherited_by_the_cli_do_not_reach_the_code() {
+both_ways! {
+    fn descriptors_inherited_by_the_cli_do_not_reach_the_code(via) {
     if !require_root("descriptors_inherited_by_the_cli") {
         return;
     }
     let planted = stockade_testkit::fds::planted();
-    let out = run(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
+    let out = via.run(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -536,4 +559,5 @@ fn descriptors_inherited_by_the_cli_do_not_reach_the_code() {
         String::from_utf8_lossy(&out.stderr)
     );
     planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
+    }
 }
