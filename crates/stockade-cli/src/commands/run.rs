@@ -111,9 +111,10 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
             Some(reference) if local_images => image_command(ctx, &reference).await?,
             Some(reference) => {
                 return Err(Error::InvalidRequest(format!(
-                    "the command of image {reference} is read from this host's image \
-                     store, which the {} provider does not run images from; give a \
-                     command after --",
+                    "without a command, `run --image {reference}` runs the image's own \
+                     command, read from this host's image store; the {} provider takes \
+                     its images from elsewhere (a daemon's host, dockerd, WASI runtimes), \
+                     so give a command after --",
                     provider.name()
                 )));
             }

@@ -13,6 +13,16 @@ use super::{state_dir, stockade};
 /// The token the test daemons accept (a token is at least 16 characters).
 const TOKEN: &str = "stockade-cli-test-token";
 
+/// Where a test daemon keeps images, runtimes and sessions (`STOCKADE_HOME`).
+pub enum Home<'a> {
+    /// A directory of its own.
+    Own,
+    /// The test's home (its image store and config file).
+    At(&'a Path),
+    /// The environment's, as the CLI in-process uses.
+    Inherit,
+}
+
 /// `stockade serve` on a socket of its own; killed (and its sandboxes reaped) on drop.
 pub struct Serve {
     child: Child,
@@ -24,12 +34,12 @@ pub struct Serve {
 impl Serve {
     /// A daemon without tokens (the local tenant), its image store in its own home.
     pub fn start() -> Serve {
-        Serve::start_with(false, None)
+        Serve::start_with(false, Home::Own)
     }
 
     /// A daemon; with `token`, callers need [`TOKEN`] and may mount only below the
-    /// system temp directory. `home` is its `STOCKADE_HOME` (default: its own).
-    pub fn start_with(token: bool, home: Option<&Path>) -> Serve {
+    /// system temp directory.
+    pub fn start_with(token: bool, home: Home<'_>) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("d.sock");
         let mut cmd = Command::new("setpriv");
@@ -50,10 +60,16 @@ impl Serve {
             cmd.arg(format!("--token-file={}", file.display()))
                 .arg(format!("--allow-mount={}", std::env::temp_dir().display()));
         }
-        if let Some(h) = home {
-            cmd.env("STOCKADE_CONFIG", h.join("config.toml"));
+        match home {
+            Home::Own => {
+                cmd.env("STOCKADE_HOME", dir.path().join("home"));
+            }
+            Home::At(h) => {
+                cmd.env("STOCKADE_HOME", h)
+                    .env("STOCKADE_CONFIG", h.join("config.toml"));
+            }
+            Home::Inherit => {}
         }
-        let home = home.map_or_else(|| dir.path().join("home"), Path::to_path_buf);
         static NEXT: AtomicUsize = AtomicUsize::new(0);
         let root = PathBuf::from(format!(
             "{}-daemon-{}",
@@ -62,7 +78,6 @@ impl Serve {
         ));
         let child = cmd
             .env("STOCKADE_STATE_DIR", &root)
-            .env("STOCKADE_HOME", home)
             .env_remove("STOCKADE_PROVIDER")
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -140,15 +155,16 @@ impl Via {
         Via::InProcess
     }
 
-    /// A daemon with a token, its image store in its own home.
+    /// A daemon with a token, on the same `STOCKADE_HOME` as the CLI in-process (the
+    /// environment's: runtimes, images), as a daemon on the same host would be.
     pub fn daemon() -> Via {
-        Via::Daemon(Serve::start_with(true, None))
+        Via::Daemon(Serve::start_with(true, Home::Inherit))
     }
 
     /// A daemon with a token whose image store is `home`'s (the one the test's
     /// `stockade image` commands fill).
     pub fn daemon_with_home(home: &Path) -> Via {
-        Via::Daemon(Serve::start_with(true, Some(home)))
+        Via::Daemon(Serve::start_with(true, Home::At(home)))
     }
 
     pub fn is_daemon(&self) -> bool {
