@@ -14,8 +14,8 @@ mod config;
 mod digest;
 mod error;
 mod import;
-mod names;
 pub mod inroot;
+mod names;
 pub mod oci;
 #[cfg(feature = "pull")]
 mod pull;
@@ -32,11 +32,11 @@ pub use config::{
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use import::{Imported, import};
+pub use names::{Listed, MIN_BARE_PREFIX};
 pub use oci::{ImageConfig, Manifest, RunConfig};
 #[cfg(feature = "pull")]
 pub use pull::{Auth, PullOptions, PullProgress, is_loopback_registry, pull};
 pub use reference::Reference;
-pub use names::{Listed, MIN_BARE_PREFIX};
 pub use store::{GcReport, Image, MAX_DOCUMENT_BYTES, Store};
 pub use unpack::Limits;
 

@@ -47,7 +47,9 @@ pub(crate) fn digest_prefix(s: &str) -> Option<&str> {
         None => (s, MIN_BARE_PREFIX),
     };
     let ok = (min..=64).contains(&hex.len())
-        && hex.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
+        && hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b));
     ok.then_some(hex)
 }
 

@@ -300,7 +300,10 @@ fn an_image_without_a_name_is_listed_kept_and_reached_by_digest() {
         .unwrap();
     let listed = store.images().unwrap();
     assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].reference.as_deref(), Some("docker.io/library/named:1"));
+    assert_eq!(
+        listed[0].reference.as_deref(),
+        Some("docker.io/library/named:1")
+    );
     assert_eq!(store.remove(&format!("sha256:{}", &hex[..8])).unwrap(), d);
     assert!(store.images().unwrap().is_empty());
     assert!(!store.has_blob(&d), "gc removed what no image needs");
@@ -312,7 +315,10 @@ fn an_ambiguous_digest_prefix_names_the_candidates() {
     let mut digests = Vec::new();
     // 17 images: two share their first hex digit.
     for i in 0..17 {
-        let built = build(&[Layer::new().file("n", format!("{i}").as_bytes()).into_tar()], false);
+        let built = build(
+            &[Layer::new().file("n", format!("{i}").as_bytes()).into_tar()],
+            false,
+        );
         let layout = dir.path().join(format!("l{i}"));
         write_layout(&layout, &built, "latest");
         digests.push(import(&store, &layout, None).unwrap()[0].digest.clone());
@@ -329,6 +335,9 @@ fn an_ambiguous_digest_prefix_names_the_candidates() {
     for d in digests.iter().filter(|d| first(d) == c) {
         assert!(e.to_string().contains(&d.to_string()), "{d} not in {e}");
     }
-    assert!(store.remove(&prefix).is_err(), "an ambiguous prefix removes nothing");
+    assert!(
+        store.remove(&prefix).is_err(),
+        "an ambiguous prefix removes nothing"
+    );
     assert_eq!(store.images().unwrap().len(), 17);
 }
