@@ -1,6 +1,8 @@
 //! `stockade`: run untrusted code in a sandbox that is secure by default.
 
 mod commands;
+#[cfg(test)]
+mod help_text;
 mod output;
 mod spec_args;
 
@@ -8,7 +10,7 @@ use clap::{Parser, Subcommand};
 
 /// Run untrusted, AI-written code in sandboxes that are secure by default.
 #[derive(Parser, Debug)]
-#[command(name = "stockade", version, about, propagate_version = true)]
+#[command(name = "stockade", version, propagate_version = true)]
 struct Cli {
     /// Print machine-readable JSON.
     #[arg(long, global = true)]
@@ -42,14 +44,17 @@ enum Command {
     /// List live sandboxes.
     Ls,
     /// Show a sandbox's spec and the hardening actually applied.
-    Inspect { id: String },
+    Inspect {
+        /// Sandbox id.
+        id: String,
+    },
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,
     /// Check what this host supports and which providers are usable.
     Doctor,
-    /// File operations inside a sandbox (as the sandbox user).
+    /// Run file operations inside a sandbox, as the sandbox user.
     Fs {
         /// Sandbox id.
         id: String,
@@ -58,21 +63,21 @@ enum Command {
     },
     /// Copy files or directories between the host and a sandbox (ID:/path).
     Cp(commands::cp::CpArgs),
-    /// Named, persistent workspaces with a sandbox while in use.
+    /// Manage named, persistent workspaces, each with a sandbox while in use.
     #[command(subcommand)]
     Session(commands::session::SessionCmd),
-    /// WASI runtimes for the wasm provider.
+    /// Manage the WASI runtimes of the wasm provider.
     #[command(subcommand)]
     Runtime(commands::runtime::RuntimeCmd),
-    /// OCI images for --image: pull, import, ls, inspect, rm, prune.
+    /// Manage the OCI images that --image runs: pull, import, ls, inspect, rm, prune.
     #[command(subcommand)]
     Image(commands::image::ImageCmd),
-    /// Run the daemon (stockaded): gRPC on a unix socket or TCP, warm pools, tenants.
+    /// Run the daemon (stockaded), which serves gRPC with warm pools and tenants.
     Serve(stockade_server::ServeArgs),
-    /// Warm pools of the daemon: warm, ls, drain.
+    /// Manage the daemon's warm pools: warm, ls, drain.
     #[command(subcommand)]
     Pool(commands::pool::PoolCmd),
-    /// MCP server: sandboxes as tools for MCP clients (stdio, or --http ADDR).
+    /// Serve sandboxes as tools to MCP clients (over stdio, or HTTP with --http ADDR).
     Mcp(stockade_mcp::McpArgs),
 }
 

@@ -39,14 +39,15 @@ pub struct SpecArgs {
     /// working directory.
     #[arg(long, value_name = "DIR[:rw]")]
     pub workspace: Option<String>,
-    /// Run on this OCI image's root instead of the host's /usr (`stockade image pull`
-    /// or `import` it first); its Env and WorkingDir apply unless flags override.
+    /// Run on this OCI image's root instead of the host's /usr: a name (pulled on
+    /// first use), or the digest (`sha256:...`) or a unique digest prefix of an image
+    /// in the store; its Env and WorkingDir apply unless flags override.
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
     /// Working directory inside (default /tmp).
     #[arg(long, value_name = "PATH")]
     pub workdir: Option<PathBuf>,
-    /// uid[:gid] of the code inside (default 1000:1000).
+    /// The uid (and gid, as UID:GID) the code runs as inside (default 1000:1000).
     #[arg(long, value_name = "UID[:GID]")]
     pub user: Option<String>,
     /// Hostname inside (default sandbox).

@@ -16,8 +16,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecInput, ExecIo,
-    ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ErrorCode, ExecInput,
+    ExecIo, ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
     OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, Stream,
 };
 use tonic::transport::Channel;
@@ -445,12 +445,18 @@ impl Provider for RemoteProvider {
         self.inspect(id).await.map(drop)
     }
 
+    /// Idempotent, as the trait promises: a sandbox the daemon no longer knows (already
+    /// destroyed, or never this tenant's) is gone, as in-process.
     async fn destroy(&self, id: &str) -> Result<()> {
-        self.client()
+        match self
+            .client()
             .destroy(self.req(pb::SandboxRef { id: id.into() }))
             .await
-            .map(drop)
             .map_err(|s| self.fail(s))
+        {
+            Err(e) if e.code() != ErrorCode::NotFound => Err(e),
+            _ => Ok(()),
+        }
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {

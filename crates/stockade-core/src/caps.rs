@@ -29,10 +29,17 @@ pub struct Capabilities {
     pub seccomp: bool,
     /// Applies landlock.
     pub landlock: bool,
+    /// Runs OCI images from this host's Stockade image store (`$STOCKADE_HOME/images`),
+    /// pulling a missing one into it. A caller on this host may then pull an image
+    /// there first (to show progress) and read its config (its command, its
+    /// interpreters) from the store. False when images live elsewhere (dockerd, a
+    /// daemon's host, WASI runtimes): the provider fetches them itself at create.
+    pub local_images: bool,
 }
 
 impl Capabilities {
-    /// Everything a Linux provider with full isolation supports.
+    /// Everything a Linux provider with full isolation supports (where its images
+    /// come from is not isolation: `local_images` is false here).
     pub const FULL_LINUX: Capabilities = Capabilities {
         host_rootfs: true,
         images: true,
@@ -45,6 +52,7 @@ impl Capabilities {
         users: true,
         seccomp: true,
         landlock: true,
+        local_images: false,
     };
 
     /// Refuses a spec that needs something this provider lacks, naming each gap.

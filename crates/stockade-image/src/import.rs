@@ -205,6 +205,8 @@ fn from_index(
         if let Some(name) = annotated_name(desc) {
             store.tag(&name, &digest)?;
             references.push(name.to_string());
+        } else {
+            store.keep(&digest)?;
         }
         out.push(Imported { references, digest });
     }
@@ -319,6 +321,9 @@ fn from_docker_manifest(
             let r = Reference::parse(&t)?;
             store.tag(&r, &digest)?;
             references.push(r.to_string());
+        }
+        if references.is_empty() {
+            store.keep(&digest)?;
         }
         out.push(Imported { references, digest });
     }

@@ -15,6 +15,7 @@ mod digest;
 mod error;
 mod import;
 pub mod inroot;
+mod names;
 pub mod oci;
 #[cfg(feature = "pull")]
 mod pull;
@@ -29,6 +30,7 @@ pub use config::{
 pub use digest::Digest;
 pub use error::{Error, Result};
 pub use import::{Imported, import};
+pub use names::{Listed, MIN_BARE_PREFIX};
 pub use oci::{ImageConfig, Manifest, RunConfig};
 #[cfg(feature = "pull")]
 pub use pull::{Auth, PullOptions, PullProgress, is_loopback_registry, pull};

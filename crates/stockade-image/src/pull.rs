@@ -136,13 +136,32 @@ pub fn is_loopback_registry(registry: &str) -> bool {
 }
 
 /// Pulls `reference` into the store and tags it (when it names a tag). Returns the
-/// manifest digest. Blobs already in the store are not fetched again.
+/// manifest digest. Blobs already in the store are not fetched again. A digest or a
+/// digest prefix alone (`sha256:...`) names an image already in the store: it is
+/// returned as it is, never looked up on Docker Hub as a repository `sha256`.
 pub async fn pull(
     store: &Store,
     reference: &str,
     options: &PullOptions,
     progress: &mut (dyn FnMut(PullProgress) + Send),
 ) -> Result<Digest> {
+    if reference.starts_with(crate::names::SHA256) {
+        return store.resolve(reference).map_err(|e| match e {
+            Error::ImageNotFound { .. } => Error::InvalidReference {
+                reference: reference.to_string(),
+                reason: "a digest alone names an image already in the store, and no image \
+                         there has it (`stockade image ls` lists them); pull or import the \
+                         image by its name"
+                    .to_string(),
+            },
+            e => e,
+        });
+    }
+    if crate::names::digest_prefix(reference).is_some()
+        && let Ok(d) = store.resolve(reference)
+    {
+        return Ok(d);
+    }
     let r = Reference::parse(reference)?;
     let registry_err = |source: oci_client::errors::OciDistributionError| Error::Registry {
         reference: r.to_string(),

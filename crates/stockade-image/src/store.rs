@@ -2,26 +2,23 @@
 //!
 //! ```text
 //! blobs/sha256/<hex>     manifests, configs, layers, verified on write
-//! refs.json              reference -> manifest digest
+//! refs.json              reference -> manifest digest, and images without a name
 //! lock                   shared while importing or pulling, exclusive for gc
 //! layers/<hex>/          one layer unpacked (whiteouts kept as files), read-only
 //! rootfs/<hex>/          all layers of a manifest flattened, read-only
 //! tmp/                   blobs and trees being written; renamed into place
 //! ```
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader, Read, Write};
+use std::io::{self, BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::{Deserialize, Serialize};
-
 use crate::digest::{Digest, HashingReader, HashingWriter};
 use crate::error::{Error, Result};
-use crate::oci::{self, ImageConfig, Manifest, RunConfig};
-use crate::reference::Reference;
+use crate::oci::{ImageConfig, Manifest, RunConfig};
 use crate::unpack::{Limits, Room, Unpacker, Whiteouts};
 
 /// The default cap on the whole store, when the config names none (it is also held
@@ -76,11 +73,6 @@ pub struct GcReport {
     pub blobs: usize,
     /// Unpacked layers and flattened root filesystems removed.
     pub trees: usize,
-}
-
-#[derive(Debug, Default, Serialize, Deserialize)]
-struct Refs {
-    refs: BTreeMap<String, Digest>,
 }
 
 /// A held store lock (released on drop).
@@ -354,148 +346,6 @@ impl Store {
         Ok(StoreLock(f))
     }
 
-    fn refs_path(&self) -> PathBuf {
-        self.root.join("refs.json")
-    }
-
-    fn read_refs(&self) -> Result<Refs> {
-        let path = self.refs_path();
-        match fs::read(&path) {
-            Ok(data) => oci::parse(&format!("reference index {}", path.display()), &data),
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(Refs::default()),
-            Err(e) => Err(Error::io("read", &path)(e)),
-        }
-    }
-
-    /// Read-modify-write of the reference index under its own lock.
-    fn update_refs<T>(&self, f: impl FnOnce(&mut Refs) -> Result<T>) -> Result<T> {
-        let lock_path = self.root.join("refs.lock");
-        let lock = fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .map_err(Error::io("open", &lock_path))?;
-        lock.lock().map_err(Error::io("lock", &lock_path))?;
-        let mut refs = self.read_refs()?;
-        let out = f(&mut refs)?;
-        let path = self.refs_path();
-        let mut tmp = tempfile::NamedTempFile::new_in(self.root.join("tmp"))
-            .map_err(Error::io("create a file for", &path))?;
-        let data = serde_json::to_vec_pretty(&refs).expect("refs serialize");
-        tmp.write_all(&data).map_err(Error::io("write", &path))?;
-        tmp.persist(&path)
-            .map_err(|e| Error::io("rename into", &path)(e.error))?;
-        Ok(out)
-    }
-
-    /// Points `reference` at a manifest that is in the store.
-    pub fn tag(&self, reference: &Reference, manifest: &Digest) -> Result<()> {
-        if !self.has_blob(manifest) {
-            return Err(Error::BlobNotFound {
-                digest: manifest.to_string(),
-            });
-        }
-        let mut r = reference.clone();
-        r.digest = None;
-        self.update_refs(|refs| {
-            refs.refs.insert(r.to_string(), manifest.clone());
-            Ok(())
-        })
-    }
-
-    /// Every reference and the manifest it points at.
-    pub fn list(&self) -> Result<BTreeMap<String, Digest>> {
-        Ok(self.read_refs()?.refs)
-    }
-
-    /// Resolves a reference (`python:3.12`, `name@sha256:...`) or a bare manifest
-    /// digest to the manifest digest of an image in the store.
-    pub fn resolve(&self, reference: &str) -> Result<Digest> {
-        let not_found = || Error::ImageNotFound {
-            reference: reference.to_string(),
-        };
-        if let Ok(d) = Digest::parse(reference) {
-            return if self.has_blob(&d) {
-                Ok(d)
-            } else {
-                Err(not_found())
-            };
-        }
-        let r = Reference::parse(reference)?;
-        if let Some(d) = &r.digest {
-            return if self.has_blob(d) {
-                Ok(d.clone())
-            } else {
-                Err(not_found())
-            };
-        }
-        self.read_refs()?
-            .refs
-            .get(&r.to_string())
-            .cloned()
-            .ok_or_else(not_found)
-    }
-
-    /// The image `reference` names (see [`Store::resolve`]).
-    pub fn image(&self, reference: &str) -> Result<Image> {
-        self.image_by_digest(&self.resolve(reference)?)
-    }
-
-    /// The image with this manifest digest.
-    pub fn image_by_digest(&self, digest: &Digest) -> Result<Image> {
-        let data = self.read_document(digest)?;
-        let manifest: Manifest = oci::parse(&format!("manifest {digest}"), &data)?;
-        let config_digest = manifest.config.digest.clone();
-        let config: ImageConfig = oci::parse(
-            &format!("image config {config_digest}"),
-            &self.read_document(&config_digest)?,
-        )?;
-        Ok(Image {
-            digest: digest.clone(),
-            manifest,
-            config_digest,
-            config,
-        })
-    }
-
-    /// Removes a reference and everything no other reference needs. Returns the
-    /// manifest digest it pointed at.
-    pub fn remove(&self, reference: &str) -> Result<Digest> {
-        let r = Reference::parse(reference);
-        let digest = self.update_refs(|refs| {
-            let key = r.as_ref().map(|r| r.to_string()).ok();
-            if let Some(d) = key.as_ref().and_then(|k| refs.refs.remove(k)) {
-                if !refs.refs.values().any(|v| *v == d) && self.in_use(&d) {
-                    return Err(Error::InUse {
-                        reference: reference.to_string(),
-                    });
-                }
-                return Ok(d);
-            }
-            // A digest: drop every reference to it.
-            let d = Digest::parse(reference).map_err(|_| Error::ImageNotFound {
-                reference: reference.to_string(),
-            })?;
-            let before = refs.refs.len();
-            refs.refs.retain(|_, v| *v != d);
-            if refs.refs.len() == before {
-                return Err(Error::ImageNotFound {
-                    reference: reference.to_string(),
-                });
-            }
-            // The last reference of an image a running sandbox uses stays.
-            if !refs.refs.values().any(|v| *v == d) && self.in_use(&d) {
-                return Err(Error::InUse {
-                    reference: reference.to_string(),
-                });
-            }
-            Ok(d)
-        })?;
-        self.gc()?;
-        Ok(digest)
-    }
-
     /// Marks `digest`'s root filesystem in use for as long as the returned file (or a
     /// process that opened the same path and took a shared lock on it) stays open:
     /// `remove` refuses to drop its last reference and `gc` keeps its tree. Take it
@@ -526,7 +376,7 @@ impl Store {
     pub fn gc(&self) -> Result<GcReport> {
         let _lock = self.lock(true)?;
         let mut live: HashSet<String> = HashSet::new();
-        for d in self.list()?.values() {
+        for d in self.images()?.iter().map(|l| &l.digest) {
             live.insert(d.hex().to_string());
             if let Ok(img) = self.image_by_digest(d) {
                 live.insert(img.config_digest.hex().to_string());

@@ -22,7 +22,9 @@ fn read(p: &str) -> String {
         .to_string()
 }
 
-/// What this host supports, for the native provider and the others.
+/// What this host offers the native provider (its `probe`): each check it needs, and
+/// the optional parts (overlayfs for writable roots, slirp4netns and nft for egress).
+/// Other providers check their own parts (docker: dockerd) in their own `probe`.
 pub fn host_checks() -> Vec<Check> {
     let mut v = Vec::new();
     let root = nix::unistd::geteuid().is_root();
@@ -159,32 +161,6 @@ pub fn host_checks() -> Vec<Check> {
             .map(|p| p.display().to_string())
             .unwrap_or_else(|e| e.to_string()),
         "install stockade-agent beside stockade or set STOCKADE_AGENT",
-    ));
-    let kvm = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open("/dev/kvm")
-        .is_ok();
-    v.push(check(
-        "kvm",
-        kvm,
-        if kvm {
-            "/dev/kvm opens".into()
-        } else {
-            "/dev/kvm missing or not accessible".into()
-        },
-        "enable virtualization; needed by the microvm provider only",
-    ));
-    let docker = std::os::unix::net::UnixStream::connect("/var/run/docker.sock").is_ok();
-    v.push(check(
-        "dockerd",
-        docker,
-        if docker {
-            "/var/run/docker.sock answers".into()
-        } else {
-            "no daemon at /var/run/docker.sock".into()
-        },
-        "apt-get install docker.io && dockerd &; needed by the docker provider only",
     ));
     v
 }

@@ -304,7 +304,10 @@ impl Provider for NativeProvider {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities::FULL_LINUX
+        Capabilities {
+            local_images: true,
+            ..Capabilities::FULL_LINUX
+        }
     }
 
     async fn probe(&self) -> Result<Vec<Check>> {

@@ -643,6 +643,7 @@ impl Provider for WasmProvider {
             users: false,
             seccomp: true,
             landlock: true,
+            local_images: false,
         }
     }
 

@@ -16,8 +16,9 @@ pub struct CreateArgs {
 pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
     let spec = a.spec.to_spec()?;
     let provider = ctx.provider()?;
-    // Pull and unpack here, with progress, rather than silently inside create.
-    if provider.name() == "native"
+    // Pull and unpack here, with progress, rather than silently inside create (a
+    // provider whose images live elsewhere fetches them itself).
+    if provider.capabilities().local_images
         && let Some(reference) = &spec.image
     {
         super::image::ensure_local(ctx, &super::image::store(ctx)?, reference).await?;

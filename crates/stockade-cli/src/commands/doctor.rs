@@ -1,105 +1,145 @@
-//! `stockade doctor`
+//! `stockade doctor`: every provider of this build checks the host (`probe`); with a
+//! daemon configured, the daemon is checked too.
 
-use serde_json::json;
-use stockade::Result;
+use serde_json::{Value, json};
+use stockade::{Check, Provider as _, Result};
 
 use super::Ctx;
 
-fn wasm_row() -> (&'static str, bool, String) {
-    match stockade::wasm::list_runtimes() {
-        Ok(l) => {
-            let py = l.runtimes.iter().any(|r| r.installed);
-            let detail = if py {
-                "usable; python-wasm installed".to_string()
-            } else {
-                "usable for .wasm modules; for python: stockade runtime install python-wasm"
-                    .to_string()
-            };
-            ("wasm", true, detail)
-        }
-        Err(e) => ("wasm", false, e.to_string()),
-    }
+/// One provider's verdict.
+struct Row {
+    name: String,
+    usable: bool,
+    detail: String,
+    checks: Vec<Check>,
 }
 
-async fn docker_row() -> (&'static str, bool, String) {
-    use stockade::Provider as _;
-    match stockade::DockerProvider::new().probe().await {
+/// Probes `name`: usable when it can be built, its probe answers, and every check it
+/// reports passes.
+async fn probe(ctx: &Ctx, name: &str) -> Row {
+    let result = match ctx.local_provider(name) {
+        Ok(p) => p.probe().await,
+        Err(e) => Err(e),
+    };
+    match result {
         Ok(checks) => {
-            let failing: Vec<String> = checks
+            let failing: Vec<&str> = checks
                 .iter()
                 .filter(|c| !c.ok)
-                .map(|c| match &c.fix {
-                    Some(f) => format!("{}: {} (fix: {f})", c.name, c.detail),
-                    None => format!("{}: {}", c.name, c.detail),
-                })
+                .map(|c| c.name.as_str())
                 .collect();
-            if failing.is_empty() {
-                let detail = checks
-                    .iter()
-                    .map(|c| c.detail.clone())
-                    .collect::<Vec<_>>()
-                    .join("; ");
-                ("docker", true, format!("usable; {detail}"))
+            let detail = if failing.is_empty() {
+                "every check passes".to_string()
             } else {
-                ("docker", false, failing.join("; "))
+                format!("failing: {}", failing.join(", "))
+            };
+            Row {
+                name: name.to_string(),
+                usable: failing.is_empty(),
+                detail,
+                checks,
             }
         }
-        Err(e) => ("docker", false, e.to_string()),
+        Err(e) => Row {
+            name: name.to_string(),
+            usable: false,
+            detail: e.to_string(),
+            checks: Vec::new(),
+        },
     }
 }
 
 pub async fn run(ctx: &Ctx) -> Result<i32> {
-    let checks = stockade_native::host_checks();
-    let ok = |name: &str| checks.iter().any(|c| c.name == name && c.ok);
-    let native = [
-        "root",
-        "namespaces",
-        "cgroups",
-        "landlock",
-        "seccomp",
-        "stockade-agent",
-    ]
-    .iter()
-    .all(|n| ok(n));
-    let providers = vec![
-        (
-            "native",
-            native,
-            if native {
-                "usable".to_string()
-            } else {
-                "needs the failing checks above".to_string()
-            },
-        ),
-        docker_row().await,
-        ("microvm", false, "not built into this version".to_string()),
-        wasm_row(),
-    ];
+    let mut rows = Vec::new();
+    for name in stockade::PROVIDERS {
+        rows.push(probe(ctx, name).await);
+    }
+    let daemon = match &ctx.remote {
+        Some(r) => Some(match r.probe().await {
+            Ok(checks) => (true, checks),
+            Err(e) => (false, vec![failed("stockaded", &e)]),
+        }),
+        None => None,
+    };
+    // The exit code answers "can `stockade run` work here": through the daemon when
+    // one is configured, else on the provider this CLI would use.
+    let chosen = ctx.provider_name();
+    let ok = match &daemon {
+        Some((answers, _)) => *answers,
+        None => rows.iter().any(|r| r.name == chosen && r.usable),
+    };
     if ctx.json {
-        let p: Vec<_> = providers
+        let checks: Vec<Value> = rows
             .iter()
-            .map(|(n, u, d)| json!({"name": n, "usable": u, "detail": d}))
+            .flat_map(|r| r.checks.iter().map(|c| check_json(&r.name, c)))
             .collect();
-        println!("{}", json!({"checks": checks, "providers": p}));
+        let providers: Vec<Value> = rows
+            .iter()
+            .map(|r| json!({"name": r.name, "usable": r.usable, "detail": r.detail}))
+            .collect();
+        let mut out = json!({"checks": checks, "providers": providers});
+        if let Some((answers, checks)) = &daemon {
+            out["daemon"] = json!({
+                "usable": answers,
+                "checks": checks.iter().map(|c| check_json("stockaded", c)).collect::<Vec<_>>(),
+            });
+        }
+        println!("{out}");
     } else {
-        for c in &checks {
-            println!(
-                "{} {:<24} {}",
-                if c.ok { "ok  " } else { "FAIL" },
-                c.name,
-                c.detail
-            );
-            if let Some(f) = &c.fix {
-                println!("     {:<24} fix: {f}", "");
-            }
+        for r in &rows {
+            println!("provider {}:", r.name);
+            print_checks(&r.checks);
+        }
+        if let Some((_, checks)) = &daemon {
+            println!("daemon:");
+            print_checks(checks);
         }
         println!();
-        for (n, u, d) in &providers {
+        for r in &rows {
             println!(
-                "provider {n:<8} {} ({d})",
-                if *u { "usable" } else { "unavailable" }
+                "provider {:<8} {} ({})",
+                r.name,
+                if r.usable { "usable" } else { "unavailable" },
+                r.detail
+            );
+        }
+        if let Some((answers, _)) = &daemon {
+            println!(
+                "daemon           {}",
+                if *answers {
+                    "answers: commands run through it (`--direct` runs in-process)"
+                } else {
+                    "does not answer"
+                }
             );
         }
     }
-    Ok(if native { 0 } else { 1 })
+    Ok(if ok { 0 } else { 1 })
+}
+
+fn failed(name: &str, e: &stockade::Error) -> Check {
+    Check {
+        name: name.to_string(),
+        ok: false,
+        detail: e.to_string(),
+        fix: None,
+    }
+}
+
+fn check_json(provider: &str, c: &Check) -> Value {
+    json!({"provider": provider, "name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix})
+}
+
+fn print_checks(checks: &[Check]) {
+    for c in checks {
+        println!(
+            "  {} {:<28} {}",
+            if c.ok { "ok  " } else { "FAIL" },
+            c.name,
+            c.detail
+        );
+        if let Some(f) = &c.fix {
+            println!("       {:<28} fix: {f}", "");
+        }
+    }
 }

@@ -13,7 +13,9 @@ use super::Ctx;
 pub enum FsCmd {
     /// Print a file (binary-safe), or a range of it.
     Read {
+        /// The file, inside the sandbox.
         path: String,
+        /// Where to start reading, in bytes from the start of the file.
         #[arg(long, default_value_t = 0)]
         offset: u64,
         /// Bytes to read (default 1 MiB, at most 32 MiB).
@@ -22,7 +24,9 @@ pub enum FsCmd {
     },
     /// Write CONTENT (or stdin) to a file, creating parent directories.
     Write {
+        /// The file, inside the sandbox.
         path: String,
+        /// What to write (default: stdin).
         content: Option<String>,
         /// File mode in octal, e.g. 755.
         #[arg(long)]
@@ -30,39 +34,54 @@ pub enum FsCmd {
     },
     /// Replace OLD by NEW (exactly once unless --all).
     Edit {
+        /// The file, inside the sandbox.
         path: String,
+        /// The text to replace.
         old: String,
+        /// The text to put in its place.
         new: String,
+        /// Replace every occurrence (default: OLD must occur exactly once).
         #[arg(long)]
         all: bool,
     },
     /// List a directory.
-    Ls { path: String },
-    /// Paths matching a glob below ROOT (default: the working directory).
+    Ls {
+        /// The directory, inside the sandbox.
+        path: String,
+    },
+    /// List the paths matching a glob below ROOT (default: the working directory).
     Glob {
+        /// The glob, e.g. `**/*.py`.
         pattern: String,
+        /// Where to search (default: the working directory).
         root: Option<String>,
     },
-    /// Lines matching a regex in files below ROOT.
+    /// Print the lines matching a regex in files below ROOT.
     Grep {
+        /// The regular expression.
         regex: String,
+        /// Where to search (default: the working directory).
         root: Option<String>,
         /// Only files matching this glob.
         #[arg(long)]
         include: Option<String>,
         /// Most matches (default 1000).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, hide_default_value = true)]
         max: u32,
     },
     /// Create a directory.
     Mkdir {
+        /// The directory, inside the sandbox.
         path: String,
+        /// Create missing parents too, and accept an existing directory.
         #[arg(short = 'p', long)]
         parents: bool,
     },
     /// Remove a file or directory.
     Rm {
+        /// The file or directory, inside the sandbox.
         path: String,
+        /// Remove a directory and everything in it.
         #[arg(short = 'r', long)]
         recursive: bool,
     },

@@ -1,25 +1,33 @@
-//! `stockade gc`
+//! `stockade gc`: in-process, every provider of this build reaps its own leftovers
+//! (a provider that is not on this host has none); through a daemon, the daemon's gc.
 
-use stockade::Result;
+use stockade::{Error, GcReport, Result};
 
 use super::Ctx;
 
 pub async fn run(ctx: &Ctx) -> Result<i32> {
-    let provider = ctx.provider()?;
-    let mut report = provider.gc().await?;
-    // Docker sandboxes are reaped by label whichever provider is chosen, when dockerd
-    // is there to ask (no dockerd: no containers to reap).
-    if provider.name() != "docker" {
-        use stockade::Provider as _;
-        match stockade::DockerProvider::new().gc().await {
-            Ok(d) => {
-                report.reaped.extend(d.reaped);
-                report.errors.extend(d.errors);
+    let report = match &ctx.remote {
+        Some(_) => ctx.provider()?.gc().await?,
+        None => {
+            let mut report = GcReport::default();
+            for name in stockade::PROVIDERS {
+                let result = match ctx.local_provider(name) {
+                    Ok(p) => p.gc().await,
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(r) => {
+                        report.reaped.extend(r.reaped);
+                        report.errors.extend(r.errors);
+                    }
+                    // Not on this host (no dockerd, no wasm engine): nothing to reap.
+                    Err(Error::Unavailable { .. }) => {}
+                    Err(e) => report.errors.push(format!("{name}: {e}")),
+                }
             }
-            Err(stockade::Error::Unavailable { .. }) => {}
-            Err(e) => report.errors.push(format!("docker: {e}")),
+            report
         }
-    }
+    };
     if ctx.json {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {

@@ -29,17 +29,26 @@ pub enum ImageCmd {
     },
     /// Import a `docker save` archive or an OCI image layout (directory or tar).
     Import {
+        /// The archive (`docker save` output or a tar of an OCI layout, plain or
+        /// gzip-compressed) or the OCI layout directory.
         path: PathBuf,
-        /// Also name the imported image so.
+        /// A name for the imported image, e.g. `myapp:1` (the archive must hold one
+        /// image). Without it the image keeps the names the archive gives it, and is
+        /// listed by its digest when it has none.
         #[arg(long)]
         tag: Option<String>,
     },
-    /// List the images in the store.
+    /// List the images in the store (those without a name as `<none>`, by digest).
     Ls,
     /// Show an image's manifest digest, config and layers.
-    Inspect { reference: String },
+    Inspect {
+        /// A name, a digest (`sha256:...`) or a unique digest prefix.
+        reference: String,
+    },
     /// Remove images (references; blobs and unpacked trees no image needs go too).
     Rm {
+        /// Names, digests or unique digest prefixes; a digest removes every name of
+        /// its image.
         #[arg(required = true)]
         references: Vec<String>,
     },
@@ -233,16 +242,21 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             }
         }
         ImageCmd::Ls => {
-            let list = store.list().map_err(to_error)?;
-            for (reference, digest) in &list {
-                let size = store.image_by_digest(digest).map(|i| i.size()).unwrap_or(0);
+            // Images without a name are listed by digest, as `<none>` (as docker does).
+            for listed in store.images().map_err(to_error)? {
+                let (reference, digest) = (listed.reference, listed.digest);
+                let size = store
+                    .image_by_digest(&digest)
+                    .map(|i| i.size())
+                    .unwrap_or(0);
                 if ctx.json {
                     println!(
                         "{}",
                         json!({"reference": reference, "digest": digest.to_string(), "size": size})
                     );
                 } else {
-                    println!("{reference}\t{digest}\t{}", mib(size));
+                    let name = reference.as_deref().unwrap_or("<none>");
+                    println!("{name}\t{digest}\t{}", mib(size));
                 }
             }
         }

@@ -38,6 +38,18 @@ impl Ctx {
         stockade::provider_with_home(self.provider.as_deref(), self.home.as_deref())
     }
 
+    /// The provider `name` of this build, in-process (whatever `--provider` says).
+    pub fn local_provider(&self, name: &str) -> Result<Arc<dyn Provider>> {
+        stockade::provider_with_home(Some(name), self.home.as_deref())
+    }
+
+    /// The name of the provider commands use: `--provider`, else the default.
+    pub fn provider_name(&self) -> String {
+        self.provider
+            .clone()
+            .unwrap_or_else(stockade::default_provider_name)
+    }
+
     /// Uses the daemon when `STOCKADE_HOST` is set or the default socket answers,
     /// unless `direct`; `tls_ca` (`--tls-ca`) overrides `STOCKADE_TLS_CA`.
     pub async fn connect(&mut self, direct: bool, tls_ca: Option<&std::path::Path>) -> Result<()> {

@@ -16,12 +16,12 @@ pub enum PoolCmd {
         #[arg(long)]
         size: u32,
         /// Most sandboxes of the pool at once (default: twice the size).
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, hide_default_value = true)]
         max: u32,
         #[command(flatten)]
         spec: Box<SpecArgs>,
     },
-    /// Pools with their idle and in-use counts.
+    /// List the pools with their idle and in-use counts.
     Ls,
     /// Destroy the idle sandboxes of a pool (or of every pool) and stop refilling.
     Drain {

@@ -105,11 +105,20 @@ async fn image_command(ctx: &Ctx, reference: &str) -> Result<Vec<String>> {
 pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let mut spec = a.spec.to_spec()?;
     let provider = ctx.provider()?;
-    let native = provider.name() == "native";
+    let local_images = provider.capabilities().local_images;
     let argv = match (&a.language, &a.code, &a.file) {
         (None, None, None) if a.command.is_empty() => match spec.image.clone() {
-            Some(reference) if native => image_command(ctx, &reference).await?,
-            _ => {
+            Some(reference) if local_images => image_command(ctx, &reference).await?,
+            Some(reference) => {
+                return Err(Error::InvalidRequest(format!(
+                    "without a command, `run --image {reference}` runs the image's own \
+                     command, read from this host's image store; the {} provider takes \
+                     its images from elsewhere (a daemon's host, dockerd, WASI runtimes), \
+                     so give a command after --",
+                    provider.name()
+                )));
+            }
+            None => {
                 return Err(Error::InvalidRequest(
                     "give a command after --, or --language with --code or -f".into(),
                 ));
@@ -128,9 +137,11 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         }
         (Some(lang), code, file) => {
             let preset = LanguagePreset::find(lang).map_err(Error::InvalidRequest)?;
+            // The interpreter is chosen as the provider the user named (or the
+            // default) would choose it in-process, so a daemon runs the same one.
             language_argv(
                 ctx,
-                provider.name(),
+                &ctx.provider_name(),
                 preset,
                 code.as_ref(),
                 file.as_ref(),
@@ -139,14 +150,10 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
             .await?
         }
     };
-    // Pull and unpack here, with progress, rather than silently inside create.
-    if native && let Some(reference) = spec.image.clone() {
+    // Pull and unpack here, with progress, rather than silently inside create (a
+    // provider whose images live elsewhere fetches them itself).
+    if local_images && let Some(reference) = spec.image.clone() {
         image::ensure_local(ctx, &image::store(ctx)?, &reference).await?;
-    }
-    if provider.name() == "docker"
-        && let Some(reference) = spec.image.clone()
-    {
-        docker_image(ctx, &reference).await?;
     }
     let deadline = a.spec.timeout.map(|t| t as f64);
     spec.timeout_secs = spec.timeout_secs.saturating_add(LIFETIME_GRACE_SECS);
@@ -168,23 +175,4 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let code = result?;
     destroyed?;
     Ok(code)
-}
-
-/// Makes sure dockerd has the image (its own, loaded from the image store, or pulled
-/// through dockerd), showing each step on stderr rather than silently inside create.
-async fn docker_image(ctx: &Ctx, reference: &str) -> Result<()> {
-    let mut p = stockade::DockerProvider::new();
-    if let Some(h) = &ctx.home {
-        p = p.with_image_store(h.join("images"));
-    }
-    let quiet = ctx.json;
-    let mut last = String::new();
-    p.ensure_image(reference, &mut |line: &str| {
-        if !quiet && line != last {
-            eprintln!("stockade: {line}");
-            last = line.to_string();
-        }
-    })
-    .await
-    .map(drop)
 }

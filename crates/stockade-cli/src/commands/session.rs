@@ -12,6 +12,7 @@ pub enum SessionCmd {
     /// Run a command in the session's sandbox (created on first use; the workspace is
     /// mounted read-write at /work).
     Exec {
+        /// The session's name.
         name: String,
         /// Exec deadline in seconds.
         #[arg(long, value_name = "SECS")]
@@ -22,13 +23,20 @@ pub enum SessionCmd {
         /// Destroy the sandbox after this many idle seconds (default 600).
         #[arg(long, value_name = "SECS")]
         idle_timeout: Option<u64>,
+        /// The command and its arguments, after `--`.
         #[arg(last = true, required = true)]
         command: Vec<String>,
     },
     /// Destroy the session's sandbox, keep its workspace.
-    Release { name: String },
+    Release {
+        /// The session's name.
+        name: String,
+    },
     /// Destroy the sandbox and remove the workspace.
-    Rm { name: String },
+    Rm {
+        /// The session's name.
+        name: String,
+    },
     /// List sessions.
     Ls,
 }

@@ -1,91 +1,10 @@
 //! The CLI with a daemon: `stockade serve`, commands through STOCKADE_HOST, pools,
 //! and `--direct`.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use super::via::Serve;
 use super::{json, require_root, stockade};
-
-/// `stockade serve` on a socket of its own; killed (and its sandboxes reaped) on drop.
-struct Serve {
-    child: Child,
-    dir: tempfile::TempDir,
-}
-
-impl Serve {
-    fn start() -> Serve {
-        let dir = tempfile::tempdir().unwrap();
-        let sock = dir.path().join("d.sock");
-        let child = Command::new("setpriv")
-            .args([
-                "--pdeathsig",
-                "KILL",
-                env!("CARGO_BIN_EXE_stockade"),
-                "serve",
-            ])
-            .arg(format!("--listen=unix:{}", sock.display()))
-            .arg(format!(
-                "--state-dir={}",
-                dir.path().join("daemon").display()
-            ))
-            .env("STOCKADE_STATE_DIR", Self::state_root())
-            .env("STOCKADE_HOME", dir.path().join("home"))
-            .env_remove("STOCKADE_PROVIDER")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let until = Instant::now() + Duration::from_secs(30);
-        while std::os::unix::net::UnixStream::connect(&sock).is_err() {
-            assert!(Instant::now() < until, "stockade serve did not listen");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        Serve { child, dir }
-    }
-
-    /// Its sandboxes' state root, apart from the other tests' (leak-check looks there).
-    fn state_root() -> std::path::PathBuf {
-        std::path::PathBuf::from(format!("{}-daemon", super::state_dir().display()))
-    }
-
-    fn host(&self) -> String {
-        format!("unix://{}", self.dir.path().join("d.sock").display())
-    }
-
-    fn cli(&self, args: &[&str]) -> std::process::Output {
-        stockade(args)
-            .env("STOCKADE_HOST", self.host())
-            .output()
-            .unwrap()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let _ = self.child.wait();
-        // What a failed test left: destroyed in-process.
-        let direct = |args: &[&str]| {
-            stockade(args)
-                .arg("--direct")
-                .env("STOCKADE_STATE_DIR", Self::state_root())
-                .output()
-                .unwrap()
-        };
-        if let Ok(serde_json::Value::Array(left)) =
-            serde_json::from_slice(&direct(&["ls", "--json"]).stdout)
-        {
-            for s in left {
-                if let Some(id) = s["id"].as_str() {
-                    direct(&["rm", id]);
-                }
-            }
-        }
-        let _ = std::fs::remove_dir(Self::state_root());
-    }
-}
 
 #[test]
 fn the_cli_runs_through_the_daemon_and_manages_pools() {

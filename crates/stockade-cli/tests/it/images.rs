@@ -7,6 +7,7 @@ use std::process::Command;
 
 use stockade_testkit::{DEBIAN_FIX, Registry, debian_test_image, require};
 
+use crate::via::Via;
 use crate::{json, require_root, state_dir};
 
 const HELLO: &[u8] = b"import os\nprint('hello from the image', os.getcwd(), os.getuid())\n";
@@ -22,6 +23,11 @@ fn stockade_in(home: &Path, args: &[&str]) -> Command {
         .env_remove("STOCKADE_REGISTRY_USERNAME")
         .env_remove("STOCKADE_REGISTRY_TOKEN");
     c
+}
+
+/// [`stockade_in`], through the daemon when `via` has one.
+fn cli(via: &Via, home: &Path, args: &[&str]) -> Command {
+    via.wrap(stockade_in(home, args))
 }
 
 /// A registry serving the Debian image plus `/srv/hello.py`, its config saying user
@@ -40,206 +46,241 @@ fn registry_with_image(dir: &Path, host: &str) -> Option<(Registry, String)> {
     Some((reg, reference))
 }
 
-#[test]
-fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user() {
-    if !require_root("run_image") {
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
-        return;
-    };
-    // No command: the image's Cmd, in its WorkingDir, as its User (nobody).
-    let out = stockade_in(home.path(), &["run", "--image", &reference])
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout),
-        "hello from the image /srv 65534\n",
-        "stderr: {stderr}"
-    );
-    // Progress went to stderr while it pulled and unpacked.
-    for want in ["pulling", "fetched", "unpacked"] {
-        assert!(stderr.contains(want), "no {want:?} in: {stderr}");
-    }
-    // A second run finds it in the store: no pull.
-    let out = stockade_in(
-        home.path(),
-        &["run", "--image", &reference, "--", "id", "-u"],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n");
-    assert!(!String::from_utf8_lossy(&out.stderr).contains("pulling"));
-    // --user overrides the image's user.
-    let out = stockade_in(
-        home.path(),
-        &[
-            "run", "--image", &reference, "--user", "2000", "--", "id", "-u",
-        ],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "2000\n");
-}
-
-#[test]
-fn languages_run_from_images_and_name_a_missing_interpreter() {
-    if !require_root("languages_from_images") {
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
-        return;
-    };
-    // --language with --image: the interpreter is the image's, found on its PATH.
-    let v = json(
-        &stockade_in(
-            home.path(),
+both_ways! {
+    fn run_image_pulls_on_first_use_and_runs_its_command_as_its_user(via, home) {
+        if !require_root("run_image") {
+            return;
+        }
+        let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
+            return;
+        };
+        // No command: the image's Cmd, in its WorkingDir, as its User (nobody). The
+        // command is read from this host's image store, which a daemon does not use: it
+        // says so, and the same command given explicitly runs the same way.
+        let out = cli(via, home, &["run", "--image", &reference])
+            .output()
+            .unwrap();
+        let out = if via.is_daemon() {
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert_eq!(out.status.code(), Some(64), "{err}");
+            assert!(err.contains("give a command after --"), "{err}");
+            cli(
+                via,
+                home,
+                &["run", "--image", &reference, "--", "python3", "hello.py"],
+            )
+            .output()
+            .unwrap()
+        } else {
+            out
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "hello from the image /srv 65534\n",
+            "stderr: {stderr}"
+        );
+        // Progress went to stderr while it pulled and unpacked (in-process: a daemon
+        // pulls on its own host, without a progress channel to the CLI).
+        if !via.is_daemon() {
+            for want in ["pulling", "fetched", "unpacked"] {
+                assert!(stderr.contains(want), "no {want:?} in: {stderr}");
+            }
+        }
+        // A second run finds it in the store: no pull.
+        let out = cli(via, home, &["run", "--image", &reference, "--", "id", "-u"])
+            .output()
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "65534\n");
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("pulling"));
+        // --user overrides the image's user.
+        let out = cli(
+            via,
+            home,
             &[
-                "run",
-                "--json",
-                "--image",
-                &reference,
-                "-l",
-                "python",
-                "--code",
-                "import sys, os; print(sys.executable, os.path.exists('/srv/hello.py'))",
+                "run", "--image", &reference, "--user", "2000", "--", "id", "-u",
             ],
         )
         .output()
-        .unwrap(),
-    );
-    assert_eq!(v["stdout"], "/usr/bin/python3 True\n", "{v}");
-
-    // The host has no ruby; the config maps ruby to an image without it: the error
-    // names the interpreter, the image and what to do.
-    assert!(
-        !Path::new("/usr/bin/ruby").exists(),
-        "this test assumes no host ruby"
-    );
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!("[languages]\nruby = \"{reference}\"\n"),
-    )
-    .unwrap();
-    let out = stockade_in(
-        home.path(),
-        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
-    assert!(msg.contains("ruby") && msg.contains(&reference), "{msg}");
-
-    // Without the config entry, the preset's own image is tried (docker.io here is
-    // unreachable), and the error says the host lacks ruby and how to fix it.
-    std::fs::write(home.path().join("config.toml"), "").unwrap();
-    let out = stockade_in(
-        home.path(),
-        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(69));
-    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
-    assert!(
-        msg.contains("ruby is not installed on this host") && msg.contains("ruby:3.3-slim"),
-        "{msg}"
-    );
-
-    // A broken config file is an error naming the file.
-    std::fs::write(
-        home.path().join("config.toml"),
-        "[registries]\nsecure = 1\n",
-    )
-    .unwrap();
-    let out = stockade_in(
-        home.path(),
-        &["run", "--json", "-l", "ruby", "--code", "puts 1"],
-    )
-    .output()
-    .unwrap();
-    assert_eq!(out.status.code(), Some(64));
-    assert!(String::from_utf8_lossy(&out.stdout).contains("config.toml"));
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "2000\n");
+    }
 }
 
-#[test]
-fn plain_http_registries_other_than_loopback_need_the_config_file() {
-    if !require_root("insecure_registry_config") {
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    // 127.0.0.2 is loopback to the kernel but not to Stockade's plain-HTTP rule.
-    let Some((reg, reference)) = registry_with_image(home.path(), "127.0.0.2") else {
-        return;
-    };
-    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
-        .output()
-        .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    std::fs::write(
-        home.path().join("config.toml"),
-        format!("[registries]\ninsecure = [\"{}\"]\n", reg.addr),
-    )
-    .unwrap();
-    let out = stockade_in(home.path(), &["image", "pull", "--json", &reference])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stdout)
-    );
-    assert!(
-        json(&out)["digest"]
-            .as_str()
-            .unwrap()
-            .starts_with("sha256:")
-    );
-}
-
-#[test]
-fn an_image_in_use_is_not_removed() {
-    if !require_root("image_in_use") {
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let Some((_reg, reference)) = registry_with_image(home.path(), "127.0.0.1") else {
-        return;
-    };
-    let out = stockade_in(home.path(), &["image", "pull", &reference])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let created = json(
-        &stockade_in(home.path(), &["create", "--json", "--image", &reference])
+both_ways! {
+    fn languages_run_from_images_and_name_a_missing_interpreter(via, home) {
+        if !require_root("languages_from_images") {
+            return;
+        }
+        let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
+            return;
+        };
+        // --language with --image: the interpreter is the image's, found on its PATH.
+        let v = json(
+            &cli(
+                via,
+                home,
+                &[
+                    "run",
+                    "--json",
+                    "--image",
+                    &reference,
+                    "-l",
+                    "python",
+                    "--code",
+                    "import sys, os; print(sys.executable, os.path.exists('/srv/hello.py'))",
+                ],
+            )
             .output()
             .unwrap(),
-    );
-    let id = created["id"].as_str().unwrap().to_string();
-    let out = stockade_in(home.path(), &["image", "rm", "--json", &reference])
+        );
+        assert_eq!(v["stdout"], "/usr/bin/python3 True\n", "{v}");
+
+        // The host has no ruby; the config maps ruby to an image without it: the error
+        // names the interpreter, the image and what to do.
+        assert!(
+            !Path::new("/usr/bin/ruby").exists(),
+            "this test assumes no host ruby"
+        );
+        std::fs::write(
+            home.join("config.toml"),
+            format!("[languages]\nruby = \"{reference}\"\n"),
+        )
+        .unwrap();
+        let out = cli(
+            via,
+            home,
+            &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+        )
         .output()
         .unwrap();
-    let removed_while_running = out.status.code();
-    let msg = String::from_utf8_lossy(&out.stdout).to_string();
-    let rm = stockade_in(home.path(), &["rm", &id]).output().unwrap();
-    assert!(rm.status.success());
-    assert_eq!(removed_while_running, Some(64), "{msg}");
-    assert!(msg.contains("in use"), "{msg}");
-    let out = stockade_in(home.path(), &["image", "rm", &reference])
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+        assert!(msg.contains("ruby") && msg.contains(&reference), "{msg}");
+
+        // Without the config entry, the preset's own image is tried (docker.io here is
+        // unreachable), and the error says the host lacks ruby and how to fix it.
+        std::fs::write(home.join("config.toml"), "").unwrap();
+        let out = cli(
+            via,
+            home,
+            &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(69));
+        let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+        assert!(
+            msg.contains("ruby is not installed on this host") && msg.contains("ruby:3.3-slim"),
+            "{msg}"
+        );
+
+        // A broken config file is an error naming the file.
+        std::fs::write(home.join("config.toml"), "[registries]\nsecure = 1\n").unwrap();
+        let out = cli(
+            via,
+            home,
+            &["run", "--json", "-l", "ruby", "--code", "puts 1"],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("config.toml"));
+    }
+}
+
+both_ways! {
+    fn plain_http_registries_other_than_loopback_need_the_config_file(via, home) {
+        if !require_root("insecure_registry_config") {
+            return;
+        }
+        // 127.0.0.2 is loopback to the kernel but not to Stockade's plain-HTTP rule.
+        let Some((reg, reference)) = registry_with_image(home, "127.0.0.2") else {
+            return;
+        };
+        let out = cli(via, home, &["image", "pull", "--json", &reference])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(69),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        std::fs::write(
+            home.join("config.toml"),
+            format!("[registries]\ninsecure = [\"{}\"]\n", reg.addr),
+        )
+        .unwrap();
+        let out = cli(via, home, &["image", "pull", "--json", &reference])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        assert!(
+            json(&out)["digest"]
+                .as_str()
+                .unwrap()
+                .starts_with("sha256:")
+        );
+    }
+}
+
+both_ways! {
+    fn an_image_in_use_is_not_removed(via, home) {
+        if !require_root("image_in_use") {
+            return;
+        }
+        let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
+            return;
+        };
+        let out = cli(via, home, &["image", "pull", &reference])
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+        let created = json(
+            &cli(via, home, &["create", "--json", "--image", &reference])
+                .output()
+                .unwrap(),
+        );
+        let id = created["id"].as_str().unwrap().to_string();
+        let out = cli(via, home, &["image", "rm", "--json", &reference])
+            .output()
+            .unwrap();
+        let removed_while_running = out.status.code();
+        let msg = String::from_utf8_lossy(&out.stdout).to_string();
+        let rm = cli(via, home, &["rm", &id]).output().unwrap();
+        assert!(rm.status.success());
+        assert_eq!(removed_while_running, Some(64), "{msg}");
+        assert!(msg.contains("in use"), "{msg}");
+        let out = cli(via, home, &["image", "rm", &reference])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let ls = cli(via, home, &["image", "ls", "--json"]).output().unwrap();
+        assert!(
+            ls.stdout.is_empty(),
+            "{}",
+            String::from_utf8_lossy(&ls.stdout)
+        );
+    }
+}
+
+/// The JSON lines of `image ls --json`.
+fn image_ls(home: &Path) -> Vec<serde_json::Value> {
+    let out = stockade_in(home, &["image", "ls", "--json"])
         .output()
         .unwrap();
     assert!(
@@ -247,12 +288,127 @@ fn an_image_in_use_is_not_removed() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let ls = stockade_in(home.path(), &["image", "ls", "--json"])
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+// Issue 15: an OCI layout whose index names the image only by a bare tag imported,
+// printed a digest, and then the image was neither listed nor runnable by it.
+both_ways! {
+    fn an_image_imported_without_a_name_is_listed_and_runs_by_digest(via, home) {
+        if !require_root("unnamed_import") {
+            return;
+        }
+        let Some(base) = require("the Debian test image", debian_test_image(), DEBIAN_FIX) else {
+            return;
+        };
+        let layout = home.join("layout");
+        let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
+        stockade_testkit::oci_layout(&layout, &base, &[("hello", b"hi\n")], config, "1");
+        let out = cli(
+            via,
+            home,
+            &["image", "import", "--json", layout.to_str().unwrap()],
+        )
         .output()
         .unwrap();
-    assert!(
-        ls.stdout.is_empty(),
-        "{}",
-        String::from_utf8_lossy(&ls.stdout)
-    );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let digest = json(&out)["digest"].as_str().unwrap().to_string();
+        let ls = image_ls(home);
+        assert_eq!(ls.len(), 1, "{ls:?}");
+        assert_eq!(ls[0]["digest"], digest.as_str());
+        assert_eq!(ls[0]["reference"], serde_json::Value::Null, "{ls:?}");
+        let text = cli(via, home, &["image", "ls"]).output().unwrap();
+        assert!(
+            String::from_utf8_lossy(&text.stdout).starts_with(&format!("<none>\t{digest}")),
+            "{}",
+            String::from_utf8_lossy(&text.stdout)
+        );
+        let hex = digest.strip_prefix("sha256:").unwrap();
+        for by in [
+            digest.clone(),
+            format!("sha256:{}", &hex[..8]),
+            hex[..12].to_string(),
+        ] {
+            let out = cli(
+                via,
+                home,
+                &["run", "--image", &by, "--", "/bin/cat", "/hello"],
+            )
+            .output()
+            .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "hi\n",
+                "--image {by}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        // Removed by its digest, it is gone from the list.
+        let out = cli(via, home, &["image", "rm", &digest]).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(image_ls(home).is_empty());
+    }
+}
+
+both_ways! {
+    fn an_ambiguous_digest_prefix_is_refused_with_the_candidates(via, home) {
+        let base = home.join("base.tar");
+        std::fs::write(&base, tar::Builder::new(Vec::new()).into_inner().unwrap()).unwrap();
+        // 17 images: two of them share their first hex digit.
+        let mut digests = Vec::new();
+        for i in 0..17 {
+            let layout = home.join(format!("layout{i}"));
+            let body = format!("{i}\n");
+            stockade_testkit::oci_layout(
+                &layout,
+                &base,
+                &[("n", body.as_bytes())],
+                serde_json::json!({}),
+                "latest",
+            );
+            let out = cli(
+                via,
+                home,
+                &["image", "import", "--json", layout.to_str().unwrap()],
+            )
+            .output()
+            .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            digests.push(json(&out)["digest"].as_str().unwrap().to_string());
+        }
+        assert_eq!(image_ls(home).len(), 17);
+        let first = |d: &String| d.chars().nth(7).unwrap();
+        let c = digests
+            .iter()
+            .map(first)
+            .find(|c| digests.iter().filter(|d| first(d) == *c).count() > 1)
+            .unwrap();
+        let out = cli(
+            via,
+            home,
+            &["image", "inspect", "--json", &format!("sha256:{c}")],
+        )
+        .output()
+        .unwrap();
+        assert_eq!(out.status.code(), Some(64));
+        let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+        for d in digests.iter().filter(|d| first(d) == c) {
+            assert!(msg.contains(d.as_str()), "{d} not named in: {msg}");
+        }
+    }
 }

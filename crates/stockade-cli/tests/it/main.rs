@@ -5,6 +5,8 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
+#[macro_use]
+mod via;
 mod daemon;
 mod images;
 
@@ -40,245 +42,268 @@ fn stockade(args: &[&str]) -> Command {
     c
 }
 
-fn run(args: &[&str]) -> Output {
-    stockade(args).output().expect("run stockade")
-}
-
 fn json(out: &Output) -> Value {
     serde_json::from_slice(&out.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-#[test]
-fn run_json_has_the_promised_fields_and_exit_code_passes_through() {
-    if !require_root("run_json") {
-        return;
-    }
-    let out = run(&[
-        "run",
-        "--json",
-        "--",
-        "/usr/bin/python3",
-        "-c",
-        "import sys; print('hi'); sys.exit(7)",
-    ]);
-    assert_eq!(
-        out.status.code(),
-        Some(7),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v = json(&out);
-    for field in [
-        "exit_code",
-        "stdout",
-        "stderr",
-        "timed_out",
-        "oom_killed",
-        "truncated",
-        "duration_ms",
-    ] {
-        assert!(v.get(field).is_some(), "missing {field}: {v}");
-    }
-    assert_eq!(v["exit_code"], 7);
-    assert_eq!(v["stdout"], "hi\n");
-    assert_eq!(v["timed_out"], false);
-}
-
-#[test]
-fn host_environment_does_not_reach_the_sandbox() {
-    if !require_root("host_environment") {
-        return;
-    }
-    let out = stockade(&["run", "--json", "--", "/usr/bin/env"])
-        .env("STOCKADE_HOST_SECRET", "leaked-value")
-        .output()
-        .unwrap();
-    let v = json(&out);
-    let env = v["stdout"].as_str().unwrap();
-    assert!(!env.contains("leaked-value"), "host env leaked: {env}");
-    let mut keys: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();
-    keys.sort();
-    assert_eq!(keys, ["HOME", "LANG", "PATH"], "{env}");
-}
-
-#[test]
-fn languages_run_with_the_hosts_interpreters() {
-    if !require_root("languages") {
-        return;
-    }
-    for (lang, code, want) in [
-        ("python", "print(6 * 7)", "42\n"),
-        ("bash", "echo $((6 * 7))", "42\n"),
-        ("sh", "echo 42", "42\n"),
-        ("javascript", "console.log(6 * 7)", "42\n"),
-    ] {
-        let out = run(&["run", "--json", "--language", lang, "--code", code]);
+both_ways! {
+    fn run_json_has_the_promised_fields_and_exit_code_passes_through(via) {
+        if !require_root("run_json") {
+            return;
+        }
+        let out = via.run(&[
+            "run",
+            "--json",
+            "--",
+            "/usr/bin/python3",
+            "-c",
+            "import sys; print('hi'); sys.exit(7)",
+        ]);
+        assert_eq!(
+            out.status.code(),
+            Some(7),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let v = json(&out);
-        assert_eq!(v["stdout"], want, "{lang}: {v}");
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let file = dir.path().join("prog.py");
-    std::fs::write(&file, "import sys\nprint('from file', sys.argv[0])\n").unwrap();
-    let v = json(&run(&[
-        "run",
-        "--json",
-        "-l",
-        "python",
-        "-f",
-        file.to_str().unwrap(),
-    ]));
-    assert_eq!(v["stdout"], "from file /code/main.py\n", "{v}");
-    let out = run(&["run", "--json", "--language", "cobol", "--code", "x"]);
-    assert_eq!(out.status.code(), Some(64));
-    assert!(
-        json(&out)["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("unknown language")
-    );
-}
-
-#[test]
-fn timeout_flag_is_the_exec_deadline_for_run() {
-    if !require_root("timeout_flag") {
-        return;
-    }
-    let out = run(&[
-        "run",
-        "--json",
-        "--timeout",
-        "1",
-        "--",
-        "sh",
-        "-c",
-        "sleep 30",
-    ]);
-    let v = json(&out);
-    assert_eq!(v["timed_out"], true, "{v}");
-    assert_eq!(v["exit_code"], 137);
-    assert!(v["duration_ms"].as_u64().unwrap() < 2500, "{v}");
-}
-
-#[test]
-fn create_exec_ls_inspect_rm() {
-    if !require_root("create_exec_ls_inspect_rm") {
-        return;
-    }
-    let out = run(&["create", "--json", "--memory", "256m", "--env", "FOO=bar"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let id = json(&out)["id"].as_str().unwrap().to_string();
-    let ex = run(&[
-        "exec",
-        "--json",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "echo $FOO > /tmp/f; cat /tmp/f",
-    ]);
-    assert_eq!(json(&ex)["stdout"], "bar\n");
-    let again = run(&["exec", "--json", &id, "--", "cat", "/tmp/f"]);
-    assert_eq!(
-        json(&again)["stdout"],
-        "bar\n",
-        "state persists between execs"
-    );
-    let ls = json(&run(&["ls", "--json"]));
-    assert!(
-        ls.as_array()
-            .unwrap()
-            .iter()
-            .any(|s| s["id"] == id.as_str()),
-        "{ls}"
-    );
-    let info = json(&run(&["inspect", "--json", &id]));
-    assert_eq!(info["spec"]["limits"]["memory_bytes"], 256u64 << 20);
-    let applied: Vec<String> = info["applied"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|a| a.as_str().unwrap().to_string())
-        .collect();
-    assert!(
-        applied.iter().any(|a| a.contains("memory 256MiB")),
-        "{applied:?}"
-    );
-    assert!(run(&["rm", &id]).status.success());
-    let gone = run(&["exec", "--json", &id, "--", "true"]);
-    assert_eq!(gone.status.code(), Some(65), "not found after rm");
-    assert_eq!(json(&gone)["error"]["code"], "not_found");
-    assert!(run(&["rm", &id]).status.success(), "rm is idempotent");
-}
-
-#[test]
-fn bad_flags_list_every_problem() {
-    let out = run(&[
-        "run", "--memory", "lots", "--pids", "0", "--mount", "nocolon", "--", "true",
-    ]);
-    assert_eq!(out.status.code(), Some(64));
-    let err = String::from_utf8_lossy(&out.stderr);
-    for needle in ["--memory", "limits.pids", "--mount"] {
-        assert!(err.contains(needle), "{needle} missing: {err}");
+        for field in [
+            "exit_code",
+            "stdout",
+            "stderr",
+            "timed_out",
+            "oom_killed",
+            "truncated",
+            "duration_ms",
+        ] {
+            assert!(v.get(field).is_some(), "missing {field}: {v}");
+        }
+        assert_eq!(v["exit_code"], 7);
+        assert_eq!(v["stdout"], "hi\n");
+        assert_eq!(v["timed_out"], false);
     }
 }
 
-#[test]
-fn doctor_reports_providers() {
-    let out = run(&["doctor", "--json"]);
-    let v = json(&out);
-    let names: Vec<&str> = v["providers"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p["name"].as_str().unwrap())
-        .collect();
-    assert!(names.contains(&"native"), "{v}");
-    assert!(
-        v["checks"]
+both_ways! {
+    fn host_environment_does_not_reach_the_sandbox(via) {
+        if !require_root("host_environment") {
+            return;
+        }
+        let out = via
+            .cmd(&["run", "--json", "--", "/usr/bin/env"])
+            .env("STOCKADE_HOST_SECRET", "leaked-value")
+            .output()
+            .unwrap();
+        let v = json(&out);
+        let env = v["stdout"].as_str().unwrap();
+        assert!(!env.contains("leaked-value"), "host env leaked: {env}");
+        let mut keys: Vec<&str> = env.lines().filter_map(|l| l.split('=').next()).collect();
+        keys.sort();
+        assert_eq!(keys, ["HOME", "LANG", "PATH"], "{env}");
+    }
+}
+
+both_ways! {
+    fn languages_run_with_the_hosts_interpreters(via) {
+        if !require_root("languages") {
+            return;
+        }
+        for (lang, code, want) in [
+            ("python", "print(6 * 7)", "42\n"),
+            ("bash", "echo $((6 * 7))", "42\n"),
+            ("sh", "echo 42", "42\n"),
+            ("javascript", "console.log(6 * 7)", "42\n"),
+        ] {
+            let out = via.run(&["run", "--json", "--language", lang, "--code", code]);
+            let v = json(&out);
+            assert_eq!(v["stdout"], want, "{lang}: {v}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("prog.py");
+        std::fs::write(&file, "import sys\nprint('from file', sys.argv[0])\n").unwrap();
+        let v = json(&via.run(&[
+            "run",
+            "--json",
+            "-l",
+            "python",
+            "-f",
+            file.to_str().unwrap(),
+        ]));
+        assert_eq!(v["stdout"], "from file /code/main.py\n", "{v}");
+        let out = via.run(&["run", "--json", "--language", "cobol", "--code", "x"]);
+        assert_eq!(out.status.code(), Some(64));
+        assert!(
+            json(&out)["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("unknown language")
+        );
+    }
+}
+
+both_ways! {
+    fn timeout_flag_is_the_exec_deadline_for_run(via) {
+        if !require_root("timeout_flag") {
+            return;
+        }
+        let out = via.run(&[
+            "run",
+            "--json",
+            "--timeout",
+            "1",
+            "--",
+            "sh",
+            "-c",
+            "sleep 30",
+        ]);
+        let v = json(&out);
+        assert_eq!(v["timed_out"], true, "{v}");
+        assert_eq!(v["exit_code"], 137);
+        assert!(v["duration_ms"].as_u64().unwrap() < 2500, "{v}");
+    }
+}
+
+both_ways! {
+    fn create_exec_ls_inspect_rm(via) {
+        if !require_root("create_exec_ls_inspect_rm") {
+            return;
+        }
+        let out = via.run(&["create", "--json", "--memory", "256m", "--env", "FOO=bar"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let id = json(&out)["id"].as_str().unwrap().to_string();
+        let ex = via.run(&[
+            "exec",
+            "--json",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "echo $FOO > /tmp/f; cat /tmp/f",
+        ]);
+        assert_eq!(json(&ex)["stdout"], "bar\n");
+        let again = via.run(&["exec", "--json", &id, "--", "cat", "/tmp/f"]);
+        assert_eq!(
+            json(&again)["stdout"],
+            "bar\n",
+            "state persists between execs"
+        );
+        let ls = json(&via.run(&["ls", "--json"]));
+        assert!(
+            ls.as_array()
+                .unwrap()
+                .iter()
+                .any(|s| s["id"] == id.as_str()),
+            "{ls}"
+        );
+        let info = json(&via.run(&["inspect", "--json", &id]));
+        assert_eq!(info["spec"]["limits"]["memory_bytes"], 256u64 << 20);
+        let applied: Vec<String> = info["applied"]
             .as_array()
             .unwrap()
             .iter()
-            .any(|c| c["name"] == "cgroups"),
-        "{v}"
-    );
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        assert!(
+            applied.iter().any(|a| a.contains("memory 256MiB")),
+            "{applied:?}"
+        );
+        assert!(via.run(&["rm", &id]).status.success());
+        let gone = via.run(&["exec", "--json", &id, "--", "true"]);
+        assert_eq!(gone.status.code(), Some(65), "not found after rm");
+        assert_eq!(json(&gone)["error"]["code"], "not_found");
+        assert!(via.run(&["rm", &id]).status.success(), "rm is idempotent");
+    }
 }
 
-#[test]
-fn killing_the_cli_mid_run_leaves_nothing() {
-    if !require_root("killing_the_cli") {
-        return;
-    }
-    let mut child = stockade(&["run", "--", "sleep", "60"]).spawn().unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    // The sandbox this CLI owns (other tests run sandboxes in parallel).
-    let owned: Vec<std::path::PathBuf> = std::fs::read_dir(state_dir())
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|d| {
-            std::fs::read(d.join("state.json"))
-                .ok()
-                .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-                .is_some_and(|v| v["owner_pid"] == child.id())
-        })
-        .collect();
-    assert_eq!(owned.len(), 1, "the running CLI owns one sandbox");
-    kill9(child.id());
-    child.wait().unwrap();
-    let mut gone = false;
-    for _ in 0..100 {
-        if !owned[0].exists() {
-            gone = true;
-            break;
+both_ways! {
+    fn bad_flags_list_every_problem(via) {
+        let out = via.run(&[
+            "run", "--memory", "lots", "--pids", "0", "--mount", "nocolon", "--", "true",
+        ]);
+        assert_eq!(out.status.code(), Some(64));
+        let err = String::from_utf8_lossy(&out.stderr);
+        for needle in ["--memory", "limits.pids", "--mount"] {
+            assert!(err.contains(needle), "{needle} missing: {err}");
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    assert!(gone, "{} outlived the killed CLI", owned[0].display());
+}
+
+both_ways! {
+    fn doctor_reports_providers(via) {
+        let out = via.run(&["doctor", "--json"]);
+        let v = json(&out);
+        let names: Vec<&str> = v["providers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"native"), "{v}");
+        assert!(
+            v["checks"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|c| c["name"] == "cgroups"),
+            "{v}"
+        );
+        // Through a daemon, the daemon is checked too, and the exit code says it answers.
+        assert_eq!(
+            v["daemon"]["usable"].as_bool(),
+            via.is_daemon().then_some(true),
+            "{v}"
+        );
+        if via.is_daemon() {
+            assert_eq!(out.status.code(), Some(0), "{v}");
+        }
+    }
+}
+
+both_ways! {
+    fn killing_the_cli_mid_run_leaves_nothing(via) {
+        if !require_root("killing_the_cli") {
+            return;
+        }
+        let mut child = via.cmd(&["run", "--", "sleep", "60"]).spawn().unwrap();
+        // The sandbox this CLI owns (other tests run sandboxes in parallel), as `ls`
+        // shows it in-process and through the daemon alike.
+        let owned_by = |pid: u32| -> Vec<String> {
+            let out = via.run(&["ls", "--json"]);
+            serde_json::from_slice::<Value>(&out.stdout)
+                .ok()
+                .and_then(|v| v.as_array().cloned())
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| s["owner_pid"] == pid)
+                .filter_map(|s| s["id"].as_str().map(str::to_string))
+                .collect()
+        };
+        let mut owned = Vec::new();
+        for _ in 0..200 {
+            owned = owned_by(child.id());
+            if !owned.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert_eq!(owned.len(), 1, "the running CLI owns one sandbox");
+        let pid = child.id();
+        kill9(pid);
+        child.wait().unwrap();
+        let mut gone = false;
+        for _ in 0..200 {
+            if owned_by(pid).is_empty() {
+                gone = true;
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        assert!(gone, "{} outlived the killed CLI", owned[0]);
+    }
 }
 
 fn kill9(pid: u32) {
@@ -291,249 +316,253 @@ fn kill9(pid: u32) {
     );
 }
 
-#[test]
-fn wasm_provider_runs_python_from_the_cli() {
-    let out = run(&[
-        "run",
-        "--json",
-        "--provider",
-        "wasm",
-        "--language",
-        "python",
-        "--code",
-        "import sys; print(6 * 7, sys.platform)",
-    ]);
-    let v = json(&out);
-    assert_eq!(
-        v["stdout"], "42 wasi\n",
-        "python.wasm did not run ({v}); install it with `stockade runtime install python-wasm` (CI does in crates/stockade-wasm/ci-setup.sh)"
-    );
-    let out = run(&[
-        "run",
-        "--json",
-        "--provider",
-        "wasm",
-        "--timeout",
-        "1",
-        "--language",
-        "python",
-        "--code",
-        "while True: pass",
-    ]);
-    let v = json(&out);
-    assert_eq!(v["timed_out"], true, "{v}");
-    let ls = json(&run(&["runtime", "ls", "--json"]));
-    assert!(
-        ls["runtimes"]
+both_ways! {
+    fn wasm_provider_runs_python_from_the_cli(via) {
+        let out = via.run(&[
+            "run",
+            "--json",
+            "--provider",
+            "wasm",
+            "--language",
+            "python",
+            "--code",
+            "import sys; print(6 * 7, sys.platform)",
+        ]);
+        let v = json(&out);
+        assert_eq!(
+            v["stdout"], "42 wasi\n",
+            "python.wasm did not run ({v}); install it with `stockade runtime install python-wasm` (CI does in crates/stockade-wasm/ci-setup.sh)"
+        );
+        let out = via.run(&[
+            "run",
+            "--json",
+            "--provider",
+            "wasm",
+            "--timeout",
+            "1",
+            "--language",
+            "python",
+            "--code",
+            "while True: pass",
+        ]);
+        let v = json(&out);
+        assert_eq!(v["timed_out"], true, "{v}");
+        let ls = json(&via.run(&["runtime", "ls", "--json"]));
+        assert!(
+            ls["runtimes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["name"] == "python-wasm" && r["installed"] == true),
+            "{ls}"
+        );
+    }
+}
+
+both_ways! {
+    fn fs_cp_and_workspace_from_the_cli(via) {
+        if !require_root("fs_cp_and_workspace") {
+            return;
+        }
+        let ws = tempfile::tempdir().unwrap();
+        std::os::unix::fs::chown(ws.path(), Some(1000), Some(1000)).unwrap();
+        std::fs::write(ws.path().join("input.txt"), "from host\n").unwrap();
+        let id = json(&via.run(&[
+            "create",
+            "--json",
+            "--workspace",
+            &format!("{}:rw", ws.path().display()),
+        ]))["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let pwd = json(&via.run(&[
+            "exec",
+            "--json",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "pwd; cat input.txt",
+        ]));
+        assert_eq!(pwd["stdout"], "/work\nfrom host\n");
+        assert!(
+            via.run(&["fs", &id, "write", "/work/out.txt", "written by fs"])
+                .status
+                .success()
+        );
+        assert_eq!(
+            std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
+            "written by fs"
+        );
+        let r = json(&via.run(&["fs", "--json", &id, "read", "/work/out.txt"]));
+        assert_eq!(r["data"], "written by fs");
+        let e = json(&via.run(&[
+            "fs",
+            "--json",
+            &id,
+            "edit",
+            "/work/out.txt",
+            "fs",
+            "the CLI",
+        ]));
+        assert_eq!(e["replacements"], 1);
+        let ls = json(&via.run(&["fs", "--json", &id, "ls", "/work"]));
+        let names: Vec<&str> = ls
             .as_array()
             .unwrap()
             .iter()
-            .any(|r| r["name"] == "python-wasm" && r["installed"] == true),
-        "{ls}"
-    );
+            .map(|e| e["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, ["input.txt", "out.txt"]);
+        let g = json(&via.run(&["fs", "--json", &id, "grep", "CLI", "/work"]));
+        assert_eq!(g["matches"][0]["line"], "written by the CLI");
+        let gl = json(&via.run(&["fs", "--json", &id, "glob", "*.txt", "/work"]));
+        assert_eq!(gl["paths"].as_array().unwrap().len(), 2);
+        let missing = via.run(&["fs", "--json", &id, "read", "/work/nope"]);
+        assert_eq!(missing.status.code(), Some(65));
+        // cp in and out, directories included; a symlink is read inside the sandbox.
+        let src = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(src.path().join("pkg/sub")).unwrap();
+        std::fs::write(src.path().join("pkg/sub/mod.py"), "X = 1\n").unwrap();
+        assert!(
+            via.run(&[
+                "cp",
+                src.path().join("pkg").to_str().unwrap(),
+                &format!("{id}:/tmp/pkg")
+            ])
+            .status
+            .success()
+        );
+        let _ = via.run(&[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "ln -s /etc/hostname /tmp/pkg/hostlink",
+        ]);
+        let out = tempfile::tempdir().unwrap();
+        assert!(
+            via.run(&[
+                "cp",
+                &format!("{id}:/tmp/pkg"),
+                out.path().join("back").to_str().unwrap()
+            ])
+            .status
+            .success()
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.path().join("back/sub/mod.py")).unwrap(),
+            "X = 1\n"
+        );
+        assert!(
+            via.run(&[
+                "cp",
+                &format!("{id}:/tmp/pkg/hostlink"),
+                out.path().join("h").to_str().unwrap()
+            ])
+            .status
+            .success()
+        );
+        assert_eq!(
+            std::fs::read_to_string(out.path().join("h")).unwrap(),
+            "sandbox\n",
+            "the link was read on the host, not inside"
+        );
+        // A file copied onto an existing directory lands inside it.
+        let single = src.path().join("single.txt");
+        std::fs::write(&single, "one file").unwrap();
+        assert!(
+            via.run(&["cp", single.to_str().unwrap(), &format!("{id}:/tmp")])
+                .status
+                .success()
+        );
+        assert_eq!(
+            json(&via.run(&["fs", "--json", &id, "read", "/tmp/single.txt"]))["data"],
+            "one file"
+        );
+        assert!(via.run(&["rm", &id]).status.success());
+        // Read-only workspace by default.
+        let ro = json(&via.run(&[
+            "run",
+            "--json",
+            "--workspace",
+            ws.path().to_str().unwrap(),
+            "--",
+            "sh",
+            "-c",
+            "touch x",
+        ]));
+        assert_ne!(ro["exit_code"], 0, "{ro}");
+        assert!(!ws.path().join("x").exists());
+    }
 }
 
-#[test]
-fn fs_cp_and_workspace_from_the_cli() {
-    if !require_root("fs_cp_and_workspace") {
-        return;
+both_ways! {
+    fn session_exec_persists_the_workspace(via) {
+        if !require_root("session_exec") {
+            return;
+        }
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path().to_str().unwrap();
+        let a = json(&via.run(&[
+            "session",
+            "--home",
+            h,
+            "exec",
+            "--json",
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            "echo 1 >> log; cat log",
+        ]));
+        assert_eq!(a["stdout"], "1\n", "{a}");
+        assert!(
+            via.run(&["session", "--home", h, "release", "demo"])
+                .status
+                .success()
+        );
+        let b = json(&via.run(&[
+            "session",
+            "--home",
+            h,
+            "exec",
+            "--json",
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            "echo 2 >> log; cat log",
+        ]));
+        assert_eq!(b["stdout"], "1\n2\n", "the workspace survived the release");
+        let ls = json(&via.run(&["session", "--home", h, "ls", "--json"]));
+        assert_eq!(ls[0]["name"], "demo");
+        assert!(
+            via.run(&["session", "--home", h, "rm", "demo"])
+                .status
+                .success()
+        );
+        assert!(!home.path().join("sessions/demo").exists());
     }
-    let ws = tempfile::tempdir().unwrap();
-    std::os::unix::fs::chown(ws.path(), Some(1000), Some(1000)).unwrap();
-    std::fs::write(ws.path().join("input.txt"), "from host\n").unwrap();
-    let id = json(&run(&[
-        "create",
-        "--json",
-        "--workspace",
-        &format!("{}:rw", ws.path().display()),
-    ]))["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let pwd = json(&run(&[
-        "exec",
-        "--json",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "pwd; cat input.txt",
-    ]));
-    assert_eq!(pwd["stdout"], "/work\nfrom host\n");
-    assert!(
-        run(&["fs", &id, "write", "/work/out.txt", "written by fs"])
-            .status
-            .success()
-    );
-    assert_eq!(
-        std::fs::read_to_string(ws.path().join("out.txt")).unwrap(),
-        "written by fs"
-    );
-    let r = json(&run(&["fs", "--json", &id, "read", "/work/out.txt"]));
-    assert_eq!(r["data"], "written by fs");
-    let e = json(&run(&[
-        "fs",
-        "--json",
-        &id,
-        "edit",
-        "/work/out.txt",
-        "fs",
-        "the CLI",
-    ]));
-    assert_eq!(e["replacements"], 1);
-    let ls = json(&run(&["fs", "--json", &id, "ls", "/work"]));
-    let names: Vec<&str> = ls
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|e| e["name"].as_str().unwrap())
-        .collect();
-    assert_eq!(names, ["input.txt", "out.txt"]);
-    let g = json(&run(&["fs", "--json", &id, "grep", "CLI", "/work"]));
-    assert_eq!(g["matches"][0]["line"], "written by the CLI");
-    let gl = json(&run(&["fs", "--json", &id, "glob", "*.txt", "/work"]));
-    assert_eq!(gl["paths"].as_array().unwrap().len(), 2);
-    let missing = run(&["fs", "--json", &id, "read", "/work/nope"]);
-    assert_eq!(missing.status.code(), Some(65));
-    // cp in and out, directories included; a symlink is read inside the sandbox.
-    let src = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(src.path().join("pkg/sub")).unwrap();
-    std::fs::write(src.path().join("pkg/sub/mod.py"), "X = 1\n").unwrap();
-    assert!(
-        run(&[
-            "cp",
-            src.path().join("pkg").to_str().unwrap(),
-            &format!("{id}:/tmp/pkg")
-        ])
-        .status
-        .success()
-    );
-    let _ = run(&[
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "ln -s /etc/hostname /tmp/pkg/hostlink",
-    ]);
-    let out = tempfile::tempdir().unwrap();
-    assert!(
-        run(&[
-            "cp",
-            &format!("{id}:/tmp/pkg"),
-            out.path().join("back").to_str().unwrap()
-        ])
-        .status
-        .success()
-    );
-    assert_eq!(
-        std::fs::read_to_string(out.path().join("back/sub/mod.py")).unwrap(),
-        "X = 1\n"
-    );
-    assert!(
-        run(&[
-            "cp",
-            &format!("{id}:/tmp/pkg/hostlink"),
-            out.path().join("h").to_str().unwrap()
-        ])
-        .status
-        .success()
-    );
-    assert_eq!(
-        std::fs::read_to_string(out.path().join("h")).unwrap(),
-        "sandbox\n",
-        "the link was read on the host, not inside"
-    );
-    // A file copied onto an existing directory lands inside it.
-    let single = src.path().join("single.txt");
-    std::fs::write(&single, "one file").unwrap();
-    assert!(
-        run(&["cp", single.to_str().unwrap(), &format!("{id}:/tmp")])
-            .status
-            .success()
-    );
-    assert_eq!(
-        json(&run(&["fs", "--json", &id, "read", "/tmp/single.txt"]))["data"],
-        "one file"
-    );
-    assert!(run(&["rm", &id]).status.success());
-    // Read-only workspace by default.
-    let ro = json(&run(&[
-        "run",
-        "--json",
-        "--workspace",
-        ws.path().to_str().unwrap(),
-        "--",
-        "sh",
-        "-c",
-        "touch x",
-    ]));
-    assert_ne!(ro["exit_code"], 0, "{ro}");
-    assert!(!ws.path().join("x").exists());
-}
-
-#[test]
-fn session_exec_persists_the_workspace() {
-    if !require_root("session_exec") {
-        return;
-    }
-    let home = tempfile::tempdir().unwrap();
-    let h = home.path().to_str().unwrap();
-    let a = json(&run(&[
-        "session",
-        "--home",
-        h,
-        "exec",
-        "--json",
-        "demo",
-        "--",
-        "sh",
-        "-c",
-        "echo 1 >> log; cat log",
-    ]));
-    assert_eq!(a["stdout"], "1\n", "{a}");
-    assert!(
-        run(&["session", "--home", h, "release", "demo"])
-            .status
-            .success()
-    );
-    let b = json(&run(&[
-        "session",
-        "--home",
-        h,
-        "exec",
-        "--json",
-        "demo",
-        "--",
-        "sh",
-        "-c",
-        "echo 2 >> log; cat log",
-    ]));
-    assert_eq!(b["stdout"], "1\n2\n", "the workspace survived the release");
-    let ls = json(&run(&["session", "--home", h, "ls", "--json"]));
-    assert_eq!(ls[0]["name"], "demo");
-    assert!(
-        run(&["session", "--home", h, "rm", "demo"])
-            .status
-            .success()
-    );
-    assert!(!home.path().join("sessions/demo").exists());
 }
 
 // Issue 14, finding 3: descriptors the caller of `stockade` left open do not reach
 // the code (the fds are planted without close-on-exec, so `stockade` inherits them).
-#[test]
-fn descriptors_inherited_by_the_cli_do_not_reach_the_code() {
-    if !require_root("descriptors_inherited_by_the_cli") {
-        return;
+both_ways! {
+    fn descriptors_inherited_by_the_cli_do_not_reach_the_code(via) {
+        if !require_root("descriptors_inherited_by_the_cli") {
+            return;
+        }
+        let planted = stockade_testkit::fds::planted();
+        let out = via.run(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
     }
-    let planted = stockade_testkit::fds::planted();
-    let out = run(&["run", "--", "/bin/sh", "-c", &planted.probe()]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
 }

@@ -260,3 +260,84 @@ fn zstd_layers_are_imported_and_unpacked() {
         vec![7u8; 100_000]
     );
 }
+
+// Issue 15: an import whose index names the image by a bare tag only printed a
+// digest, then the image was not listed, and gc would have removed it.
+#[test]
+fn an_image_without_a_name_is_listed_kept_and_reached_by_digest() {
+    let (dir, store) = store();
+    let built = two_layers();
+    let layout = dir.path().join("layout");
+    write_layout(&layout, &built, "1");
+    let out = import(&store, &layout, None).unwrap();
+    let d = built.manifest.0.clone();
+    assert_eq!(out[0].references, Vec::<String>::new());
+    let listed = store.images().unwrap();
+    assert_eq!(
+        listed,
+        [stockade_image::Listed {
+            reference: None,
+            digest: d.clone()
+        }]
+    );
+    store.gc().unwrap();
+    let hex = d.hex().to_string();
+    for by in [
+        d.to_string(),
+        format!("sha256:{}", &hex[..6]),
+        hex[..stockade_image::MIN_BARE_PREFIX].to_string(),
+    ] {
+        assert_eq!(store.image(&by).unwrap().digest, d, "{by}");
+    }
+    // Too short to be taken for a digest: a name, and there is none.
+    assert!(matches!(
+        store.resolve(&hex[..6]),
+        Err(Error::ImageNotFound { .. })
+    ));
+    // Tagged later, it is listed by its name only; removed by digest, it is gone.
+    store
+        .tag(&stockade_image::Reference::parse("named:1").unwrap(), &d)
+        .unwrap();
+    let listed = store.images().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].reference.as_deref(),
+        Some("docker.io/library/named:1")
+    );
+    assert_eq!(store.remove(&format!("sha256:{}", &hex[..8])).unwrap(), d);
+    assert!(store.images().unwrap().is_empty());
+    assert!(!store.has_blob(&d), "gc removed what no image needs");
+}
+
+#[test]
+fn an_ambiguous_digest_prefix_names_the_candidates() {
+    let (dir, store) = store();
+    let mut digests = Vec::new();
+    // 17 images: two share their first hex digit.
+    for i in 0..17 {
+        let built = build(
+            &[Layer::new().file("n", format!("{i}").as_bytes()).into_tar()],
+            false,
+        );
+        let layout = dir.path().join(format!("l{i}"));
+        write_layout(&layout, &built, "latest");
+        digests.push(import(&store, &layout, None).unwrap()[0].digest.clone());
+    }
+    let first = |d: &Digest| d.hex().as_bytes()[0];
+    let c = digests
+        .iter()
+        .map(first)
+        .find(|c| digests.iter().filter(|d| first(d) == *c).count() > 1)
+        .unwrap();
+    let prefix = format!("sha256:{}", c as char);
+    let e = store.resolve(&prefix).unwrap_err();
+    assert!(matches!(e, Error::InvalidReference { .. }), "{e}");
+    for d in digests.iter().filter(|d| first(d) == c) {
+        assert!(e.to_string().contains(&d.to_string()), "{d} not in {e}");
+    }
+    assert!(
+        store.remove(&prefix).is_err(),
+        "an ambiguous prefix removes nothing"
+    );
+    assert_eq!(store.images().unwrap().len(), 17);
+}

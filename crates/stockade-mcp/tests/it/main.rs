@@ -523,8 +523,11 @@ impl Daemon {
     fn start(home: &Path) -> Daemon {
         let socket = home.join("stockaded.sock");
         let args = stockade_server::ServeArgs {
-            listen: Some(stockade_server::Listen::Unix(socket.clone())),
+            listen: vec![stockade_client::Address::Unix(socket.clone())],
             token_file: None,
+            tls_cert: None,
+            tls_key: None,
+            insecure_plaintext: false,
             metrics_listen: None,
             state_dir: Some(home.join("daemon-state")),
             default_provider: Some("native".into()),
