@@ -408,14 +408,6 @@ fn fs_cp_and_workspace_from_the_cli() {
         .status
         .success()
     );
-    let _ = run(&[
-        "exec",
-        &id,
-        "--",
-        "sh",
-        "-c",
-        "ln -s /etc/hostname /tmp/pkg/hostlink",
-    ]);
     let out = tempfile::tempdir().unwrap();
     assert!(
         run(&[
@@ -430,6 +422,23 @@ fn fs_cp_and_workspace_from_the_cli() {
         std::fs::read_to_string(out.path().join("back/sub/mod.py")).unwrap(),
         "X = 1\n"
     );
+    // After the directory's copy: a link leaving the tree is refused on the host
+    // (stockade::archive::unpack_on_host); copied alone, it is read inside.
+    let _ = run(&[
+        "exec",
+        &id,
+        "--",
+        "sh",
+        "-c",
+        "ln -s /etc/hostname /tmp/pkg/hostlink",
+    ]);
+    let refused = run(&[
+        "cp",
+        &format!("{id}:/tmp/pkg"),
+        out.path().join("back2").to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(77), "{refused:?}");
+    assert!(!out.path().join("back2/sub").exists());
     assert!(
         run(&[
             "cp",
