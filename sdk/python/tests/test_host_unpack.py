@@ -80,8 +80,8 @@ def _hostile_archives(outside: Path) -> list[tuple[str, bytes, type[Exception]]]
         ("symlink then a file through it", _tar(_link("l", str(outside)), _file("l/escape")), PolicyDeniedError),
         ("a relative link out", _tar(_link("up", "../../..")), PolicyDeniedError),
         ("hard link out", _tar(_link("hard", "/etc/passwd", tarfile.LNKTYPE)), PolicyDeniedError),
-        ("device", _tar(_entry("dev", kind=tarfile.CHRTYPE)), PolicyDeniedError),
-        ("fifo", _tar(_entry("fifo", kind=tarfile.FIFOTYPE)), PolicyDeniedError),
+        ("device", _tar((_entry("dev", kind=tarfile.CHRTYPE), b"")), PolicyDeniedError),
+        ("fifo", _tar((_entry("fifo", kind=tarfile.FIFOTYPE), b"")), PolicyDeniedError),
         ("too many entries", _tar(*many), LimitExceededError),
     ]
 
