@@ -29,8 +29,8 @@ use bollard::query_parameters::{
 };
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, FileOp, FileResult,
-    GcReport, OutputSender, Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
+    FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, ValidatedSpec,
 };
 use stockade_native::client;
 use tokio::sync::OnceCell;
@@ -515,29 +515,6 @@ fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
         .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
 }
 
-impl DockerProvider {
-    /// An exec through the container's agent (the same protocol as native), with
-    /// stdin and kill requests while it runs when `input` is given.
-    async fn exec_with_input(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: Option<stockade_core::InputReceiver>,
-    ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
-        check_id(id)?;
-        let sock = self.dir(id).join("agent.sock");
-        if !sock.exists() {
-            return Err(self.gone(id, not_found(id)).await);
-        }
-        match client::exec(id, &sock, req, output, input).await {
-            Ok(o) => Ok(o),
-            Err(e) => Err(self.gone(id, e).await),
-        }
-    }
-}
-
 #[async_trait]
 impl Provider for DockerProvider {
     fn name(&self) -> &'static str {
@@ -602,28 +579,20 @@ impl Provider for DockerProvider {
         Ok(checks)
     }
 
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.capabilities().check(self.name(), &spec)?;
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         self.launch(&spec, &opts).await
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        self.exec_with_input(id, req, output, None).await
-    }
-
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: stockade_core::InputReceiver,
-    ) -> Result<ExecOutcome> {
-        self.exec_with_input(id, req, output, Some(input)).await
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        check_id(id)?;
+        let sock = self.dir(id).join("agent.sock");
+        if !sock.exists() {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        match client::exec(id, &sock, req.into_inner(), io).await {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.gone(id, e).await),
+        }
     }
 
     async fn health(&self, id: &str) -> Result<()> {

@@ -4,7 +4,7 @@ use std::path::Path;
 
 use stockade_agent_proto::codec::asynch::read_msg;
 use stockade_agent_proto::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest, PROTOCOL_VERSION};
-use stockade_core::{Error, ExecInput, InputReceiver, OutputChunk, OutputSender};
+use stockade_core::{Error, ExecInput, ExecIo, OutputChunk, OutputSender};
 use tokio::net::UnixStream;
 
 fn lost(id: &str, e: impl std::fmt::Display) -> Error {
@@ -39,7 +39,7 @@ async fn hello(id: &str, s: &mut UnixStream, then: &ClientMsg) -> Result<(), Err
         .map_err(|e| lost(id, e))?;
     match read_msg::<_, AgentMsg>(s).await.map_err(|e| lost(id, e))? {
         Some(AgentMsg::Hello { .. }) => Ok(()),
-        Some(AgentMsg::Error { code, message }) => Err(Error::from_wire(code, message)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         other => Err(lost(id, format!("unexpected answer to hello: {other:?}"))),
     }
 }
@@ -64,9 +64,9 @@ pub async fn exec(
     id: &str,
     socket: &Path,
     mut req: ExecRequest,
-    output: Option<OutputSender>,
-    input: Option<InputReceiver>,
+    io: ExecIo,
 ) -> Result<ExecOutcome, Error> {
+    let ExecIo { output, input } = io;
     req.stream = output.is_some();
     let mut s = connect(id, socket).await?;
     hello(id, &mut s, &ClientMsg::Exec(req)).await?;
@@ -115,7 +115,7 @@ async fn exec_events<R: tokio::io::AsyncRead + Unpin>(
                 }
             }
             Some(AgentMsg::Exited(outcome)) => return Ok(outcome),
-            Some(AgentMsg::Error { code, message }) => return Err(Error::from_wire(code, message)),
+            Some(AgentMsg::Error { code, message }) => return Err(Error::remote(code, message)),
             Some(other) => return Err(lost(id, format!("unexpected message {other:?}"))),
             None => {
                 return Err(lost(
@@ -140,25 +140,10 @@ pub async fn file(
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::FileDone(r)) => Ok(r),
-        Some(AgentMsg::Error { code, message }) => Err(file_error(code, message)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         other => Err(lost(
             id,
             format!("unexpected answer to a file operation: {other:?}"),
         )),
-    }
-}
-
-fn file_error(code: stockade_core::ErrorCode, message: String) -> Error {
-    use stockade_core::ErrorCode as C;
-    match code {
-        C::NotFound => Error::NotFound {
-            kind: "path",
-            id: message,
-        },
-        C::LimitExceeded => Error::LimitExceeded {
-            what: message,
-            limit: "the file operation limits".into(),
-        },
-        other => Error::from_wire(other, message),
     }
 }

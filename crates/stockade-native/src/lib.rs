@@ -22,8 +22,8 @@ use async_trait::async_trait;
 use stockade_agent_proto::launch::{LaunchReport, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, GcReport, OutputSender,
-    Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
+    GcReport, Provider, Result, SandboxInfo, ValidatedSpec,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -283,14 +283,7 @@ impl NativeProvider {
             Ok(LaunchReport::Ready(st)) => Ok(st),
             Ok(LaunchReport::Failed { code, message }) => {
                 state::reap_dir(&dir);
-                Err(match code {
-                    stockade_core::ErrorCode::Unavailable => Error::Unavailable {
-                        what: "the native provider".into(),
-                        reason: message,
-                        fix: "see `stockade doctor`".into(),
-                    },
-                    c => Error::from_wire(c, message),
-                })
+                Err(Error::remote(code, message))
             }
             Err(_) => {
                 let log = std::fs::read_to_string(dir.join("monitor.log")).unwrap_or_default();
@@ -318,19 +311,12 @@ impl Provider for NativeProvider {
         Ok(host_checks())
     }
 
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.capabilities().check(self.name(), &spec)?;
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         let st = self.launch(&spec, &opts).await?;
         Ok(Self::info(&st))
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
         let dir = self.dir(id)?;
         if !dir.join("state.json").exists() {
             return Err(Error::NotFound {
@@ -338,25 +324,7 @@ impl Provider for NativeProvider {
                 id: id.to_string(),
             });
         }
-        client::exec(id, &dir.join("agent.sock"), req, output, None).await
-    }
-
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: stockade_core::InputReceiver,
-    ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
-        let dir = self.dir(id)?;
-        if !dir.join("state.json").exists() {
-            return Err(Error::NotFound {
-                kind: "sandbox",
-                id: id.to_string(),
-            });
-        }
-        client::exec(id, &dir.join("agent.sock"), req, output, Some(input)).await
+        client::exec(id, &dir.join("agent.sock"), req.into_inner(), io).await
     }
 
     async fn health(&self, id: &str) -> Result<()> {
