@@ -16,6 +16,7 @@
 
 use std::sync::Arc;
 
+pub mod archive;
 pub mod code;
 
 pub use stockade_core::*;

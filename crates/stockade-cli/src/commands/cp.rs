@@ -1,11 +1,12 @@
 //! `stockade cp SRC DEST`: copy files and directories between the host and a sandbox.
-//! One side is `ID:/path`. Directories travel as tar archives; unpacking on the host
-//! refuses entries that would leave DEST, device nodes and links out of the tree.
+//! One side is `ID:/path`. Directories travel as tar archives; on the host they are
+//! unpacked by `stockade::archive::unpack_on_host` (the rule the SDKs apply too).
 
 use std::path::{Path, PathBuf};
 
 use clap::Args;
-use stockade::files::{FileKind, MAX_ENTRIES, MAX_TRANSFER_BYTES, safe_entry_path};
+use stockade::archive::unpack_on_host;
+use stockade::files::{FileKind, MAX_ENTRIES, MAX_TRANSFER_BYTES};
 use stockade::{Error, FileOp, FileResult, Provider, Result};
 
 use super::Ctx;
@@ -167,62 +168,6 @@ async fn from_sandbox(p: &dyn Provider, id: &str, src: &str, dest: &Path) -> Res
         std::fs::write(&target, data)
             .map_err(|e| Error::io(format!("cannot write {}", target.display()), e))
     }
-}
-
-/// Unpacks an archive that came out of a sandbox: every entry checked first.
-pub fn unpack_on_host(archive: &[u8], dest: &Path) -> Result<()> {
-    let denied = |m: String| Error::PolicyDenied(m);
-    let mut a = tar::Archive::new(archive);
-    let mut count = 0u32;
-    for e in a
-        .entries()
-        .map_err(|e| Error::InvalidRequest(format!("bad archive: {e}")))?
-    {
-        let e = e.map_err(|e| Error::InvalidRequest(format!("bad archive: {e}")))?;
-        count += 1;
-        if count > MAX_ENTRIES {
-            return Err(Error::LimitExceeded {
-                what: "archive entries".into(),
-                limit: MAX_ENTRIES.to_string(),
-            });
-        }
-        let path = e
-            .path()
-            .map_err(|e| Error::InvalidRequest(e.to_string()))?
-            .into_owned();
-        safe_entry_path(&path).map_err(denied)?;
-        let t = e.header().entry_type();
-        if !(t.is_file() || t.is_dir() || t.is_symlink()) {
-            return Err(denied(format!(
-                "archive entry {} is a {t:?}; refused",
-                path.display()
-            )));
-        }
-    }
-    std::fs::create_dir_all(dest)
-        .map_err(|e| Error::io(format!("cannot create {}", dest.display()), e))?;
-    let mut a = tar::Archive::new(archive);
-    a.set_preserve_permissions(false);
-    a.set_preserve_ownerships(false);
-    a.set_unpack_xattrs(false);
-    for e in a
-        .entries()
-        .map_err(|e| Error::InvalidRequest(e.to_string()))?
-    {
-        let mut e = e.map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        let path = e.path().map(|p| p.into_owned()).unwrap_or_default();
-        if !e
-            .unpack_in(dest)
-            .map_err(|err| Error::io(format!("cannot unpack {}", path.display()), err))?
-        {
-            return Err(denied(format!(
-                "archive entry {} leaves {}",
-                path.display(),
-                dest.display()
-            )));
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

@@ -434,14 +434,6 @@ both_ways! {
             .status
             .success()
         );
-        let _ = via.run(&[
-            "exec",
-            &id,
-            "--",
-            "sh",
-            "-c",
-            "ln -s /etc/hostname /tmp/pkg/hostlink",
-        ]);
         let out = tempfile::tempdir().unwrap();
         assert!(
             via.run(&[
@@ -456,6 +448,23 @@ both_ways! {
             std::fs::read_to_string(out.path().join("back/sub/mod.py")).unwrap(),
             "X = 1\n"
         );
+        // After the directory's copy: a link leaving the tree is refused on the host
+        // (stockade::archive::unpack_on_host); copied alone, it is read inside.
+        let _ = via.run(&[
+            "exec",
+            &id,
+            "--",
+            "sh",
+            "-c",
+            "ln -s /etc/hostname /tmp/pkg/hostlink",
+        ]);
+        let refused = via.run(&[
+            "cp",
+            &format!("{id}:/tmp/pkg"),
+            out.path().join("back2").to_str().unwrap(),
+        ]);
+        assert_eq!(refused.status.code(), Some(77), "{refused:?}");
+        assert!(!out.path().join("back2/sub").exists());
         assert!(
             via.run(&[
                 "cp",

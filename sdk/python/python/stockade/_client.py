@@ -104,7 +104,8 @@ def _exec_kwargs(
     env: Mapping[str, str] | None,
     cwd: str | None,
     output_limit: int | None,
-) -> dict[str, Any]:
+) -> _native.ExecOptions:
+    """The options of one exec, as the native ``exec``/``stream`` take them."""
     if timeout is not None and not timeout > 0:
         raise InvalidSpecError(f"exec timeout must be positive, not {timeout!r}")
     return {
@@ -129,29 +130,15 @@ def _tar_of(src: str | os.PathLike[str] | bytes) -> bytes:
     return buf.getvalue()
 
 
-def _untar(archive: bytes, dest: str | os.PathLike[str]) -> None:
-    """Unpacks a sandbox's archive on the host, refusing absolute paths, ``..``, links
-    leaving ``dest`` and device files (tarfile's ``data`` filter)."""
-    os.makedirs(dest, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        try:
-            tar.extractall(dest, filter="data")
-        except tarfile.FilterError as e:
-            from .errors import PolicyDeniedError
-
-            raise PolicyDeniedError(f"archive from the sandbox refused: {e}") from None
-
-
-def _code_spec(prepared: tuple[list[str], str], spec: dict[str, Any], language: str) -> list[str]:
+def _code_spec(prepared: _native.PreparedCode, spec: dict[str, Any], language: str) -> list[str]:
     """The argv of ``run_code`` in a live sandbox; refuses a language whose
     interpreter would need another root than the sandbox has."""
-    argv, new_spec = prepared
-    if json.loads(new_spec).get("image") != spec.get("image"):
+    if json.loads(prepared.spec_json).get("image") != spec.get("image"):
         raise UnavailableError(
             f"the {language} interpreter is unavailable: this sandbox has none "
             f"(fix: create a sandbox with language={language!r})"
         )
-    return argv
+    return list(prepared.argv)
 
 
 def _create_args(
@@ -198,6 +185,7 @@ class _Handle:
     def __init__(self, client: Any, handle: Any, language: str | None) -> None:
         self._client = client
         self._h = handle
+        self._f = handle.files()
         self._language = language
         self._info: SandboxInfo | None = None
 
@@ -216,8 +204,8 @@ class _Handle:
 
     def _policy(self, approve: Approval | None) -> None:
         if approve is not None:
-            rules = [(r.name, r.target, r.pattern, r.verdict) for r in approve.rules]
-            self._h = self._h.with_policy(approve.default, rules, approve.ask)
+            self._h = self._h.with_policy(approve)
+            self._f = self._h.files()
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.id}>"
@@ -250,7 +238,7 @@ class Sandbox(_Handle):
         started ends with it, unless ``background=True``: then what it left running
         (``server &``) lives on until the sandbox ends."""
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
-        return ExecResult._from_native(self._h.exec(_argv(argv), background=background, **kw))
+        return ExecResult._from_native(self._h.exec(_argv(argv), kw, background=background))
 
     def stream(
         self,
@@ -265,7 +253,7 @@ class Sandbox(_Handle):
         """Starts a command; iterate the result for live output chunks, then call
         ``result()``. Leaving the ``with`` block (or ``close()``) kills the command."""
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
-        return ExecStream(self._h.stream(_argv(argv), **kw))
+        return ExecStream(self._h.stream(_argv(argv), kw))
 
     def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         """Runs ``code`` in ``language`` (default: the sandbox's language, else python)."""
@@ -275,11 +263,11 @@ class Sandbox(_Handle):
 
     def write(self, path: str, data: bytes | str) -> None:
         """Writes a file (parents created), as the sandbox user."""
-        self._h.write(path, data.encode() if isinstance(data, str) else bytes(data))
+        self._f.write(path, data.encode() if isinstance(data, str) else bytes(data))
 
     def read(self, path: str) -> bytes:
         """Reads a whole file (up to 32 MiB)."""
-        data: bytes = self._h.read(path)
+        data: bytes = self._f.read(path)
         return data
 
     def read_text(self, path: str) -> str:
@@ -288,41 +276,43 @@ class Sandbox(_Handle):
     def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
         """Replaces ``old`` by ``new`` (which must be unique unless ``replace_all``);
         returns the number of replacements."""
-        count: int = self._h.edit(path, old, new, replace_all)
+        count: int = self._f.edit(path, old, new, replace_all)
         return count
 
     def ls(self, path: str = ".") -> list[FileEntry]:
-        return [FileEntry._from_json(e) for e in json.loads(self._h.ls(path))]
+        return [FileEntry._from_json(e) for e in json.loads(self._f.ls(path))]
 
     def stat(self, path: str) -> FileEntry:
-        return FileEntry._from_json(json.loads(self._h.stat(path)))
+        return FileEntry._from_json(json.loads(self._f.stat(path)))
 
     def glob(self, pattern: str, root: str = ".") -> list[str]:
         """Paths below ``root`` matching ``pattern`` (``**`` crosses directories)."""
-        return list(self._h.glob(pattern, root))
+        return list(self._f.glob(pattern, root))
 
     def grep(self, regex: str, root: str = ".", include: str | None = None, max_matches: int = 0) -> list[GrepMatch]:
-        return [GrepMatch._from_json(m) for m in json.loads(self._h.grep(regex, root, include, max_matches))]
+        return [GrepMatch._from_json(m) for m in json.loads(self._f.grep(regex, root, include, max_matches))]
 
     def mkdir(self, path: str) -> None:
-        self._h.mkdir(path)
+        self._f.mkdir(path)
 
     def rm(self, path: str) -> None:
         """Removes a file or a directory tree."""
-        self._h.rm(path)
+        self._f.rm(path)
 
     def upload(self, src: str | os.PathLike[str] | bytes, dest: str = ".") -> None:
         """Copies a local file or directory into the directory ``dest`` (or unpacks
         tar bytes there). Archives with ``..``, absolute paths, devices or entries
         through symlinks are refused before anything is written."""
-        self._h.upload(dest, _tar_of(src))
+        self._f.upload(dest, _tar_of(src))
 
     def download(self, path: str, to: str | os.PathLike[str] | None = None) -> bytes:
         """A tar of ``path`` (a directory: its contents); with ``to``, also unpacked into that local directory
-        (paths leaving it are refused)."""
-        archive: bytes = self._h.download(path)
+        by the rule ``stockade cp`` applies: the archive is refused whole if an entry is absolute, has ``..``,
+        is a hard link or a device, goes through a symlink, or is a symlink leaving ``to``; setuid, setgid and
+        group/other write bits are dropped."""
+        archive: bytes = self._f.download(path)
         if to is not None:
-            _untar(archive, to)
+            _native.unpack_on_host(archive, os.fspath(to))
         return archive
 
     def destroy(self) -> None:
@@ -356,7 +346,7 @@ class ExecStream:
         chunk = self._h.next()
         if chunk is None:
             raise StopIteration
-        return OutputChunk(*chunk)
+        return OutputChunk(chunk.stream, chunk.data)
 
     def result(self) -> ExecResult:
         """Waits for the command to end (output not yet read is dropped from the
@@ -414,8 +404,8 @@ class Stockade(_Client):
     def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
         if language is None:
             return spec
-        _, adjusted = self._n.prepare_code(language, "", spec_json(spec))
-        out: dict[str, Any] = json.loads(adjusted)
+        prepared = self._n.prepare_code(language, "", spec_json(spec))
+        out: dict[str, Any] = json.loads(prepared.spec_json)
         return out
 
     def create(
@@ -514,7 +504,7 @@ class AsyncSandbox(_Handle):
     ) -> ExecResult:
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
         return ExecResult._from_native(
-            await self._h.exec(_argv(argv), asynchronous=True, background=background, **kw)
+            await self._h.exec(_argv(argv), kw, background=background, asynchronous=True)
         )
 
     def stream(
@@ -529,7 +519,7 @@ class AsyncSandbox(_Handle):
     ) -> AsyncExecStream:
         """Starts a command; ``async for`` over the result gives live output."""
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
-        return AsyncExecStream(self._h.stream(_argv(argv), **kw))
+        return AsyncExecStream(self._h.stream(_argv(argv), kw))
 
     async def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         lang = language or self._language or "python"
@@ -537,45 +527,45 @@ class AsyncSandbox(_Handle):
         return await self.exec(_code_spec(prepared, self.info.spec, lang), timeout=timeout)
 
     async def write(self, path: str, data: bytes | str) -> None:
-        await self._h.write(path, data.encode() if isinstance(data, str) else bytes(data), asynchronous=True)
+        await self._f.write(path, data.encode() if isinstance(data, str) else bytes(data), asynchronous=True)
 
     async def read(self, path: str) -> bytes:
-        data: bytes = await self._h.read(path, asynchronous=True)
+        data: bytes = await self._f.read(path, asynchronous=True)
         return data
 
     async def read_text(self, path: str) -> str:
         return (await self.read(path)).decode("utf-8", "replace")
 
     async def edit(self, path: str, old: str, new: str, replace_all: bool = False) -> int:
-        count: int = await self._h.edit(path, old, new, replace_all, asynchronous=True)
+        count: int = await self._f.edit(path, old, new, replace_all, asynchronous=True)
         return count
 
     async def ls(self, path: str = ".") -> list[FileEntry]:
-        return [FileEntry._from_json(e) for e in json.loads(await self._h.ls(path, asynchronous=True))]
+        return [FileEntry._from_json(e) for e in json.loads(await self._f.ls(path, asynchronous=True))]
 
     async def stat(self, path: str) -> FileEntry:
-        return FileEntry._from_json(json.loads(await self._h.stat(path, asynchronous=True)))
+        return FileEntry._from_json(json.loads(await self._f.stat(path, asynchronous=True)))
 
     async def glob(self, pattern: str, root: str = ".") -> list[str]:
-        return list(await self._h.glob(pattern, root, asynchronous=True))
+        return list(await self._f.glob(pattern, root, asynchronous=True))
 
     async def grep(self, regex: str, root: str = ".", include: str | None = None, max_matches: int = 0) -> list[GrepMatch]:
-        raw = await self._h.grep(regex, root, include, max_matches, asynchronous=True)
+        raw = await self._f.grep(regex, root, include, max_matches, asynchronous=True)
         return [GrepMatch._from_json(m) for m in json.loads(raw)]
 
     async def mkdir(self, path: str) -> None:
-        await self._h.mkdir(path, asynchronous=True)
+        await self._f.mkdir(path, asynchronous=True)
 
     async def rm(self, path: str) -> None:
-        await self._h.rm(path, asynchronous=True)
+        await self._f.rm(path, asynchronous=True)
 
     async def upload(self, src: str | os.PathLike[str] | bytes, dest: str = ".") -> None:
-        await self._h.upload(dest, _tar_of(src), asynchronous=True)
+        await self._f.upload(dest, _tar_of(src), asynchronous=True)
 
     async def download(self, path: str, to: str | os.PathLike[str] | None = None) -> bytes:
-        archive: bytes = await self._h.download(path, asynchronous=True)
+        archive: bytes = await self._f.download(path, asynchronous=True)
         if to is not None:
-            _untar(archive, to)
+            await _native.unpack_on_host(archive, os.fspath(to), asynchronous=True)
         return archive
 
     async def destroy(self) -> None:
@@ -607,7 +597,7 @@ class AsyncExecStream:
         chunk = await self._h.next(asynchronous=True)
         if chunk is None:
             raise StopAsyncIteration
-        return OutputChunk(*chunk)
+        return OutputChunk(chunk.stream, chunk.data)
 
     async def result(self) -> ExecResult:
         if self._result is None:
@@ -631,8 +621,8 @@ class AsyncStockade(_Client):
     async def _spec(self, language: str | None, spec: dict[str, Any]) -> dict[str, Any]:
         if language is None:
             return spec
-        _, adjusted = await self._n.prepare_code(language, "", spec_json(spec), asynchronous=True)
-        out: dict[str, Any] = json.loads(adjusted)
+        prepared = await self._n.prepare_code(language, "", spec_json(spec), asynchronous=True)
+        out: dict[str, Any] = json.loads(prepared.spec_json)
         return out
 
     async def create(

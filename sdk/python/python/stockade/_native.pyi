@@ -1,11 +1,35 @@
 # Type stub of the Rust extension module (crates/stockade-py). Methods taking
 # ``asynchronous=True`` return an awaitable of what they return otherwise.
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 PROVIDERS: list[str]
 VERSION: str
 
-_Outcome = tuple[int, int | None, bytes, bytes, bool, bool, int, int, int]
+class ExecOptions(TypedDict):
+    stdin: bytes | None
+    env: dict[str, str] | None
+    cwd: str | None
+    timeout_ms: int | None
+    output_limit: int | None
+
+class Outcome:
+    exit_code: int
+    signal: int | None
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    oom_killed: bool
+    stdout_dropped: int
+    stderr_dropped: int
+    duration_ms: int
+
+class Chunk:
+    stream: Literal["stdout", "stderr"]
+    data: bytes
+
+class PreparedCode:
+    argv: list[str]
+    spec_json: str
 
 class Client:
     def __init__(
@@ -29,27 +53,14 @@ class SandboxHandle:
     @property
     def id(self) -> str: ...
     def info_json(self) -> str: ...
-    def with_policy(self, default: str, rules: list[tuple[str, str, str, str]], callback: Any = None) -> SandboxHandle: ...
-    def exec(
-        self,
-        argv: list[str],
-        stdin: bytes | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout_ms: int | None = None,
-        output_limit: int | None = None,
-        asynchronous: bool = False,
-        background: bool = False,
-    ) -> Any: ...
-    def stream(
-        self,
-        argv: list[str],
-        stdin: bytes | None = None,
-        env: dict[str, str] | None = None,
-        cwd: str | None = None,
-        timeout_ms: int | None = None,
-        output_limit: int | None = None,
-    ) -> ExecStream: ...
+    # ``approval``: a ``stockade.Approval`` (read by attribute).
+    def with_policy(self, approval: Any) -> SandboxHandle: ...
+    def files(self) -> Files: ...
+    def exec(self, argv: list[str], opts: ExecOptions, background: bool = False, asynchronous: bool = False) -> Any: ...
+    def stream(self, argv: list[str], opts: ExecOptions) -> ExecStream: ...
+    def destroy(self, asynchronous: bool = False) -> Any: ...
+
+class Files:
     def write(self, path: str, data: bytes, asynchronous: bool = False) -> Any: ...
     def read(self, path: str, asynchronous: bool = False) -> Any: ...
     def edit(self, path: str, old: str, new: str, replace_all: bool, asynchronous: bool = False) -> Any: ...
@@ -63,9 +74,10 @@ class SandboxHandle:
     def rm(self, path: str, asynchronous: bool = False) -> Any: ...
     def upload(self, dest: str, archive: bytes, asynchronous: bool = False) -> Any: ...
     def download(self, path: str, asynchronous: bool = False) -> Any: ...
-    def destroy(self, asynchronous: bool = False) -> Any: ...
 
 class ExecStream:
     def next(self, asynchronous: bool = False) -> Any: ...
     def outcome(self, asynchronous: bool = False) -> Any: ...
     def close(self) -> None: ...
+
+def unpack_on_host(archive: bytes, dest: str, asynchronous: bool = False) -> Any: ...

@@ -60,9 +60,19 @@ class ExecResult:
         }
 
     @classmethod
-    def _from_native(cls, t: tuple[Any, ...]) -> ExecResult:
-        code, signal, out, err, timed_out, oom, out_drop, err_drop, ms = t
-        return cls(code, out, err, signal, timed_out, oom, out_drop, err_drop, ms / 1000)
+    def _from_native(cls, o: Any) -> ExecResult:
+        """From a ``stockade._native.Outcome``."""
+        return cls(
+            exit_code=o.exit_code,
+            stdout_bytes=o.stdout,
+            stderr_bytes=o.stderr,
+            signal=o.signal,
+            timed_out=o.timed_out,
+            oom_killed=o.oom_killed,
+            stdout_dropped=o.stdout_dropped,
+            stderr_dropped=o.stderr_dropped,
+            duration=o.duration_ms / 1000,
+        )
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,89 @@
+//! A live sandbox: its id and info, its approval policy, exec (waited for or
+//! streamed) and destroy. Its file operations are [`crate::files::Files`].
+
+use std::sync::Arc;
+
+use pyo3::prelude::*;
+use stockade::{OutputChunk, Sandbox};
+use tokio::sync::mpsc;
+
+use crate::errors::{json, to_py};
+use crate::exec::{ExecOptions, ExecStream, Outcome};
+use crate::files::Files;
+use crate::policy::Approval;
+use crate::runtime::{drive, runtime};
+
+/// A live sandbox.
+#[pyclass(frozen, module = "stockade._native")]
+pub struct SandboxHandle {
+    sb: Sandbox,
+}
+
+impl SandboxHandle {
+    pub fn new(sb: Sandbox) -> SandboxHandle {
+        SandboxHandle { sb }
+    }
+}
+
+#[pymethods]
+impl SandboxHandle {
+    #[getter]
+    fn id(&self) -> &str {
+        self.sb.id()
+    }
+
+    /// What is known about the sandbox (spec, applied hardening, expiry) as JSON.
+    fn info_json(&self) -> PyResult<String> {
+        json(self.sb.info())
+    }
+
+    /// This sandbox with an approval policy in front of its execs and file writes.
+    fn with_policy(&self, approval: Approval) -> PyResult<SandboxHandle> {
+        let p = approval.into_policy()?;
+        Ok(SandboxHandle::new(self.sb.clone().with_policy(Arc::new(p))))
+    }
+
+    /// The file operations of this handle (under its policy).
+    fn files(&self) -> Files {
+        Files::new(self.sb.clone())
+    }
+
+    /// Runs a command and waits for it; its [`Outcome`].
+    #[pyo3(signature = (argv, opts, background=false, asynchronous=false))]
+    fn exec(
+        &self,
+        py: Python<'_>,
+        argv: Vec<String>,
+        opts: ExecOptions,
+        background: bool,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let mut req = opts.request(argv);
+        req.background = background;
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            Ok(Outcome::from(sb.exec(req).await.map_err(to_py)?))
+        })
+    }
+
+    /// Starts a command whose output is read live from the returned stream.
+    fn stream(&self, argv: Vec<String>, opts: ExecOptions) -> ExecStream {
+        let req = opts.request(argv);
+        let sb = self.sb.clone();
+        // Bounded: a reader that stops reading slows the exec, never grows memory.
+        let (tx, rx) = mpsc::channel::<OutputChunk>(64);
+        ExecStream::new(
+            runtime().spawn(async move { sb.exec_streaming(req, tx).await }),
+            rx,
+        )
+    }
+
+    /// Destroys the sandbox (idempotent).
+    #[pyo3(signature = (asynchronous=false))]
+    fn destroy(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            sb.destroy().await.map_err(to_py)
+        })
+    }
+}
