@@ -95,6 +95,25 @@ impl FileOp {
             FileOp::Upload { dest, .. } => dest,
         }
     }
+
+    /// The operation with its path (the one [`FileOp::path`] names; every operation
+    /// has exactly one) replaced by `f(path)`.
+    pub fn map_paths(mut self, f: impl FnOnce(String) -> String) -> FileOp {
+        let p = match &mut self {
+            FileOp::Write { path, .. }
+            | FileOp::Read { path, .. }
+            | FileOp::Edit { path, .. }
+            | FileOp::Ls { path }
+            | FileOp::Stat { path }
+            | FileOp::Mkdir { path, .. }
+            | FileOp::Rm { path, .. }
+            | FileOp::Download { path } => path,
+            FileOp::Glob { root, .. } | FileOp::Grep { root, .. } => root,
+            FileOp::Upload { dest, .. } => dest,
+        };
+        *p = f(std::mem::take(p));
+        self
+    }
 }
 
 /// Kind of a directory entry.
@@ -172,4 +191,36 @@ pub fn safe_entry_path(path: &Path) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn map_paths_rewrites_the_one_path_and_keeps_the_rest() {
+        let op = FileOp::Grep {
+            regex: "x".into(),
+            root: "src".into(),
+            include: Some("*.rs".into()),
+            max_matches: 3,
+        };
+        let mapped = op.map_paths(|p| format!("/work/{p}"));
+        assert_eq!(mapped.path(), "/work/src");
+        assert!(
+            matches!(mapped, FileOp::Grep { max_matches: 3, ref include, .. } if include.as_deref() == Some("*.rs"))
+        );
+        let up = FileOp::Upload {
+            dest: "d".into(),
+            archive: vec![1, 2],
+        }
+        .map_paths(|p| p + "/x");
+        assert_eq!(
+            up,
+            FileOp::Upload {
+                dest: "d/x".into(),
+                archive: vec![1, 2]
+            }
+        );
+    }
 }

@@ -57,63 +57,7 @@ fn rebase(op: FileOp, workdir: &str) -> FileOp {
             format!("{}/{p}", workdir.trim_end_matches('/'))
         }
     };
-    match op {
-        FileOp::Write { path, data, mode } => FileOp::Write {
-            path: fix(path),
-            data,
-            mode,
-        },
-        FileOp::Read {
-            path,
-            offset,
-            limit,
-        } => FileOp::Read {
-            path: fix(path),
-            offset,
-            limit,
-        },
-        FileOp::Edit {
-            path,
-            old,
-            new,
-            replace_all,
-        } => FileOp::Edit {
-            path: fix(path),
-            old,
-            new,
-            replace_all,
-        },
-        FileOp::Ls { path } => FileOp::Ls { path: fix(path) },
-        FileOp::Stat { path } => FileOp::Stat { path: fix(path) },
-        FileOp::Glob { pattern, root } => FileOp::Glob {
-            pattern,
-            root: fix(root),
-        },
-        FileOp::Grep {
-            regex,
-            root,
-            include,
-            max_matches,
-        } => FileOp::Grep {
-            regex,
-            root: fix(root),
-            include,
-            max_matches,
-        },
-        FileOp::Mkdir { path, parents } => FileOp::Mkdir {
-            path: fix(path),
-            parents,
-        },
-        FileOp::Rm { path, recursive } => FileOp::Rm {
-            path: fix(path),
-            recursive,
-        },
-        FileOp::Upload { dest, archive } => FileOp::Upload {
-            dest: fix(dest),
-            archive,
-        },
-        FileOp::Download { path } => FileOp::Download { path: fix(path) },
-    }
+    op.map_paths(fix)
 }
 
 /// The request with the sandbox's late-bound env and workdir applied.
