@@ -9,8 +9,12 @@
 //!   builds with mmdebstrap.
 //! - [`fds::planted`]: descriptors leaked by a careless caller, and the probe that
 //!   looks for them inside.
+//! - [`require_root`], and [`sh`]/[`py`]/[`text`] to run code in a sandbox.
 
 pub mod fds;
+mod sandbox;
+
+pub use sandbox::{py, sh, text};
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};
@@ -55,6 +59,17 @@ pub fn root() -> Result<(), String> {
     } else {
         Err("not running as root".into())
     }
+}
+
+/// Whether the test can run as root: in CI a test that is not root fails (with how to
+/// fix it); elsewhere it is skipped loudly. `test` names what needs root.
+pub fn require_root(test: &str) -> bool {
+    require(
+        &format!("root (for {test}: native sandboxes need cgroups and namespaces)"),
+        root(),
+        "run the tests as root (./test.sh as root)",
+    )
+    .is_some()
 }
 
 /// How to get the registry tools.

@@ -10,25 +10,7 @@ mod via;
 mod daemon;
 mod images;
 
-fn require_root(test: &str) -> bool {
-    let root = std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false);
-    if root {
-        return true;
-    }
-    let msg = format!("{test}: needs root for the native provider; run the tests as root");
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    eprintln!("SKIPPED: {msg}");
-    false
-}
+use stockade_testkit::require_root;
 
 fn state_dir() -> std::path::PathBuf {
     std::env::temp_dir().join(format!("stockade-cli-it-{}", std::process::id()))

@@ -10,7 +10,7 @@ mod lifecycle;
 
 use std::sync::Arc;
 
-use stockade_core::{CreateOptions, ExecOutcome, ExecRequest, Provider, Sandbox, SandboxSpec};
+use stockade_core::{CreateOptions, Provider, Sandbox, SandboxSpec};
 use stockade_docker::DockerProvider;
 use stockade_testkit::{DOCKER_FIX, docker_test_image, require, root};
 
@@ -44,23 +44,7 @@ pub async fn sandbox(spec: SandboxSpec) -> Sandbox {
         .expect("create sandbox")
 }
 
-/// Runs `sh -c script` with a deadline.
-pub async fn sh(sb: &Sandbox, script: &str, timeout_ms: u64) -> ExecOutcome {
-    let mut req = ExecRequest::new(["/bin/sh", "-c", script]);
-    req.timeout_ms = Some(timeout_ms);
-    sb.exec(req).await.expect("exec")
-}
-
-/// Runs python3 code.
-pub async fn py(sb: &Sandbox, code: &str, timeout_ms: u64) -> ExecOutcome {
-    let mut req = ExecRequest::new(["/usr/bin/python3", "-c", code]);
-    req.timeout_ms = Some(timeout_ms);
-    sb.exec(req).await.expect("exec")
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+pub use stockade_testkit::{py, sh, text};
 
 /// The names of the containers of a sandbox still known to dockerd.
 pub fn container_exists(id: &str) -> bool {

@@ -12,14 +12,7 @@ use stockade_client::{Address, RemoteProvider};
 
 static N: AtomicUsize = AtomicUsize::new(0);
 
-/// `Some(())` when the tests can run native sandboxes (root); fails in CI otherwise.
-pub fn require_root() -> Option<()> {
-    stockade_testkit::require(
-        "root (the daemon runs native sandboxes)",
-        stockade_testkit::root(),
-        "run the tests as root (sudo ./test.sh)",
-    )
-}
+pub use stockade_testkit::require_root;
 
 /// A free TCP port on loopback.
 pub fn free_port() -> u16 {

@@ -43,7 +43,7 @@ async fn connect(addr: &str, ca: Option<&Path>) -> stockade::Result<RemoteProvid
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_on_tcp_is_verified_and_a_wrong_ca_is_refused() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -107,7 +107,7 @@ async fn tls_on_tcp_is_verified_and_a_wrong_ca_is_refused() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn plain_tcp_off_loopback_needs_insecure_plaintext() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -141,7 +141,7 @@ async fn plain_tcp_off_loopback_needs_insecure_plaintext() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_unix_socket_and_a_tcp_port_at_once() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -184,7 +184,7 @@ async fn a_unix_socket_and_a_tcp_port_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cut_off_by_the_daemons_death_is_unavailable() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let mut d = TestDaemon::start(&[]);

@@ -36,7 +36,7 @@ async fn create(c: &stockade_client::RemoteProvider, s: SandboxSpec) -> Sandbox 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_rpc_works_over_the_unix_socket() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let port = free_port();
@@ -320,7 +320,7 @@ fn token_file(dir: &tempfile::TempDir) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let out = TestDaemon::run_to_exit(&["--listen=tcp:127.0.0.1:1"]);
@@ -427,7 +427,7 @@ async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quotas_refuse_with_limit_exceeded() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -469,7 +469,7 @@ async fn idle_of(c: &stockade_client::RemoteProvider) -> u32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let d = TestDaemon::start(&[]);
@@ -572,7 +572,7 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_sandbox_that_stops_answering_is_replaced_before_anyone_gets_it() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let d = TestDaemon::start(&[]);
@@ -637,7 +637,7 @@ fn monitor_pid(d: &TestDaemon, id: &str) -> i32 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_kill_9_a_restart_adopts_healthy_sandboxes_and_reaps_the_rest() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let mut d = TestDaemon::start(&[]);
@@ -719,7 +719,7 @@ async fn after_kill_9_a_restart_adopts_healthy_sandboxes_and_reaps_the_rest() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     // Scaled for 2 cores; raise with STOCKADE_LOAD_CLIENTS / STOCKADE_LOAD_SECS.
@@ -799,7 +799,7 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sandbox_in_use_is_never_reaped_as_idle() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let d = TestDaemon::start(&[]);

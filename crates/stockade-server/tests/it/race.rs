@@ -119,7 +119,7 @@ fn daemon(dir: &Path, provider: Arc<HeldList>) -> Arc<Daemon> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let dir = tempfile::Builder::new()

@@ -97,7 +97,7 @@ fn with_mount(host: &str) -> SandboxSpec {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_cannot_name_a_host_path_as_its_image() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);
@@ -138,7 +138,7 @@ async fn a_tenant_cannot_name_a_host_path_as_its_image() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_mounts_only_inside_the_allowed_directories() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -217,7 +217,7 @@ async fn a_tenant_mounts_only_inside_the_allowed_directories() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenant_mounts_nothing_without_an_allowlist() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);
@@ -232,7 +232,7 @@ async fn a_tenant_mounts_nothing_without_an_allowlist() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_names_cannot_leave_the_daemons_home() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);
@@ -322,7 +322,7 @@ async fn send_large(port: u16, rpc: &str, token: Option<&str>, len: usize) -> Op
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unauthenticated_flood_of_large_messages_is_refused_unread() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);
@@ -369,7 +369,7 @@ async fn an_unauthenticated_flood_of_large_messages_is_refused_unread() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_file_calls_carry_large_messages() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);
@@ -411,7 +411,7 @@ async fn only_file_calls_carry_large_messages() {
 /// timeout), on both exec RPCs, and the sandbox stays usable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_daemon_checks_exec_requests_itself() {
-    if require_root().is_none() {
+    if !require_root("the daemon's tests") {
         return;
     }
     let t = tcp_daemon_with_token(&[]);

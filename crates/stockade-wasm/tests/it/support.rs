@@ -199,6 +199,4 @@ pub async fn run(p: &WasmProvider, id: &str, argv: &[&str]) -> ExecOutcome {
 }
 
 /// Stdout as text.
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
+pub use stockade_testkit::text;

@@ -13,41 +13,10 @@ mod lifecycle;
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stockade::{
-    CreateOptions, ExecOutcome, ExecRequest, NativeProvider, Provider, Sandbox, SandboxSpec,
-};
+use stockade::{CreateOptions, NativeProvider, Provider, Sandbox, SandboxSpec};
 
-static SKIPPED: AtomicUsize = AtomicUsize::new(0);
-
-/// Returns true when the test can run. A missing part fails the test in CI (with how
-/// to fix it) and is skipped loudly elsewhere.
-pub fn require_root(test: &str) -> bool {
-    if nix_is_root() {
-        return true;
-    }
-    let msg = format!(
-        "{test}: needs root (the native provider creates cgroups and namespaces); run the suite as root, e.g. sudo -E cargo test"
-    );
-    if std::env::var_os("CI").is_some() {
-        panic!("{msg}");
-    }
-    let n = SKIPPED.fetch_add(1, Ordering::SeqCst) + 1;
-    eprintln!("SKIPPED ({n} so far): {msg}");
-    false
-}
-
-fn nix_is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+pub use stockade_testkit::{py, require_root, sh, text};
 
 /// A state root shared by the tests of this binary, so leftovers can be checked.
 pub fn state_root() -> PathBuf {
@@ -72,24 +41,6 @@ pub async fn sandbox(spec: SandboxSpec) -> Sandbox {
     Sandbox::create(provider(), spec, opts)
         .await
         .expect("create sandbox")
-}
-
-/// Runs `sh -c script` with a deadline.
-pub async fn sh(sb: &Sandbox, script: &str, timeout_ms: u64) -> ExecOutcome {
-    let mut req = ExecRequest::new(["/bin/sh", "-c", script]);
-    req.timeout_ms = Some(timeout_ms);
-    sb.exec(req).await.expect("exec")
-}
-
-/// Runs python3 code.
-pub async fn py(sb: &Sandbox, code: &str, timeout_ms: u64) -> ExecOutcome {
-    let mut req = ExecRequest::new(["/usr/bin/python3", "-c", code]);
-    req.timeout_ms = Some(timeout_ms);
-    sb.exec(req).await.expect("exec")
-}
-
-pub fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
 }
 
 /// Destroys the sandbox and checks nothing of it is left: no state dir, no cgroup,
