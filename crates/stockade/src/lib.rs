@@ -18,9 +18,10 @@ use std::sync::Arc;
 
 pub mod code;
 
+pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
-pub use stockade_docker::{self as docker, DockerProvider};
-pub use stockade_native::NativeProvider;
+pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
+pub use stockade_native::{NativeLauncher, NativeProvider};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
@@ -50,12 +51,16 @@ pub fn provider_with_home(
         .unwrap_or_else(default_provider_name);
     match name.as_str() {
         "native" => Ok(Arc::new(match home {
-            Some(h) => NativeProvider::new().with_image_store(h.join("images")),
+            Some(h) => {
+                NativeProvider::from(NativeLauncher::new().with_image_store(h.join("images")))
+            }
             None => NativeProvider::new(),
         })),
         "wasm" => Ok(Arc::new(WasmProvider::new()?)),
         "docker" => Ok(Arc::new(match home {
-            Some(h) => DockerProvider::new().with_image_store(h.join("images")),
+            Some(h) => {
+                DockerProvider::from(DockerLauncher::new().with_image_store(h.join("images")))
+            }
             None => DockerProvider::new(),
         })),
         "microvm" => Err(Error::Unavailable {

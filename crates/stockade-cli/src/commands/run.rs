@@ -173,7 +173,7 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
 /// Makes sure dockerd has the image (its own, loaded from the image store, or pulled
 /// through dockerd), showing each step on stderr rather than silently inside create.
 async fn docker_image(ctx: &Ctx, reference: &str) -> Result<()> {
-    let mut p = stockade::DockerProvider::new();
+    let mut p = stockade::DockerLauncher::new();
     if let Some(h) = &ctx.home {
         p = p.with_image_store(h.join("images"));
     }

@@ -326,10 +326,10 @@ impl Daemon {
             return Ok((name, p.clone()));
         }
         let p: Arc<dyn Provider> = match (name.as_str(), &self.native_state_dir) {
-            ("native", Some(root)) => Arc::new(
-                stockade::NativeProvider::with_state_root(root)
+            ("native", Some(root)) => Arc::new(stockade::NativeProvider::from(
+                stockade::NativeLauncher::with_state_root(root)
                     .with_image_store(self.home.join("images")),
-            ),
+            )),
             _ => stockade::provider_with_home(Some(&name), Some(&self.home))?,
         };
         m.insert(name.clone(), p.clone());
