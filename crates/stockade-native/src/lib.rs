@@ -212,7 +212,8 @@ impl NativeLauncher {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(log);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Out of reach of our terminal's Ctrl-C and hangup: the sandbox outlives us.
+        stockade_sys::process::spawn_in_new_session(&mut cmd);
         // Nothing our caller holds open (an SDK user's files and sockets, a daemon's
         // listeners) reaches the monitor, so nothing reaches the sandbox.
         stockade_sys::process::spawn_with_stdio_only(&mut cmd);
@@ -220,27 +221,24 @@ impl NativeLauncher {
             let _ = std::fs::remove_dir_all(&dir);
             Error::io(format!("cannot start {}", agent.display()), e)
         })?;
-        let mut stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| Error::Internal("monitor stdin missing".into()))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        // The monitor stays our child for the sandbox's life: we reap it when it ends
+        // (never another pid), so no zombie is left to the host's PID 1.
+        reap::reap_later(child);
+        let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
+            return Err(Error::Internal("monitor stdio missing".into()));
+        };
         stdin
             .write_all(&json)
             .await
             .map_err(|e| Error::io("cannot send the launch plan", e))?;
         drop(stdin);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("monitor stdout missing".into()))?;
         let mut line = String::new();
         let read = tokio::time::timeout(
             Duration::from_secs(30),
             tokio::io::BufReader::new(stdout).read_line(&mut line),
         )
         .await;
-        // The monitor forks away from us at once; reap the parent half.
-        let _ = child.wait().await;
         match read {
             Err(_) => {
                 state::reap_dir(&dir);
@@ -311,9 +309,19 @@ impl Launcher for NativeLauncher {
 
     async fn destroy(&self, id: &str) -> Result<()> {
         let dir = self.dir(id)?;
-        tokio::task::spawn_blocking(move || state::destroy_dir(&dir))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
+        let monitor = tokio::task::spawn_blocking(move || {
+            let monitor = state::monitor(&dir);
+            state::destroy_dir(&dir).map(|()| monitor)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        // A monitor that ended is reaped (when this process started it) before we return.
+        if let Some((pid, ticks)) = monitor
+            && !stockade_sys::process::is_same_process(pid, ticks)
+        {
+            reap::reaped(pid).await;
+        }
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
