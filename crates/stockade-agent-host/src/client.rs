@@ -3,7 +3,7 @@
 
 use stockade_agent_proto::codec::asynch::read_msg;
 use stockade_agent_proto::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest, PROTOCOL_VERSION};
-use stockade_core::{Error, ExecInput, InputReceiver, OutputChunk, OutputSender};
+use stockade_core::{Error, ExecInput, ExecIo, OutputChunk, OutputSender};
 use tokio::io::AsyncRead;
 
 use crate::transport::{Connection, Transport};
@@ -34,7 +34,7 @@ async fn open<T: Transport + ?Sized>(
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::Hello { .. }) => Ok(s),
-        Some(AgentMsg::Error { code, message }) => Err(Error::from_wire(code, message)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         other => Err(lost(id, format!("unexpected answer to hello: {other:?}"))),
     }
 }
@@ -58,9 +58,9 @@ pub async fn exec<T: Transport + ?Sized>(
     id: &str,
     transport: &T,
     mut req: ExecRequest,
-    output: Option<OutputSender>,
-    input: Option<InputReceiver>,
+    io: ExecIo,
 ) -> Result<ExecOutcome, Error> {
+    let ExecIo { output, input } = io;
     req.stream = output.is_some();
     let mut s = open(id, transport, &ClientMsg::Exec(req)).await?;
     let Some(mut input) = input else {
@@ -108,7 +108,7 @@ async fn exec_events<R: AsyncRead + Unpin>(
                 }
             }
             Some(AgentMsg::Exited(outcome)) => return Ok(outcome),
-            Some(AgentMsg::Error { code, message }) => return Err(Error::from_wire(code, message)),
+            Some(AgentMsg::Error { code, message }) => return Err(Error::remote(code, message)),
             Some(other) => return Err(lost(id, format!("unexpected message {other:?}"))),
             None => {
                 return Err(lost(
@@ -132,25 +132,10 @@ pub async fn file<T: Transport + ?Sized>(
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::FileDone(r)) => Ok(r),
-        Some(AgentMsg::Error { code, message }) => Err(file_error(code, message)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         other => Err(lost(
             id,
             format!("unexpected answer to a file operation: {other:?}"),
         )),
-    }
-}
-
-fn file_error(code: stockade_core::ErrorCode, message: String) -> Error {
-    use stockade_core::ErrorCode as C;
-    match code {
-        C::NotFound => Error::NotFound {
-            kind: "path",
-            id: message,
-        },
-        C::LimitExceeded => Error::LimitExceeded {
-            what: message,
-            limit: "the file operation limits".into(),
-        },
-        other => Error::from_wire(other, message),
     }
 }

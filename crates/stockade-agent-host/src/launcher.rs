@@ -4,7 +4,7 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, GcReport, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
 };
 
 use crate::transport::Transport;
@@ -25,9 +25,9 @@ pub trait Launcher: Send + Sync + 'static {
     /// Checks the host.
     async fn probe(&self) -> Result<Vec<Check>>;
 
-    /// Starts a sandbox from a spec already checked against [`Self::capabilities`];
-    /// returns once its agent answers.
-    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo>;
+    /// Starts a sandbox from a spec already checked against [`Self::capabilities`]
+    /// (by the caller of `Provider::create`); returns once its agent answers.
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo>;
 
     /// The transport to the agent of sandbox `id`; `NotFound` when there is none.
     async fn transport(&self, id: &str) -> Result<Self::Transport>;

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, FileOp, FileResult,
-    GcReport, InputReceiver, OutputSender, Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
+    FileOp, FileResult, GcReport, Provider, Result, SandboxInfo,
 };
 
 use crate::client;
@@ -30,21 +30,6 @@ impl<L: Launcher> AgentProvider<L> {
     pub fn launcher(&self) -> &L {
         &self.launcher
     }
-
-    async fn exec_with_input(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: Option<InputReceiver>,
-    ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
-        let transport = self.launcher.transport(id).await?;
-        match client::exec(id, &transport, req, output, input).await {
-            Ok(o) => Ok(o),
-            Err(e) => Err(self.launcher.explain(id, e).await),
-        }
-    }
 }
 
 impl<L: Launcher> From<L> for AgentProvider<L> {
@@ -67,28 +52,16 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.probe().await
     }
 
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.capabilities().check(self.name(), &spec)?;
-        self.launcher.launch(&spec, &opts).await
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.launcher.launch(spec, &opts).await
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        self.exec_with_input(id, req, output, None).await
-    }
-
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: InputReceiver,
-    ) -> Result<ExecOutcome> {
-        self.exec_with_input(id, req, output, Some(input)).await
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        let transport = self.launcher.transport(id).await?;
+        match client::exec(id, &transport, req.into_inner(), io).await {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.launcher.explain(id, e).await),
+        }
     }
 
     async fn health(&self, id: &str) -> Result<()> {

@@ -38,11 +38,19 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> OpError {
         io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded | io::ErrorKind::FileTooLarge => {
             ErrorCode::LimitExceeded
         }
-        _ => ErrorCode::InvalidSpec,
+        // The caller asked for something the tree does not allow.
+        io::ErrorKind::AlreadyExists
+        | io::ErrorKind::IsADirectory
+        | io::ErrorKind::NotADirectory
+        | io::ErrorKind::DirectoryNotEmpty
+        | io::ErrorKind::InvalidInput
+        | io::ErrorKind::InvalidFilename
+        | io::ErrorKind::CrossesDevices => ErrorCode::InvalidSpec,
+        _ if e.raw_os_error() == Some(libc::ELOOP) => ErrorCode::InvalidSpec,
+        _ => ErrorCode::Internal,
     };
     if code == ErrorCode::NotFound {
-        // The client reports "path <this> not found".
-        return OpError(code, path.display().to_string());
+        return OpError(code, format!("path {} not found", path.display()));
     }
     OpError(code, format!("cannot {what} {}: {e}", path.display()))
 }

@@ -165,7 +165,7 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
             cgroup::remove(&plan.cgroups.dirs);
             return Err((
                 ErrorCode::Unavailable,
-                format!("cannot create namespaces: {e}"),
+                format!("cannot create namespaces: {e} (see `stockade doctor`)"),
             ));
         }
         Ok(Forked::Child) => {
@@ -194,11 +194,25 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
         } => {
             // The firewall goes in before there is any route out.
             if let Err(m) = apply_firewall(plan, nft, firewall, child) {
-                return Err(abort((ErrorCode::Unavailable, m), None));
+                return Err(abort(
+                    (
+                        ErrorCode::Unavailable,
+                        format!("{m} (see `stockade doctor`)"),
+                    ),
+                    None,
+                ));
             }
             match start_helper(plan, argv, child) {
                 Ok(h) => Some(h),
-                Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
+                Err(m) => {
+                    return Err(abort(
+                        (
+                            ErrorCode::Unavailable,
+                            format!("{m} (see `stockade doctor`)"),
+                        ),
+                        None,
+                    ));
+                }
             }
         }
     };

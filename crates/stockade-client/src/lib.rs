@@ -13,9 +13,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use hyper_util::rt::TokioIo;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecInput, ExecOutcome, ExecRequest, FileOp,
-    FileResult, GcReport, InputReceiver, OutputChunk, OutputSender, Provider, Result, SandboxInfo,
-    SandboxSpec, SessionInfo, Stream, ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecInput, ExecIo,
+    ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
+    OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, Stream,
 };
 use tonic::transport::{Channel, Endpoint, Uri};
 
@@ -458,7 +458,7 @@ impl Provider for RemoteProvider {
         }])
     }
 
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         let owner = match *self.host {
             // A pid means something only on the daemon's host.
             Host::Unix(_) => opts.owner_pid,
@@ -467,30 +467,16 @@ impl Provider for RemoteProvider {
         self.create_spec(&spec, owner, false).await.map(|(i, _)| i)
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        if output.is_some() {
-            return self.stream_exec(id, req, output, None).await;
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        let req = req.into_inner();
+        if io.output.is_some() || io.input.is_some() {
+            return self.stream_exec(id, req, io.output, io.input).await;
         }
         self.client()
             .exec(self.req(convert::exec_request(id, &req)))
             .await
             .map(|r| convert::from_outcome(r.into_inner()))
             .map_err(from_status)
-    }
-
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        input: InputReceiver,
-    ) -> Result<ExecOutcome> {
-        self.stream_exec(id, req, output, Some(input)).await
     }
 
     async fn health(&self, id: &str) -> Result<()> {

@@ -70,29 +70,12 @@ impl Error {
         }
     }
 
-    /// Rebuilds an error received over the wire (agent, daemon) from code and message.
-    pub fn from_wire(code: ErrorCode, message: String) -> Error {
-        match code {
-            ErrorCode::InvalidSpec => Error::InvalidRequest(message),
-            ErrorCode::NotFound => Error::NotFound {
-                kind: "object",
-                id: message,
-            },
-            ErrorCode::Unavailable => Error::Unavailable {
-                what: "backend".into(),
-                reason: message,
-                fix: "see `stockade doctor`".into(),
-            },
-            ErrorCode::Timeout => Error::Timeout {
-                operation: message,
-                after_ms: 0,
-            },
-            ErrorCode::LimitExceeded => Error::LimitExceeded {
-                what: message,
-                limit: "the configured limit".into(),
-            },
-            ErrorCode::PolicyDenied => Error::PolicyDenied(message),
-            ErrorCode::Internal => Error::Internal(message),
+    /// An error received over the wire (from the agent, a monitor or the daemon): its
+    /// code and message reach the caller unchanged, with nothing added.
+    pub fn remote(code: ErrorCode, message: impl Into<String>) -> Error {
+        Error::Remote {
+            code,
+            message: message.into(),
         }
     }
 

@@ -35,7 +35,7 @@ pub struct OutputChunk {
 /// output pump, never grows memory.
 pub type OutputSender = mpsc::Sender<OutputChunk>;
 
-/// Input to a running exec (see [`Provider::exec_interactive`]).
+/// Input to a running exec (see [`ExecIo`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ExecInput {
     /// More bytes for the exec's stdin.
@@ -48,6 +48,125 @@ pub enum ExecInput {
 
 /// Where a caller sends [`ExecInput`] to a running exec.
 pub type InputReceiver = mpsc::Receiver<ExecInput>;
+
+/// The I/O of one exec besides its request: where live output goes, and where stdin
+/// and a kill request come from.
+#[derive(Debug, Default)]
+pub struct ExecIo {
+    /// Live output, when the caller wants it as it comes.
+    pub output: Option<OutputSender>,
+    /// Stdin and kill requests, when the caller sends any.
+    pub input: Option<InputReceiver>,
+}
+
+impl ExecIo {
+    /// No live output, no input: the outcome carries the captured output.
+    pub fn none() -> ExecIo {
+        ExecIo::default()
+    }
+
+    /// Live output to `tx`.
+    pub fn output(tx: OutputSender) -> ExecIo {
+        ExecIo {
+            output: Some(tx),
+            input: None,
+        }
+    }
+}
+
+/// Runs `exec` (an exec that cannot take stdin while it runs) while honouring the kill
+/// requests of `input`: on [`ExecInput::Kill`] the exec is dropped, which kills what it
+/// started, and reported as killed by `SIGKILL`. Refuses `keep_stdin_open`.
+pub async fn exec_with_kill<F>(
+    provider: &str,
+    req: &ExecRequest,
+    input: Option<InputReceiver>,
+    exec: F,
+) -> Result<ExecOutcome>
+where
+    F: std::future::Future<Output = Result<ExecOutcome>>,
+{
+    if req.keep_stdin_open {
+        return Err(Error::Unavailable {
+            what: format!("interactive stdin on the {provider} provider"),
+            reason: "this provider does not implement it".into(),
+            fix: "pass all of stdin with the request".into(),
+        });
+    }
+    let Some(mut input) = input else {
+        return exec.await;
+    };
+    let started = std::time::Instant::now();
+    tokio::pin!(exec);
+    let mut open = true;
+    loop {
+        tokio::select! {
+            r = &mut exec => return r,
+            m = input.recv(), if open => match m {
+                Some(ExecInput::Kill) => {
+                    return Ok(ExecOutcome {
+                        exit_code: 128 + 9,
+                        signal: Some(9),
+                        duration_ms: started.elapsed().as_millis() as u64,
+                        ..ExecOutcome::default()
+                    });
+                }
+                Some(_) => {}
+                None => open = false,
+            },
+        }
+    }
+}
+
+/// An [`ExecRequest`] that passed [`check_request`]: what a provider receives, so the
+/// checks run once, at the boundary.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CheckedRequest(ExecRequest);
+
+impl CheckedRequest {
+    /// Checks `req` (see [`check_request`]).
+    pub fn new(req: ExecRequest) -> Result<CheckedRequest> {
+        check_request(&req)?;
+        Ok(CheckedRequest(req))
+    }
+
+    /// The request.
+    pub fn into_inner(self) -> ExecRequest {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedRequest {
+    type Target = ExecRequest;
+    fn deref(&self) -> &ExecRequest {
+        &self.0
+    }
+}
+
+/// A [`ValidatedSpec`] that a provider's [`Capabilities`] can honour: what
+/// [`Provider::create`] receives, so the capability check runs once, at the boundary.
+#[derive(Clone, Debug)]
+pub struct CheckedSpec(ValidatedSpec);
+
+impl CheckedSpec {
+    /// Checks `spec` against `provider`'s capabilities.
+    pub fn new(spec: ValidatedSpec, provider: &dyn Provider) -> Result<CheckedSpec> {
+        provider.capabilities().check(provider.name(), &spec)?;
+        Ok(CheckedSpec(spec))
+    }
+
+    /// The validated spec.
+    pub fn into_inner(self) -> ValidatedSpec {
+        self.0
+    }
+}
+
+impl std::ops::Deref for CheckedSpec {
+    type Target = ValidatedSpec;
+    fn deref(&self) -> &ValidatedSpec {
+        &self.0
+    }
+}
 
 /// Options of `create` that are about the caller, not the sandbox.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -110,59 +229,14 @@ pub trait Provider: Send + Sync + 'static {
     /// Checks the host; `Err(Unavailable)` says what is missing and how to fix it.
     async fn probe(&self) -> Result<Vec<Check>>;
 
-    /// Starts a sandbox. The spec is checked against [`Self::capabilities`] first.
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo>;
+    /// Starts a sandbox from a spec already checked against [`Self::capabilities`].
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo>;
 
-    /// Runs one command and waits for it. Live output goes to `output` when given.
-    /// A non-zero exit is an outcome, not an error.
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome>;
-
-    /// Like [`Provider::exec`], taking stdin and a kill request while the exec runs.
-    ///
-    /// The default runs [`Provider::exec`] and refuses `keep_stdin_open`; on
-    /// [`ExecInput::Kill`] it drops the exec, which kills what it started, and reports
-    /// the exec as killed by `SIGKILL`.
-    async fn exec_interactive(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-        mut input: InputReceiver,
-    ) -> Result<ExecOutcome> {
-        if req.keep_stdin_open {
-            return Err(Error::Unavailable {
-                what: format!("interactive stdin on the {} provider", self.name()),
-                reason: "this provider does not implement it".into(),
-                fix: "pass all of stdin with the request".into(),
-            });
-        }
-        let started = std::time::Instant::now();
-        let exec = self.exec(id, req, output);
-        tokio::pin!(exec);
-        let mut open = true;
-        loop {
-            tokio::select! {
-                r = &mut exec => return r,
-                m = input.recv(), if open => match m {
-                    Some(ExecInput::Kill) => {
-                        return Ok(ExecOutcome {
-                            exit_code: 128 + 9,
-                            signal: Some(9),
-                            duration_ms: started.elapsed().as_millis() as u64,
-                            ..ExecOutcome::default()
-                        });
-                    }
-                    Some(_) => {}
-                    None => open = false,
-                },
-            }
-        }
-    }
+    /// Runs one command and waits for it. Live output goes to `io.output` when given;
+    /// stdin and a kill request come from `io.input` when given (a provider without
+    /// interactive stdin runs the exec through [`exec_with_kill`]). A non-zero exit is
+    /// an outcome, not an error.
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome>;
 
     /// Checks that the sandbox is alive and answers (the default: it is listed).
     async fn health(&self, id: &str) -> Result<()> {
@@ -218,8 +292,7 @@ impl Sandbox {
         spec: SandboxSpec,
         opts: CreateOptions,
     ) -> Result<Sandbox> {
-        let spec = spec.validate()?;
-        provider.capabilities().check(provider.name(), &spec)?;
+        let spec = CheckedSpec::new(spec.validate()?, provider.as_ref())?;
         let info = provider.create(spec, opts).await?;
         Ok(Sandbox {
             provider,
@@ -263,8 +336,7 @@ impl Sandbox {
 
     /// Runs a command and waits for it.
     pub async fn exec(&self, req: ExecRequest) -> Result<ExecOutcome> {
-        self.approve(Action::Exec(&req))?;
-        self.provider.exec(&self.info.id, req, None).await
+        self.exec_with(req, ExecIo::none()).await
     }
 
     /// Runs a command, sending live output to `output`.
@@ -273,8 +345,14 @@ impl Sandbox {
         req: ExecRequest,
         output: OutputSender,
     ) -> Result<ExecOutcome> {
+        self.exec_with(req, ExecIo::output(output)).await
+    }
+
+    /// Runs a command with the given I/O (live output, stdin and kill requests).
+    pub async fn exec_with(&self, req: ExecRequest, io: ExecIo) -> Result<ExecOutcome> {
+        let req = CheckedRequest::new(req)?;
         self.approve(Action::Exec(&req))?;
-        self.provider.exec(&self.info.id, req, Some(output)).await
+        self.provider.exec(&self.info.id, req, io).await
     }
 
     /// Runs a file operation (writes are checked by the approval policy first).

@@ -30,7 +30,8 @@ use bollard::query_parameters::{
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, GcReport, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    ValidatedSpec,
 };
 use tokio::sync::OnceCell;
 
@@ -594,8 +595,8 @@ impl Launcher for DockerLauncher {
         Ok(checks)
     }
 
-    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
-        self.create_container(spec, opts).await
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        self.create_container(&spec, opts).await
     }
 
     async fn transport(&self, id: &str) -> Result<UnixSocket> {

@@ -818,13 +818,16 @@ impl Handler {
             .policy
             .approval
             .check(id, &Action::Exec(&req))?;
-        stockade::check_request(&req)?;
         let progress = Progress::new(ctx);
         let (out_tx, mut out_rx) = mpsc::channel(64);
         let (in_tx, in_rx) = mpsc::channel(4);
         req.stream = progress.is_some();
-        let output = progress.is_some().then_some(out_tx);
-        let exec = provider.exec_interactive(id, req, output, in_rx);
+        let req = stockade::CheckedRequest::new(req)?;
+        let io = stockade::ExecIo {
+            output: progress.is_some().then_some(out_tx),
+            input: Some(in_rx),
+        };
+        let exec = provider.exec(id, req, io);
         tokio::pin!(exec);
         let started = Instant::now();
         let mut heartbeat = tokio::time::interval(HEARTBEAT);

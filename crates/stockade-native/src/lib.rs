@@ -25,7 +25,8 @@ use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
 use stockade_agent_proto::launch::{LaunchReport, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, GcReport, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    ValidatedSpec,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -254,14 +255,7 @@ impl NativeLauncher {
             Ok(LaunchReport::Ready(st)) => Ok(st),
             Ok(LaunchReport::Failed { code, message }) => {
                 state::reap_dir(&dir);
-                Err(match code {
-                    stockade_core::ErrorCode::Unavailable => Error::Unavailable {
-                        what: "the native provider".into(),
-                        reason: message,
-                        fix: "see `stockade doctor`".into(),
-                    },
-                    c => Error::from_wire(c, message),
-                })
+                Err(Error::remote(code, message))
             }
             Err(_) => {
                 let log = std::fs::read_to_string(dir.join("monitor.log")).unwrap_or_default();
@@ -291,8 +285,8 @@ impl Launcher for NativeLauncher {
         Ok(host_checks())
     }
 
-    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
-        let st = self.start(spec, opts).await?;
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        let st = self.start(&spec, opts).await?;
         Ok(Self::info(&st))
     }
 

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use stockade_core::{CreateOptions, Provider, SandboxSpec};
+use stockade_core::{CreateOptions, Provider, Sandbox, SandboxSpec};
 use stockade_native::{NativeLauncher, NativeProvider};
 use stockade_testkit::require;
 
@@ -58,13 +58,13 @@ async fn a_burst_of_sandboxes_leaves_no_zombie() {
     )));
     let mut creates = tokio::task::JoinSet::new();
     for _ in 0..BURST {
-        let p = provider.clone();
+        let p: Arc<dyn Provider> = provider.clone();
         creates.spawn(async move {
-            let spec = SandboxSpec::default().validate().unwrap();
             let opts = CreateOptions {
                 owner_pid: Some(std::process::id()),
             };
-            p.create(spec, opts).await.expect("create sandbox").id
+            let sb = Sandbox::create(p, SandboxSpec::default(), opts).await;
+            sb.expect("create sandbox").id().to_string()
         });
     }
     let ids = creates.join_all().await;

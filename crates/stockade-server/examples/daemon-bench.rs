@@ -259,7 +259,14 @@ async fn main() {
         let mut v = Vec::new();
         for _ in 0..args.execs {
             let t0 = Instant::now();
-            let o = p.exec(&info.id, req.clone(), None).await.unwrap();
+            let o = p
+                .exec(
+                    &info.id,
+                    stockade::CheckedRequest::new(req.clone()).unwrap(),
+                    stockade::ExecIo::none(),
+                )
+                .await
+                .unwrap();
             v.push(t0.elapsed());
             assert_eq!(o.exit_code, 0);
         }

@@ -111,7 +111,11 @@ impl pb::stockade_server::Stockade for Service {
             let _busy = busy;
             let (out_tx, mut out_rx) = mpsc::channel(16);
             let t0 = Instant::now();
-            let exec = p.exec_interactive(&id, req, Some(out_tx), in_rx);
+            let io = stockade::ExecIo {
+                output: Some(out_tx),
+                input: Some(in_rx),
+            };
+            let exec = p.exec(&id, req, io);
             tokio::pin!(exec);
             let chunk = |c: stockade::OutputChunk| {
                 let stream = match c.stream {

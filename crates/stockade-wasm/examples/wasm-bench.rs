@@ -64,16 +64,23 @@ fn spec(image: &str) -> SandboxSpec {
 }
 
 async fn create(p: &WasmProvider, image: &str) -> String {
-    p.create(spec(image).validate().unwrap(), CreateOptions::default())
-        .await
-        .expect("create")
-        .id
+    p.create(
+        stockade_core::CheckedSpec::new(spec(image).validate().unwrap(), p).unwrap(),
+        CreateOptions::default(),
+    )
+    .await
+    .expect("create")
+    .id
 }
 
 async fn time_exec(p: &WasmProvider, id: &str, argv: &[&str], want: &[u8]) -> Duration {
     let started = Instant::now();
     let out = p
-        .exec(id, ExecRequest::new(argv.iter().copied()), None)
+        .exec(
+            id,
+            stockade_core::CheckedRequest::new(ExecRequest::new(argv.iter().copied())).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
         .await
         .expect("exec");
     let took = started.elapsed();

@@ -45,8 +45,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CreateOptions, Error, ExecOutcome, ExecRequest, GcReport, OutputSender,
-    Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
+    GcReport, Provider, Result, SandboxInfo, ValidatedSpec,
 };
 use stockade_spec::{SpecError, SpecErrors, format_size};
 use stockade_sys::wasm::ArtifactKey;
@@ -701,8 +701,8 @@ impl Provider for WasmProvider {
         Ok(checks)
     }
 
-    async fn create(&self, spec: ValidatedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.capabilities().check(self.name(), &spec)?;
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        let spec = spec.into_inner();
         self.check_spec(&spec)?;
         let image = spec
             .image
@@ -775,13 +775,8 @@ impl Provider for WasmProvider {
         Ok(info)
     }
 
-    async fn exec(
-        &self,
-        id: &str,
-        req: ExecRequest,
-        output: Option<OutputSender>,
-    ) -> Result<ExecOutcome> {
-        stockade_core::check_request(&req)?;
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        let req = req.into_inner();
         if req.keep_stdin_open {
             return Err(Error::InvalidRequest(
                 "the wasm provider cannot keep stdin open; pass stdin as bytes".into(),
@@ -793,7 +788,15 @@ impl Provider for WasmProvider {
             ));
         }
         let sb = self.sandbox(id)?;
-        exec::run(&self.inner.engine, &self.inner.config, &sb, req, output).await
+        let ExecIo { output, input } = io;
+        let run = exec::run(
+            &self.inner.engine,
+            &self.inner.config,
+            &sb,
+            req.clone(),
+            output,
+        );
+        stockade_core::exec_with_kill(self.name(), &req, input, run).await
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {

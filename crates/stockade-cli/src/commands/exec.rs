@@ -76,8 +76,9 @@ pub async fn exec_and_print(
     id: &str,
     req: ExecRequest,
 ) -> Result<i32> {
+    let req = stockade::CheckedRequest::new(req)?;
     let outcome = if ctx.json {
-        provider.exec(id, req, None).await?
+        provider.exec(id, req, stockade::ExecIo::none()).await?
     } else {
         let (tx, mut rx) = mpsc::channel::<OutputChunk>(16);
         let printer = tokio::spawn(async move {
@@ -90,7 +91,7 @@ pub async fn exec_and_print(
                 };
             }
         });
-        let r = provider.exec(id, req, Some(tx)).await;
+        let r = provider.exec(id, req, stockade::ExecIo::output(tx)).await;
         let _ = printer.await;
         r?
     };

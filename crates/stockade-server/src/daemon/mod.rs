@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use stockade::{
-    CreateOptions, Error, ExecInput, ExecOutcome, ExecRequest, FileOp, FileResult, Provider,
-    Result, SandboxInfo, SandboxSpec,
+    CheckedRequest, CheckedSpec, CreateOptions, Error, ExecInput, ExecIo, ExecOutcome, ExecRequest,
+    FileOp, FileResult, Provider, Result, SandboxInfo, SandboxSpec,
 };
 use stockade_pool::{Pool, PoolStats};
 use tokio::sync::mpsc;
@@ -575,7 +575,7 @@ impl Daemon {
     /// mounts are restricted (the provider never walks a tenant's path).
     async fn create_on(&self, p: &Arc<dyn Provider>, spec: SandboxSpec) -> Result<SandboxInfo> {
         let (spec, staging) = self.limits.mounts.stage(self, spec)?;
-        let v = spec.validate()?;
+        let v = CheckedSpec::new(spec.validate()?, p.as_ref())?;
         let info = p.create(v, CreateOptions { owner_pid: None }).await?;
         staging.commit();
         Ok(info)
@@ -649,11 +649,12 @@ impl Daemon {
         tenant: &str,
         id: &str,
         req: ExecRequest,
-    ) -> Result<(Arc<dyn Provider>, ExecRequest, InUse)> {
+    ) -> Result<(Arc<dyn Provider>, CheckedRequest, InUse)> {
         let rec = self.record(tenant, id)?;
+        let req = CheckedRequest::new(Self::bind(&rec, req))?;
         let busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
-        Ok((p, Self::bind(&rec, req), busy))
+        Ok((p, req, busy))
     }
 
     /// Runs an exec and waits (dropping the future kills it).
@@ -670,7 +671,7 @@ impl Daemon {
         }
         let (p, req, _busy) = self.prepare_exec(tenant, id, req)?;
         let t0 = Instant::now();
-        let r = p.exec(id, req, None).await;
+        let r = p.exec(id, req, ExecIo::none()).await;
         self.exec_done(id, t0, &r);
         r
     }

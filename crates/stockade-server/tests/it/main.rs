@@ -87,7 +87,17 @@ async fn every_rpc_works_over_the_unix_socket() {
     let mut req = sh("echo first; read x; echo second $x >&2");
     req.keep_stdin_open = true;
     let (id, p2) = (sb.id().to_string(), p.clone());
-    let run = tokio::spawn(async move { p2.exec_interactive(&id, req, Some(tx), in_rx).await });
+    let run = tokio::spawn(async move {
+        p2.exec(
+            &id,
+            stockade::CheckedRequest::new(req).unwrap(),
+            stockade::ExecIo {
+                output: Some(tx),
+                input: Some(in_rx),
+            },
+        )
+        .await
+    });
     let first = rx.recv().await.unwrap();
     assert_eq!(
         (first.stream, &first.data[..]),
@@ -110,7 +120,17 @@ async fn every_rpc_works_over_the_unix_socket() {
     let mut req = ExecRequest::new(["/bin/cat"]);
     req.keep_stdin_open = true;
     let (id, p2) = (sb.id().to_string(), p.clone());
-    let run = tokio::spawn(async move { p2.exec_interactive(&id, req, None, in_rx).await });
+    let run = tokio::spawn(async move {
+        p2.exec(
+            &id,
+            stockade::CheckedRequest::new(req).unwrap(),
+            stockade::ExecIo {
+                output: None,
+                input: Some(in_rx),
+            },
+        )
+        .await
+    });
     in_tx
         .send(ExecInput::Stdin(b"hello ".to_vec()))
         .await
@@ -126,8 +146,17 @@ async fn every_rpc_works_over_the_unix_socket() {
     // Cancel: the exec ends at once, killed.
     let (in_tx, in_rx) = mpsc::channel(4);
     let (id, p2) = (sb.id().to_string(), p.clone());
-    let run =
-        tokio::spawn(async move { p2.exec_interactive(&id, sh("sleep 60"), None, in_rx).await });
+    let run = tokio::spawn(async move {
+        p2.exec(
+            &id,
+            stockade::CheckedRequest::new(sh("sleep 60")).unwrap(),
+            stockade::ExecIo {
+                output: None,
+                input: Some(in_rx),
+            },
+        )
+        .await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     in_tx.send(ExecInput::Kill).await.unwrap();
     let o = run.await.unwrap().unwrap();
@@ -192,7 +221,11 @@ async fn every_rpc_works_over_the_unix_socket() {
     let s1b = c.session_get("proj").await.unwrap();
     assert_eq!(s1.id, s1b.id, "same session, same sandbox");
     let o = c
-        .exec(&s1.id, sh("echo kept > /work/f; pwd"), None)
+        .exec(
+            &s1.id,
+            stockade::CheckedRequest::new(sh("echo kept > /work/f; pwd")).unwrap(),
+            stockade::ExecIo::none(),
+        )
         .await
         .unwrap();
     assert_eq!(o.stdout, b"/work\n");
@@ -206,10 +239,14 @@ async fn every_rpc_works_over_the_unix_socket() {
     let s2 = c.session_get("proj").await.unwrap();
     assert_ne!(s2.id, s1.id);
     assert_eq!(
-        c.exec(&s2.id, sh("cat /work/f"), None)
-            .await
-            .unwrap()
-            .stdout,
+        c.exec(
+            &s2.id,
+            stockade::CheckedRequest::new(sh("cat /work/f")).unwrap(),
+            stockade::ExecIo::none()
+        )
+        .await
+        .unwrap()
+        .stdout,
         b"kept\n"
     );
     c.session_delete("proj").await.unwrap();
@@ -217,7 +254,11 @@ async fn every_rpc_works_over_the_unix_socket() {
 
     // Errors keep their code and message.
     let e = c
-        .exec("sb-000000000000", sh("true"), None)
+        .exec(
+            "sb-000000000000",
+            stockade::CheckedRequest::new(sh("true")).unwrap(),
+            stockade::ExecIo::none(),
+        )
         .await
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound);
@@ -229,11 +270,6 @@ async fn every_rpc_works_over_the_unix_socket() {
         .unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidSpec);
     assert!(e.to_string().contains("pids"), "{e}");
-    let e = c
-        .exec(sb.id(), ExecRequest::new(Vec::<String>::new()), None)
-        .await
-        .unwrap_err();
-    assert_eq!(e.code(), ErrorCode::InvalidSpec, "{e}");
 
     // Metrics.
     let text = http_get(port, "/metrics").await;
@@ -318,12 +354,25 @@ async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
 
     let sa = create(&a, spec(60)).await;
     assert_eq!(
-        a.exec(sa.id(), sh("echo mine"), None).await.unwrap().stdout,
+        a.exec(
+            sa.id(),
+            stockade::CheckedRequest::new(sh("echo mine")).unwrap(),
+            stockade::ExecIo::none()
+        )
+        .await
+        .unwrap()
+        .stdout,
         b"mine\n"
     );
     // B cannot see, run in, read, or destroy A's sandbox: it does not exist for B.
     for e in [
-        b.exec(sa.id(), sh("true"), None).await.unwrap_err(),
+        b.exec(
+            sa.id(),
+            stockade::CheckedRequest::new(sh("true")).unwrap(),
+            stockade::ExecIo::none(),
+        )
+        .await
+        .unwrap_err(),
         b.inspect(sa.id()).await.unwrap_err(),
         b.destroy(sa.id()).await.unwrap_err(),
         b.file(sa.id(), FileOp::Ls { path: "/".into() })
@@ -349,7 +398,17 @@ async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
     let mut req = ExecRequest::new(["/bin/cat"]);
     req.keep_stdin_open = true;
     let (a2, id) = (a.clone(), sa.id().to_string());
-    let run = tokio::spawn(async move { a2.exec_interactive(&id, req, None, in_rx).await });
+    let run = tokio::spawn(async move {
+        a2.exec(
+            &id,
+            stockade::CheckedRequest::new(req).unwrap(),
+            stockade::ExecIo {
+                output: None,
+                input: Some(in_rx),
+            },
+        )
+        .await
+    });
     tokio::time::sleep(Duration::from_millis(300)).await;
     // Exec ids are not guessable and not shared; a made-up one is not found.
     assert_eq!(
@@ -430,7 +489,11 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
     let after = now_ms();
     assert!(pooled, "a pool of this template exists and is warm");
     let o = c
-        .exec(&info.id, sh("echo $GREETING; pwd"), None)
+        .exec(
+            &info.id,
+            stockade::CheckedRequest::new(sh("echo $GREETING; pwd")).unwrap(),
+            stockade::ExecIo::none(),
+        )
         .await
         .unwrap();
     assert_eq!(
@@ -450,10 +513,14 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
     .await
     .unwrap();
     assert_eq!(
-        c.exec(&info.id, sh("cat /tmp/w/rel.txt"), None)
-            .await
-            .unwrap()
-            .stdout,
+        c.exec(
+            &info.id,
+            stockade::CheckedRequest::new(sh("cat /tmp/w/rel.txt")).unwrap(),
+            stockade::ExecIo::none()
+        )
+        .await
+        .unwrap()
+        .stdout,
         b"x"
     );
     let shown = c.inspect(&info.id).await.unwrap();
@@ -535,7 +602,14 @@ async fn a_warm_sandbox_that_stops_answering_is_replaced_before_anyone_gets_it()
     let (got, pooled) = c.create_spec(&spec(60), None, false).await.unwrap();
     assert!(pooled);
     assert_ne!(got.id, victim);
-    let o = c.exec(&got.id, sh("echo ok"), None).await.unwrap();
+    let o = c
+        .exec(
+            &got.id,
+            stockade::CheckedRequest::new(sh("echo ok")).unwrap(),
+            stockade::ExecIo::none(),
+        )
+        .await
+        .unwrap();
     assert_eq!(o.stdout, b"ok\n");
     c.destroy(&got.id).await.unwrap();
     c.pool_drain(None).await.unwrap();
@@ -599,8 +673,11 @@ async fn after_kill_9_a_restart_adopts_healthy_sandboxes_and_reaps_the_rest() {
     let o = c
         .exec(
             keep.id(),
-            sh("for p in /proc/[0-9]*; do cat $p/comm; done | grep -c sleep; echo alive"),
-            None,
+            stockade::CheckedRequest::new(sh(
+                "for p in /proc/[0-9]*; do cat $p/comm; done | grep -c sleep; echo alive",
+            ))
+            .unwrap(),
+            stockade::ExecIo::none(),
         )
         .await
         .unwrap();
@@ -682,7 +759,15 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
             let (mut ok, mut errors) = (0u32, Vec::new());
             while Instant::now() < until {
                 match c
-                    .exec(&id, ExecRequest::new(["/bin/echo", &i.to_string()]), None)
+                    .exec(
+                        &id,
+                        stockade::CheckedRequest::new(ExecRequest::new([
+                            "/bin/echo",
+                            &i.to_string(),
+                        ]))
+                        .unwrap(),
+                        stockade::ExecIo::none(),
+                    )
                     .await
                 {
                     Ok(o) if o.exit_code == 0 && o.stdout == format!("{i}\n").as_bytes() => ok += 1,

@@ -405,3 +405,71 @@ async fn only_file_calls_carry_large_messages() {
         .unwrap_err();
     assert_eq!(s.code(), tonic::Code::NotFound, "{s:?}");
 }
+
+/// A request the client-side checks would stop, sent straight on the wire: the daemon
+/// checks it itself (an empty argv, a NUL in an argument, a relative cwd, a zero
+/// timeout), on both exec RPCs, and the sandbox stays usable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_daemon_checks_exec_requests_itself() {
+    if require_root().is_none() {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let mut c = raw(t.port).await;
+    let id = c
+        .create(authed(pb::CreateRequest {
+            provider: "native".into(),
+            spec_json: serde_json::to_string(&with_image_none()).unwrap(),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await
+        .unwrap()
+        .into_inner()
+        .id;
+    let base = |argv: &[&str]| pb::ExecRequest {
+        sandbox_id: id.clone(),
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        ..Default::default()
+    };
+    let bad = [
+        (base(&[]), "argv is empty"),
+        (base(&["echo", "a\0b"]), "contains NUL"),
+        (
+            pb::ExecRequest {
+                cwd: Some("rel".into()),
+                ..base(&["true"])
+            },
+            "is not absolute",
+        ),
+    ];
+    for (req, want) in bad {
+        let e = c.exec(authed(req.clone())).await.unwrap_err();
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(want), "{want}: {e:?}");
+        let e = match c.exec_stream(authed(req)).await {
+            Err(e) => e,
+            Ok(s) => {
+                let mut s = s.into_inner();
+                loop {
+                    match s.message().await {
+                        Err(e) => break e,
+                        Ok(Some(_)) => continue,
+                        Ok(None) => panic!("the daemon ran {want:?}"),
+                    }
+                }
+            }
+        };
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    let ok = c.exec(authed(base(&["echo", "ok"]))).await.unwrap();
+    assert_eq!(ok.into_inner().stdout, b"ok\n");
+    c.destroy(authed(pb::SandboxRef { id })).await.unwrap();
+}
+
+fn with_image_none() -> SandboxSpec {
+    SandboxSpec {
+        timeout_secs: 30,
+        ..SandboxSpec::default()
+    }
+}

@@ -39,7 +39,13 @@ fn only_artifact(p: &WasmProvider) -> PathBuf {
 
 async fn refusal(p: &WasmProvider, image: &Path) -> String {
     let v = spec(image).validate().unwrap();
-    match p.create(v, Default::default()).await {
+    match p
+        .create(
+            stockade_core::CheckedSpec::new(v, p).unwrap(),
+            Default::default(),
+        )
+        .await
+    {
         Ok(info) => panic!(
             "{} was loaded as sandbox {}: precompiled code from outside the cache ran",
             image.display(),
@@ -60,7 +66,14 @@ async fn a_cwasm_written_by_a_sandbox_is_never_loaded_as_an_image() {
     for name in ["evil.cwasm", "evil.wasm", "evil"] {
         let mut req = ExecRequest::new(["g", "save", &format!("/tmp/{name}")]);
         req.stdin = evil.clone();
-        let out = p.exec(&id, req, None).await.unwrap();
+        let out = p
+            .exec(
+                &id,
+                stockade_core::CheckedRequest::new(req).unwrap(),
+                stockade_core::ExecIo::none(),
+            )
+            .await
+            .unwrap();
         assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
         let host = p.tmp_host_path(&id).unwrap().join(name);
         assert_eq!(std::fs::read(&host).unwrap(), evil);
@@ -179,7 +192,13 @@ async fn the_cache_and_its_key_cannot_be_mounted_into_a_sandbox() {
             target: "/m".into(),
             writable,
         });
-        let err = match p.create(s.validate().unwrap(), Default::default()).await {
+        let err = match p
+            .create(
+                stockade_core::CheckedSpec::new(s.validate().unwrap(), &p).unwrap(),
+                Default::default(),
+            )
+            .await
+        {
             Ok(info) => panic!("{} was mounted in sandbox {}", host.display(), info.id),
             Err(e) => e.to_string(),
         };
@@ -200,7 +219,10 @@ async fn the_cache_and_its_key_cannot_be_mounted_into_a_sandbox() {
         writable: true,
     });
     let err = fresh
-        .create(s.validate().unwrap(), Default::default())
+        .create(
+            stockade_core::CheckedSpec::new(s.validate().unwrap(), &fresh).unwrap(),
+            Default::default(),
+        )
         .await
         .unwrap_err()
         .to_string();

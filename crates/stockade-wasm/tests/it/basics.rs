@@ -32,7 +32,14 @@ async fn args_and_env_are_exactly_what_was_given() {
     let mut req = ExecRequest::new(["prog", "env"]);
     req.env.insert("FROM_EXEC".into(), "exec".into());
     req.env.insert("BOTH".into(), "exec".into());
-    let out = p.exec(&id, req, None).await.unwrap();
+    let out = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .unwrap();
     let env = text(&out.stdout);
     let keys: Vec<&str> = env.lines().map(|l| l.split('=').next().unwrap()).collect();
     // The host's environment (CARGO_*, the real HOME, ...) never reaches the guest.
@@ -77,7 +84,14 @@ async fn exit_codes_traps_and_stdin() {
 
     let mut req = ExecRequest::new(["g", "stdin"]);
     req.stdin = b"fed through stdin\n".to_vec();
-    let out = p.exec(&id, req, None).await.unwrap();
+    let out = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .unwrap();
     assert_eq!(text(&out.stdout), "fed through stdin\n");
 
     let out = run(&p, &id, &["g", "both"]).await;
@@ -102,7 +116,14 @@ async fn output_streams_live() {
     });
     let mut req = ExecRequest::new(["g", "flood", "300000"]);
     req.stream = true;
-    let out = p.exec(&id, req, Some(tx)).await.unwrap();
+    let out = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::output(tx),
+        )
+        .await
+        .unwrap();
     let chunks = collect.await.unwrap();
     let live: Vec<u8> = chunks.iter().flat_map(|c| c.data.clone()).collect();
     assert_eq!(live, out.stdout, "live output is the captured output");
@@ -121,11 +142,16 @@ async fn specs_it_cannot_honour_are_refused() {
     let refusal = |s: SandboxSpec| {
         let p = p.clone();
         async move {
+            // Refused at the boundary (the capability check), or by the provider.
             let v = s.validate().unwrap();
-            p.create(v, Default::default())
-                .await
-                .unwrap_err()
-                .to_string()
+            match stockade_core::CheckedSpec::new(v, &p) {
+                Err(e) => e.to_string(),
+                Ok(v) => p
+                    .create(v, Default::default())
+                    .await
+                    .unwrap_err()
+                    .to_string(),
+            }
         }
     };
     let mut s = spec(&g);
@@ -163,7 +189,15 @@ async fn specs_it_cannot_honour_are_refused() {
         ..ExecRequest::new(["g"])
     };
     let id = crate::support::create(&p, spec(&g)).await;
-    let err = p.exec(&id, req, None).await.unwrap_err().to_string();
+    let err = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("cannot keep stdin open"), "{err}");
 }
 
@@ -175,7 +209,10 @@ async fn a_module_that_is_not_wasm_is_refused() {
     std::fs::write(&bogus, b"#!/bin/sh\necho pwned\n").unwrap();
     let v = spec(&bogus).validate().unwrap();
     let err = p
-        .create(v, Default::default())
+        .create(
+            stockade_core::CheckedSpec::new(v, &p).unwrap(),
+            Default::default(),
+        )
         .await
         .unwrap_err()
         .to_string();

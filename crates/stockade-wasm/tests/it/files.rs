@@ -164,13 +164,35 @@ async fn relative_paths_start_in_the_working_directory() {
         cwd: Some("/tmp/sub".into()),
         ..stockade_core::ExecRequest::new(["g", "write", "here.txt", "h"])
     };
-    assert_eq!(p.exec(&id, req, None).await.unwrap().exit_code, 0);
+    assert_eq!(
+        p.exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none()
+        )
+        .await
+        .unwrap()
+        .exit_code,
+        0
+    );
     assert_eq!(p.read_file(&id, "/tmp/sub/here.txt").await.unwrap(), b"h");
     let req = stockade_core::ExecRequest {
         cwd: Some("/data".into()),
         ..stockade_core::ExecRequest::new(["g", "cat", "in.txt"])
     };
-    assert_eq!(text(&p.exec(&id, req, None).await.unwrap().stdout), "data");
+    assert_eq!(
+        text(
+            &p.exec(
+                &id,
+                stockade_core::CheckedRequest::new(req).unwrap(),
+                stockade_core::ExecIo::none()
+            )
+            .await
+            .unwrap()
+            .stdout
+        ),
+        "data"
+    );
 
     // A cwd that is a link leading out of the sandbox is refused, not followed.
     std::os::unix::fs::symlink(outside.path(), p.tmp_host_path(&id).unwrap().join("out")).unwrap();
@@ -178,7 +200,14 @@ async fn relative_paths_start_in_the_working_directory() {
         cwd: Some("/tmp/out".into()),
         ..stockade_core::ExecRequest::new(["g", "write", "planted", "x"])
     };
-    let err = p.exec(&id, req, None).await.unwrap_err();
+    let err = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), ErrorCode::PolicyDenied, "{err}");
     assert!(!outside.path().join("planted").exists());
 }

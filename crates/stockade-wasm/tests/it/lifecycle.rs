@@ -57,7 +57,11 @@ async fn destroy_removes_everything_and_is_idempotent() {
     );
     assert!(p.list().await.unwrap().is_empty());
     let err = p
-        .exec(&id, ExecRequest::new(["g", "hello"]), None)
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(ExecRequest::new(["g", "hello"])).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);
@@ -127,7 +131,11 @@ async fn a_sandbox_dies_with_its_owner() {
     let opts = stockade_core::CreateOptions {
         owner_pid: Some(owner.id()),
     };
-    let id = p.create(v, opts).await.unwrap().id;
+    let id = p
+        .create(stockade_core::CheckedSpec::new(v, &p).unwrap(), opts)
+        .await
+        .unwrap()
+        .id;
     tokio::time::sleep(Duration::from_millis(1200)).await;
     assert!(p.inspect(&id).await.is_ok(), "alive while its owner is");
     owner.kill().unwrap();

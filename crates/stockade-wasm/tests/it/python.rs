@@ -92,7 +92,14 @@ async fn python_while_true_stops_at_the_deadline() {
         timeout_ms: Some(1000),
         ..ExecRequest::new(["python3", "-c", "while True: pass"])
     };
-    let out = p.exec(&id, req, None).await.unwrap();
+    let out = p
+        .exec(
+            &id,
+            stockade_core::CheckedRequest::new(req).unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .unwrap();
     assert!(out.timed_out, "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }

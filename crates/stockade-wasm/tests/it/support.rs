@@ -178,17 +178,24 @@ pub fn spec(image: &Path) -> SandboxSpec {
 /// Creates a sandbox from `spec` (validated and checked like `Sandbox::create` does).
 pub async fn create(p: &WasmProvider, spec: SandboxSpec) -> String {
     let spec = spec.validate().expect("valid spec");
-    p.create(spec, CreateOptions::default())
-        .await
-        .expect("create")
-        .id
+    p.create(
+        stockade_core::CheckedSpec::new(spec, p).unwrap(),
+        CreateOptions::default(),
+    )
+    .await
+    .expect("create")
+    .id
 }
 
 /// Runs `argv` in sandbox `id`.
 pub async fn run(p: &WasmProvider, id: &str, argv: &[&str]) -> ExecOutcome {
-    p.exec(id, ExecRequest::new(argv.iter().copied()), None)
-        .await
-        .expect("exec")
+    p.exec(
+        id,
+        stockade_core::CheckedRequest::new(ExecRequest::new(argv.iter().copied())).unwrap(),
+        stockade_core::ExecIo::none(),
+    )
+    .await
+    .expect("exec")
 }
 
 /// Stdout as text.

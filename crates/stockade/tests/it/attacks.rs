@@ -557,25 +557,37 @@ async fn background_processes_end_with_their_exec() {
 
 /// Host pid of the exec shim running in the native sandbox `id` (a child of its PID 1
 /// whose command line starts with `stockade-shim`), once one runs.
-fn host_shim_pid(id: &str) -> u32 {
+/// The host pid of the shim (a child of the sandbox's PID 1) whose own child's command
+/// line starts with `child` (another exec's shim may still be ending beside it).
+fn host_shim_pid(id: &str, child: &[u8]) -> u32 {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).unwrap())
             .unwrap();
     let init = state["init_pid"].as_u64().unwrap() as u32;
     for _ in 0..2_000 {
-        for e in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 2..].split(' ').nth(1))
-                .and_then(|s| s.parse::<u32>().ok());
-            if cmdline.starts_with(b"stockade-shim") && ppid == Some(init) {
-                return pid;
-            }
+        let procs: Vec<(u32, Option<u32>, Vec<u8>)> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .map(|pid| {
+                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+                let ppid = stat
+                    .rfind(')')
+                    .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                    .and_then(|s| s.parse::<u32>().ok());
+                (pid, ppid, cmdline)
+            })
+            .collect();
+        let shim = procs.iter().find(|(pid, ppid, cmd)| {
+            cmd.starts_with(b"stockade-shim")
+                && *ppid == Some(init)
+                && procs
+                    .iter()
+                    .any(|(_, pp, c)| *pp == Some(*pid) && c.starts_with(child))
+        });
+        if let Some((pid, _, _)) = shim {
+            return *pid;
         }
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -621,9 +633,6 @@ async fn the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim() 
         })
     };
     let id = sb.id().to_string();
-    let shim = tokio::task::spawn_blocking(move || host_shim_pid(&id))
-        .await
-        .unwrap();
     // Let the script start its sleeps before the shim goes.
     loop {
         if processes_inside(&sb).await.matches("sleep").count() >= 3 {
@@ -631,6 +640,9 @@ async fn the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim() 
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    let shim = tokio::task::spawn_blocking(move || host_shim_pid(&id, b"/bin/sh\0-c\0sleep 1000"))
+        .await
+        .unwrap();
     std::process::Command::new("kill")
         .args(["-9", &shim.to_string()])
         .status()

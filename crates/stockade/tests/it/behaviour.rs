@@ -217,7 +217,14 @@ async fn a_kill_sent_before_the_exec_starts_still_kills_it() {
         let mut req = ExecRequest::new(["sleep", "30"]);
         req.timeout_ms = Some(60_000);
         let o = provider()
-            .exec_interactive(sb.id(), req, None, in_rx)
+            .exec(
+                sb.id(),
+                stockade::CheckedRequest::new(req).unwrap(),
+                stockade::ExecIo {
+                    output: None,
+                    input: Some(in_rx),
+                },
+            )
             .await
             .unwrap();
         drop(in_tx);

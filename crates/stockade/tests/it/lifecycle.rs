@@ -118,8 +118,8 @@ async fn unknown_ids_are_not_found_and_bad_ids_refused() {
     let err = p
         .exec(
             "sb-000000000000",
-            stockade::ExecRequest::new(["true"]),
-            None,
+            stockade::CheckedRequest::new(stockade::ExecRequest::new(["true"])).unwrap(),
+            stockade::ExecIo::none(),
         )
         .await
         .unwrap_err();
