@@ -61,23 +61,8 @@ pub fn main() -> i32 {
             return 2;
         }
     };
-    // Detach: the caller reaps our parent half at once and reads the report from the
-    // pipe we keep; we are reparented to init and outlive the caller.
-    match stockade_sys::process::fork() {
-        Ok(Forked::Parent(_)) => return 0,
-        Ok(Forked::Child) => {}
-        Err(e) => {
-            report(
-                &mut stdout,
-                &fail(
-                    ErrorCode::Internal,
-                    format!("cannot detach the monitor: {e}"),
-                ),
-            );
-            return 2;
-        }
-    }
-    let _ = nix::unistd::setsid();
+    // We stay a child of the process that created the sandbox (started in a session of
+    // our own), which reaps us; we outlive it if it exits first.
     let launched = launch(&plan);
     let (child, helper) = match launched {
         Ok(v) => v,

@@ -8,11 +8,11 @@
 //! to answer on its socket, in a host directory mounted at `/.stockade` (0700, root's)
 //! that the code cannot enter. Execs, deadlines, output capture and file operations
 //! then go through the same agent code as on the native provider; there is no
-//! `docker exec`. A detached `stockade-agent docker-watch` removes the container when
+//! `docker exec`: [`DockerLauncher`] is this provider's [`Launcher`] and
+//! [`DockerProvider`] is it plus the agent host ([`AgentProvider`]). A detached `stockade-agent docker-watch` removes the container when
 //! its owner dies or its lifetime passes; [`DockerProvider::gc`] reaps by label
 //! whatever a crash left behind.
 
-mod agent;
 pub mod engine;
 pub mod image;
 pub mod plan;
@@ -27,32 +27,38 @@ use bollard::models::ContainerInspectResponse;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
+use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
-    FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    ValidatedSpec,
 };
-use stockade_native::client;
 use tokio::sync::OnceCell;
 
-pub use agent::{BUILD_AGENT, find as find_agent, is_static};
 pub use plan::{AGENT_CAPS, container_name, labels};
+pub use stockade_agent_host::{
+    BUILD_STATIC_AGENT as BUILD_AGENT, find_static_agent as find_agent, is_static,
+};
 
 /// Default root of the per-sandbox host directories mounted at `/.stockade`.
 pub const DEFAULT_STATE_ROOT: &str = "/run/stockade-docker";
 
-/// The docker provider.
+/// The docker provider: the docker launcher with the agent host.
+pub type DockerProvider = AgentProvider<DockerLauncher>;
+
+/// Launches docker sandboxes: a hardened container per sandbox whose PID 1 is the
+/// static agent.
 #[derive(Debug)]
-pub struct DockerProvider {
+pub struct DockerLauncher {
     socket: PathBuf,
     state_root: PathBuf,
     image_store: Option<PathBuf>,
     docker: OnceCell<Docker>,
 }
 
-impl Default for DockerProvider {
+impl Default for DockerLauncher {
     fn default() -> Self {
-        DockerProvider::new()
+        DockerLauncher::new()
     }
 }
 
@@ -89,12 +95,12 @@ fn not_found(id: &str) -> Error {
     }
 }
 
-impl DockerProvider {
-    /// A provider on `$DOCKER_HOST` (unix) or `/var/run/docker.sock`, keeping its
+impl DockerLauncher {
+    /// A launcher on `$DOCKER_HOST` (unix) or `/var/run/docker.sock`, keeping its
     /// host directories under [`DEFAULT_STATE_ROOT`] and reading missing images from
     /// `$STOCKADE_HOME/images`. Connects on first use.
-    pub fn new() -> DockerProvider {
-        DockerProvider {
+    pub fn new() -> DockerLauncher {
+        DockerLauncher {
             socket: engine::socket_path(),
             state_root: PathBuf::from(DEFAULT_STATE_ROOT),
             image_store: None,
@@ -103,19 +109,19 @@ impl DockerProvider {
     }
 
     /// Talks to dockerd on `socket` instead.
-    pub fn with_socket(mut self, socket: impl Into<PathBuf>) -> DockerProvider {
+    pub fn with_socket(mut self, socket: impl Into<PathBuf>) -> DockerLauncher {
         self.socket = socket.into();
         self
     }
 
     /// Keeps the per-sandbox host directories under `root`.
-    pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> DockerProvider {
+    pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> DockerLauncher {
         self.state_root = root.into();
         self
     }
 
     /// Reads images dockerd lacks from the store at `root`.
-    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> DockerProvider {
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> DockerLauncher {
         self.image_store = Some(root.into());
         self
     }
@@ -202,9 +208,13 @@ impl DockerProvider {
         }
     }
 
-    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+    async fn create_container(
+        &self,
+        spec: &ValidatedSpec,
+        opts: &CreateOptions,
+    ) -> Result<SandboxInfo> {
         let docker = self.docker().await?;
-        let agent = agent::find()?;
+        let agent = find_agent()?;
         let reference = spec.image.clone().ok_or_else(|| {
             Error::InvalidRequest(
                 "the docker provider needs an image; name one with --image".into(),
@@ -274,7 +284,11 @@ impl DockerProvider {
         let sock = dir.join("agent.sock");
         let started = Instant::now();
         loop {
-            if sock.exists() && stockade_native::client::ping(id, &sock).await.is_ok() {
+            if sock.exists()
+                && stockade_agent_host::client::ping(id, &UnixSocket::new(id, &sock))
+                    .await
+                    .is_ok()
+            {
                 break;
             }
             if let Some(c) = self.inspect_container(id).await?
@@ -516,7 +530,9 @@ fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
 }
 
 #[async_trait]
-impl Provider for DockerProvider {
+impl Launcher for DockerLauncher {
+    type Transport = UnixSocket;
+
     fn name(&self) -> &'static str {
         "docker"
     }
@@ -562,7 +578,7 @@ impl Provider for DockerProvider {
             }),
             Err(e) => return Err(e),
         }
-        match agent::find() {
+        match find_agent() {
             Ok(p) => checks.push(Check {
                 name: "static agent".into(),
                 ok: true,
@@ -579,32 +595,17 @@ impl Provider for DockerProvider {
         Ok(checks)
     }
 
-    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.launch(&spec, &opts).await
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        self.create_container(&spec, opts).await
     }
 
-    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+    async fn transport(&self, id: &str) -> Result<UnixSocket> {
         check_id(id)?;
         let sock = self.dir(id).join("agent.sock");
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)).await);
         }
-        match client::exec(id, &sock, req.into_inner(), io).await {
-            Ok(o) => Ok(o),
-            Err(e) => Err(self.gone(id, e).await),
-        }
-    }
-
-    async fn health(&self, id: &str) -> Result<()> {
-        check_id(id)?;
-        let sock = self.dir(id).join("agent.sock");
-        if !sock.exists() {
-            return Err(self.gone(id, not_found(id)).await);
-        }
-        match client::ping(id, &sock).await {
-            Ok(()) => Ok(()),
-            Err(e) => Err(self.gone(id, e).await),
-        }
+        Ok(UnixSocket::new(id, sock))
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
@@ -639,16 +640,7 @@ impl Provider for DockerProvider {
         self.reap().await
     }
 
-    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
-        check_id(id)?;
-        let sock = self.dir(id).join("agent.sock");
-        if !sock.exists() {
-            return Err(self.gone(id, not_found(id)).await);
-        }
-        match client::file(id, &sock, op).await {
-            Ok(r) => Ok(r),
-            Err(e @ Error::Internal(_)) => Err(self.gone(id, e).await),
-            Err(e) => Err(e),
-        }
+    async fn explain(&self, id: &str, error: Error) -> Error {
+        self.gone(id, error).await
     }
 }

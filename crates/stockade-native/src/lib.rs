@@ -4,11 +4,13 @@
 //! `create` computes a [`LaunchPlan`](stockade_agent_proto::launch::LaunchPlan) (pure,
 //! see [`plan`]) and hands it to `stockade-agent monitor`, a small single-threaded
 //! jailer that builds the sandbox, forks the agent into it as PID 1, and supervises it
-//! from outside until its lifetime ends, its owner dies, or it is destroyed. Execs talk
-//! to the agent over a unix socket in the sandbox's state directory, which the code
-//! inside cannot see.
+//! from outside until its lifetime ends, its owner dies, or it is destroyed. The
+//! monitor stays a child of the process that created the sandbox, which reaps it.
+//!
+//! [`NativeLauncher`] is this provider's [`Launcher`]; [`NativeProvider`] is it plus
+//! the agent host ([`AgentProvider`]), which runs execs and file operations over the
+//! agent's unix socket in the sandbox's state directory (the code inside cannot see it).
 
-pub mod client;
 mod doctor;
 mod image;
 pub mod layout;
@@ -19,64 +21,36 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
 use stockade_agent_proto::launch::{LaunchReport, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
-    GcReport, Provider, Result, SandboxInfo, ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    ValidatedSpec,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use doctor::host_checks;
 pub use image::ensure_image;
 pub use state::default_state_root;
+pub use stockade_agent_host::find_agent;
 
-/// The native provider.
+/// The native provider: the native launcher with the agent host.
+pub type NativeProvider = AgentProvider<NativeLauncher>;
+
+/// Launches native sandboxes: a `stockade-agent monitor` per sandbox builds and
+/// supervises it.
 #[derive(Clone, Debug)]
-pub struct NativeProvider {
+pub struct NativeLauncher {
     state_root: PathBuf,
     /// The image store `--image` reads (default: `$STOCKADE_HOME/images`).
     image_store: Option<PathBuf>,
 }
 
-impl Default for NativeProvider {
+impl Default for NativeLauncher {
     fn default() -> Self {
-        NativeProvider::new()
+        NativeLauncher::new()
     }
-}
-
-/// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program
-/// (or its parent directory, for test binaries in `target/*/deps`), then `PATH`.
-pub fn find_agent() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("STOCKADE_AGENT") {
-        let p = PathBuf::from(p);
-        return if p.is_file() {
-            Ok(p)
-        } else {
-            Err(Error::Unavailable {
-                what: "the stockade agent".into(),
-                reason: format!("STOCKADE_AGENT={} does not exist", p.display()),
-                fix: "point STOCKADE_AGENT at the stockade-agent binary".into(),
-            })
-        };
-    }
-    let mut candidates = Vec::new();
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
-        candidates.push(dir.join("stockade-agent"));
-        if let Some(up) = dir.parent() {
-            candidates.push(up.join("stockade-agent"));
-        }
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join("stockade-agent")));
-    }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| Error::Unavailable {
-        what: "the stockade agent".into(),
-        reason: "stockade-agent was not found next to this program or in PATH".into(),
-        fix: "install it beside stockade (cargo install --path crates/stockade-agent) or set STOCKADE_AGENT".into(),
-    })
 }
 
 fn which(name: &str) -> Option<PathBuf> {
@@ -104,25 +78,25 @@ fn new_id() -> String {
     )
 }
 
-impl NativeProvider {
-    /// A provider keeping state under [`default_state_root`].
-    pub fn new() -> NativeProvider {
-        NativeProvider {
+impl NativeLauncher {
+    /// A launcher keeping state under [`default_state_root`].
+    pub fn new() -> NativeLauncher {
+        NativeLauncher {
             state_root: default_state_root(),
             image_store: None,
         }
     }
 
-    /// A provider keeping state under `root` (tests use their own).
-    pub fn with_state_root(root: impl Into<PathBuf>) -> NativeProvider {
-        NativeProvider {
+    /// A launcher keeping state under `root` (tests use their own).
+    pub fn with_state_root(root: impl Into<PathBuf>) -> NativeLauncher {
+        NativeLauncher {
             state_root: root.into(),
             image_store: None,
         }
     }
 
     /// Reads images from the store at `root` instead of `$STOCKADE_HOME/images`.
-    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> NativeProvider {
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> NativeLauncher {
         self.image_store = Some(root.into());
         self
     }
@@ -161,7 +135,7 @@ impl NativeProvider {
         }
     }
 
-    async fn launch(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
+    async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
         Self::require_root()?;
         let agent = find_agent()?;
         let id = new_id();
@@ -239,7 +213,8 @@ impl NativeProvider {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(log);
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        // Out of reach of our terminal's Ctrl-C and hangup: the sandbox outlives us.
+        stockade_sys::process::spawn_in_new_session(&mut cmd);
         // Nothing our caller holds open (an SDK user's files and sockets, a daemon's
         // listeners) reaches the monitor, so nothing reaches the sandbox.
         stockade_sys::process::spawn_with_stdio_only(&mut cmd);
@@ -247,27 +222,24 @@ impl NativeProvider {
             let _ = std::fs::remove_dir_all(&dir);
             Error::io(format!("cannot start {}", agent.display()), e)
         })?;
-        let mut stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| Error::Internal("monitor stdin missing".into()))?;
+        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
+        // The monitor stays our child for the sandbox's life: we reap it when it ends
+        // (never another pid), so no zombie is left to the host's PID 1.
+        reap::reap_later(child);
+        let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
+            return Err(Error::Internal("monitor stdio missing".into()));
+        };
         stdin
             .write_all(&json)
             .await
             .map_err(|e| Error::io("cannot send the launch plan", e))?;
         drop(stdin);
-        let stdout = child
-            .stdout
-            .take()
-            .ok_or_else(|| Error::Internal("monitor stdout missing".into()))?;
         let mut line = String::new();
         let read = tokio::time::timeout(
             Duration::from_secs(30),
             tokio::io::BufReader::new(stdout).read_line(&mut line),
         )
         .await;
-        // The monitor forks away from us at once; reap the parent half.
-        let _ = child.wait().await;
         match read {
             Err(_) => {
                 state::reap_dir(&dir);
@@ -298,7 +270,9 @@ impl NativeProvider {
 }
 
 #[async_trait]
-impl Provider for NativeProvider {
+impl Launcher for NativeLauncher {
+    type Transport = UnixSocket;
+
     fn name(&self) -> &'static str {
         "native"
     }
@@ -314,12 +288,12 @@ impl Provider for NativeProvider {
         Ok(host_checks())
     }
 
-    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        let st = self.launch(&spec, &opts).await?;
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        let st = self.start(&spec, opts).await?;
         Ok(Self::info(&st))
     }
 
-    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+    async fn transport(&self, id: &str) -> Result<UnixSocket> {
         let dir = self.dir(id)?;
         if !dir.join("state.json").exists() {
             return Err(Error::NotFound {
@@ -327,19 +301,24 @@ impl Provider for NativeProvider {
                 id: id.to_string(),
             });
         }
-        client::exec(id, &dir.join("agent.sock"), req.into_inner(), io).await
-    }
-
-    async fn health(&self, id: &str) -> Result<()> {
-        let dir = self.dir(id)?;
-        client::ping(id, &dir.join("agent.sock")).await
+        Ok(UnixSocket::new(id, dir.join("agent.sock")))
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
         let dir = self.dir(id)?;
-        tokio::task::spawn_blocking(move || state::destroy_dir(&dir))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))?
+        let monitor = tokio::task::spawn_blocking(move || {
+            let monitor = state::monitor(&dir);
+            state::destroy_dir(&dir).map(|()| monitor)
+        })
+        .await
+        .map_err(|e| Error::Internal(e.to_string()))??;
+        // A monitor that ended is reaped (when this process started it) before we return.
+        if let Some((pid, ticks)) = monitor
+            && !stockade_sys::process::is_same_process(pid, ticks)
+        {
+            reap::reaped(pid).await;
+        }
+        Ok(())
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
@@ -360,27 +339,10 @@ impl Provider for NativeProvider {
         }
     }
 
-    async fn file(&self, id: &str, op: stockade_core::FileOp) -> Result<stockade_core::FileResult> {
-        let dir = self.dir(id)?;
-        if !dir.join("state.json").exists() {
-            return Err(Error::NotFound {
-                kind: "sandbox",
-                id: id.to_string(),
-            });
-        }
-        client::file(id, &dir.join("agent.sock"), op).await
-    }
-
     async fn gc(&self) -> Result<GcReport> {
         let root = self.state_root.clone();
         tokio::task::spawn_blocking(move || state::gc(&root))
             .await
             .map_err(|e| Error::Internal(e.to_string()))
     }
-}
-
-/// Pings a sandbox's agent (health check).
-pub async fn ping(provider: &NativeProvider, id: &str) -> Result<()> {
-    let dir = provider.dir(id)?;
-    client::ping(id, &dir.join("agent.sock")).await
 }

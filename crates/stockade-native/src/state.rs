@@ -85,6 +85,12 @@ fn read_state(dir: &Path) -> Option<SandboxState> {
     serde_json::from_slice(&fs::read(dir.join("state.json")).ok()?).ok()
 }
 
+/// The pid and start ticks of the monitor of the sandbox in `dir`, when it wrote its
+/// state.
+pub fn monitor(dir: &Path) -> Option<(u32, u64)> {
+    read_state(dir).map(|st| (st.monitor_pid, st.monitor_start_ticks))
+}
+
 /// The state of a live sandbox.
 pub fn read_live(dir: &Path) -> Option<SandboxState> {
     let st = read_state(dir)?;

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stockade_core::{CreateOptions, Error, ExecRequest, Provider, Sandbox, SandboxSpec};
-use stockade_native::NativeProvider;
+use stockade_native::{NativeLauncher, NativeProvider};
 use stockade_testkit::{DEBIAN_FIX, Registry, debian_test_image, require};
 
 const HELLO: &[u8] =
@@ -54,9 +54,9 @@ async fn python_runs_from_an_image_root() {
     let store = stockade_image::Store::open(tmp.path().join("images")).unwrap();
     stockade_image::import(&store, &layout, None).unwrap();
 
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
-    );
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
+    ));
     let spec = SandboxSpec {
         image: Some(IMAGE.into()),
         ..Default::default()
@@ -116,9 +116,9 @@ async fn the_spec_user_overrides_the_image_user_and_root_images_run_unprivileged
     write_layout(&layout, &base);
     let store = stockade_image::Store::open(tmp.path().join("images")).unwrap();
     stockade_image::import(&store, &layout, None).unwrap();
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
-    );
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
+    ));
     let spec = SandboxSpec {
         image: Some(IMAGE.into()),
         user: stockade_spec::User {
@@ -188,9 +188,9 @@ async fn a_missing_image_is_pulled_on_first_use() {
     write_layout(&layout, &base);
     reg.push(&layout, IMAGE, "stockade-test/debian:1", false);
     let store = stockade_image::Store::open(tmp.path().join("images")).unwrap();
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
-    );
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(tmp.path().join("state")).with_image_store(store.root()),
+    ));
     let reference = format!("{}/stockade-test/debian:1", reg.addr);
     assert!(store.resolve(&reference).is_err(), "the store starts empty");
     let spec = SandboxSpec {
@@ -335,10 +335,10 @@ async fn image_symlinks_never_reach_the_host() {
     let Some(base) = parts() else { return };
     let host = Host::new();
     let store = stockade_image::Store::open(host.dir.path().join("images")).unwrap();
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(host.dir.path().join("state"))
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(host.dir.path().join("state"))
             .with_image_store(store.root()),
-    );
+    ));
     let mut images = Vec::new();
     for (i, to) in ["/", "/proc", "../../.."].into_iter().enumerate() {
         let entries = [
@@ -428,10 +428,10 @@ async fn a_workdir_below_an_image_symlink_stays_inside() {
         "localhost/attack/home:1",
     );
     stockade_image::import(&store, &layout, None).unwrap();
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(host.dir.path().join("state"))
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(host.dir.path().join("state"))
             .with_image_store(store.root()),
-    );
+    ));
     for workdir in ["/home/made-by-sandbox", "/work/home/x"] {
         let spec = SandboxSpec {
             image: Some("localhost/attack/home:1".into()),
@@ -472,10 +472,10 @@ async fn code_in_an_image_with_etc_to_root_sees_no_host() {
         "localhost/attack/etc-root:1",
     );
     stockade_image::import(&store, &layout, None).unwrap();
-    let provider: Arc<dyn Provider> = Arc::new(
-        NativeProvider::with_state_root(host.dir.path().join("state"))
+    let provider: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(host.dir.path().join("state"))
             .with_image_store(store.root()),
-    );
+    ));
     let spec = SandboxSpec {
         image: Some("localhost/attack/etc-root:1".into()),
         ..Default::default()

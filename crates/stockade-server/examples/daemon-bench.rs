@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use stockade::{ExecRequest, NativeProvider, Provider, SandboxSpec};
+use stockade::{ExecRequest, NativeLauncher, NativeProvider, Provider, SandboxSpec};
 use stockade_client::{Host, RemoteProvider};
 
 #[derive(Parser)]
@@ -195,7 +195,7 @@ async fn main() {
 
     // 2. Memory per idle sandbox (the pool is full again).
     wait_idle(&c, args.pool).await;
-    let ids: Vec<String> = NativeProvider::with_state_root(&state_root)
+    let ids: Vec<String> = NativeProvider::from(NativeLauncher::with_state_root(&state_root))
         .list()
         .await
         .unwrap()
@@ -245,7 +245,9 @@ async fn main() {
 
     // 4. Exec round trip: through the daemon vs in-process on the same sandbox.
     let (info, _) = c.create_spec(&template, None, true).await.unwrap();
-    let native: Arc<dyn Provider> = Arc::new(NativeProvider::with_state_root(&state_root));
+    let native: Arc<dyn Provider> = Arc::new(NativeProvider::from(
+        NativeLauncher::with_state_root(&state_root),
+    ));
     let req = ExecRequest::new(["/bin/true"]);
     for (name, p) in [
         (

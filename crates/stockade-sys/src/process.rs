@@ -183,6 +183,23 @@ pub fn spawn_with_stdio_only(cmd: &mut Command) {
     }
 }
 
+/// Makes the program spawned by `cmd` start in a session (and process group) of its
+/// own, with no controlling terminal: a Ctrl-C or hangup of the caller's terminal does
+/// not reach it. Do not combine with `process_group`, which makes the child a group
+/// leader first (setsid then fails).
+pub fn spawn_in_new_session(cmd: &mut Command) {
+    // SAFETY: the closure runs in the child between fork and exec and makes one raw
+    // system call (setsid), which is async-signal-safe; it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
 /// Takes ownership of a descriptor inherited at exec (e.g. the shim's fd 3), marking
 /// it close-on-exec. `None` when the descriptor is not open.
 pub fn take_inherited_fd(fd: i32) -> Option<OwnedFd> {

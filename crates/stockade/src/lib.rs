@@ -19,9 +19,10 @@ use std::sync::Arc;
 pub mod archive;
 pub mod code;
 
+pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
-pub use stockade_docker::{self as docker, DockerProvider};
-pub use stockade_native::NativeProvider;
+pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
+pub use stockade_native::{NativeLauncher, NativeProvider};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
@@ -75,18 +76,20 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
     let home = options.home.as_deref();
     match name.as_str() {
         "native" => {
-            let p = match &options.native_state_root {
-                Some(root) => NativeProvider::with_state_root(root),
-                None => NativeProvider::new(),
+            let l = match &options.native_state_root {
+                Some(root) => NativeLauncher::with_state_root(root),
+                None => NativeLauncher::new(),
             };
-            Ok(Arc::new(match home {
-                Some(h) => p.with_image_store(h.join("images")),
-                None => p,
-            }))
+            Ok(Arc::new(NativeProvider::from(match home {
+                Some(h) => l.with_image_store(h.join("images")),
+                None => l,
+            })))
         }
         "wasm" => Ok(Arc::new(WasmProvider::new()?)),
         "docker" => Ok(Arc::new(match home {
-            Some(h) => DockerProvider::new().with_image_store(h.join("images")),
+            Some(h) => {
+                DockerProvider::from(DockerLauncher::new().with_image_store(h.join("images")))
+            }
             None => DockerProvider::new(),
         })),
         "microvm" => Err(Error::Unavailable {

@@ -400,8 +400,9 @@ async fn image_symlinks_never_reach_the_host() {
     std::fs::write(&secret_path, &secret).unwrap();
     std::fs::set_permissions(&secret_path, std::fs::Permissions::from_mode(0o644)).unwrap();
     let store = stockade_image::Store::open(host.path().join("images")).unwrap();
-    let provider: Arc<dyn Provider> =
-        Arc::new(DockerProvider::new().with_image_store(store.root()));
+    let provider: Arc<dyn Provider> = Arc::new(DockerProvider::from(
+        DockerLauncher::new().with_image_store(store.root()),
+    ));
     let pid = std::process::id();
     // (name, attack layer, whether python can still run in it)
     let images: Vec<(String, Vec<stockade_testkit::LayerEntry>, bool)> = vec![

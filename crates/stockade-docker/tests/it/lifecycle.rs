@@ -47,7 +47,9 @@ async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
         (missing, "dockerd is not running"),
         (stopped, "dockerd is stopped"),
     ] {
-        let p = Arc::new(DockerProvider::new().with_socket(&sock));
+        let p = Arc::new(DockerProvider::from(
+            DockerLauncher::new().with_socket(&sock),
+        ));
         let err = Sandbox::create(p.clone(), spec("debian"), CreateOptions::default())
             .await
             .unwrap_err();
@@ -192,9 +194,12 @@ async fn image_missing_from_dockerd_is_loaded_from_the_stockade_store() {
     let store = stockade_image::Store::open(dir.path().join("images")).unwrap();
     let reference = format!("stockade-test/from-store:{}", std::process::id());
     stockade_image::import(&store, &layout, Some(&reference)).unwrap();
-    let p = Arc::new(DockerProvider::new().with_image_store(dir.path().join("images")));
+    let p = Arc::new(DockerProvider::from(
+        DockerLauncher::new().with_image_store(dir.path().join("images")),
+    ));
     let mut lines = Vec::new();
     let source = p
+        .launcher()
         .ensure_image(&reference, &mut |l: &str| lines.push(l.to_string()))
         .await
         .unwrap();

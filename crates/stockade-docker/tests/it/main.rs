@@ -11,7 +11,7 @@ mod lifecycle;
 use std::sync::Arc;
 
 use stockade_core::{CreateOptions, Provider, Sandbox, SandboxSpec};
-use stockade_docker::DockerProvider;
+use stockade_docker::{DockerLauncher, DockerProvider};
 use stockade_testkit::{DOCKER_FIX, docker_test_image, require, root};
 
 /// The test image, or `None` (after a SKIPPED line) when a part is missing outside CI.

@@ -120,7 +120,7 @@ fn present(store: &stockade_image::Store, reference: &str, native: bool) -> Resu
 
 /// Whether dockerd has the image already (then the docker provider uses its copy).
 async fn docker_has(reference: &str) -> Result<bool> {
-    let p = stockade::DockerProvider::new();
+    let p = stockade::DockerLauncher::new();
     let docker = p.docker().await?;
     Ok(stockade::docker::image::facts(docker, reference)
         .await?

@@ -196,7 +196,7 @@ impl TestDaemon {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                stockade::NativeProvider::with_state_root(root)
+                stockade::NativeProvider::from(stockade::NativeLauncher::with_state_root(root))
                     .list()
                     .await
                     .unwrap()
@@ -221,7 +221,9 @@ impl Drop for TestDaemon {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let p = stockade::NativeProvider::with_state_root(&root);
+                let p = stockade::NativeProvider::from(stockade::NativeLauncher::with_state_root(
+                    &root,
+                ));
                 for s in p.list().await.unwrap_or_default() {
                     let _ = p.destroy(&s.id).await;
                 }

@@ -82,7 +82,7 @@ impl Drop for Cleanup {
                 .build()
                 .unwrap();
             rt.block_on(async {
-                let p = NativeProvider::with_state_root(&root);
+                let p = NativeProvider::from(stockade::NativeLauncher::with_state_root(&root));
                 for s in p.list().await.unwrap_or_default() {
                     let _ = p.destroy(&s.id).await;
                 }
@@ -128,7 +128,9 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
         .unwrap();
     let _cleanup = Cleanup(dir.path().join("state"));
     let provider = Arc::new(HeldList {
-        inner: NativeProvider::with_state_root(dir.path().join("state")),
+        inner: NativeProvider::from(stockade::NativeLauncher::with_state_root(
+            dir.path().join("state"),
+        )),
         armed: Mutex::new(false),
         entered: Notify::new(),
         release: Notify::new(),

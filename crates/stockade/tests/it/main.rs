@@ -27,7 +27,9 @@ pub fn state_root() -> PathBuf {
 
 pub fn provider() -> Arc<dyn Provider> {
     match std::env::var("STOCKADE_TEST_PROVIDER").as_deref() {
-        Ok("native") | Err(_) => Arc::new(NativeProvider::with_state_root(state_root())),
+        Ok("native") | Err(_) => Arc::new(NativeProvider::from(
+            stockade::NativeLauncher::with_state_root(state_root()),
+        )),
         Ok(other) => stockade::provider(Some(other)).expect("test provider"),
     }
 }

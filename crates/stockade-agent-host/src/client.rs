@@ -1,11 +1,12 @@
-//! Host side of the agent protocol over the sandbox's unix socket.
-
-use std::path::Path;
+//! The agent protocol, host side: ping, exec (streamed, with stdin and kill) and file
+//! operations, each over one connection of a [`Transport`].
 
 use stockade_agent_proto::codec::asynch::read_msg;
 use stockade_agent_proto::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest, PROTOCOL_VERSION};
 use stockade_core::{Error, ExecInput, ExecIo, OutputChunk, OutputSender};
-use tokio::net::UnixStream;
+use tokio::io::AsyncRead;
+
+use crate::transport::{Connection, Transport};
 
 fn lost(id: &str, e: impl std::fmt::Display) -> Error {
     Error::Internal(format!(
@@ -13,41 +14,34 @@ fn lost(id: &str, e: impl std::fmt::Display) -> Error {
     ))
 }
 
-async fn connect(id: &str, socket: &Path) -> Result<UnixStream, Error> {
-    UnixStream::connect(socket)
-        .await
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
-                Error::NotFound {
-                    kind: "sandbox",
-                    id: id.to_string(),
-                }
-            }
-            _ => Error::io(format!("cannot connect to {}", socket.display()), e),
-        })
-}
-
-async fn hello(id: &str, s: &mut UnixStream, then: &ClientMsg) -> Result<(), Error> {
-    // Pipelined: hello and the request leave together.
+/// Connects and sends hello and `then` together (pipelined), then reads the hello.
+async fn open<T: Transport + ?Sized>(
+    id: &str,
+    transport: &T,
+    then: &ClientMsg,
+) -> Result<Connection, Error> {
+    let mut s = transport.connect().await?;
     let mut buf = stockade_agent_proto::codec::encode(&ClientMsg::Hello {
         version: PROTOCOL_VERSION,
     })
     .map_err(|e| lost(id, e))?;
     buf.extend(stockade_agent_proto::codec::encode(then).map_err(|e| lost(id, e))?);
-    tokio::io::AsyncWriteExt::write_all(s, &buf)
+    tokio::io::AsyncWriteExt::write_all(&mut s, &buf)
         .await
         .map_err(|e| lost(id, e))?;
-    match read_msg::<_, AgentMsg>(s).await.map_err(|e| lost(id, e))? {
-        Some(AgentMsg::Hello { .. }) => Ok(()),
+    match read_msg::<_, AgentMsg>(&mut s)
+        .await
+        .map_err(|e| lost(id, e))?
+    {
+        Some(AgentMsg::Hello { .. }) => Ok(s),
         Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         other => Err(lost(id, format!("unexpected answer to hello: {other:?}"))),
     }
 }
 
 /// Checks the agent answers.
-pub async fn ping(id: &str, socket: &Path) -> Result<(), Error> {
-    let mut s = connect(id, socket).await?;
-    hello(id, &mut s, &ClientMsg::Ping).await?;
+pub async fn ping<T: Transport + ?Sized>(id: &str, transport: &T) -> Result<(), Error> {
+    let mut s = open(id, transport, &ClientMsg::Ping).await?;
     match read_msg::<_, AgentMsg>(&mut s)
         .await
         .map_err(|e| lost(id, e))?
@@ -60,20 +54,19 @@ pub async fn ping(id: &str, socket: &Path) -> Result<(), Error> {
 /// Runs one exec. Dropping the future closes the connection, and the agent then kills
 /// everything the exec started. Stdin and kill requests from `input` are passed on
 /// while it runs.
-pub async fn exec(
+pub async fn exec<T: Transport + ?Sized>(
     id: &str,
-    socket: &Path,
+    transport: &T,
     mut req: ExecRequest,
     io: ExecIo,
 ) -> Result<ExecOutcome, Error> {
     let ExecIo { output, input } = io;
     req.stream = output.is_some();
-    let mut s = connect(id, socket).await?;
-    hello(id, &mut s, &ClientMsg::Exec(req)).await?;
+    let mut s = open(id, transport, &ClientMsg::Exec(req)).await?;
     let Some(mut input) = input else {
         return exec_events(id, &mut s, output).await;
     };
-    let (mut r, mut w) = s.into_split();
+    let (mut r, mut w) = tokio::io::split(s);
     // Reading a frame is not cancel-safe, so writing input gets its own task.
     let writer = tokio::spawn(async move {
         while let Some(m) = input.recv().await {
@@ -100,7 +93,7 @@ pub async fn exec(
     r
 }
 
-async fn exec_events<R: tokio::io::AsyncRead + Unpin>(
+async fn exec_events<R: AsyncRead + Unpin>(
     id: &str,
     s: &mut R,
     output: Option<OutputSender>,
@@ -128,13 +121,12 @@ async fn exec_events<R: tokio::io::AsyncRead + Unpin>(
 }
 
 /// Runs one file operation.
-pub async fn file(
+pub async fn file<T: Transport + ?Sized>(
     id: &str,
-    socket: &Path,
+    transport: &T,
     op: stockade_core::FileOp,
 ) -> Result<stockade_core::FileResult, Error> {
-    let mut s = connect(id, socket).await?;
-    hello(id, &mut s, &ClientMsg::File(op)).await?;
+    let mut s = open(id, transport, &ClientMsg::File(op)).await?;
     match read_msg::<_, AgentMsg>(&mut s)
         .await
         .map_err(|e| lost(id, e))?

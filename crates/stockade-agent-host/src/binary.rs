@@ -1,25 +1,60 @@
-//! Finding the static agent binary every container runs as PID 1.
+//! Finding the `stockade-agent` binary: the one the host runs (native monitors,
+//! docker-watch), and the statically linked one that runs inside images that may have
+//! no (or another) libc (docker's PID 1).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use stockade_core::Error;
+use stockade_core::{Error, Result};
 
 /// How to build the static agent.
-pub const BUILD_AGENT: &str = "build it with RUSTFLAGS='-C target-feature=+crt-static' cargo build \
+pub const BUILD_STATIC_AGENT: &str = "build it with RUSTFLAGS='-C target-feature=+crt-static' cargo build \
      --target x86_64-unknown-linux-gnu -p stockade-agent (crates/stockade-docker/ci-setup.sh does), \
      or point STOCKADE_DOCKER_AGENT at a statically linked stockade-agent";
 
-/// Finds the agent: `$STOCKADE_DOCKER_AGENT`; else `stockade-agent-static` next to the
-/// running program; else the cargo target directory's
-/// `x86_64-unknown-linux-gnu/{debug,release}/stockade-agent` (above the running
-/// program, or `$CARGO_TARGET_DIR`); else the native agent if it is static. It must
-/// be statically linked: it runs inside images that may have no (or another) libc.
-pub fn find() -> Result<PathBuf, Error> {
+/// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program
+/// (or its parent directory, for test binaries in `target/*/deps`), then `PATH`.
+pub fn find_agent() -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os("STOCKADE_AGENT") {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(Error::Unavailable {
+                what: "the stockade agent".into(),
+                reason: format!("STOCKADE_AGENT={} does not exist", p.display()),
+                fix: "point STOCKADE_AGENT at the stockade-agent binary".into(),
+            })
+        };
+    }
+    let mut candidates = Vec::new();
+    if let Ok(exe) = std::env::current_exe()
+        && let Some(dir) = exe.parent()
+    {
+        candidates.push(dir.join("stockade-agent"));
+        if let Some(up) = dir.parent() {
+            candidates.push(up.join("stockade-agent"));
+        }
+    }
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("stockade-agent")));
+    }
+    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| Error::Unavailable {
+        what: "the stockade agent".into(),
+        reason: "stockade-agent was not found next to this program or in PATH".into(),
+        fix: "install it beside stockade (cargo install --path crates/stockade-agent) or set STOCKADE_AGENT".into(),
+    })
+}
+
+/// Finds the statically linked agent: `$STOCKADE_DOCKER_AGENT`; else
+/// `stockade-agent-static` next to the running program; else the cargo target
+/// directory's `x86_64-unknown-linux-gnu/{debug,release}/stockade-agent` (above the
+/// running program, or `$CARGO_TARGET_DIR`); else [`find_agent`]'s if it is static.
+pub fn find_static_agent() -> Result<PathBuf> {
     let unavailable = |reason: String| Error::Unavailable {
         what: "the docker provider's agent".into(),
         reason,
-        fix: BUILD_AGENT.into(),
+        fix: BUILD_STATIC_AGENT.into(),
     };
     if let Some(p) = std::env::var_os("STOCKADE_DOCKER_AGENT") {
         let p = PathBuf::from(p);
@@ -55,8 +90,8 @@ pub fn find() -> Result<PathBuf, Error> {
             );
         }
     }
-    if let Ok(native) = stockade_native::find_agent() {
-        candidates.push(native);
+    if let Ok(host) = find_agent() {
+        candidates.push(host);
     }
     candidates
         .into_iter()

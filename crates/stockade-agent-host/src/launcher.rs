@@ -1,0 +1,53 @@
+//! What a Linux provider does differently from another: how a sandbox whose PID 1 is
+//! the Stockade agent is launched, found, listed and torn down. Everything said to the
+//! agent once it runs (exec, health, files) is [`AgentProvider`](crate::AgentProvider)'s.
+
+use async_trait::async_trait;
+use stockade_core::{
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+};
+
+use crate::transport::Transport;
+
+/// Launches and tears down sandboxes that run the agent as PID 1 (the native
+/// monitor, a docker container; a microVM next).
+#[async_trait]
+pub trait Launcher: Send + Sync + 'static {
+    /// How the host reaches the agent of one sandbox.
+    type Transport: Transport;
+
+    /// Provider name (`native`, `docker`).
+    fn name(&self) -> &'static str;
+
+    /// What sandboxes of this launcher can enforce.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Checks the host.
+    async fn probe(&self) -> Result<Vec<Check>>;
+
+    /// Starts a sandbox from a spec already checked against [`Self::capabilities`]
+    /// (by the caller of `Provider::create`); returns once its agent answers.
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo>;
+
+    /// The transport to the agent of sandbox `id`; `NotFound` when there is none.
+    async fn transport(&self, id: &str) -> Result<Self::Transport>;
+
+    /// Kills everything in the sandbox and removes all its state. Idempotent.
+    async fn destroy(&self, id: &str) -> Result<()>;
+
+    /// The live sandboxes.
+    async fn list(&self) -> Result<Vec<SandboxInfo>>;
+
+    /// One sandbox.
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
+
+    /// Reaps what expired, lost its owner, or was left half-made by a crash.
+    async fn gc(&self) -> Result<GcReport>;
+
+    /// Explains a failure to talk to the agent of `id` (its connection was lost, it did
+    /// not answer): e.g. the sandbox died under us, and why. The default keeps `error`.
+    async fn explain(&self, id: &str, error: Error) -> Error {
+        let _ = id;
+        error
+    }
+}

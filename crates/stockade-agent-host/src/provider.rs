@@ -1,0 +1,101 @@
+//! [`AgentProvider`]: a [`Provider`] made of a [`Launcher`] and the agent host.
+
+use async_trait::async_trait;
+use stockade_core::{
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
+    FileOp, FileResult, GcReport, Provider, Result, SandboxInfo,
+};
+
+use crate::client;
+use crate::launcher::Launcher;
+
+/// The provider of every launcher whose sandboxes run the Stockade agent as PID 1:
+/// the launcher starts, lists and ends sandboxes; execs, health checks and file
+/// operations go to the agent over the launcher's transport, the same way for all.
+/// The launcher's own methods (state root, image store) are at [`Self::launcher`].
+#[derive(Clone, Debug, Default)]
+pub struct AgentProvider<L> {
+    launcher: L,
+}
+
+impl<L: Launcher + Default> AgentProvider<L> {
+    /// The provider on the launcher's default configuration.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+impl<L: Launcher> AgentProvider<L> {
+    /// The launcher.
+    pub fn launcher(&self) -> &L {
+        &self.launcher
+    }
+}
+
+impl<L: Launcher> From<L> for AgentProvider<L> {
+    fn from(launcher: L) -> Self {
+        AgentProvider { launcher }
+    }
+}
+
+#[async_trait]
+impl<L: Launcher> Provider for AgentProvider<L> {
+    fn name(&self) -> &'static str {
+        self.launcher.name()
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.launcher.capabilities()
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        self.launcher.probe().await
+    }
+
+    async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.launcher.launch(spec, &opts).await
+    }
+
+    async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
+        let transport = self.launcher.transport(id).await?;
+        match client::exec(id, &transport, req.into_inner(), io).await {
+            Ok(o) => Ok(o),
+            Err(e) => Err(self.launcher.explain(id, e).await),
+        }
+    }
+
+    async fn health(&self, id: &str) -> Result<()> {
+        let transport = self.launcher.transport(id).await?;
+        match client::ping(id, &transport).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.launcher.explain(id, e).await),
+        }
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        self.launcher.destroy(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        self.launcher.list().await
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        self.launcher.inspect(id).await
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        self.launcher.gc().await
+    }
+
+    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
+        let transport = self.launcher.transport(id).await?;
+        match client::file(id, &transport, op).await {
+            Ok(r) => Ok(r),
+            // The agent's own answers (no such path, a limit) are the caller's; a lost
+            // connection may mean the sandbox died.
+            Err(e @ Error::Internal(_)) => Err(self.launcher.explain(id, e).await),
+            Err(e) => Err(e),
+        }
+    }
+}

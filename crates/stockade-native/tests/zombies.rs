@@ -1,0 +1,84 @@
+//! Stockade reaps what it starts: a burst of native sandboxes, created and destroyed,
+//! leaves no zombie.
+//!
+//! This test binary makes itself a child subreaper, standing in for a PID 1 that never
+//! reaps (Stockade inside a container): a process Stockade started and then orphaned
+//! becomes a child of this process, and nothing here waits for orphans, so each one
+//! left to "init" shows up as a zombie child of ours. It is its own test binary because
+//! the subreaper flag holds for the whole process.
+
+use std::sync::Arc;
+
+use stockade_core::{CreateOptions, Provider, Sandbox, SandboxSpec};
+use stockade_native::{NativeLauncher, NativeProvider};
+use stockade_testkit::require;
+
+const BURST: usize = 24;
+
+/// Our zombie children: pid and command name.
+fn zombie_children() -> Vec<(u32, String)> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
+            continue;
+        };
+        let mut rest = stat[close + 2..].split(' ');
+        let (state, ppid) = (rest.next(), rest.next());
+        if state == Some("Z") && ppid == Some(me.as_str()) {
+            found.push((pid, stat[open + 1..close].to_string()));
+        }
+    }
+    found
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_sandboxes_leaves_no_zombie() {
+    if require("root", stockade_testkit::root(), "run the tests as root").is_none()
+        || require(
+            "the stockade agent",
+            stockade_native::find_agent().map_err(|e| e.to_string()),
+            "cargo build -p stockade-agent (cargo test --workspace builds it)",
+        )
+        .is_none()
+    {
+        return;
+    }
+    nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
+    assert_eq!(zombie_children(), vec![], "zombies before the test");
+    let tmp = tempfile::tempdir().unwrap();
+    let provider = Arc::new(NativeProvider::from(NativeLauncher::with_state_root(
+        tmp.path().join("state"),
+    )));
+    let mut creates = tokio::task::JoinSet::new();
+    for _ in 0..BURST {
+        let p: Arc<dyn Provider> = provider.clone();
+        creates.spawn(async move {
+            let opts = CreateOptions {
+                owner_pid: Some(std::process::id()),
+            };
+            let sb = Sandbox::create(p, SandboxSpec::default(), opts).await;
+            sb.expect("create sandbox").id().to_string()
+        });
+    }
+    let ids = creates.join_all().await;
+    assert_eq!(provider.list().await.unwrap().len(), BURST);
+    let mut destroys = tokio::task::JoinSet::new();
+    for id in ids {
+        let p = provider.clone();
+        destroys.spawn(async move { p.destroy(&id).await.expect("destroy sandbox") });
+    }
+    destroys.join_all().await;
+    assert_eq!(provider.list().await.unwrap(), vec![]);
+    assert_eq!(
+        zombie_children(),
+        vec![],
+        "processes Stockade started were left unreaped (pid, name)"
+    );
+}
