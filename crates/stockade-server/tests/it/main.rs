@@ -376,15 +376,18 @@ async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
         .await
         .unwrap_err(),
         b.inspect(sa.id()).await.unwrap_err(),
-        b.destroy(sa.id()).await.unwrap_err(),
         b.file(sa.id(), FileOp::Ls { path: "/".into() })
             .await
             .unwrap_err(),
     ] {
         assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
     }
+    // B's destroy of it is a no-op, as of any id that does not exist (destroy is
+    // idempotent): A's sandbox lives on.
+    b.destroy(sa.id()).await.unwrap();
     assert!(b.list().await.unwrap().is_empty());
     assert_eq!(a.list().await.unwrap().len(), 1);
+    a.inspect(sa.id()).await.unwrap();
 
     // Host mounts are refused when there are tenants.
     let mut m = spec(10);
