@@ -63,17 +63,7 @@ impl Default for DockerLauncher {
 }
 
 fn new_id() -> String {
-    let mut b = [0u8; 6];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        b.copy_from_slice(&(now_ms() ^ ((std::process::id() as u64) << 20)).to_le_bytes()[..6]);
-    }
-    format!(
-        "sb-{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
+    stockade_core::host::new_sandbox_id()
 }
 
 fn check_id(id: &str) -> Result<()> {

@@ -138,7 +138,7 @@ impl Config {
         if let Some(p) = std::env::var_os("STOCKADE_CONFIG").filter(|p| !p.is_empty()) {
             return PathBuf::from(p);
         }
-        if rustix::process::geteuid().is_root() {
+        if stockade_core::host::is_root() {
             return PathBuf::from("/etc/stockade/config.toml");
         }
         let base = std::env::var_os("XDG_CONFIG_HOME")

@@ -85,7 +85,7 @@ impl<'a> Unpacker<'a> {
             limits,
             entries: 0,
             bytes: 0,
-            chown: rustix::process::geteuid().is_root(),
+            chown: stockade_core::host::is_root(),
             dirs: BTreeMap::new(),
             room: None,
         }

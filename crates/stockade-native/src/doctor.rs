@@ -27,7 +27,7 @@ fn read(p: &str) -> String {
 /// Other providers check their own parts (docker: dockerd) in their own `probe`.
 pub fn host_checks() -> Vec<Check> {
     let mut v = Vec::new();
-    let root = nix::unistd::geteuid().is_root();
+    let root = stockade_core::host::is_root();
     v.push(check(
         "root",
         root,

@@ -63,19 +63,7 @@ fn which(name: &str) -> Option<PathBuf> {
 }
 
 fn new_id() -> String {
-    let mut b = [0u8; 6];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        b = (now_ms() ^ std::process::id() as u64).to_le_bytes()[..6]
-            .try_into()
-            .unwrap_or_default();
-    }
-    format!(
-        "sb-{}",
-        b.iter().map(|x| format!("{x:02x}")).collect::<String>()
-    )
+    stockade_core::host::new_sandbox_id()
 }
 
 impl NativeLauncher {
@@ -124,7 +112,7 @@ impl NativeLauncher {
     }
 
     fn require_root() -> Result<()> {
-        if nix::unistd::geteuid().is_root() {
+        if stockade_core::host::is_root() {
             Ok(())
         } else {
             Err(Error::Unavailable {

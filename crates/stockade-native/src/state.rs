@@ -21,18 +21,9 @@ use crate::plan::CGROUP_PARENT;
 const GRACE: Duration = Duration::from_secs(30);
 
 /// `$STOCKADE_STATE_DIR`, else `/run/stockade` for root, else
-/// `$XDG_RUNTIME_DIR/stockade`.
+/// `$XDG_RUNTIME_DIR/stockade` (see `stockade_core::host`).
 pub fn default_state_root() -> PathBuf {
-    if let Some(p) = std::env::var_os("STOCKADE_STATE_DIR") {
-        return PathBuf::from(p);
-    }
-    if nix::unistd::geteuid().is_root() {
-        return PathBuf::from("/run/stockade");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("stockade"),
-        None => PathBuf::from(format!("/tmp/stockade-{}", nix::unistd::geteuid())),
-    }
+    stockade_core::host::sandbox_state_dir()
 }
 
 /// Refuses ids that are not plain names (so no id can point outside the state root).

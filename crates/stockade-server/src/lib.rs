@@ -102,17 +102,7 @@ const FILE_CALLS_AT_ONCE: usize = 8;
 /// `/run/stockaded` for root, else `$XDG_RUNTIME_DIR/stockaded`, else
 /// `/tmp/stockaded-UID`.
 pub fn default_state_dir() -> PathBuf {
-    use std::os::unix::fs::MetadataExt;
-    let uid = std::fs::metadata("/proc/self")
-        .map(|m| m.uid())
-        .unwrap_or(0);
-    if uid == 0 {
-        return PathBuf::from("/run/stockaded");
-    }
-    match std::env::var_os("XDG_RUNTIME_DIR") {
-        Some(d) => PathBuf::from(d).join("stockaded"),
-        None => PathBuf::from(format!("/tmp/stockaded-{uid}")),
-    }
+    stockade::host::daemon_state_dir()
 }
 
 /// Serves until SIGINT or SIGTERM on a runtime of its own; returns the exit code.

@@ -218,24 +218,7 @@ impl Store {
     }
 }
 
-/// `n` random bytes as hex.
-pub fn random_hex(n: usize) -> String {
-    let mut b = vec![0u8; n];
-    if std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
-        .is_err()
-    {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or(0)
-            ^ u128::from(std::process::id());
-        for (i, x) in b.iter_mut().enumerate() {
-            *x = (seed >> ((i % 16) * 8)) as u8;
-        }
-    }
-    b.iter().map(|x| format!("{x:02x}")).collect()
-}
+pub use stockade::host::random_hex;
 
 #[cfg(test)]
 mod tests {

@@ -56,7 +56,7 @@ fn read_key(path: &Path) -> Result<Option<ArtifactKey>> {
     let md = file
         .metadata()
         .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?;
-    let me = rustix::process::geteuid().as_raw();
+    let me = stockade_core::host::euid();
     let fix = "remove it: a new key is made on next use (and the artifact cache is compiled again)";
     if !md.is_file() || md.uid() != me || md.mode() & 0o077 != 0 || md.len() != KEY_LEN as u64 {
         return Err(Error::PolicyDenied(format!(

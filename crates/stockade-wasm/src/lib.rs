@@ -112,10 +112,8 @@ impl WasmConfig {
             home: home.to_path_buf(),
             cache_dir: home.join("cache").join("wasm"),
             key_file: home.join("keys").join("wasm-artifacts.key"),
-            scratch_dir: std::env::temp_dir().join(format!(
-                "stockade-wasm-{}",
-                rustix::process::geteuid().as_raw()
-            )),
+            scratch_dir: std::env::temp_dir()
+                .join(format!("stockade-wasm-{}", stockade_core::host::euid())),
             fuel_per_exec: None,
             tick: Duration::from_millis(10),
             tmp_max_entries: DEFAULT_TMP_MAX_ENTRIES,
