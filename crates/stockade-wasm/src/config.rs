@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::stockade_home;
 
-/// Configuration of a [`WasmProvider`].
+/// Configuration of a [`WasmProvider`](crate::WasmProvider).
 #[derive(Clone, Debug, PartialEq)]
 pub struct WasmConfig {
     /// Where runtimes are installed: `<home>/runtimes/` (default [`stockade_home`]).
