@@ -169,12 +169,7 @@ fn sha256_hex(bytes: &[u8]) -> String {
 /// The module in the artifact at `path` if it is there and its seal holds. An artifact
 /// that fails the check is deleted (the caller compiles and writes a good one).
 fn load_cached(engine: &Engine, key: &ArtifactKey, ctx: &[u8], path: &Path) -> Option<Module> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path);
-    let mut file = match opened {
+    let mut file = match home::open_nofollow(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
         // A symlink (ELOOP) or something else we will not read: replace it.

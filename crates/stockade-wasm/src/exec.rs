@@ -17,9 +17,10 @@ use wasmtime_wasi::p1::{self, WasiP1Ctx};
 use wasmtime_wasi::p2::pipe::MemoryInputPipe;
 use wasmtime_wasi::{FsPerms, I32Exit, WasiCtxBuilder};
 
+use crate::WasmConfig;
 use crate::output::Capture;
 use crate::quota::{Limiter, TmpQuota};
-use crate::{SandboxEntry, WasmConfig};
+use crate::sandbox::SandboxEntry;
 
 const P1: &str = "wasi_snapshot_preview1";
 

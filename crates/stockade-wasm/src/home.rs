@@ -35,15 +35,20 @@ pub(crate) fn artifact_key(path: &Path) -> Result<ArtifactKey> {
     )))
 }
 
+/// Opens `path` for reading without following it when it is a symlink (that fails
+/// with `ELOOP`), so a link planted in the cache or key directory is never read.
+pub(crate) fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
 /// The key in `path`; `None` when there is no such file yet.
 fn read_key(path: &Path) -> Result<Option<ArtifactKey>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-        .open(path);
-    let mut file = match file {
+    let mut file = match open_nofollow(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => {

@@ -17,6 +17,8 @@ use tokio::sync::mpsc;
 use wasmtime_wasi::cli::{IsTerminal, StdoutStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamResult};
 
+use crate::lock;
+
 /// Size of the chunks sent live (the forwarder joins small guest writes up to it).
 const LIVE_CHUNK_BYTES: usize = 64 << 10;
 
@@ -44,7 +46,7 @@ impl Capture {
 
     /// Adds bytes written by the guest (or by us, e.g. a trap message).
     pub fn push(&self, data: &[u8]) {
-        let mut buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let mut buf = lock(&self.buf);
         let head = buf.push(data);
         if let Some(live) = &self.live
             && !head.is_empty()
@@ -58,7 +60,7 @@ impl Capture {
 
     /// The bytes kept and the count dropped.
     pub fn finish(&self) -> (Vec<u8>, u64) {
-        let buf = self.buf.lock().unwrap_or_else(|e| e.into_inner());
+        let buf = lock(&self.buf);
         (buf.clone().into_bytes(), buf.dropped())
     }
 }

@@ -15,6 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use wasmtime::ResourceLimiter;
 
+use crate::lock;
+
 /// Disk block size used for estimates.
 const BLOCK: u64 = 4096;
 
@@ -80,7 +82,7 @@ impl TmpQuota {
 
     /// Charges `bytes` and `entries`; false when they do not fit under the caps.
     pub fn reserve(&self, bytes: u64, entries: u64) -> bool {
-        let mut u = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let mut u = lock(&self.state);
         let fits = |u: &Usage| {
             u.measured.bytes + u.pending + bytes <= self.cap
                 && u.measured.entries + u.pending_entries + entries <= self.max_entries

@@ -7,7 +7,7 @@ use stockade_core::{ExecRequest, Provider};
 use stockade_spec::Mount;
 use stockade_wasm::{LoadPath, WasmProvider};
 
-use crate::support::{create, guest, provider, provider_in, run, spec, text};
+use crate::support::{create, exec_req, guest, provider, provider_in, run, spec, text};
 
 /// A genuine wasmtime artifact of `module` for the provider's engine configuration:
 /// what `wasmtime compile` (or an attacker with wasmtime) makes. Loading it would run
@@ -66,14 +66,7 @@ async fn a_cwasm_written_by_a_sandbox_is_never_loaded_as_an_image() {
     for name in ["evil.cwasm", "evil.wasm", "evil"] {
         let mut req = ExecRequest::new(["g", "save", &format!("/tmp/{name}")]);
         req.stdin = evil.clone();
-        let out = p
-            .exec(
-                &id,
-                stockade_core::CheckedRequest::new(req).unwrap(),
-                stockade_core::ExecIo::none(),
-            )
-            .await
-            .unwrap();
+        let out = exec_req(&p, &id, req).await.unwrap();
         assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
         let host = p.tmp_host_path(&id).unwrap().join(name);
         assert_eq!(std::fs::read(&host).unwrap(), evil);

@@ -3,7 +3,7 @@
 use stockade_core::{Capabilities, ExecRequest, Provider, SandboxSpec};
 use stockade_spec::Network;
 
-use crate::support::{create, guest, provider, run, spec, text};
+use crate::support::{create, exec_req, guest, provider, run, spec, text};
 
 #[tokio::test]
 async fn hello() {
@@ -32,14 +32,7 @@ async fn args_and_env_are_exactly_what_was_given() {
     let mut req = ExecRequest::new(["prog", "env"]);
     req.env.insert("FROM_EXEC".into(), "exec".into());
     req.env.insert("BOTH".into(), "exec".into());
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     let env = text(&out.stdout);
     let keys: Vec<&str> = env.lines().map(|l| l.split('=').next().unwrap()).collect();
     // The host's environment (CARGO_*, the real HOME, ...) never reaches the guest.
@@ -84,14 +77,7 @@ async fn exit_codes_traps_and_stdin() {
 
     let mut req = ExecRequest::new(["g", "stdin"]);
     req.stdin = b"fed through stdin\n".to_vec();
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     assert_eq!(text(&out.stdout), "fed through stdin\n");
 
     let out = run(&p, &id, &["g", "both"]).await;
@@ -189,15 +175,7 @@ async fn specs_it_cannot_honour_are_refused() {
         ..ExecRequest::new(["g"])
     };
     let id = crate::support::create(&p, spec(&g)).await;
-    let err = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap_err()
-        .to_string();
+    let err = exec_req(&p, &id, req).await.unwrap_err().to_string();
     assert!(err.contains("cannot keep stdin open"), "{err}");
 }
 

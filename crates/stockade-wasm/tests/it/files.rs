@@ -2,10 +2,10 @@
 
 use std::os::unix::fs::symlink;
 
-use stockade_core::{ErrorCode, Provider};
+use stockade_core::ErrorCode;
 use stockade_spec::Mount;
 
-use crate::support::{create, guest, provider, run, spec, text};
+use crate::support::{create, exec_req, guest, provider, run, spec, text};
 
 fn mount(host: &std::path::Path, target: &str, writable: bool) -> Mount {
     Mount {
@@ -164,35 +164,13 @@ async fn relative_paths_start_in_the_working_directory() {
         cwd: Some("/tmp/sub".into()),
         ..stockade_core::ExecRequest::new(["g", "write", "here.txt", "h"])
     };
-    assert_eq!(
-        p.exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none()
-        )
-        .await
-        .unwrap()
-        .exit_code,
-        0
-    );
+    assert_eq!(exec_req(&p, &id, req).await.unwrap().exit_code, 0);
     assert_eq!(p.read_file(&id, "/tmp/sub/here.txt").await.unwrap(), b"h");
     let req = stockade_core::ExecRequest {
         cwd: Some("/data".into()),
         ..stockade_core::ExecRequest::new(["g", "cat", "in.txt"])
     };
-    assert_eq!(
-        text(
-            &p.exec(
-                &id,
-                stockade_core::CheckedRequest::new(req).unwrap(),
-                stockade_core::ExecIo::none()
-            )
-            .await
-            .unwrap()
-            .stdout
-        ),
-        "data"
-    );
+    assert_eq!(text(&exec_req(&p, &id, req).await.unwrap().stdout), "data");
 
     // A cwd that is a link leading out of the sandbox is refused, not followed.
     std::os::unix::fs::symlink(outside.path(), p.tmp_host_path(&id).unwrap().join("out")).unwrap();
@@ -200,14 +178,7 @@ async fn relative_paths_start_in_the_working_directory() {
         cwd: Some("/tmp/out".into()),
         ..stockade_core::ExecRequest::new(["g", "write", "planted", "x"])
     };
-    let err = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap_err();
+    let err = exec_req(&p, &id, req).await.unwrap_err();
     assert_eq!(err.code(), ErrorCode::PolicyDenied, "{err}");
     assert!(!outside.path().join("planted").exists());
 }

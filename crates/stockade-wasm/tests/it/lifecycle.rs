@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use stockade_core::{ErrorCode, ExecRequest, Provider};
 use stockade_wasm::{LoadPath, WasmConfig, WasmProvider};
 
-use crate::support::{create, guest, provider, provider_in, run, spec, text};
+use crate::support::{create, exec_req, guest, provider, provider_in, run, spec, text};
 
 fn entries(dir: &std::path::Path) -> usize {
     walk_count(dir)
@@ -56,12 +56,7 @@ async fn destroy_removes_everything_and_is_idempotent() {
         "only the per-process directory is left"
     );
     assert!(p.list().await.unwrap().is_empty());
-    let err = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(ExecRequest::new(["g", "hello"])).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
+    let err = exec_req(&p, &id, ExecRequest::new(["g", "hello"]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::NotFound);

@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use stockade_core::{ErrorCode, ExecRequest, Provider};
 
-use crate::support::{create, guest, provider, provider_with, run, spec, text};
+use crate::support::{create, exec_req, guest, provider, provider_with, run, spec, text};
 
 #[tokio::test]
 async fn an_infinite_loop_stops_at_the_deadline() {
@@ -16,14 +16,7 @@ async fn an_infinite_loop_stops_at_the_deadline() {
         timeout_ms: Some(300),
         ..ExecRequest::new(["g", "spin"])
     };
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     let took = started.elapsed();
     assert!(out.timed_out, "{out:?}");
     assert_eq!((out.exit_code, out.signal), (137, Some(9)));
@@ -36,14 +29,7 @@ async fn an_infinite_loop_stops_at_the_deadline() {
         timeout_ms: Some(200),
         ..ExecRequest::new(["g", "sleep", "30000"])
     };
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     assert!(out.timed_out);
     assert!(started.elapsed() < Duration::from_secs(3));
 
@@ -93,14 +79,7 @@ async fn hundred_megabytes_of_output_are_capped_and_flagged() {
         output_limit_bytes: 1000,
         ..ExecRequest::new(["g", "flood-err", "5000"])
     };
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     assert_eq!(out.stderr.len(), 1000);
     assert_eq!(out.stderr_dropped, 5004 - 1000);
     assert_eq!(out.stdout_dropped, 0);
@@ -220,12 +199,7 @@ async fn concurrent_execs_are_capped_by_pids() {
         tokio::spawn(async move { run(&p, &id, &["g", "sleep", "1500"]).await })
     };
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let err = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(ExecRequest::new(["g", "hello"])).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
+    let err = exec_req(&p, &id, ExecRequest::new(["g", "hello"]))
         .await
         .unwrap_err();
     assert_eq!(err.code(), ErrorCode::LimitExceeded, "{err}");

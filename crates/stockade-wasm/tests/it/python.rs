@@ -2,10 +2,10 @@
 
 use std::time::{Duration, Instant};
 
-use stockade_core::{ExecRequest, Provider, SandboxSpec};
+use stockade_core::{ExecRequest, SandboxSpec};
 use stockade_spec::Mount;
 
-use crate::support::{create, provider, python, run, text};
+use crate::support::{create, exec_req, provider, python, run, text};
 
 fn py_spec() -> SandboxSpec {
     SandboxSpec {
@@ -92,14 +92,7 @@ async fn python_while_true_stops_at_the_deadline() {
         timeout_ms: Some(1000),
         ..ExecRequest::new(["python3", "-c", "while True: pass"])
     };
-    let out = p
-        .exec(
-            &id,
-            stockade_core::CheckedRequest::new(req).unwrap(),
-            stockade_core::ExecIo::none(),
-        )
-        .await
-        .unwrap();
+    let out = exec_req(&p, &id, req).await.unwrap();
     assert!(out.timed_out, "{out:?}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }

@@ -189,13 +189,23 @@ pub async fn create(p: &WasmProvider, spec: SandboxSpec) -> String {
 
 /// Runs `argv` in sandbox `id`.
 pub async fn run(p: &WasmProvider, id: &str, argv: &[&str]) -> ExecOutcome {
+    exec_req(p, id, ExecRequest::new(argv.iter().copied()))
+        .await
+        .expect("exec")
+}
+
+/// Runs `req` (checked like `Sandbox::exec` does) in sandbox `id`, without streams.
+pub async fn exec_req(
+    p: &WasmProvider,
+    id: &str,
+    req: ExecRequest,
+) -> stockade_core::Result<ExecOutcome> {
     p.exec(
         id,
-        stockade_core::CheckedRequest::new(ExecRequest::new(argv.iter().copied())).unwrap(),
+        stockade_core::CheckedRequest::new(req).unwrap(),
         stockade_core::ExecIo::none(),
     )
     .await
-    .expect("exec")
 }
 
 /// Stdout as text.
