@@ -13,6 +13,10 @@ done
 
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
+# No unused dependencies (cargo-machete, pinned, built once into the tools cache).
+tools=/var/cache/stockade/tools
+[ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
+"$tools/bin/cargo-machete"
 cargo test --workspace --no-fail-fast
 # The Python SDK: its wheel built and installed in a venv, pytest against it.
 sdk/python/test.sh

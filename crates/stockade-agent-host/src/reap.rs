@@ -16,7 +16,7 @@ fn children() -> MutexGuard<'static, HashMap<u32, watch::Receiver<()>>> {
     CHILDREN
         .get_or_init(Default::default)
         .lock()
-        .unwrap_or_else(|p| p.into_inner())
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Forgets its pid when the waiting task ends (reaped, or its runtime shut down).

@@ -39,7 +39,10 @@ impl Helpers {
     /// Spawns `cmd` and records it as a helper (under the lock, so a concurrent sweep
     /// never takes it for an orphan).
     pub fn spawn(&self, cmd: &mut Command) -> std::io::Result<std::process::Child> {
-        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let child = cmd.spawn()?;
         h.insert(child.id());
         Ok(child)
@@ -48,7 +51,10 @@ impl Helpers {
     /// Whether any recorded helper still runs (a shim keeping background processes,
     /// or one of another exec); forgets those that ended.
     pub fn any_alive(&self) -> bool {
-        let mut h = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let mut h = self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let live: HashSet<u32> = processes().into_iter().map(|(pid, _)| pid).collect();
         h.retain(|p| live.contains(p));
         !h.is_empty()
@@ -58,7 +64,7 @@ impl Helpers {
     pub fn forget(&self, pid: u32) {
         self.0
             .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&pid);
     }
 }
@@ -95,7 +101,10 @@ fn processes() -> Vec<(u32, u32)> {
 /// the dead shim `dead`, until none is left (bounded: a process stuck in the kernel
 /// cannot be waited for forever).
 pub fn kill_orphans(helpers: &Helpers, dead: u32) {
-    let mut h = helpers.0.lock().unwrap_or_else(|e| e.into_inner());
+    let mut h = helpers
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     h.remove(&dead);
     let me = std::process::id();
     let until = Instant::now() + HELPER_DEADLINE;

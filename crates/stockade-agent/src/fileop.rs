@@ -550,7 +550,10 @@ fn upload(dest: &Path, archive: &[u8]) -> R<FileResult> {
     a.set_unpack_xattrs(false);
     for e in a.entries().map_err(|e| invalid(e.to_string()))? {
         let mut e = e.map_err(|e| invalid(e.to_string()))?;
-        let path = e.path().map(|p| p.into_owned()).unwrap_or_default();
+        let path = e
+            .path()
+            .map(std::borrow::Cow::into_owned)
+            .unwrap_or_default();
         match e.unpack_in(dest) {
             Ok(true) => {}
             Ok(false) => {

@@ -212,7 +212,10 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
         Some(ClientMsg::Exec(req)) => {
             let conn = Arc::new(Mutex::new(stream.try_clone().map_err(|e| e.to_string())?));
             let outcome = {
-                let _running = shared.execs.read().unwrap_or_else(|e| e.into_inner());
+                let _running = shared
+                    .execs
+                    .read()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 run_exec(&stream, &conn, req, shared)
             };
             // The last exec to end removes the shared memory the execs left, before
@@ -334,7 +337,7 @@ fn shim_exec(
     } = io;
     ctl.write_all(line)
         .map_err(|e| format!("cannot configure the exec shim: {e}"))?;
-    let oom_before = shared.oom.as_ref().map(|c| c.read());
+    let oom_before = shared.oom.as_ref().map(OomCounter::read);
 
     // stdin: initial bytes, then more from the client if asked.
     let (stdin_tx, stdin_rx) = std::sync::mpsc::channel::<Option<Vec<u8>>>();

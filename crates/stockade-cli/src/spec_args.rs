@@ -69,7 +69,7 @@ impl SpecArgs {
             errs.push(SpecError {
                 field: field.into(),
                 message,
-            })
+            });
         };
         let mut s = SandboxSpec::default();
         if self.network {

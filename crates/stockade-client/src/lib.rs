@@ -191,7 +191,7 @@ impl RemoteProvider {
         self.client()
             .health(self.req(pb::HealthRequest {}))
             .await
-            .map(|r| r.into_inner())
+            .map(tonic::Response::into_inner)
             .map_err(|s| self.fail(s))
     }
 
@@ -257,7 +257,7 @@ impl RemoteProvider {
                 max,
             }))
             .await
-            .map(|r| r.into_inner())
+            .map(tonic::Response::into_inner)
             .map_err(|s| self.fail(s))
     }
 

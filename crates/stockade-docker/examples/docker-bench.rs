@@ -53,7 +53,7 @@ fn hardening_flags() -> Vec<String> {
         "--user=1000:1000",
     ]
     .iter()
-    .map(|s| s.to_string())
+    .map(std::string::ToString::to_string)
     .collect();
     v.extend(AGENT_CAPS.iter().map(|c| format!("--cap-add={c}")));
     v

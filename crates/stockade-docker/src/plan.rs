@@ -180,7 +180,12 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
     let (cap_drop, cap_add) = if h.drop_capabilities {
         (
             Some(vec!["ALL".to_string()]),
-            Some(AGENT_CAPS.iter().map(|c| c.to_string()).collect()),
+            Some(
+                AGENT_CAPS
+                    .iter()
+                    .map(std::string::ToString::to_string)
+                    .collect(),
+            ),
         )
     } else {
         (None, None)

@@ -157,7 +157,7 @@ impl Store {
                     "the digest prefix matches {} images ({}); give more of the digest",
                     many.len(),
                     many.iter()
-                        .map(|d| d.to_string())
+                        .map(std::string::ToString::to_string)
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

@@ -375,9 +375,11 @@ async fn fetch_blob(
         let chunk = chunk.map_err(|source| {
             // Bytes that arrived but do not verify are no base to resume from; a
             // dropped connection's bytes are.
-            let bad = source
-                .get_ref()
-                .is_some_and(|e| e.is::<oci_client::errors::DigestError>());
+            let bad = source.get_ref().is_some_and(
+                <dyn std::error::Error + std::marker::Send + std::marker::Sync + 'static>::is::<
+                    oci_client::errors::DigestError,
+                >,
+            );
             if bad {
                 let _ = std::fs::remove_file(&path);
             }

@@ -300,7 +300,7 @@ pub fn definitions(policy: Option<&OperatorPolicy>) -> Vec<Value> {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "provider": {"type": "string", "enum": policy.map(|p| p.providers.clone()).unwrap_or_else(|| stockade::PROVIDERS.iter().map(|s| s.to_string()).collect()), "description": "Isolation backend (default: the operator's first)."},
+                    "provider": {"type": "string", "enum": policy.map(|p| p.providers.clone()).unwrap_or_else(|| stockade::PROVIDERS.iter().map(std::string::ToString::to_string).collect()), "description": "Isolation backend (default: the operator's first)."},
                     "image": {"type": "string", "description": "OCI image reference to use as the root filesystem (default: the host's tools, read-only). Only images the operator allows."},
                     "memory": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?[kKmMgG]?[iI]?[bB]?$", "description": "Memory limit such as 256m or 1g (default 512m)."},
                     "cpus": {"type": "number", "exclusiveMinimum": 0, "description": "CPU quota in CPUs (default 1)."},

@@ -159,7 +159,7 @@ pub fn host_checks() -> Vec<Check> {
         agent
             .as_ref()
             .map(|p| p.display().to_string())
-            .unwrap_or_else(|e| e.to_string()),
+            .unwrap_or_else(std::string::ToString::to_string),
         "install stockade-agent beside stockade or set STOCKADE_AGENT",
     ));
     v

@@ -307,10 +307,16 @@ pub fn firewall(host_addresses: &[String], host_networks: &[String]) -> String {
         .iter()
         .chain(host_networks)
         .partition(|a| a.contains(':'));
-    let mut d4: Vec<String> = DENIED_V4.iter().map(|s| s.to_string()).collect();
-    d4.extend(v4.iter().map(|a| a.to_string()));
-    let mut d6: Vec<String> = DENIED_V6.iter().map(|s| s.to_string()).collect();
-    d6.extend(v6.iter().map(|a| a.to_string()));
+    let mut d4: Vec<String> = DENIED_V4
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
+    d4.extend(v4.iter().map(std::string::ToString::to_string));
+    let mut d6: Vec<String> = DENIED_V6
+        .iter()
+        .map(std::string::ToString::to_string)
+        .collect();
+    d6.extend(v6.iter().map(std::string::ToString::to_string));
     let mut rules = String::from(
         "table inet stockade {\n  chain output {\n    type filter hook output priority 0; policy accept;\n",
     );
@@ -337,7 +343,7 @@ fn slirp_argv(slirp: &Path) -> Vec<String> {
         "--netns-type=path",
     ];
     std::iter::once(slirp.display().to_string())
-        .chain(flags.iter().map(|s| s.to_string()))
+        .chain(flags.iter().map(std::string::ToString::to_string))
         .collect()
 }
 

@@ -14,7 +14,7 @@ const HELLO: &[u8] =
 
 /// An OCI layout of the Debian tar + a hello layer, its config naming user nobody.
 fn write_layout(dir: &Path, base: &Path) {
-    write_layout_as(dir, base, "nobody", IMAGE)
+    write_layout_as(dir, base, "nobody", IMAGE);
 }
 
 /// The same, with config `User` `user`, named `name`.

@@ -49,6 +49,8 @@ where
                 Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
                     // Ctrl-C raises here; aborting the task drops the future, which
                     // ends the operation.
+                    #[allow(clippy::redundant_closure_for_method_calls)]
+                    // the lifetime of `py` needs the closure
                     if let Err(e) = Python::attach(|py| py.check_signals()) {
                         task.abort();
                         return Err(e);

@@ -66,7 +66,10 @@ impl pb::stockade_server::Stockade for Service {
             version: env!("CARGO_PKG_VERSION").into(),
             tenant,
             uptime_ms: self.daemon.uptime_ms(),
-            providers: stockade::PROVIDERS.iter().map(|s| s.to_string()).collect(),
+            providers: stockade::PROVIDERS
+                .iter()
+                .map(std::string::ToString::to_string)
+                .collect(),
         }))
     }
 

@@ -146,7 +146,11 @@ impl LanguagePreset {
     /// The argv that runs `code` given as a string, with `interpreter` as argv[0].
     pub fn code_argv(&self, interpreter: &str, code: &str) -> Vec<String> {
         let mut argv = vec![interpreter.to_string()];
-        argv.extend(self.interpreter[1..].iter().map(|s| s.to_string()));
+        argv.extend(
+            self.interpreter[1..]
+                .iter()
+                .map(std::string::ToString::to_string),
+        );
         argv.push(self.code_flag.to_string());
         argv.push(code.to_string());
         argv
@@ -155,7 +159,11 @@ impl LanguagePreset {
     /// The argv that runs the file at `path` (inside the sandbox).
     pub fn file_argv(&self, interpreter: &str, path: &str) -> Vec<String> {
         let mut argv = vec![interpreter.to_string()];
-        argv.extend(self.interpreter[1..].iter().map(|s| s.to_string()));
+        argv.extend(
+            self.interpreter[1..]
+                .iter()
+                .map(std::string::ToString::to_string),
+        );
         argv.push(path.to_string());
         argv
     }

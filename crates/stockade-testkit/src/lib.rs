@@ -259,7 +259,7 @@ pub fn oci_layout(
     ref_name: &str,
 ) {
     let entries: Vec<LayerEntry> = files.iter().map(|(p, b)| LayerEntry::File(p, b)).collect();
-    oci_layout_entries(dir, base, &entries, config, ref_name)
+    oci_layout_entries(dir, base, &entries, config, ref_name);
 }
 
 /// One entry of the second layer [`oci_layout_entries`] writes.

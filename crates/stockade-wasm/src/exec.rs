@@ -105,7 +105,10 @@ pub(crate) fn prelink(
 /// Sum of the lengths of `count` iovecs at `ptr` in the guest's memory (0 when they
 /// cannot be read; the real call then fails on its own).
 fn iovec_bytes(caller: &mut Caller<'_, ExecState>, ptr: i32, count: i32) -> u64 {
-    let Some(mem) = caller.get_export("memory").and_then(|e| e.into_memory()) else {
+    let Some(mem) = caller
+        .get_export("memory")
+        .and_then(wasmtime::Extern::into_memory)
+    else {
         return 0;
     };
     let data = mem.data(&caller);

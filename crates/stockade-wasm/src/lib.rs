@@ -59,5 +59,5 @@ pub const TMP_DIR: &str = "/tmp";
 /// Locks `m`, going on past a panic of another holder: the maps it guards stay
 /// consistent between statements, so a poisoned lock holds nothing half-done.
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

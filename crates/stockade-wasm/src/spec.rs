@@ -25,7 +25,10 @@ fn canonical_prefix(path: &Path) -> PathBuf {
                 .rev()
                 .fold(real, |p, c: &std::ffi::OsString| p.join(c));
         }
-        match (at.file_name().map(|n| n.to_os_string()), at.parent()) {
+        match (
+            at.file_name().map(std::ffi::OsStr::to_os_string),
+            at.parent(),
+        ) {
             (Some(name), Some(parent)) => {
                 rest.push(name);
                 at = parent.to_path_buf();

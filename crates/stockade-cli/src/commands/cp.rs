@@ -28,10 +28,10 @@ pub async fn run(ctx: &Ctx, a: CpArgs) -> Result<i32> {
     let provider = ctx.provider()?;
     match (split(&a.src), split(&a.dest)) {
         (None, Some((id, dest))) => {
-            to_sandbox(provider.as_ref(), Path::new(&a.src), id, dest).await?
+            to_sandbox(provider.as_ref(), Path::new(&a.src), id, dest).await?;
         }
         (Some((id, src)), None) => {
-            from_sandbox(provider.as_ref(), id, src, Path::new(&a.dest)).await?
+            from_sandbox(provider.as_ref(), id, src, Path::new(&a.dest)).await?;
         }
         _ => {
             return Err(Error::InvalidRequest(

@@ -31,7 +31,7 @@ fn flatten_one(layer: Layer, check_outside: impl Fn(&Path)) -> Result<Vec<String
 fn assert_refused(result: Result<Vec<String>, Error>, needle: &str) {
     match result {
         Err(e @ Error::UnsafeEntry { .. }) => {
-            assert!(e.to_string().contains(needle), "{e} lacks {needle:?}")
+            assert!(e.to_string().contains(needle), "{e} lacks {needle:?}");
         }
         other => panic!("expected a refused entry, got {other:?}"),
     }
@@ -435,7 +435,7 @@ fn whiteouts_of_dot_and_dotdot_cannot_remove_the_store() {
         assert!(beside.exists() && store.root().join("blobs/sha256").is_dir());
         match result {
             Err(e @ Error::UnsafeEntry { .. }) => {
-                assert!(e.to_string().contains("whiteout"), "{name}: {e}")
+                assert!(e.to_string().contains("whiteout"), "{name}: {e}");
             }
             other => panic!("{name}: expected a refused whiteout, got {other:?}"),
         }

@@ -33,7 +33,7 @@ use crate::policy::OperatorPolicy;
 
 /// Locks `m`; a panic elsewhere while holding it leaves the data usable.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The tenant of a caller. Over HTTP it comes from the bearer token (the daemon's

@@ -14,7 +14,10 @@ impl Daemon {
     /// The tenant's lock for image pulls: one budgeted pull per tenant at a time, so
     /// two concurrent pulls cannot both spend what is left.
     fn image_lock(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {
-        let mut m = self.image_locks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .image_locks
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.entry(tenant.to_string()).or_default().clone()
     }
 

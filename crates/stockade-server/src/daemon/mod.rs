@@ -198,7 +198,9 @@ impl Daemon {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding the lock leaves consistent-enough counters; go on.
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Milliseconds since start.
@@ -219,7 +221,10 @@ impl Daemon {
         } else {
             name.to_string()
         };
-        let mut m = self.providers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some(p) = m.get(&name) {
             return Ok((name, p.clone()));
         }
@@ -230,7 +235,10 @@ impl Daemon {
 
     /// Uses `p` as the provider called `name` (tests wrap a provider to control it).
     pub fn use_provider(&self, name: &str, p: Arc<dyn Provider>) {
-        let mut m = self.providers.lock().unwrap_or_else(|p| p.into_inner());
+        let mut m = self
+            .providers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         m.insert(name.to_string(), p);
     }
 

@@ -134,7 +134,7 @@ impl MountPolicy {
         staging.token = token.clone();
         d.staging_in_flight
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .insert(token.clone());
         std::fs::create_dir_all(&dir)
             .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
@@ -227,7 +227,7 @@ impl MountPolicy {
         }
         std::fs::read_dir(&self.staging)
             .map(|rd| {
-                rd.filter_map(|e| e.ok())
+                rd.filter_map(std::result::Result::ok)
                     .filter_map(|e| e.file_name().to_str().map(str::to_string))
                     .collect()
             })
@@ -290,7 +290,7 @@ impl Drop for Staging {
         if !self.token.is_empty() {
             self.in_flight
                 .lock()
-                .unwrap_or_else(|p| p.into_inner())
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .remove(&self.token);
         }
     }

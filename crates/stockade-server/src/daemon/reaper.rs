@@ -138,7 +138,7 @@ impl Daemon {
         let in_flight = self
             .staging_in_flight
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone();
         let mut live = HashSet::new();
         for n in self.provider_names() {

@@ -64,7 +64,7 @@ impl TestDaemon {
             args.push(format!("--listen=unix:{}", Self::socket(&dir).display()));
             listeners.push(Address::Unix(Self::socket(&dir)));
         }
-        args.extend(extra.iter().map(|s| s.to_string()));
+        args.extend(extra.iter().map(std::string::ToString::to_string));
         let mut d = TestDaemon {
             child: None,
             dir,
@@ -122,7 +122,7 @@ impl TestDaemon {
             if up {
                 return;
             }
-            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(std::process::Child::try_wait) {
                 panic!("stockaded exited with {st}:\n{}", self.log());
             }
             assert!(

@@ -199,7 +199,7 @@ async fn every_rpc_works_over_the_unix_socket() {
         .unwrap()
     {
         FileResult::Data { data, size, eof } => {
-            assert_eq!((&data[..], size, eof), (&b"gamma"[..], 12, false))
+            assert_eq!((&data[..], size, eof), (&b"gamma"[..], 12, false));
         }
         other => panic!("{other:?}"),
     }

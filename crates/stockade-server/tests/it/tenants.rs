@@ -28,7 +28,7 @@ fn tcp_daemon_with_token(extra: &[&str]) -> Tenant {
         format!("--listen=tcp:127.0.0.1:{port}"),
         format!("--token-file={}", tokens.display()),
     ];
-    args.extend(extra.iter().map(|s| s.to_string()));
+    args.extend(extra.iter().map(std::string::ToString::to_string));
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     Tenant {
         d: TestDaemon::start(&args),
@@ -429,7 +429,7 @@ async fn the_daemon_checks_exec_requests_itself() {
         .id;
     let base = |argv: &[&str]| pb::ExecRequest {
         sandbox_id: id.clone(),
-        argv: argv.iter().map(|s| s.to_string()).collect(),
+        argv: argv.iter().map(std::string::ToString::to_string).collect(),
         ..Default::default()
     };
     let bad = [

@@ -167,7 +167,7 @@ async fn the_provider_file_api_matches_the_linux_providers() {
     .unwrap()
     {
         FileResult::Data { data, size, eof } => {
-            assert_eq!((data.as_slice(), size, eof), (&b"two"[..], 12, false))
+            assert_eq!((data.as_slice(), size, eof), (&b"two"[..], 12, false));
         }
         other => panic!("{other:?}"),
     }

@@ -85,7 +85,7 @@ async fn file_operations_work_and_are_binary_safe() {
         .unwrap()
     {
         FileResult::Paths { paths, truncated } => {
-            assert_eq!((paths, truncated), (vec!["code.py".to_string()], false))
+            assert_eq!((paths, truncated), (vec!["code.py".to_string()], false));
         }
         other => panic!("{other:?}"),
     }
