@@ -44,6 +44,16 @@ pub trait Launcher: Send + Sync + 'static {
     /// Reaps what expired, lost its owner, or was left half-made by a crash.
     async fn gc(&self) -> Result<GcReport>;
 
+    /// See `Provider::prepare_image`; the default does nothing.
+    async fn prepare_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
+    ) -> Result<()> {
+        let _ = (reference, progress);
+        Ok(())
+    }
+
     /// Explains a failure to talk to the agent of `id` (its connection was lost, it did
     /// not answer): e.g. the sandbox died under us, and why. The default keeps `error`.
     async fn explain(&self, id: &str, error: Error) -> Error {

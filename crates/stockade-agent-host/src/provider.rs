@@ -52,6 +52,14 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.probe().await
     }
 
+    async fn prepare_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
+    ) -> Result<()> {
+        self.launcher.prepare_image(reference, progress).await
+    }
+
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         self.launcher.launch(spec, &opts).await
     }

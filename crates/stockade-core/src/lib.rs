@@ -239,6 +239,20 @@ pub trait Provider: Send + Sync + 'static {
     /// an outcome, not an error.
     async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome>;
 
+    /// Makes sure the image `reference` is ready to run, reporting each step (a pull, a
+    /// load) to `progress` as a line, so a caller can show a long fetch instead of a
+    /// silent `create`. The default does nothing: the provider fetches at create, or
+    /// its images come from this host's store, which callers fill themselves (see
+    /// [`Capabilities::local_images`]).
+    async fn prepare_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
+    ) -> Result<()> {
+        let _ = (reference, progress);
+        Ok(())
+    }
+
     /// Checks that the sandbox is alive and answers (the default: it is listed).
     async fn health(&self, id: &str) -> Result<()> {
         self.inspect(id).await.map(drop)

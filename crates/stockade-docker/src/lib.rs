@@ -523,6 +523,14 @@ fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
 impl Launcher for DockerLauncher {
     type Transport = UnixSocket;
 
+    async fn prepare_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
+    ) -> Result<()> {
+        self.ensure_image(reference, progress).await.map(drop)
+    }
+
     fn name(&self) -> &'static str {
         "docker"
     }

@@ -18,10 +18,8 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
     let provider = ctx.provider()?;
     // Pull and unpack here, with progress, rather than silently inside create (a
     // provider whose images live elsewhere fetches them itself).
-    if provider.capabilities().local_images
-        && let Some(reference) = &spec.image
-    {
-        super::image::ensure_local(ctx, &super::image::store(ctx)?, reference).await?;
+    if let Some(reference) = &spec.image {
+        super::image::prepare(ctx, provider.as_ref(), reference).await?;
     }
     let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
     if ctx.json {

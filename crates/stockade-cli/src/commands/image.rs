@@ -303,3 +303,22 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
     }
     Ok(0)
 }
+
+/// Gets `reference` ready for `provider` before the sandbox is created, with progress
+/// on stderr: pulled into this host's store when the provider runs images from it,
+/// else whatever the provider does to fetch it (dockerd's image, loaded or pulled).
+pub async fn prepare(ctx: &Ctx, provider: &dyn stockade::Provider, reference: &str) -> Result<()> {
+    if provider.capabilities().local_images {
+        return ensure_local(ctx, &store(ctx)?, reference).await.map(drop);
+    }
+    let quiet = ctx.json;
+    let mut last = String::new();
+    provider
+        .prepare_image(reference, &mut |line: &str| {
+            if !quiet && line != last {
+                eprintln!("stockade: {line}");
+                last = line.to_string();
+            }
+        })
+        .await
+}

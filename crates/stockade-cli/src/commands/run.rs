@@ -152,8 +152,8 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     };
     // Pull and unpack here, with progress, rather than silently inside create (a
     // provider whose images live elsewhere fetches them itself).
-    if local_images && let Some(reference) = spec.image.clone() {
-        image::ensure_local(ctx, &image::store(ctx)?, &reference).await?;
+    if let Some(reference) = spec.image.clone() {
+        image::prepare(ctx, provider.as_ref(), &reference).await?;
     }
     let deadline = a.spec.timeout.map(|t| t as f64);
     spec.timeout_secs = spec.timeout_secs.saturating_add(LIFETIME_GRACE_SECS);

@@ -412,3 +412,69 @@ both_ways! {
         }
     }
 }
+
+/// In-process, a provider that fetches its images itself shows how: `run --provider
+/// docker` of an image dockerd lacks says it loads it from the store into dockerd.
+#[test]
+fn docker_run_shows_how_the_image_reaches_dockerd() {
+    if !require_root("docker_image_progress") {
+        return;
+    }
+    let Some(base) = require("the Debian test image", debian_test_image(), DEBIAN_FIX) else {
+        return;
+    };
+    if require(
+        "dockerd with the test image",
+        stockade_testkit::docker_test_image(),
+        stockade_testkit::DOCKER_FIX,
+    )
+    .is_none()
+    {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let layout = home.path().join("layout");
+    let config = serde_json::json!({"Env": ["PATH=/usr/bin:/bin"]});
+    stockade_testkit::oci_layout(&layout, &base, &[("srv/hello.py", HELLO)], config, "1");
+    let reference = format!("localhost/stockade-cli-progress-{}:1", std::process::id());
+    let imported = stockade_in(
+        home.path(),
+        &[
+            "image",
+            "import",
+            layout.to_str().unwrap(),
+            "--tag",
+            &reference,
+        ],
+    )
+    .output()
+    .unwrap();
+    assert!(imported.status.success(), "{imported:?}");
+    let out = stockade_in(
+        home.path(),
+        &[
+            "run",
+            "--provider",
+            "docker",
+            "--image",
+            &reference,
+            "--",
+            "python3",
+            "/srv/hello.py",
+        ],
+    )
+    .output()
+    .unwrap();
+    let _ = Command::new("/usr/bin/docker")
+        .args(["rmi", "-f", &reference])
+        .output();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "loading {reference} from the stockade image store into dockerd"
+        )),
+        "{stderr}"
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).starts_with("hello from the image"));
+}
