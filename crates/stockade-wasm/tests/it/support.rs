@@ -9,38 +9,11 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stockade_core::{CreateOptions, ExecOutcome, ExecRequest, Provider, SandboxSpec};
 use stockade_wasm::{WasmConfig, WasmProvider};
 
-static SKIPPED: AtomicUsize = AtomicUsize::new(0);
-
-/// A part a test needs. In CI (`CI` set) a missing part fails the test with how to
-/// fix it; on a developer machine the test says SKIPPED, loudly, and returns `None`.
-pub fn require<T>(part: &str, found: Result<T, String>, fix: &str) -> Option<T> {
-    match found {
-        Ok(v) => Some(v),
-        Err(why) if std::env::var_os("CI").is_some() => {
-            panic!("{part} is missing: {why}\nfix: {fix}")
-        }
-        Err(why) => {
-            let n = SKIPPED.fetch_add(1, Ordering::SeqCst) + 1;
-            let test = std::thread::current()
-                .name()
-                .unwrap_or("this test")
-                .to_string();
-            // Straight to stderr: the test harness would swallow eprintln! of a
-            // passing test, and a skip must be seen.
-            use std::io::Write;
-            let _ = writeln!(
-                std::io::stderr(),
-                "\n*** SKIPPED #{n}: {test}: {part} is missing: {why}\n*** fix: {fix} (in CI this fails)\n"
-            );
-            None
-        }
-    }
-}
+pub use stockade_testkit::require;
 
 /// The directories of a test build: `<target>/<profile>/deps/it-*` -> `<target>`.
 fn target_dir() -> PathBuf {
