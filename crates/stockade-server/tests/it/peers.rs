@@ -172,7 +172,7 @@ async fn run_op(c: &stockade_client::RemoteProvider, w: &[&str]) -> stockade::Re
 }
 
 fn ops(list: &[&str]) -> Vec<String> {
-    list.iter().map(|s| s.to_string()).collect()
+    list.iter().map(|s| (*s).to_string()).collect()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
