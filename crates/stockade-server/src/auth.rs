@@ -112,6 +112,30 @@ impl Auth {
             .cloned()
             .ok_or_else(|| Status::unauthenticated("token refused"))
     }
+
+    /// The tenant of a caller on the unix socket whose uid is `uid` (`SO_PEERCRED`;
+    /// `None` if the kernel did not tell) when the daemon runs as `own_uid`: the
+    /// token's tenant when it sends one; without one, root and the daemon's own user
+    /// are who they were before (see [`Auth::tenant`]), and any other user is the
+    /// tenant `uid:N` (`--socket-group` lets such users in).
+    pub fn tenant_on_socket(
+        &self,
+        md: &tonic::codegen::http::HeaderMap,
+        uid: Option<u32>,
+        own_uid: u32,
+    ) -> Result<String, Status> {
+        if self.required() && md.contains_key("authorization") {
+            return self.tenant(md);
+        }
+        match uid {
+            Some(u) if u == 0 || u == own_uid => self.tenant(md),
+            Some(u) => Ok(format!("uid:{u}")),
+            None => Err(Status::unauthenticated(
+                "the daemon cannot tell the caller's uid on its unix socket (SO_PEERCRED \
+                 failed); send a token",
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -157,6 +181,45 @@ mod tests {
             LOCAL_TENANT,
             "no token file: one local tenant"
         );
+    }
+
+    #[test]
+    fn on_the_socket_each_other_uid_is_a_tenant_and_a_token_wins() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("tokens");
+        std::fs::write(&f, "alpha-token-0123456789\n").unwrap();
+        let with = Auth::from_file(&f).unwrap();
+        let none = Auth::none();
+        let token = md(Some("Bearer alpha-token-0123456789"));
+        let ta = with.tenant(&token).unwrap();
+        // Root and the daemon's own user: as before (local, or a token required).
+        for own in [0, 1234] {
+            for uid in [0, own] {
+                let t = none.tenant_on_socket(&md(None), Some(uid), own).unwrap();
+                assert_eq!(t, LOCAL_TENANT);
+                let e = with.tenant_on_socket(&md(None), Some(uid), own);
+                assert_eq!(e.unwrap_err().code(), tonic::Code::Unauthenticated);
+            }
+        }
+        // Any other uid is its own tenant, with or without a token file.
+        for a in [&none, &with] {
+            assert_eq!(
+                a.tenant_on_socket(&md(None), Some(1000), 0).unwrap(),
+                "uid:1000"
+            );
+            assert_eq!(
+                a.tenant_on_socket(&md(None), Some(1001), 0).unwrap(),
+                "uid:1001"
+            );
+            let e = a.tenant_on_socket(&md(None), None, 0).unwrap_err();
+            assert_eq!(e.code(), tonic::Code::Unauthenticated);
+        }
+        // A token is its tenant whoever sends it; a wrong one is refused.
+        assert_eq!(with.tenant_on_socket(&token, Some(1000), 0).unwrap(), ta);
+        assert_eq!(with.tenant_on_socket(&token, Some(0), 0).unwrap(), ta);
+        let bad = md(Some("Bearer wrong-token-0123456789"));
+        let e = with.tenant_on_socket(&bad, Some(1000), 0).unwrap_err();
+        assert_eq!(e.code(), tonic::Code::Unauthenticated);
     }
 
     #[test]

@@ -45,6 +45,8 @@ pub struct Gate<S> {
     auth: Arc<Auth>,
     files: Arc<Semaphore>,
     via: Via,
+    /// The daemon's own uid (its callers on the unix socket are local, as root is).
+    own_uid: u32,
 }
 
 /// How a request reached the daemon (in its extensions): an owner pid means
@@ -64,6 +66,7 @@ impl<S> Gate<S> {
             auth: Arc::new(auth),
             files: Arc::new(Semaphore::new(files.max(1))),
             via: Via::Unix,
+            own_uid: rustix::process::geteuid().as_raw(),
         }
     }
 
@@ -98,7 +101,20 @@ where
         let (mut parts, body) = req.into_parts();
         // Refused on the headers alone: the body is dropped unread (the stream is
         // reset), so an anonymous caller costs at most the flow-control window.
-        let tenant = match self.auth.tenant(&parts.headers) {
+        let tenant = match self.via {
+            Via::Tcp => self.auth.tenant(&parts.headers),
+            // On the unix socket, who the caller is comes from the kernel.
+            Via::Unix => {
+                let uid = parts
+                    .extensions
+                    .get::<tonic::transport::server::UdsConnectInfo>()
+                    .and_then(|c| c.peer_cred)
+                    .map(|c| c.uid());
+                self.auth
+                    .tenant_on_socket(&parts.headers, uid, self.own_uid)
+            }
+        };
+        let tenant = match tenant {
             Ok(t) => t,
             Err(status) => return Box::pin(async move { Ok(status.into_http()) }),
         };

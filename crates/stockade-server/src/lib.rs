@@ -35,6 +35,12 @@ pub struct ServeArgs {
     /// $XDG_RUNTIME_DIR/stockaded.sock.
     #[arg(long, value_name = "ADDR")]
     pub listen: Vec<Address>,
+    /// Let members of this group use the unix socket (mode 0660, owned by the group),
+    /// as docker's group does. Each caller there without a token is the tenant
+    /// `uid:N` of its own uid, so local users never see each other's sandboxes; host
+    /// mounts are then limited to --allow-mount and images to names, as with tokens.
+    #[arg(long, value_name = "GROUP")]
+    pub socket_group: Option<String>,
     /// Tokens, one per line; each token is a tenant. Required with a TCP listener.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -170,6 +176,13 @@ pub async fn serve(
     if args.tls_cert.is_some() && !any_tcp {
         bail!("--tls-cert is for TCP listeners; add --listen tcp://HOST:PORT or drop it");
     }
+    let socket_group = match &args.socket_group {
+        Some(name) => Some(listen::SocketGroup::lookup(name)?),
+        None => None,
+    };
+    if socket_group.is_some() && !addrs.iter().any(|a| matches!(a, Address::Unix(_))) {
+        bail!("--socket-group is for a unix socket; add --listen unix:///PATH or drop it");
+    }
     let policy = listen::TcpPolicy {
         identity: args.tls_cert.as_deref().zip(args.tls_key.as_deref()),
         insecure_plaintext: args.insecure_plaintext,
@@ -180,7 +193,7 @@ pub async fn serve(
              on such a listener cross the network in the clear"
         );
     }
-    let bound = listen::bind_all(&addrs, &policy).await?;
+    let bound = listen::bind_all(&addrs, &policy, socket_group.as_ref()).await?;
     let home = stockade::wasm::stockade_home();
     let state_dir = args
         .state_dir
@@ -191,17 +204,15 @@ pub async fn serve(
     std::fs::set_permissions(&state_dir, std::fs::Permissions::from_mode(0o700))
         .with_context(|| format!("cannot restrict {}", state_dir.display()))?;
     let store = store::Store::open(&state_dir.join("state.redb"))?;
+    // Local users other than the daemon's own are tenants it does not trust either.
+    let untrusted = auth.required() || socket_group.is_some();
     let limits = Limits {
         sandboxes_per_tenant: args.max_sandboxes_per_tenant,
         pool_per_tenant: args.max_pool_per_tenant,
         sandboxes_total: args.max_sandboxes,
         pool_idle_ttl: Duration::from_secs(args.pool_idle_ttl_secs.max(1)),
-        mounts: daemon::MountPolicy::new(
-            &args.allow_mounts,
-            auth.required(),
-            state_dir.join("mounts"),
-        )?,
-        tenants_untrusted: auth.required(),
+        mounts: daemon::MountPolicy::new(&args.allow_mounts, untrusted, state_dir.join("mounts"))?,
+        tenants_untrusted: untrusted,
         tenant_image_bytes: args.tenant_image_bytes,
         // Only calls over a unix socket carry an owner pid (`gate::Via`).
         honour_owner_pid: addrs.iter().any(|a| matches!(a, Address::Unix(_))),

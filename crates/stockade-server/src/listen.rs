@@ -13,9 +13,35 @@ use anyhow::{Context, bail};
 use stockade_client::{Address, Security};
 use tonic::transport::{Identity, ServerTlsConfig};
 
+/// `--socket-group`: the group whose members may use the unix sockets.
+#[derive(Clone, Debug)]
+pub struct SocketGroup {
+    pub name: String,
+    pub gid: u32,
+}
+
+impl SocketGroup {
+    /// The group named `name`, refused when the host has none of that name.
+    pub fn lookup(name: &str) -> anyhow::Result<SocketGroup> {
+        match nix::unistd::Group::from_name(name) {
+            Ok(Some(g)) => Ok(SocketGroup {
+                name: name.to_string(),
+                gid: g.gid.as_raw(),
+            }),
+            Ok(None) => bail!(
+                "--socket-group {name}: no such group on this host (create it with \
+                 `groupadd {name}` and add its users with `usermod -aG {name} USER`, or \
+                 name an existing group)"
+            ),
+            Err(e) => bail!("--socket-group {name}: cannot look the group up: {e}"),
+        }
+    }
+}
+
 /// A listener bound and ready to serve.
 pub enum Bound {
-    /// A unix socket (mode 0600), removed when serving ends.
+    /// A unix socket (mode 0600, or 0660 for `--socket-group`), removed when serving
+    /// ends.
     Unix(tokio::net::UnixListener, PathBuf),
     /// A TCP port, with TLS or in plain text.
     Tcp {
@@ -97,7 +123,11 @@ pub fn check_tcp(addr: &Address, resolved: SocketAddr, policy: &TcpPolicy) -> an
 }
 
 /// Binds every address (all or nothing: the first that fails stops the start).
-pub async fn bind_all(addrs: &[Address], policy: &TcpPolicy<'_>) -> anyhow::Result<Vec<Bound>> {
+pub async fn bind_all(
+    addrs: &[Address],
+    policy: &TcpPolicy<'_>,
+    group: Option<&SocketGroup>,
+) -> anyhow::Result<Vec<Bound>> {
     let tls = match policy.identity {
         Some((cert, key)) => Some(tls_config(cert, key)?),
         None => None,
@@ -105,7 +135,7 @@ pub async fn bind_all(addrs: &[Address], policy: &TcpPolicy<'_>) -> anyhow::Resu
     let mut out = Vec::new();
     for a in addrs {
         out.push(match a {
-            Address::Unix(path) => bind_unix(path)?,
+            Address::Unix(path) => bind_unix(path, group)?,
             Address::Tcp { .. } => {
                 let authority = a.authority().unwrap_or_default();
                 let resolved = tokio::net::lookup_host(&authority)
@@ -129,9 +159,23 @@ pub async fn bind_all(addrs: &[Address], policy: &TcpPolicy<'_>) -> anyhow::Resu
     Ok(out)
 }
 
-fn bind_unix(path: &Path) -> anyhow::Result<Bound> {
+fn bind_unix(path: &Path, group: Option<&SocketGroup>) -> anyhow::Result<Bound> {
     if let Some(dir) = path.parent() {
+        // Directories the daemon makes for a group's socket are the group's to enter.
+        let first_made = dir.ancestors().take_while(|d| !d.exists()).last();
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        if let (Some(g), Some(top)) = (group, first_made) {
+            for d in dir.ancestors().take_while(|d| d.starts_with(top)) {
+                std::os::unix::fs::chown(d, None, Some(g.gid))
+                    .and_then(|()| {
+                        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o750))
+                    })
+                    .with_context(|| format!("cannot give {} to group {}", d.display(), g.name))?;
+            }
+        }
+        if let Some(g) = group {
+            reachable_by(dir, g)?;
+        }
     }
     // A socket left by a daemon that died; refuse to steal a live one.
     if path.exists() {
@@ -143,9 +187,41 @@ fn bind_unix(path: &Path) -> anyhow::Result<Bound> {
     }
     let l = tokio::net::UnixListener::bind(path)
         .with_context(|| format!("cannot listen on {}", path.display()))?;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+    let mode = match group {
+        Some(g) => {
+            std::os::unix::fs::chown(path, None, Some(g.gid))
+                .with_context(|| format!("cannot give {} to group {}", path.display(), g.name))?;
+            0o660
+        }
+        None => 0o600,
+    };
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
         .with_context(|| format!("cannot restrict {}", path.display()))?;
     Ok(Bound::Unix(l, path.to_path_buf()))
+}
+
+/// Refuses a socket directory that members of `g` cannot enter (each directory on
+/// the way must be searchable by others, or by `g`).
+fn reachable_by(dir: &Path, g: &SocketGroup) -> anyhow::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    for d in dir.ancestors() {
+        let m = std::fs::metadata(d).with_context(|| format!("cannot stat {}", d.display()))?;
+        let ok = m.mode() & 0o001 != 0 || (m.gid() == g.gid && m.mode() & 0o010 != 0);
+        if !ok {
+            bail!(
+                "--socket-group {}: members of the group cannot enter {} (mode {:o}), so \
+                 they could not reach the socket; run `chgrp {} {} && chmod g+x {}`, or \
+                 put the socket elsewhere",
+                g.name,
+                d.display(),
+                m.mode() & 0o7777,
+                g.name,
+                d.display(),
+                d.display()
+            );
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -526,6 +526,7 @@ impl Daemon {
         let socket = home.join("stockaded.sock");
         let args = stockade_server::ServeArgs {
             listen: vec![stockade_client::Address::Unix(socket.clone())],
+            socket_group: None,
             token_file: None,
             tls_cert: None,
             tls_key: None,
