@@ -573,9 +573,8 @@ fn make_private_dir(root: &Path, dir: &Path, docker_socket: &Path) -> Result<Opt
         .mode(0o700)
         .create(dir)
         .map_err(|e| io("create", dir, e))?;
-    let shared = std::os::unix::fs::chown(dir, None, Some(group)).and_then(|()| {
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770))
-    });
+    let shared = std::os::unix::fs::chown(dir, None, Some(group))
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770)));
     if let Err(e) = shared {
         let _ = std::fs::remove_dir(dir);
         return Err(Error::Unavailable {

@@ -36,8 +36,11 @@ fn docker_group_member_runs_sandboxes_that_reach_no_other_agent() {
     if !require_root("docker_group_member") {
         return;
     }
-    let Some(image) = require("dockerd and the docker test image", docker_test_image(), DOCKER_FIX)
-    else {
+    let Some(image) = require(
+        "dockerd and the docker test image",
+        docker_test_image(),
+        DOCKER_FIX,
+    ) else {
         return;
     };
     let has_user = Command::new("getent")
@@ -64,7 +67,14 @@ fn docker_group_member_runs_sandboxes_that_reach_no_other_agent() {
 
     // Root's sandbox, whose socket the user and the user's sandbox must not reach.
     let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["create", "--provider", "docker", "--image", &image, "--json"])
+        .args([
+            "create",
+            "--provider",
+            "docker",
+            "--image",
+            &image,
+            "--json",
+        ])
         .env_remove("STOCKADE_PROVIDER")
         .output()
         .unwrap();
@@ -96,7 +106,17 @@ print('uid', os.getuid())
     let out = as_user(
         runtime.path(),
         docker_gid,
-        &["run", "--provider", "docker", "--image", &image, "--", "python3", "-c", &code],
+        &[
+            "run",
+            "--provider",
+            "docker",
+            "--image",
+            &image,
+            "--",
+            "python3",
+            "-c",
+            &code,
+        ],
     );
     let stdout = text(&out.stdout);
     let stderr = text(&out.stderr);
@@ -115,7 +135,7 @@ print('uid', os.getuid())
             &format!("--regid={USER}"),
             &format!("--groups={docker_gid}"),
             "--",
-            "python3",
+            "/usr/bin/python3",
             "-c",
             &format!(
                 "import socket\ntry:\n    socket.socket(socket.AF_UNIX).connect('{root_sock}'); print('BREACH')\nexcept OSError as e:\n    print('refused', e)"
@@ -123,10 +143,15 @@ print('uid', os.getuid())
         ])
         .output()
         .unwrap();
-    assert!(text(&out.stdout).starts_with("refused"), "{}", text(&out.stdout));
+    assert!(
+        text(&out.stdout).starts_with("refused"),
+        "{}{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
 
     let out = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["rm", &root_id])
+        .args(["rm", "--provider", "docker", &root_id])
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
