@@ -44,8 +44,11 @@ if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q "^$pin
   fi
 fi
 
+# Everything but the agent, then the agent alone, statically linked (one binary for
+# native and docker; see scripts/build-agent.sh), so it is built once.
 if [ "$profile" = release ]; then
-  cargo build --release --bins >&2
+  cargo build --release --bins --workspace --exclude stockade-agent >&2
 else
-  cargo build --bins >&2
+  cargo build --bins --workspace --exclude stockade-agent >&2
 fi
+scripts/build-agent.sh "$profile" >/dev/null

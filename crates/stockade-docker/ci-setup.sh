@@ -3,8 +3,8 @@
 #   - Debian's docker.io (dockerd 20.10, Engine API 1.41), installed when missing
 #   - dockerd answering on /var/run/docker.sock: started in the background when it
 #     does not answer (log: /var/log/stockade-dockerd.log)
-#   - the static stockade agent (glibc, +crt-static) the provider bind-mounts as PID 1
-#     of every container: $CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/debug/stockade-agent
+#   - the stockade agent, statically linked (scripts/build-agent.sh), that the provider
+#     bind-mounts as PID 1 of every container: $CARGO_TARGET_DIR/debug/stockade-agent
 #   - the test images, imported into dockerd from Debian rootfs tars built with
 #     mmdebstrap and cached under /var/cache/stockade/test-images/<key>/ (key: the
 #     first 16 hex of this script's sha256):
@@ -40,15 +40,9 @@ if ! "$DOCKER" version >/dev/null 2>&1; then
     done
 fi
 
-# The agent every container runs as PID 1: static, so it needs nothing of the image.
-target=${CARGO_TARGET_DIR:-../../target}
-RUSTFLAGS='-C target-feature=+crt-static' cargo build -q \
-    --target x86_64-unknown-linux-gnu -p stockade-agent
-agent="$target/x86_64-unknown-linux-gnu/debug/stockade-agent"
-if ! file -L "$agent" | grep -Eq 'static(-pie)? linked|statically linked'; then
-    echo "ci-setup: $agent is not statically linked: $(file -L "$agent")" >&2
-    exit 1
-fi
+# The agent every container runs as PID 1: the one static agent (scripts/setup.sh
+# builds it; this makes sure when the script runs alone). Fresh builds cost nothing.
+../../scripts/build-agent.sh debug >/dev/null
 
 key=$(sha256sum ci-setup.sh | cut -c1-16)
 dir=/var/cache/stockade/test-images/docker-$key

@@ -9,13 +9,13 @@ py=${PYTHON:-python3}
 if ! "$py" -m maturin --version >/dev/null 2>&1; then
   "$py" -m pip install -q "maturin>=1.9,<2"
 fi
+# The one agent, statically linked (scripts/build-agent.sh): native and docker both
+# run it from the wheel's _bin/.
 if [ "$profile" = release ]; then
-  cargo build -q --release -p stockade-agent --manifest-path ../../Cargo.toml
-  agent=$CARGO_TARGET_DIR/release/stockade-agent
+  agent=$(../../scripts/build-agent.sh release)
   flags=(--release)
 else
-  cargo build -q -p stockade-agent --manifest-path ../../Cargo.toml
-  agent=$CARGO_TARGET_DIR/debug/stockade-agent
+  agent=$(../../scripts/build-agent.sh debug)
   flags=(--profile dev)
 fi
 mkdir -p python/stockade/_bin

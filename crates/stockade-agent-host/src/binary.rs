@@ -8,9 +8,9 @@ use std::path::{Path, PathBuf};
 use stockade_core::{Error, Result};
 
 /// How to build the static agent.
-pub const BUILD_STATIC_AGENT: &str = "build it with RUSTFLAGS='-C target-feature=+crt-static' cargo build \
-     --target x86_64-unknown-linux-gnu -p stockade-agent (crates/stockade-docker/ci-setup.sh does), \
-     or point STOCKADE_DOCKER_AGENT at a statically linked stockade-agent";
+pub const BUILD_STATIC_AGENT: &str = "build the agent statically linked with scripts/build-agent.sh \
+     (scripts/setup.sh and run.sh do; a plain cargo build links it dynamically), or point \
+     STOCKADE_DOCKER_AGENT at a statically linked stockade-agent";
 
 /// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program
 /// (or its parent directory, for test binaries in `target/*/deps`), then `PATH`.
@@ -46,57 +46,30 @@ pub fn find_agent() -> Result<PathBuf> {
     })
 }
 
-/// Finds the statically linked agent: `$STOCKADE_DOCKER_AGENT`; else
-/// `stockade-agent-static` next to the running program; else the cargo target
-/// directory's `x86_64-unknown-linux-gnu/{debug,release}/stockade-agent` (above the
-/// running program, or `$CARGO_TARGET_DIR`); else [`find_agent`]'s if it is static.
+/// Finds the statically linked agent: `$STOCKADE_DOCKER_AGENT`, else the one
+/// [`find_agent`] finds (the same binary native sandboxes run: `scripts/build-agent.sh`
+/// builds it static), when it is static.
 pub fn find_static_agent() -> Result<PathBuf> {
     let unavailable = |reason: String| Error::Unavailable {
         what: "the docker provider's agent".into(),
         reason,
         fix: BUILD_STATIC_AGENT.into(),
     };
-    if let Some(p) = std::env::var_os("STOCKADE_DOCKER_AGENT") {
-        let p = PathBuf::from(p);
-        return match is_static(&p) {
-            Ok(true) => Ok(p),
-            Ok(false) => Err(unavailable(format!(
-                "STOCKADE_DOCKER_AGENT={} is dynamically linked",
-                p.display()
-            ))),
-            Err(e) => Err(unavailable(format!(
-                "STOCKADE_DOCKER_AGENT={} cannot be read: {e}",
-                p.display()
-            ))),
-        };
+    let (path, named) = match std::env::var_os("STOCKADE_DOCKER_AGENT") {
+        Some(p) => (PathBuf::from(p), "STOCKADE_DOCKER_AGENT="),
+        None => (find_agent()?, ""),
+    };
+    match is_static(&path) {
+        Ok(true) => Ok(path),
+        Ok(false) => Err(unavailable(format!(
+            "{named}{} is dynamically linked",
+            path.display()
+        ))),
+        Err(e) => Err(unavailable(format!(
+            "{named}{} cannot be read: {e}",
+            path.display()
+        ))),
     }
-    let mut candidates = Vec::new();
-    let mut bases = Vec::new();
-    if let Ok(exe) = std::env::current_exe()
-        && let Some(dir) = exe.parent()
-    {
-        candidates.push(dir.join("stockade-agent-static"));
-        bases.extend(dir.ancestors().take(3).map(Path::to_path_buf));
-    }
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        bases.push(PathBuf::from(t));
-    }
-    for b in &bases {
-        for profile in ["debug", "release"] {
-            candidates.push(
-                b.join("x86_64-unknown-linux-gnu")
-                    .join(profile)
-                    .join("stockade-agent"),
-            );
-        }
-    }
-    if let Ok(host) = find_agent() {
-        candidates.push(host);
-    }
-    candidates
-        .into_iter()
-        .find(|p| matches!(is_static(p), Ok(true)))
-        .ok_or_else(|| unavailable("no statically linked stockade-agent was found".into()))
 }
 
 /// True when `path` is an ELF executable without an interpreter (`PT_INTERP`), i.e.

@@ -38,6 +38,7 @@ impl Transport for Box<dyn Transport> {
 pub struct UnixSocket {
     id: String,
     path: PathBuf,
+    peer_uid: Option<u32>,
 }
 
 impl UnixSocket {
@@ -46,7 +47,16 @@ impl UnixSocket {
         UnixSocket {
             id: id.into(),
             path: path.into(),
+            peer_uid: None,
         }
+    }
+
+    /// Talks only to a listener running as host uid `uid` (`SO_PEERCRED`): where the
+    /// socket's directory is reachable by the sandbox's code (a caller that is not
+    /// root sharing its uid), a socket the code put in its place is refused.
+    pub fn with_peer_uid(mut self, uid: u32) -> UnixSocket {
+        self.peer_uid = Some(uid);
+        self
     }
 
     /// Where the socket is.
@@ -59,7 +69,22 @@ impl UnixSocket {
 impl Transport for UnixSocket {
     async fn connect(&self) -> Result<Connection> {
         match tokio::net::UnixStream::connect(&self.path).await {
-            Ok(s) => Ok(Box::new(s)),
+            Ok(s) => {
+                if let Some(want) = self.peer_uid {
+                    let got = s.peer_cred().map(|c| c.uid()).map_err(|e| {
+                        Error::io(format!("cannot check {}", self.path.display()), e)
+                    })?;
+                    if got != want {
+                        return Err(Error::PolicyDenied(format!(
+                            "the socket of sandbox {} ({}) is served by uid {got}, not by its \
+                             agent (uid {want}): the sandbox replaced it; destroy it",
+                            self.id,
+                            self.path.display()
+                        )));
+                    }
+                }
+                Ok(Box::new(s))
+            }
             Err(e) => Err(match e.kind() {
                 std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused => {
                     Error::NotFound {

@@ -63,7 +63,10 @@ fn setup() -> Result<
     let _ = fs::remove_file(&sock);
     let listener = std::os::unix::net::UnixListener::bind(&sock)
         .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
-    fs::set_permissions(&sock, fs::Permissions::from_mode(0o600))
+    // 0660: when the caller is not root, the directory is its and the docker group's
+    // (setgid), so the socket is the group's and the caller connects through it. As
+    // root, the directory is root's alone.
+    fs::set_permissions(&sock, fs::Permissions::from_mode(0o660))
         .map_err(|e| format!("cannot restrict {}: {e}", sock.display()))?;
     Ok((listener, config, oom))
 }

@@ -40,7 +40,9 @@ pub use stockade_agent_host::{
     BUILD_STATIC_AGENT as BUILD_AGENT, find_static_agent as find_agent, is_static,
 };
 
-/// Default root of the per-sandbox host directories mounted at `/.stockade`.
+/// Default root of the per-sandbox host directories mounted at `/.stockade`, for root
+/// (`/run/stockade-docker`); other users keep theirs in their runtime directory
+/// ([`stockade_core::host::runtime_dir`]).
 pub const DEFAULT_STATE_ROOT: &str = "/run/stockade-docker";
 
 /// The docker provider: the docker launcher with the agent host.
@@ -87,12 +89,13 @@ fn not_found(id: &str) -> Error {
 
 impl DockerLauncher {
     /// A launcher on `$DOCKER_HOST` (unix) or `/var/run/docker.sock`, keeping its
-    /// host directories under [`DEFAULT_STATE_ROOT`] and reading missing images from
+    /// host directories under the caller's runtime directory `stockade-docker`
+    /// ([`DEFAULT_STATE_ROOT`] for root) and reading missing images from
     /// `$STOCKADE_HOME/images`. Connects on first use.
     pub fn new() -> DockerLauncher {
         DockerLauncher {
             socket: engine::socket_path(),
-            state_root: PathBuf::from(DEFAULT_STATE_ROOT),
+            state_root: stockade_core::host::runtime_dir("stockade-docker"),
             image_store: None,
             docker: OnceCell::new(),
         }
@@ -214,7 +217,7 @@ impl DockerLauncher {
             image::ensure(docker, &reference, self.image_store.as_deref(), &mut |_| {}).await?;
         let id = new_id();
         let dir = self.dir(&id);
-        make_private_dir(&self.state_root, &dir)?;
+        let agent_group = make_private_dir(&self.state_root, &dir, &self.socket)?;
         let input = plan::PlanInput {
             id: id.clone(),
             state_dir: dir.clone(),
@@ -223,6 +226,7 @@ impl DockerLauncher {
             owner_pid: opts.owner_pid,
             owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
             image: facts,
+            agent_group,
         };
         let plan = plan::plan(spec, &input);
         let result = self.start(docker, &id, &dir, &plan, &agent, opts).await;
@@ -275,7 +279,7 @@ impl DockerLauncher {
         let started = Instant::now();
         loop {
             if sock.exists()
-                && stockade_agent_host::client::ping(id, &UnixSocket::new(id, &sock))
+                && stockade_agent_host::client::ping(id, &agent_socket(id, &sock))
                     .await
                     .is_ok()
             {
@@ -481,6 +485,18 @@ impl DockerLauncher {
     }
 }
 
+/// The agent's socket: when the caller is not root, its directory is the caller's, so
+/// code running as the caller's uid could swap the socket; only root (the agent, PID 1
+/// of the container) is talked to.
+fn agent_socket(id: &str, sock: impl Into<PathBuf>) -> UnixSocket {
+    let s = UnixSocket::new(id, sock);
+    if stockade_core::host::is_root() {
+        s
+    } else {
+        s.with_peer_uid(0)
+    }
+}
+
 async fn logs(docker: &Docker, name: &str) -> String {
     use futures_util::StreamExt;
     let mut out = String::new();
@@ -506,17 +522,72 @@ async fn logs(docker: &Docker, name: &str) -> String {
     }
 }
 
-/// Makes `root` (0711) and `dir` (0700): only root enters `dir`, and the code in the
-/// container runs as another uid without capabilities.
-fn make_private_dir(root: &Path, dir: &Path) -> Result<()> {
-    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
-    std::fs::create_dir_all(root)
-        .map_err(|e| Error::io(format!("cannot create {}", root.display()), e))?;
-    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
+/// Makes `root` and `dir`, the sandbox's directory the container sees at
+/// `/.stockade`, closed to the code in the container, which runs as another uid
+/// without capabilities. As root: `root` 0711 and `dir` 0700, root's. As another user
+/// (a member of the docker socket's group): `root` 0700, the caller's, so no other
+/// host user reaches it; `dir` 2770 for the docker socket's group, which the agent
+/// (root in the container, without CAP_DAC_OVERRIDE) joins; returns that group.
+fn make_private_dir(root: &Path, dir: &Path, docker_socket: &Path) -> Result<Option<u32>> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+    let io = |what: &str, p: &Path, e| Error::io(format!("cannot {what} {}", p.display()), e);
+    if stockade_core::host::is_root() {
+        std::fs::create_dir_all(root).map_err(|e| io("create", root, e))?;
+        let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| io("create", dir, e))?;
+        return Ok(None);
+    }
+    let me = stockade_core::host::euid();
+    if let Some(parent) = root.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(root) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => return Err(io("create", root, e)),
+    }
+    // It may be in /tmp (no XDG_RUNTIME_DIR): somebody else's, or a link, is refused.
+    let meta = std::fs::symlink_metadata(root).map_err(|e| io("inspect", root, e))?;
+    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
+        return Err(Error::Unavailable {
+            what: "the docker provider's state directory".into(),
+            reason: format!(
+                "{} is not a directory private to uid {me} (owner {}, mode {:o})",
+                root.display(),
+                meta.uid(),
+                meta.mode() & 0o7777
+            ),
+            fix: format!(
+                "remove {} or set XDG_RUNTIME_DIR to a directory of your own",
+                root.display()
+            ),
+        });
+    }
+    let group = std::fs::metadata(docker_socket)
+        .map_err(|e| io("inspect", docker_socket, e))?
+        .gid();
     std::fs::DirBuilder::new()
         .mode(0o700)
         .create(dir)
-        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
+        .map_err(|e| io("create", dir, e))?;
+    let shared = std::os::unix::fs::chown(dir, None, Some(group))
+        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770)));
+    if let Err(e) = shared {
+        let _ = std::fs::remove_dir(dir);
+        return Err(Error::Unavailable {
+            what: "the docker provider".into(),
+            reason: format!(
+                "cannot give {} to the group of {} (gid {group}): {e}",
+                dir.display(),
+                docker_socket.display()
+            ),
+            fix: "run as root, or as a member of the docker socket's group (usermod -aG docker USER, then log in again)".into(),
+        });
+    }
+    Ok(Some(group))
 }
 
 #[async_trait]
@@ -603,7 +674,7 @@ impl Launcher for DockerLauncher {
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)).await);
         }
-        Ok(UnixSocket::new(id, sock))
+        Ok(agent_socket(id, sock))
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {

@@ -85,6 +85,10 @@ pub struct PlanInput {
     pub owner_pid: Option<u32>,
     pub owner_ticks: Option<u64>,
     pub image: ImageFacts,
+    /// The group that shares [`PlanInput::state_dir`] with the agent when the caller
+    /// is not root (the docker socket's group): the agent starts with it as a
+    /// supplementary group to reach its directory; each exec drops it.
+    pub agent_group: Option<u32>,
 }
 
 /// A container to create.
@@ -208,6 +212,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         security_opt: Some(security_opt),
         cap_drop,
         cap_add,
+        group_add: input.agent_group.map(|g| vec![g.to_string()]),
         ipc_mode: Some("private".into()),
         init: Some(false),
         ..Default::default()
@@ -333,6 +338,7 @@ mod tests {
             owner_pid: Some(42),
             owner_ticks: Some(7),
             image: ImageFacts::default(),
+            agent_group: None,
         }
     }
 

@@ -8,6 +8,7 @@ use serde_json::Value;
 #[macro_use]
 mod via;
 mod daemon;
+mod docker_user;
 mod images;
 
 use stockade_testkit::require_root;
