@@ -300,11 +300,11 @@ impl Launcher for NativeLauncher {
         })
         .await
         .map_err(|e| Error::Internal(e.to_string()))??;
-        // A monitor that ended is reaped (when this process started it) before we return.
-        if let Some((pid, ticks)) = monitor
-            && !stockade_sys::process::is_same_process(pid, ticks)
-        {
-            reap::reaped(pid).await;
+        // The monitor has ended (a zombie counts: `destroy_dir` waits for that much).
+        // When this process started it, it is reaped before we return; `reaped` returns
+        // at once for any other pid. Bounded, in case it was not ours after all.
+        if let Some((pid, _)) = monitor {
+            let _ = tokio::time::timeout(Duration::from_secs(5), reap::reaped(pid)).await;
         }
         Ok(())
     }
