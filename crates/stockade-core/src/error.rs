@@ -23,6 +23,11 @@ pub enum Error {
         reason: String,
         fix: String,
     },
+    /// The sandbox went away (destroyed, its lifetime ended, killed) during a call.
+    /// The message starts with the fixed form `sandbox {id} is gone` (the SDKs map it
+    /// to their "sandbox gone" error).
+    #[error("sandbox {id} is gone: {detail}")]
+    Gone { id: String, detail: String },
     /// An operation of ours ran out of time.
     #[error("{operation} timed out after {after_ms} ms")]
     Timeout { operation: String, after_ms: u64 },
@@ -53,7 +58,7 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::InvalidRequest(_) => ErrorCode::InvalidSpec,
             Error::NotFound { .. } => ErrorCode::NotFound,
-            Error::Unavailable { .. } => ErrorCode::Unavailable,
+            Error::Unavailable { .. } | Error::Gone { .. } => ErrorCode::Unavailable,
             Error::Timeout { .. } => ErrorCode::Timeout,
             Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
