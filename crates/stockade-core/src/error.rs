@@ -84,6 +84,25 @@ impl Error {
         }
     }
 
+    /// The message without its fix, and the fix: for nesting this error in another's
+    /// reason, so that a message says `(fix: ...)` once (the outer error merges the
+    /// fixes).
+    pub fn split_fix(self) -> (String, Option<String>) {
+        match self {
+            Error::Unavailable { what, reason, fix } => {
+                (format!("{what} is unavailable: {reason}"), Some(fix))
+            }
+            Error::Remote { message, .. } => match message
+                .strip_suffix(')')
+                .and_then(|m| m.rsplit_once(" (fix: "))
+            {
+                Some((text, fix)) => (text.to_string(), Some(fix.to_string())),
+                None => (message, None),
+            },
+            e => (e.to_string(), None),
+        }
+    }
+
     /// Process exit code the CLI uses for this error (the user's code's own exit codes
     /// pass through unchanged; these sit above the range shells use for signals).
     pub fn exit_code(&self) -> i32 {

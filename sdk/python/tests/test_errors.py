@@ -118,9 +118,29 @@ def test_create_lists_every_bad_value_without_serde_positions(client: stockade.S
     assert "line 1" not in msg and "column" not in msg, msg
 
 
-def test_messages_carry_no_cli_flags_and_one_fix(client: stockade.Stockade) -> None:
-    with pytest.raises(stockade.StockadeError) as e:
-        client.create(language="cobol")
-    msg = str(e.value)
-    assert "--image" not in msg and "--provider" not in msg, msg
+def _no_cli_flags(msg: str) -> None:
+    assert "--image" not in msg and "--provider" not in msg and "--insecure" not in msg, msg
     assert msg.count("(fix:") <= 1, msg
+
+
+def test_messages_carry_no_cli_flags_and_one_fix(tmp_path, monkeypatch) -> None:
+    with pytest.raises(InvalidSpecError) as e:
+        stockade.Stockade("docker", home=tmp_path / "home").create()
+    _no_cli_flags(str(e.value))
+    with pytest.raises(UnavailableError) as u:
+        stockade.Stockade("microvm", home=tmp_path / "home")
+    _no_cli_flags(str(u.value))
+
+
+def test_a_language_image_that_cannot_be_pulled_says_one_fix(client: stockade.Stockade, tmp_path, monkeypatch) -> None:
+    # No ruby on the host (the check is of the image) and an image nobody serves.
+    config = tmp_path / "config.toml"
+    config.write_text('[languages]\nruby = "localhost:1/stockade-test-nope:1"\n')
+    monkeypatch.setenv("STOCKADE_CONFIG", str(config))
+    with pytest.raises(UnavailableError) as e:
+        client.create(language="ruby", image=None)
+    msg = str(e.value)
+    if "ruby is not installed" not in msg:
+        pytest.fail(f"expected the ruby image path (is ruby installed on this host?): {msg}")
+    assert "stockade-test-nope" in msg
+    _no_cli_flags(msg)
