@@ -8,10 +8,25 @@ use tokio::io::AsyncRead;
 
 use crate::transport::{Connection, Transport};
 
+/// The connection to the agent broke: the sandbox went away during the call.
 fn lost(id: &str, e: impl std::fmt::Display) -> Error {
-    Error::Internal(format!(
-        "lost the connection to the agent of sandbox {id}: {e}"
-    ))
+    Error::Gone {
+        id: id.to_string(),
+        detail: format!("its agent connection broke ({e})"),
+    }
+}
+
+/// The agent closed the connection before answering: the sandbox ended.
+fn closed(id: &str) -> Error {
+    Error::Gone {
+        id: id.to_string(),
+        detail: "it was destroyed or its lifetime ended during the call".into(),
+    }
+}
+
+/// The agent answered something the protocol does not allow here: a bug.
+fn unexpected(id: &str, what: impl std::fmt::Display) -> Error {
+    Error::Internal(format!("the agent of sandbox {id} sent {what}"))
 }
 
 /// Connects and sends hello and `then` together (pipelined), then reads the hello.
@@ -24,8 +39,11 @@ async fn open<T: Transport + ?Sized>(
     let mut buf = stockade_agent_proto::codec::encode(&ClientMsg::Hello {
         version: PROTOCOL_VERSION,
     })
-    .map_err(|e| lost(id, e))?;
-    buf.extend(stockade_agent_proto::codec::encode(then).map_err(|e| lost(id, e))?);
+    .map_err(|e| Error::Internal(format!("cannot encode a message: {e}")))?;
+    buf.extend(
+        stockade_agent_proto::codec::encode(then)
+            .map_err(|e| Error::Internal(format!("cannot encode a message: {e}")))?,
+    );
     tokio::io::AsyncWriteExt::write_all(&mut s, &buf)
         .await
         .map_err(|e| lost(id, e))?;
@@ -34,8 +52,12 @@ async fn open<T: Transport + ?Sized>(
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::Hello { .. }) => Ok(s),
+        None => Err(closed(id)),
         Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
-        other => Err(lost(id, format!("unexpected answer to hello: {other:?}"))),
+        Some(other) => Err(unexpected(
+            id,
+            format!("an unexpected answer to hello: {other:?}"),
+        )),
     }
 }
 
@@ -47,7 +69,11 @@ pub async fn ping<T: Transport + ?Sized>(id: &str, transport: &T) -> Result<(), 
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::Pong) => Ok(()),
-        other => Err(lost(id, format!("unexpected answer to ping: {other:?}"))),
+        None => Err(closed(id)),
+        Some(other) => Err(unexpected(
+            id,
+            format!("an unexpected answer to ping: {other:?}"),
+        )),
     }
 }
 
@@ -109,12 +135,9 @@ async fn exec_events<R: AsyncRead + Unpin>(
             }
             Some(AgentMsg::Exited(outcome)) => return Ok(outcome),
             Some(AgentMsg::Error { code, message }) => return Err(Error::remote(code, message)),
-            Some(other) => return Err(lost(id, format!("unexpected message {other:?}"))),
+            Some(other) => return Err(unexpected(id, format!("an unexpected message {other:?}"))),
             None => {
-                return Err(lost(
-                    id,
-                    "the agent closed the connection (the sandbox was destroyed or its lifetime ended)",
-                ));
+                return Err(closed(id));
             }
         }
     }
@@ -133,9 +156,10 @@ pub async fn file<T: Transport + ?Sized>(
     {
         Some(AgentMsg::FileDone(r)) => Ok(r),
         Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
-        other => Err(lost(
+        Some(other) => Err(unexpected(
             id,
-            format!("unexpected answer to a file operation: {other:?}"),
+            format!("an unexpected answer to a file operation: {other:?}"),
         )),
+        None => Err(closed(id)),
     }
 }

@@ -49,8 +49,33 @@ fn io_err(what: &str, path: &Path, e: io::Error) -> OpError {
         _ if e.raw_os_error() == Some(libc::ELOOP) => ErrorCode::InvalidSpec,
         _ => ErrorCode::Internal,
     };
-    if code == ErrorCode::NotFound {
-        return OpError(code, format!("path {} not found", path.display()));
+    // Fixed forms that the SDKs map to their language's own errors (Python:
+    // FileNotFoundError, IsADirectoryError, FileExistsError): the code, then a
+    // message `path {p} not found` / `path {p} is a directory; ...` /
+    // `path {p} already exists; ...`.
+    match e.kind() {
+        io::ErrorKind::NotFound => {
+            return OpError(code, format!("path {} not found", path.display()));
+        }
+        io::ErrorKind::IsADirectory => {
+            return OpError(
+                code,
+                format!(
+                    "path {} is a directory; cannot {what} there",
+                    path.display()
+                ),
+            );
+        }
+        io::ErrorKind::AlreadyExists => {
+            return OpError(
+                code,
+                format!(
+                    "path {} already exists; cannot {what} there",
+                    path.display()
+                ),
+            );
+        }
+        _ => {}
     }
     OpError(code, format!("cannot {what} {}: {e}", path.display()))
 }
@@ -109,7 +134,11 @@ fn describe_kind(ft: fs::FileType) -> &'static str {
 
 fn not_regular(path: &Path, ft: fs::FileType) -> OpError {
     if ft.is_dir() {
-        return invalid(format!("{} is a directory; use ls", path.display()));
+        // The fixed form of `io_err`.
+        return invalid(format!(
+            "path {} is a directory; list it with ls",
+            path.display()
+        ));
     }
     OpError(
         ErrorCode::InvalidSpec,

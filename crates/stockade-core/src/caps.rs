@@ -69,7 +69,7 @@ impl Capabilities {
         need(
             spec.image.is_some() || self.host_rootfs,
             "image",
-            "run without an image; name one with --image",
+            "run without an image; name one",
         );
         need(
             spec.image.is_none() || self.images,

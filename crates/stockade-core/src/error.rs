@@ -23,6 +23,11 @@ pub enum Error {
         reason: String,
         fix: String,
     },
+    /// The sandbox went away (destroyed, its lifetime ended, killed) during a call.
+    /// The message starts with the fixed form `sandbox {id} is gone` (the SDKs map it
+    /// to their "sandbox gone" error).
+    #[error("sandbox {id} is gone: {detail}")]
+    Gone { id: String, detail: String },
     /// An operation of ours ran out of time.
     #[error("{operation} timed out after {after_ms} ms")]
     Timeout { operation: String, after_ms: u64 },
@@ -53,7 +58,7 @@ impl Error {
         match self {
             Error::InvalidSpec(_) | Error::InvalidRequest(_) => ErrorCode::InvalidSpec,
             Error::NotFound { .. } => ErrorCode::NotFound,
-            Error::Unavailable { .. } => ErrorCode::Unavailable,
+            Error::Unavailable { .. } | Error::Gone { .. } => ErrorCode::Unavailable,
             Error::Timeout { .. } => ErrorCode::Timeout,
             Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
@@ -76,6 +81,25 @@ impl Error {
         Error::Remote {
             code,
             message: message.into(),
+        }
+    }
+
+    /// The message without its fix, and the fix: for nesting this error in another's
+    /// reason, so that a message says `(fix: ...)` once (the outer error merges the
+    /// fixes).
+    pub fn split_fix(self) -> (String, Option<String>) {
+        match self {
+            Error::Unavailable { what, reason, fix } => {
+                (format!("{what} is unavailable: {reason}"), Some(fix))
+            }
+            Error::Remote { message, .. } => match message
+                .strip_suffix(')')
+                .and_then(|m| m.rsplit_once(" (fix: "))
+            {
+                Some((text, fix)) => (text.to_string(), Some(fix.to_string())),
+                None => (message, None),
+            },
+            e => (e.to_string(), None),
         }
     }
 

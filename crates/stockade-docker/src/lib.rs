@@ -209,9 +209,7 @@ impl DockerLauncher {
         let docker = self.docker().await?;
         let agent = find_agent()?;
         let reference = spec.image.clone().ok_or_else(|| {
-            Error::InvalidRequest(
-                "the docker provider needs an image; name one with --image".into(),
-            )
+            Error::InvalidRequest("the docker provider needs an image; name one".into())
         })?;
         let (facts, _) =
             image::ensure(docker, &reference, self.image_store.as_deref(), &mut |_| {}).await?;

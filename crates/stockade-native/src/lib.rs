@@ -118,7 +118,7 @@ impl NativeLauncher {
             Err(Error::Unavailable {
                 what: "the native provider".into(),
                 reason: "it needs root to create cgroups and namespaces (rootless mode is not implemented yet)".into(),
-                fix: "run as root (sudo), or use --provider docker".into(),
+                fix: "run as root (sudo), or use the docker provider".into(),
             })
         }
     }

@@ -26,8 +26,12 @@ pub fn spec_from_json(spec_json: &str) -> PyResult<SandboxSpec> {
     let de = &mut serde_json::Deserializer::from_str(spec_json);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let (path, inner) = (e.path().to_string(), e.into_inner());
+        // Positions in the JSON the SDK wrote mean nothing to the caller.
+        let at = format!(" at line {} column {}", inner.line(), inner.column());
+        let text = inner.to_string();
+        let text = text.strip_suffix(&at).unwrap_or(&text);
         to_py(Error::InvalidRequest(format!(
-            "sandbox spec field {path}: {inner}"
+            "sandbox spec field {path}: {text}"
         )))
     })
 }

@@ -82,7 +82,7 @@ pub fn image_error(e: stockade_image::Error) -> Error {
             what: "the registry".into(),
             reason: e.to_string(),
             fix: "check the reference, the network and credentials; plain-HTTP registries \
-                  need --insecure-registry"
+                  need `insecure` in the config file"
                 .into(),
         },
         e => Error::Internal(e.to_string()),
@@ -135,7 +135,7 @@ fn interpreter_in_image(
             "image {reference} has no {name} on its PATH ({})",
             dirs.join(":")
         ),
-        fix: format!("use an image that has it, e.g. --image {}", preset.image),
+        fix: format!("use an image that has it, e.g. {}", preset.image),
     })
 }
 
@@ -167,21 +167,26 @@ async fn native_interpreter(
         .get(preset.names[0])
         .cloned()
         .unwrap_or_else(|| preset.image.to_string());
-    let img = fetch
-        .fetch(store, &reference)
-        .await
-        .map_err(|e| Error::Unavailable {
+    let img = fetch.fetch(store, &reference).await.map_err(|e| {
+        // One fix: ours, then the image's own.
+        let (detail, image_fix) = e.split_fix();
+        let mut fix = format!(
+            "install {name} on the host, give the sandbox an image that has it, \
+                 or name one under [languages] in {}",
+            stockade_image::Config::default_path().display()
+        );
+        if let Some(f) = image_fix {
+            fix = format!("{fix}; for the image: {f}");
+        }
+        Error::Unavailable {
             what: format!("the {} interpreter", preset.names[0]),
             reason: format!(
                 "{name} is not installed on this host, and its image {reference} is not \
-                 available: {e}"
+                     available: {detail}"
             ),
-            fix: format!(
-                "install {name} on the host, pass --image REF of an image that has it, \
-                 or name one under [languages] in {}",
-                stockade_image::Config::default_path().display()
-            ),
-        })?;
+            fix,
+        }
+    })?;
     let rootfs = store.rootfs(&img).map_err(image_error)?;
     let found = interpreter_in_image(preset, &img, &rootfs, &reference)?;
     spec.image = Some(reference);

@@ -95,7 +95,7 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
         "microvm" => Err(Error::Unavailable {
             what: format!("the {name} provider"),
             reason: "it is not built into this version of stockade".into(),
-            fix: "use --provider native".into(),
+            fix: "use the native provider".into(),
         }),
         other => Err(Error::InvalidRequest(format!(
             "unknown provider {other:?}; known: {}",

@@ -146,3 +146,13 @@ def test_a_missing_daemon_is_unavailable_with_a_fix(client, tmp_path) -> None:
         stockade.Stockade(host=f"unix://{tmp_path}/nobody.sock")
     with pytest.raises(stockade.InvalidSpecError, match="unix:///path"):
         stockade.Stockade(host="ftp://nowhere")
+
+
+def test_remote_file_errors_are_python_native(daemon: str) -> None:
+    # The daemon passes the agent's code and message through: same classes as embedded.
+    with stockade.Stockade(host=daemon).create() as sb:
+        with pytest.raises(FileNotFoundError) as e:
+            sb.read("/tmp/missing")
+        assert isinstance(e.value, stockade.NotFoundError) and e.value.filename == "/tmp/missing"
+        with pytest.raises(IsADirectoryError):
+            sb.read("/tmp")

@@ -73,7 +73,12 @@ async fn spec_without_image_or_with_egress_is_refused_clearly() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), stockade_core::ErrorCode::InvalidSpec);
-    assert!(err.to_string().contains("--image"), "{err}");
+    // Names the field, not a CLI flag: SDK users see this message too.
+    assert!(
+        err.to_string()
+            .contains("image: the docker provider cannot run without an image"),
+        "{err}"
+    );
     let mut s = spec(&image);
     s.network = stockade_core::spec::Network::Egress;
     let err = Sandbox::create(provider(), s, CreateOptions::default())

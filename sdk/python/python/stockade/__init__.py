@@ -26,6 +26,10 @@ from ._native import PROVIDERS, VERSION
 from ._spec import Mount, build_spec
 from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
 from .errors import (
+    FileExists,
+    FileNotFound,
+    IsADirectory,
+    SandboxGoneError,
     InternalError,
     InvalidSpecError,
     LimitExceededError,
@@ -48,7 +52,11 @@ __all__ = [
     "ExecStream",
     "FileEntry",
     "GrepMatch",
+    "FileExists",
+    "FileNotFound",
     "InternalError",
+    "IsADirectory",
+    "SandboxGoneError",
     "InvalidSpecError",
     "LimitExceededError",
     "Mount",

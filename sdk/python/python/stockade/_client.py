@@ -141,44 +141,6 @@ def _code_spec(prepared: _native.PreparedCode, spec: dict[str, Any], language: s
     return list(prepared.argv)
 
 
-def _create_args(
-    image: str | None,
-    network: bool,
-    writable: bool,
-    timeout_secs: int,
-    memory: Size,
-    cpus: float,
-    pids: int,
-    env: Mapping[str, str] | None,
-    mounts: Sequence[MountLike] | None,
-    workspace: Any,
-    extra: dict[str, Any],
-) -> dict[str, Any]:
-    unknown = sorted(set(extra) - _SPEC_OPTIONS)
-    if unknown:
-        raise InvalidSpecError(
-            f"unknown sandbox option(s) {', '.join(unknown)}; known: {', '.join(sorted(_SPEC_OPTIONS))}"
-        )
-    return build_spec(
-        image=image,
-        network=network,
-        writable=writable,
-        timeout_secs=timeout_secs,
-        memory=memory,
-        cpus=cpus,
-        pids=pids,
-        env=env,
-        mounts=mounts,
-        workspace=workspace,
-        **extra,
-    )
-
-
-_SPEC_OPTIONS = frozenset(
-    ["tmp_size", "workdir", "user", "hostname", "seccomp", "landlock", "idle_timeout_secs", "labels"]
-)
-
-
 class _Handle:
     """State shared by the sync and async sandbox classes."""
 
@@ -424,7 +386,14 @@ class Stockade(_Client):
         *,
         approve: Callable[[str, str, str], bool] | Approval | None = None,
         owned: bool = True,
-        **extra: Any,
+        tmp_size: Size = "64m",
+        workdir: str | None = None,
+        user: tuple[int, int] | int | None = None,
+        hostname: str | None = None,
+        seccomp: bool = True,
+        landlock: bool = True,
+        idle_timeout_secs: int | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Sandbox:
         """Creates a sandbox; every default is the secure one.
 
@@ -432,11 +401,17 @@ class Stockade(_Client):
         language's image) and is the default of ``run_code``. ``workspace`` is a
         directory mounted at /work, read-only unless given as ``(path, True)``.
         ``approve`` puts a callback or an :class:`Approval` before each exec and file
-        write. ``owned`` (default) ties the sandbox to this process. More spec fields
-        as keywords: ``tmp_size``, ``workdir``, ``user``, ``hostname``, ``seccomp``,
-        ``landlock``, ``idle_timeout_secs``, ``labels``.
+        write. ``owned`` (default) ties the sandbox to this process. Every spec field
+        is a typed keyword (``tmp_size``, ``workdir``, ``user``, ``hostname``,
+        ``seccomp``, ``landlock``, ``idle_timeout_secs``, ``labels``); value problems
+        are all listed in one :class:`InvalidSpecError`.
         """
-        spec = _create_args(image, network, writable, timeout_secs, memory, cpus, pids, env, mounts, workspace, extra)
+        spec = build_spec(
+            image=image, network=network, writable=writable, timeout_secs=timeout_secs, memory=memory,
+            cpus=cpus, pids=pids, tmp_size=tmp_size, env=env, mounts=mounts, workspace=workspace,
+            workdir=workdir, user=user, hostname=hostname, seccomp=seccomp, landlock=landlock,
+            idle_timeout_secs=idle_timeout_secs, labels=labels,
+        )
         spec = self._spec(language, spec)
         sb = Sandbox(self, self._n.create(spec_json(spec), owned), language)
         sb._policy(_approval(approve))
@@ -641,10 +616,22 @@ class AsyncStockade(_Client):
         *,
         approve: Callable[[str, str, str], bool] | Approval | None = None,
         owned: bool = True,
-        **extra: Any,
+        tmp_size: Size = "64m",
+        workdir: str | None = None,
+        user: tuple[int, int] | int | None = None,
+        hostname: str | None = None,
+        seccomp: bool = True,
+        landlock: bool = True,
+        idle_timeout_secs: int | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> AsyncSandbox:
         """See :meth:`Stockade.create`."""
-        spec = _create_args(image, network, writable, timeout_secs, memory, cpus, pids, env, mounts, workspace, extra)
+        spec = build_spec(
+            image=image, network=network, writable=writable, timeout_secs=timeout_secs, memory=memory,
+            cpus=cpus, pids=pids, tmp_size=tmp_size, env=env, mounts=mounts, workspace=workspace,
+            workdir=workdir, user=user, hostname=hostname, seccomp=seccomp, landlock=landlock,
+            idle_timeout_secs=idle_timeout_secs, labels=labels,
+        )
         spec = await self._spec(language, spec)
         handle = await self._n.create(spec_json(spec), owned, asynchronous=True)
         sb = AsyncSandbox(self, handle, language)

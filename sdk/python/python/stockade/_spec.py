@@ -56,6 +56,21 @@ def _mapping(name: str, value: Mapping[str, str] | None) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _number_problems(**values: Any) -> list[str]:
+    """Type problems of the numeric options, all of them (the core checks ranges)."""
+    problems = []
+    for name, v in values.items():
+        if name in ("memory", "tmp_size"):
+            if isinstance(v, bool) or not isinstance(v, (int, str)) or (isinstance(v, str) and not v[:1].isdigit()):
+                problems.append(f"{name}={v!r} is not a size (bytes as an int, or a string like '512m')")
+        elif name == "cpus":
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                problems.append(f"cpus={v!r} is not a number")
+        elif v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            problems.append(f"{name}={v!r} is not an integer")
+    return problems
+
+
 def build_spec(
     *,
     image: str | None = None,
@@ -78,6 +93,12 @@ def build_spec(
     labels: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The spec as a dict (see ``create`` for the meaning of each argument)."""
+    problems = _number_problems(
+        memory=memory, tmp_size=tmp_size, cpus=cpus, pids=pids,
+        timeout_secs=timeout_secs, idle_timeout_secs=idle_timeout_secs,
+    )
+    if problems:
+        raise InvalidSpecError("invalid sandbox options: " + "; ".join(problems))
     spec_mounts = [Mount.parse(m) for m in (mounts or [])]
     if workspace is not None:
         path, rw = workspace if isinstance(workspace, tuple) else (workspace, False)

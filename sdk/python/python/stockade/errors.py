@@ -9,6 +9,9 @@ A non-zero exit of the sandboxed code is not an exception: it is an ``ExecResult
 
 from __future__ import annotations
 
+import errno
+import re
+
 
 class StockadeError(Exception):
     """Base of every Stockade error; ``code`` names the kind, ``message`` says what."""
@@ -56,6 +59,43 @@ class PolicyDeniedError(StockadeError, PermissionError):
     code = "policy_denied"
 
 
+class _FileError(StockadeError, OSError):
+    """A file operation's error on ``filename`` (a path in the sandbox)."""
+
+    _errno: int = 0
+
+    def __init__(self, message: str, filename: str | None = None) -> None:
+        super().__init__(message)
+        self.errno = self._errno
+        self.strerror = message
+        self.filename = filename
+
+    def __str__(self) -> str:
+        return self.message
+
+
+class FileNotFound(_FileError, NotFoundError, FileNotFoundError):
+    """No such file or directory in the sandbox (``filename`` is the path)."""
+
+    _errno = errno.ENOENT
+
+
+class IsADirectory(_FileError, InvalidSpecError, IsADirectoryError):
+    """A file operation met a directory (``filename`` is the path)."""
+
+    _errno = errno.EISDIR
+
+
+class FileExists(_FileError, InvalidSpecError, FileExistsError):
+    """The path already exists where it must not (``filename`` is the path)."""
+
+    _errno = errno.EEXIST
+
+
+class SandboxGoneError(UnavailableError):
+    """The sandbox went away (destroyed, timed out or killed) during the call."""
+
+
 class InternalError(StockadeError):
     """A bug or an unexpected state in Stockade."""
 
@@ -76,8 +116,28 @@ _BY_CODE: dict[str, type[StockadeError]] = {
 }
 
 
+# The agent's fixed forms of file errors (`path {p} not found`, `path {p} is a
+# directory; ...`, `path {p} already exists; ...`) and of a sandbox that ended during
+# a call (`sandbox {id} is gone: ...`), each under its own code.
+_FILE_FORM = re.compile(r"path (?P<path>.+?) (?P<kind>not found$|is a directory; |already exists; )", re.S)
+_FILE_CLASS: dict[tuple[str, str], type[_FileError]] = {
+    ("not_found", "not found"): FileNotFound,
+    ("invalid_spec", "is a directory; "): IsADirectory,
+    ("invalid_spec", "already exists; "): FileExists,
+}
+_GONE_FORM = re.compile(r"sandbox \S+ is gone: ")
+
+
 def from_code(code: str, message: str) -> StockadeError:
-    """The exception for an error code (unknown codes become :class:`InternalError`)."""
+    """The exception for an error code and message (unknown codes become
+    :class:`InternalError`)."""
+    m = _FILE_FORM.match(message)
+    if m:
+        cls = _FILE_CLASS.get((code, m["kind"]))
+        if cls is not None:
+            return cls(message, m["path"])
+    if code == "unavailable" and _GONE_FORM.match(message):
+        return SandboxGoneError(message)
     return _BY_CODE.get(code, InternalError)(message)
 
 
@@ -90,5 +150,9 @@ __all__ = [
     "LimitExceededError",
     "PolicyDeniedError",
     "InternalError",
+    "FileNotFound",
+    "IsADirectory",
+    "FileExists",
+    "SandboxGoneError",
     "from_code",
 ]
