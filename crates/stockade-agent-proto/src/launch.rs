@@ -45,6 +45,51 @@ pub struct LaunchPlan {
     /// what they guard (an image's root filesystem) is not removed under it.
     #[serde(default)]
     pub hold_locks: Vec<PathBuf>,
+    /// The sandbox's user namespace: where its host ids come from. `None` runs the
+    /// sandbox without one (its uids are host uids).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub userns: Option<UsernsPlan>,
+}
+
+/// How many ids (0 to 65535 inside) each sandbox's user namespace maps.
+pub const ID_RANGE_SIZE: u32 = 65_536;
+
+/// Where a sandbox's host ids come from: a range of [`ID_RANGE_SIZE`] ids leased from
+/// a pool for the sandbox's life. A lease is a lock file in `lease_dir` named by the
+/// range's first host id, locked (`flock`) by the monitor and PID 1 while the sandbox
+/// lives: the kernel releases it however they end, so no range is ever lost.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UsernsPlan {
+    /// Directory of the lease files (shared by every sandbox of the host).
+    pub lease_dir: PathBuf,
+    /// First host id of the pool (a multiple of [`ID_RANGE_SIZE`]).
+    pub pool_start: u32,
+    /// Number of ranges in the pool.
+    pub pool_ranges: u32,
+}
+
+/// How a bind mount's file owners appear inside a sandbox with a user namespace.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IdMap {
+    /// Unmapped: owners appear as they are on the host, or as `nobody` where the host
+    /// id has no sandbox id (device nodes).
+    #[default]
+    Host,
+    /// Through the sandbox's own mapping: host root's files appear owned by root
+    /// inside (the host view of `/usr`, an image's rootfs).
+    Sandbox,
+    /// The source's host owner appears as the exec user inside (and its group as the
+    /// exec group); what the sandbox creates there is owned by that host owner.
+    Owner,
+}
+
+impl IdMap {
+    /// Whether this is the default ([`IdMap::Host`]), for serde.
+    pub fn is_host(&self) -> bool {
+        *self == IdMap::Host
+    }
 }
 
 /// Network of a native sandbox.
@@ -145,6 +190,9 @@ pub enum MountOp {
         file: bool,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         within: Option<PathBuf>,
+        /// How file owners appear inside (with a user namespace only).
+        #[serde(default, skip_serializing_if = "IdMap::is_host")]
+        idmap: IdMap,
     },
     /// An overlay with the host path `lower` below and a fresh upper in a scratch
     /// tmpfs; `within` as for `Bind`.
@@ -202,7 +250,24 @@ pub struct ExecPolicy {
     pub landlock_writable: Option<Vec<String>>,
     /// The agent exits (ending the sandbox) after this long without requests.
     pub idle_timeout_ms: Option<u64>,
+    /// uid 0 keeps [`ROOT_CAPS`] (inside a user namespace, where they reach only what
+    /// the sandbox's own ids own) instead of dropping every capability.
+    #[serde(default)]
+    pub root_caps: bool,
 }
+
+/// The capabilities root inside a sandbox with a user namespace keeps: those a
+/// package manager needs on the sandbox's own files. Not `CAP_FSETID` or
+/// `CAP_SETFCAP` (setuid bits and file capabilities could reach the host through a
+/// writable mount), nothing over namespaces, mounts, the network or the kernel.
+pub const ROOT_CAPS: &[&str] = &[
+    "chown",
+    "dac_override",
+    "fowner",
+    "kill",
+    "setgid",
+    "setuid",
+];
 
 /// The monitor's one-line JSON answer on its stdout once the sandbox is up (or not).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -233,6 +298,19 @@ pub struct SandboxState {
     pub applied: Vec<String>,
     /// The user's spec.
     pub spec: serde_json::Value,
+    /// The host ids the sandbox's ids 0 to `count - 1` are, when it has a user
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host_ids: Option<HostIds>,
+}
+
+/// A sandbox's range of host ids (uids and gids alike).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostIds {
+    /// Host id of id 0 inside.
+    pub first: u32,
+    /// How many ids are mapped.
+    pub count: u32,
 }
 
 /// Where the docker provider mounts a sandbox's private directory (host side: mode

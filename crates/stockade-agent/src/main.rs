@@ -14,6 +14,7 @@ mod cgroup;
 mod cleanup;
 mod container;
 mod fileop;
+mod ids;
 mod monitor;
 mod rootfs;
 mod server;

@@ -23,6 +23,7 @@ use stockade_agent_proto::ErrorCode;
 use stockade_agent_proto::launch::{LaunchPlan, LaunchReport, NetworkPlan, SandboxState};
 use stockade_sys::process::{Forked, fork_into};
 
+use crate::ids::{self, Ids};
 use crate::{cgroup, rootfs, server};
 use stockade_agent_proto::now_ms;
 
@@ -64,7 +65,7 @@ pub fn main() -> i32 {
     // We stay a child of the process that created the sandbox (started in a session of
     // our own), which reaps us; we outlive it if it exits first.
     let launched = launch(&plan);
-    let (child, helper) = match launched {
+    let (child, helper, ids) = match launched {
         Ok(v) => v,
         Err((code, message)) => {
             let _ = fs::remove_dir_all(&plan.state_dir);
@@ -96,6 +97,10 @@ pub fn main() -> i32 {
             }
         }
     }
+    let mut applied = plan.applied.clone();
+    if let Some(ids) = &ids {
+        applied.push(ids.describe(plan.exec.uid, plan.exec.gid));
+    }
     let state = SandboxState {
         id: plan.id.clone(),
         monitor_pid: std::process::id(),
@@ -105,8 +110,9 @@ pub fn main() -> i32 {
         expires_at_ms: plan.expires_at_ms,
         owner_pid: plan.owner_pid,
         cgroups: plan.cgroups.dirs.iter().map(|d| d.path.clone()).collect(),
-        applied: plan.applied.clone(),
+        applied,
         spec: plan.spec.clone(),
+        host_ids: ids.as_ref().map(|i| i.range),
     };
     if let Err(e) = write_state(&plan.state_dir, &state) {
         teardown(&plan, child, helper.as_ref());
@@ -118,6 +124,7 @@ pub fn main() -> i32 {
     supervise(&plan, child);
     teardown(&plan, child, helper.as_ref());
     drop(held);
+    drop(ids);
     drop(lock);
     0
 }
@@ -142,9 +149,22 @@ fn write_state(dir: &Path, state: &SandboxState) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}/state.json: {e}", dir.display()))
 }
 
+type Launched = (Pid, Option<Helper>, Option<Ids>);
+
 /// Everything up to a listening agent. On error nothing is left but the state dir.
-fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String)> {
+fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
     let internal = |m: String| (ErrorCode::Internal, m);
+    // The user namespace and the mount mappings first: made by forks, which need this
+    // process single-threaded, and inherited by PID 1.
+    let ids = match &plan.userns {
+        Some(u) => Some(ids::prepare(plan, u).map_err(|m| {
+            (
+                ErrorCode::Unavailable,
+                format!("{m} (see `stockade doctor`)"),
+            )
+        })?),
+        None => None,
+    };
     cgroup::create(&plan.cgroups).map_err(|m| {
         (
             ErrorCode::Unavailable,
@@ -171,7 +191,7 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
         Ok(Forked::Child) => {
             drop(sync_w);
             drop(ready_r);
-            init(plan, sync_r, ready_w)
+            init(plan, sync_r, ready_w, ids.as_ref())
         }
         Ok(Forked::Parent(pid)) => pid,
     };
@@ -217,15 +237,18 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
         }
     };
     let mut w = fs::File::from(sync_w);
-    if w.write_all(b"g").is_err() {
+    let went = w.write_all(b"g").is_ok();
+    // PID 1's answer: "ok", or why it failed (also when it failed before our go).
+    let mut answer = String::new();
+    let _ = fs::File::from(ready_r).read_to_string(&mut answer);
+    if !went && answer.is_empty() {
         return Err(abort(
             internal("the sandbox init died before setup".into()),
             helper.as_ref(),
         ));
     }
+    // Held open until here: PID 1 sees it close if we die while it finishes setup.
     drop(w);
-    let mut answer = String::new();
-    let _ = fs::File::from(ready_r).read_to_string(&mut answer);
     if answer != "ok" {
         let msg = if answer.is_empty() {
             "the sandbox init died during setup".to_string()
@@ -234,7 +257,7 @@ fn launch(plan: &LaunchPlan) -> Result<(Pid, Option<Helper>), (ErrorCode, String
         };
         return Err(abort(internal(msg), helper.as_ref()));
     }
-    Ok((child, helper))
+    Ok((child, helper, ids))
 }
 
 /// Loads the nftables ruleset inside the sandbox's network namespace: this thread
@@ -338,13 +361,13 @@ fn stop_helper(h: &Helper) {
 
 /// PID 1 of the new namespaces: waits to be placed in the cgroups, builds the root,
 /// listens, tells the monitor, and serves until killed. Never returns.
-fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
+fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd, ids: Option<&Ids>) -> ! {
     // Die with the monitor: a killed monitor must not leave the sandbox running past
     // its lifetime (gc then only has directories to remove). Had it died before this
     // call, the sync pipe below reads EOF and setup stops.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let mut ready = fs::File::from(ready_w);
-    match setup_init(plan, sync_r) {
+    match setup_init(plan, sync_r, ids) {
         Ok((listener, oom)) => {
             let _ = ready.write_all(b"ok");
             drop(ready);
@@ -360,6 +383,7 @@ fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd) -> ! {
 fn setup_init(
     plan: &LaunchPlan,
     sync_r: OwnedFd,
+    ids: Option<&Ids>,
 ) -> Result<(std::os::unix::net::UnixListener, Option<server::OomCounter>), String> {
     // The root is built while the monitor moves us into the cgroups (a v1 migration
     // waits for an RCU grace period, ~10 ms); nothing here forks or allocates much.
@@ -380,16 +404,43 @@ fn setup_init(
         &plan.state_dir.join("root"),
         &plan.mounts,
         plan.readonly_root,
+        ids,
     )?;
+    let mut sync = fs::File::from(sync_r);
     let mut go = [0u8; 1];
-    fs::File::from(sync_r)
-        .read_exact(&mut go)
+    sync.read_exact(&mut go)
         .map_err(|_| "the monitor went away during setup".to_string())?;
     // Now inside the sandbox's cgroups: a fresh cgroup namespace makes
     // /proc/self/cgroup show "/" inside.
     nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| format!("cannot unshare the cgroup namespace: {e}"))?;
+    if let Some(ids) = ids {
+        become_userns_root(ids, &sync)?;
+    }
     Ok((listener, oom))
+}
+
+/// Enters the sandbox's user namespace as its root (host id `ids.range.first`), the
+/// last step of setup: every other namespace stays owned by the host's, so root
+/// inside has capabilities over nothing but its own user namespace.
+fn become_userns_root(ids: &Ids, sync: &fs::File) -> Result<(), String> {
+    nix::sched::setns(&ids.userns, CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| format!("cannot enter the sandbox's user namespace: {e}"))?;
+    let root_gid = nix::unistd::Gid::from_raw(0);
+    let root_uid = nix::unistd::Uid::from_raw(0);
+    nix::unistd::setgroups(&[]).map_err(|e| format!("cannot clear groups: {e}"))?;
+    nix::unistd::setresgid(root_gid, root_gid, root_gid)
+        .map_err(|e| format!("cannot become gid 0 of the sandbox: {e}"))?;
+    nix::unistd::setresuid(root_uid, root_uid, root_uid)
+        .map_err(|e| format!("cannot become uid 0 of the sandbox: {e}"))?;
+    // The uid change cleared the parent-death signal: set it again, then make sure the
+    // monitor did not die in between (it holds the sync pipe open until we answer).
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
+    let mut fds = [PollFd::new(sync.as_fd(), PollFlags::POLLIN)];
+    if matches!(poll(&mut fds, PollTimeout::ZERO), Ok(n) if n > 0) {
+        return Err("the monitor went away during setup".into());
+    }
+    Ok(())
 }
 
 /// Waits until the sandbox must end.

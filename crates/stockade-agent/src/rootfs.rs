@@ -10,7 +10,7 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Component, Path, PathBuf};
@@ -19,6 +19,8 @@ use nix::mount::{MntFlags, MsFlags, mount, umount2};
 use rustix::fs::{FileType, Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 use stockade_agent_proto::launch::{MountFlags, MountOp};
+
+use crate::ids::Ids;
 
 /// Directory (inside the new root) holding overlay upper and work dirs; masked at the end.
 pub const SCRATCH: &str = ".stockade";
@@ -256,8 +258,98 @@ fn bind(
     .map_err(|e| format!("{e} [{}]", target.display()))
 }
 
-/// Applies one operation below `root`. `overlays` numbers overlay scratch dirs.
-fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> {
+fn attrs(flags: MountFlags) -> stockade_sys::idmap::Attrs {
+    stockade_sys::idmap::Attrs {
+        readonly: flags.readonly,
+        nosuid: flags.nosuid,
+        nodev: flags.nodev,
+        noexec: flags.noexec,
+    }
+}
+
+/// Mounts a copy of `src` on `dst` whose owners are mapped through `mapping`.
+fn idmapped_bind(
+    src: &OwnedFd,
+    dst: &OwnedFd,
+    mapping: std::os::fd::BorrowedFd<'_>,
+    flags: MountFlags,
+    shown: &Path,
+) -> Result<(), String> {
+    let mnt = stockade_sys::idmap::clone_mount(src.as_fd(), Some(mapping), attrs(flags))
+        .map_err(|e| {
+            let fs = stockade_sys::idmap::filesystem_name(src);
+            if e.source.raw_os_error() == Some(libc::EINVAL) {
+                format!(
+                    "cannot mount {} with its owners mapped into the sandbox: {fs} does not support idmapped mounts here; use a directory on a filesystem that does (ext4, xfs, btrfs, tmpfs) ({e})",
+                    shown.display()
+                )
+            } else {
+                format!("cannot mount {} ({fs}) idmapped: {e}", shown.display())
+            }
+        })?;
+    stockade_sys::idmap::attach(mnt.as_fd(), dst.as_fd())
+        .map_err(|e| format!("cannot attach {}: {e}", shown.display()))
+}
+
+/// Gives what setup made in the root's own tmpfs (the directories of `/etc`, its
+/// synthetic files, symlinks and mount points) to root inside, without crossing into
+/// mounts.
+fn own_root_tmpfs(root: &Path, owner: u32) -> Result<(), String> {
+    let top = open_dir(root)?;
+    let dev = rustix::fs::fstat(&top)
+        .map_err(|e| err("inspect", root, e))?
+        .st_dev;
+    let mut stack = vec![(top, root.to_path_buf())];
+    let id = Some(rustix::fs::Uid::from_raw(owner));
+    let gid = Some(rustix::fs::Gid::from_raw(owner));
+    let flags = rustix::fs::AtFlags::EMPTY_PATH;
+    while let Some((dir, path)) = stack.pop() {
+        rustix::fs::chownat(&dir, "", id, gid, flags).map_err(|e| err("chown", &path, e))?;
+        let listing = rustix::fs::open(
+            fd_path(&dir),
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| err("list", &path, e))?;
+        let mut entries =
+            rustix::fs::Dir::read_from(&listing).map_err(|e| err("list", &path, e))?;
+        while let Some(Ok(entry)) = entries.next() {
+            let name = entry.file_name().to_bytes();
+            if name == b"." || name == b".." {
+                continue;
+            }
+            let name = OsStr::from_bytes(name);
+            let child = path.join(name);
+            let fd = rustix::fs::openat(
+                &dir,
+                name,
+                OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| err("open", &child, e))?;
+            let st = rustix::fs::fstat(&fd).map_err(|e| err("inspect", &child, e))?;
+            if st.st_dev != dev {
+                continue; // a mount: not ours to change
+            }
+            if FileType::from_raw_mode(st.st_mode) == FileType::Directory {
+                stack.push((fd, child));
+            } else {
+                rustix::fs::chownat(&fd, "", id, gid, flags)
+                    .map_err(|e| err("chown", &child, e))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Applies operation `index` below `root`. `overlays` numbers overlay scratch dirs.
+fn apply(
+    root: &Path,
+    index: usize,
+    op: &MountOp,
+    overlays: &mut usize,
+    ids: Option<&Ids>,
+) -> Result<(), String> {
     match op {
         MountOp::Tmpfs {
             target,
@@ -266,7 +358,11 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             flags,
         } => {
             let dst = target_dir(root, target)?;
-            let data = format!("size={size_bytes},mode={mode:o}");
+            let mut data = format!("size={size_bytes},mode={mode:o}");
+            if let Some(ids) = ids {
+                let first = ids.range.first;
+                data.push_str(&format!(",uid={first},gid={first}"));
+            }
             do_mount(
                 Some(Path::new("tmpfs")),
                 &fd_path(&dst),
@@ -282,6 +378,7 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             flags,
             file,
             within,
+            idmap,
         } => {
             let src = open_source(source, within.as_deref(), *file)?;
             let dst = if *file {
@@ -289,7 +386,10 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             } else {
                 target_dir(root, target)?
             };
-            bind(root, &src, &dst, target, ms(*flags))
+            match ids.and_then(|i| i.mapping(index, *idmap)) {
+                Some(mapping) => idmapped_bind(&src, &dst, mapping, *flags, source),
+                None => bind(root, &src, &dst, target, ms(*flags)),
+            }
         }
         MountOp::Overlay {
             lower,
@@ -297,12 +397,21 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
             flags,
             within,
         } => {
-            let lower = open_source(lower, within.as_deref(), false)?;
+            let shown = lower;
+            let mut lower = open_source(lower, within.as_deref(), false)?;
             let dst = target_dir(root, target)?;
             *overlays += 1;
             let base = Path::new("/")
                 .join(SCRATCH)
                 .join(format!("overlay{overlays}"));
+            if let Some(ids) = ids {
+                // The lower layer with its owners mapped (host root's files owned by
+                // root inside), so that root inside may change them in the overlay.
+                let at = mkdir(root, &base.join("lower"), 0o755)?;
+                idmapped_bind(&lower, &at, ids.userns.as_fd(), MountFlags::RO_HOST, shown)?;
+                lower = existing(root, &base.join("lower"))?
+                    .ok_or_else(|| format!("{} vanished after mounting it", shown.display()))?;
+            }
             let upper = mkdir(root, &base.join("upper"), 0o755)?;
             let work = mkdir(root, &base.join("work"), 0o755)?;
             let data = format!(
@@ -442,7 +551,12 @@ fn apply(root: &Path, op: &MountOp, overlays: &mut usize) -> Result<(), String> 
 
 /// Builds the root at `root` from `ops`, pivots into it, and makes it read-only when
 /// asked. On return the process's root and cwd are the new root.
-pub fn build_and_pivot(root: &Path, ops: &[MountOp], readonly_root: bool) -> Result<(), String> {
+pub fn build_and_pivot(
+    root: &Path,
+    ops: &[MountOp],
+    readonly_root: bool,
+    ids: Option<&Ids>,
+) -> Result<(), String> {
     // Nothing we mount may propagate back to the host.
     do_mount(
         None,
@@ -452,8 +566,11 @@ pub fn build_and_pivot(root: &Path, ops: &[MountOp], readonly_root: bool) -> Res
         None,
     )?;
     let mut overlays = 0;
-    for op in ops {
-        apply(root, op, &mut overlays)?;
+    for (index, op) in ops.iter().enumerate() {
+        apply(root, index, op, &mut overlays, ids)?;
+    }
+    if let Some(ids) = ids {
+        own_root_tmpfs(root, ids.range.first)?;
     }
     nix::unistd::chdir(root).map_err(|e| err("chdir to", root, e))?;
     nix::unistd::pivot_root(".", ".").map_err(|e| err("pivot_root into", root, e))?;

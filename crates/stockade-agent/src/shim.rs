@@ -381,15 +381,23 @@ fn prepare_and_exec(
 /// Drops to the sandbox user: no capabilities in any set, the policy's uid and gid,
 /// no_new_privs. Shared by execs and file operations.
 pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
+    // Root of a sandbox's own user namespace keeps what a package manager needs on
+    // the sandbox's files; everyone else keeps nothing.
+    let root_caps = p.root_caps && p.uid == 0;
     if p.drop_caps {
-        stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
+        if root_caps {
+            stockade_sys::caps::keep_only(stockade_agent_proto::launch::ROOT_CAPS)
+                .map_err(|e| e.to_string())?;
+        } else {
+            stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
+        }
     }
     let gid = Gid::from_raw(p.gid);
     nix::unistd::setgroups(&[gid]).map_err(|e| format!("cannot set groups to [{}]: {e}", p.gid))?;
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot set gid {}: {e}", p.gid))?;
     let uid = Uid::from_raw(p.uid);
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot set uid {}: {e}", p.uid))?;
-    if p.drop_caps {
+    if p.drop_caps && !root_caps {
         stockade_sys::caps::clear_all().map_err(|e| e.to_string())?;
     }
     if p.no_new_privs {

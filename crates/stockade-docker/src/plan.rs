@@ -161,6 +161,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         seccomp: h.seccomp,
         landlock_writable: h.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
+        root_caps: false,
     };
 
     let mut mounts = vec![

@@ -12,6 +12,7 @@
 //! agent's unix socket in the sandbox's state directory (the code inside cannot see it).
 
 mod doctor;
+pub mod idpool;
 mod image;
 pub mod layout;
 pub mod plan;
@@ -45,6 +46,8 @@ pub struct NativeLauncher {
     state_root: PathBuf,
     /// The image store `--image` reads (default: `$STOCKADE_HOME/images`).
     image_store: Option<PathBuf>,
+    /// The pool of host ids; `None`: `$STOCKADE_ID_RANGE` or the default, at create.
+    id_pool: Option<idpool::IdPool>,
 }
 
 impl Default for NativeLauncher {
@@ -72,6 +75,7 @@ impl NativeLauncher {
         NativeLauncher {
             state_root: default_state_root(),
             image_store: None,
+            id_pool: None,
         }
     }
 
@@ -80,6 +84,7 @@ impl NativeLauncher {
         NativeLauncher {
             state_root: root.into(),
             image_store: None,
+            id_pool: None,
         }
     }
 
@@ -90,6 +95,23 @@ impl NativeLauncher {
     }
 
     /// Where sandbox state lives.
+    /// Sandboxes' host ids come from `pool` (checked against the host's accounts at
+    /// each create).
+    pub fn with_id_pool(mut self, pool: idpool::IdPool) -> NativeLauncher {
+        self.id_pool = Some(pool);
+        self
+    }
+
+    /// The user namespace part of a plan: as root, a range leased from the pool.
+    fn userns(&self) -> Result<Option<stockade_agent_proto::launch::UsernsPlan>> {
+        let pool = match self.id_pool {
+            Some(p) => p,
+            None => idpool::IdPool::from_env()?,
+        };
+        pool.check_host()?;
+        Ok(Some(pool.plan()))
+    }
+
     pub fn state_root(&self) -> &Path {
         &self.state_root
     }
@@ -125,6 +147,7 @@ impl NativeLauncher {
 
     async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
         Self::require_root()?;
+        let userns = self.userns()?;
         let agent = find_agent()?;
         let id = new_id();
         let dir = self.state_root.join(&id);
@@ -172,6 +195,7 @@ impl NativeLauncher {
             owner_pid: opts.owner_pid,
             mount_is_file,
             image,
+            userns,
         });
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
         let plan = match planned {

@@ -4,7 +4,8 @@
 use std::path::{Path, PathBuf};
 
 use stockade_agent_proto::launch::{
-    CgroupDir, CgroupPlan, ExecPolicy, LaunchPlan, MountFlags, MountOp, NetworkPlan, OomCounter,
+    CgroupDir, CgroupPlan, ExecPolicy, IdMap, LaunchPlan, MountFlags, MountOp, NetworkPlan,
+    OomCounter, UsernsPlan,
 };
 use stockade_core::{Error, ValidatedSpec};
 use stockade_spec::{Network, format_size};
@@ -27,6 +28,8 @@ pub struct PlanContext {
     pub mount_is_file: Vec<bool>,
     /// The image to run on instead of the host's `/usr` (when the spec names one).
     pub image: Option<ImageRoot>,
+    /// Where the sandbox's user namespace gets its host ids; `None`: no user namespace.
+    pub userns: Option<UsernsPlan>,
 }
 
 /// An image's flattened root filesystem (from `stockade-image`), read-only on the host.
@@ -158,6 +161,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 flags: MountFlags::RO_HOST,
                 file: *entry == Entry::File,
                 within: source.within,
+                idmap: IdMap::Sandbox,
             },
         });
     }
@@ -182,6 +186,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             flags,
             file,
             within: None,
+            idmap: IdMap::Owner,
         });
     }
     let image_workdir = ctx.image.as_ref().and_then(|i| i.workdir.clone());
@@ -230,6 +235,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         seccomp: spec.hardening.seccomp,
         landlock_writable: spec.hardening.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
+        root_caps: ctx.userns.is_some() && effective_user(spec, ctx).uid == 0,
     };
     let network = match spec.network {
         Network::None => NetworkPlan::LoopbackOnly,
@@ -253,7 +259,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         }
     };
     let cgroups = cgroup_plan(spec, ctx)?;
-    let applied = applied(spec, effective_user(spec, ctx), &cgroups, &network);
+    let applied = applied(spec, ctx, &cgroups, &network);
     Ok(LaunchPlan {
         id: ctx.id.clone(),
         state_dir: ctx.state_dir.clone(),
@@ -272,6 +278,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             .iter()
             .filter_map(|i| i.in_use_lock.clone())
             .collect(),
+        userns: ctx.userns.clone(),
     })
 }
 
@@ -394,17 +401,33 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
                 to: to.clone(),
                 path: path.clone(),
             },
+            Entry::Dir if spec.writable => MountOp::Overlay {
+                lower: source.path,
+                target: path.clone(),
+                flags: MountFlags::RW,
+                within: source.within,
+            },
             Entry::File | Entry::Dir => MountOp::Bind {
                 source: source.path,
                 target: path.clone(),
                 flags: MountFlags::RO_HOST,
                 file: *entry == Entry::File,
                 within: source.within,
+                idmap: IdMap::Sandbox,
             },
         });
     }
+    if ctx.image.is_none() {
+        // The host's TLS private keys: root inside owns what it sees of the host's root.
+        for p in HOST_ETC_MASKED {
+            ops.push(MountOp::Mask { target: p.into() });
+        }
+    }
     ops
 }
+
+/// Parts of the host's `/etc` view hidden even from root inside.
+pub const HOST_ETC_MASKED: &[&str] = &["/etc/ssl/private"];
 
 /// The exec environment: defaults, then the image's `Env`, then the spec's `env`.
 fn exec_env(spec: &ValidatedSpec, ctx: &PlanContext) -> std::collections::BTreeMap<String, String> {
@@ -597,13 +620,18 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
 
 fn applied(
     spec: &ValidatedSpec,
-    user: stockade_spec::User,
+    ctx: &PlanContext,
     cg: &CgroupPlan,
     net: &NetworkPlan,
 ) -> Vec<String> {
+    let user = effective_user(spec, ctx);
     let l = &spec.limits;
     let mut v = vec![
-        "namespaces: mount, pid, network, uts, ipc, cgroup".to_string(),
+        if ctx.userns.is_some() {
+            "namespaces: user, mount, pid, network, uts, ipc, cgroup".to_string()
+        } else {
+            "namespaces: mount, pid, network, uts, ipc, cgroup (no user namespace)".to_string()
+        },
         if spec.writable {
             "root: host /usr etc. under a discarded tmpfs overlay (writable)".to_string()
         } else {
@@ -631,7 +659,12 @@ fn applied(
         format!("lifetime: {} s", spec.timeout_secs),
     ];
     let h = spec.hardening;
-    v.push(if h.drop_capabilities {
+    v.push(if h.drop_capabilities && ctx.userns.is_some() && user.uid == 0 {
+        format!(
+            "capabilities: root inside keeps {} over its own user namespace only; all others dropped",
+            stockade_agent_proto::launch::ROOT_CAPS.join(", ")
+        )
+    } else if h.drop_capabilities {
         "capabilities: all dropped".into()
     } else {
         "capabilities: NOT dropped (opt-out)".into()
@@ -690,6 +723,11 @@ mod tests {
             owner_pid: Some(42),
             mount_is_file: vec![false],
             image: None,
+            userns: Some(UsernsPlan {
+                lease_dir: "/run/stockade-ids".into(),
+                pool_start: 1 << 30,
+                pool_ranges: 16_384,
+            }),
         }
     }
 
@@ -751,6 +789,7 @@ mod tests {
             flags: MountFlags::RO_HOST,
             file,
             within: Some("/var/lib/stockade/images/rootfs/abc".into()),
+            idmap: IdMap::Sandbox,
         };
         assert!(p.mounts.contains(&bind("usr", "/usr", false)));
         assert!(p.mounts.contains(&bind("etc/ssl", "/etc/ssl", false)));
@@ -848,6 +887,7 @@ mod tests {
             flags: MountFlags::RW,
             file: false,
             within: None,
+            idmap: IdMap::Owner,
         }));
         assert!(p.mounts.contains(&MountOp::Mask {
             target: "/.stockade".into()

@@ -159,7 +159,9 @@ async fn the_spec_user_overrides_the_image_user_and_root_images_run_unprivileged
         user: stockade_spec::User { uid: 0, gid: 0 },
         ..Default::default()
     };
-    // `--user 0` is an explicit opt-in and is honoured (still without capabilities).
+    // `--user 0` is an explicit opt-in and is honoured: root of the sandbox's own user
+    // namespace, with only the capabilities over its own files (chown, dac_override,
+    // fowner, kill, setgid, setuid = 0xeb).
     let sb = Sandbox::create(provider.clone(), spec, owned())
         .await
         .unwrap();
@@ -173,7 +175,7 @@ async fn the_spec_user_overrides_the_image_user_and_root_images_run_unprivileged
     sb.destroy().await.unwrap();
     assert_eq!(
         String::from_utf8_lossy(&out.unwrap().stdout),
-        "0 0000000000000000\n"
+        "0 00000000000000eb\n"
     );
 }
 

@@ -64,6 +64,11 @@ pub struct ServeArgs {
     /// host's, and on tmpfs a commit costs no disk flush.
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
+    /// Host ids for native sandboxes' user namespaces, START-END: 65536 per sandbox,
+    /// START a multiple of 65536, clear of every host account and /etc/subuid range
+    /// (checked at start). Default $STOCKADE_ID_RANGE, else 1073741824-2147483647.
+    #[arg(long, value_name = "START-END")]
+    pub id_range: Option<stockade::idpool::IdPool>,
     /// Provider of requests that name none (default: $STOCKADE_PROVIDER or native).
     #[arg(long, value_name = "NAME")]
     pub default_provider: Option<String>,
@@ -193,6 +198,13 @@ pub async fn serve(
              on such a listener cross the network in the clear"
         );
     }
+    // The id pool of native sandboxes' user namespaces: refused now, not at the first
+    // create, when it holds ids the host uses.
+    let id_pool = match args.id_range {
+        Some(p) => p,
+        None => stockade::idpool::IdPool::from_env()?,
+    };
+    id_pool.check_host()?;
     let bound = listen::bind_all(&addrs, &policy, socket_group.as_ref()).await?;
     let home = stockade::wasm::stockade_home();
     let state_dir = args
@@ -226,7 +238,11 @@ pub async fn serve(
         home,
         default_provider,
         limits,
-        args.native_state_dir.clone(),
+        stockade::ProviderOptions {
+            native_state_root: args.native_state_dir.clone(),
+            id_pool: Some(id_pool),
+            ..Default::default()
+        },
     )?;
     d.provider("")?;
     let report = d.recover().await?;

@@ -36,3 +36,31 @@ pub fn has_any() -> bool {
     .iter()
     .any(|s| caps::read(None, *s).map(|c| !c.is_empty()).unwrap_or(true))
 }
+
+/// Keeps only `names` (e.g. `chown`, `dac_override`) in the bounding, permitted and
+/// effective sets and clears the inheritable and ambient ones. Needs CAP_SETPCAP in the
+/// bounding step, so call it as root before anything else drops it.
+pub fn keep_only(names: &[&str]) -> Result<()> {
+    let mut keep = caps::CapsHashSet::new();
+    for n in names {
+        let cap: caps::Capability = format!("CAP_{}", n.to_ascii_uppercase())
+            .parse()
+            .map_err(|e| SysError::other("capset", format!("unknown capability {n}"), e))?;
+        keep.insert(cap);
+    }
+    for cap in caps::all() {
+        if !keep.contains(&cap) {
+            caps::drop(None, CapSet::Bounding, cap)
+                .map_err(|e| SysError::other("prctl", format!("PR_CAPBSET_DROP {cap}"), e))?;
+        }
+    }
+    for set in [CapSet::Ambient, CapSet::Inheritable] {
+        caps::clear(None, set)
+            .map_err(|e| SysError::other("capset", format!("clear {set:?}"), e))?;
+    }
+    for set in [CapSet::Effective, CapSet::Permitted] {
+        caps::set(None, set, &keep)
+            .map_err(|e| SysError::other("capset", format!("set {set:?}"), e))?;
+    }
+    Ok(())
+}

@@ -20,6 +20,11 @@
 //! to their portable paths: native AIO (`io_setup` takes from the machine-wide
 //! `fs.aio-max-nr`) and POSIX message queues (charged to the uid's `RLIMIT_MSGQUEUE`,
 //! shared by every sandbox running as that uid).
+//!
+//! Setuid and setgid bits cannot be set: `chmod`, `mknod` and the creating forms of
+//! `open`/`openat`/`creat` fail with `EPERM` when the mode carries one, and `openat2`
+//! (whose mode seccomp cannot read) answers `ENOSYS`. A file made in a writable mount
+//! belongs on the host to the mount's owner, who may be root.
 
 use std::collections::BTreeMap;
 
@@ -152,7 +157,6 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
     SYS_nanosleep,
     SYS_newfstatat,
     SYS_openat,
-    SYS_openat2,
     SYS_pidfd_open,
     SYS_pidfd_send_signal,
     SYS_pipe2,
@@ -269,6 +273,7 @@ const COMMON: &[(&str, libc::c_long)] = syscalls![
 /// kernel resources a sandbox must not exhaust (see the module docs).
 const NOT_IMPLEMENTED: &[(&str, libc::c_long)] = syscalls![
     SYS_clone3,
+    SYS_openat2,
     SYS_io_cancel,
     SYS_io_destroy,
     SYS_io_getevents,
@@ -353,7 +358,7 @@ pub fn allowed_names() -> Vec<&'static str> {
 /// One line for `inspect`: what the filter allows.
 pub fn describe() -> String {
     format!(
-        "allowlist of {} syscalls (others EPERM); sockets AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE only; clone3, native AIO and POSIX message queues ENOSYS",
+        "allowlist of {} syscalls (others EPERM); sockets AF_UNIX, AF_INET, AF_INET6 and NETLINK_ROUTE only; no setuid/setgid mode bits; clone3, openat2, native AIO and POSIX message queues ENOSYS",
         allowed_names().len()
     )
 }
@@ -385,6 +390,54 @@ fn arg_eq(arg: u8, value: libc::c_int) -> Result<SeccompCondition> {
     .map_err(|e| SysError::other("seccomp", "condition", e))
 }
 
+/// Setuid and setgid mode bits.
+const SET_ID_BITS: u64 = (libc::S_ISUID | libc::S_ISGID) as u64;
+/// Open flags that create a file (`O_TMPFILE` without `O_DIRECTORY`'s bit).
+const CREATING: u64 = (libc::O_CREAT | (libc::O_TMPFILE & !libc::O_DIRECTORY)) as u64;
+
+fn masked_zero(arg: u8, mask: u64) -> Result<SeccompCondition> {
+    SeccompCondition::new(
+        arg,
+        SeccompCmpArgLen::Dword,
+        SeccompCmpOp::MaskedEq(mask),
+        0,
+    )
+    .map_err(|e| SysError::other("seccomp", "condition", e))
+}
+
+/// Rules that refuse setuid and setgid bits wherever a mode is given (chmod, and
+/// creating a file): a file the sandbox makes in a writable mount is owned on the host
+/// by the mount's owner (root, maybe), so such a bit would be a way up on the host.
+/// `openat2` (its mode sits behind a pointer) answers `ENOSYS` instead.
+fn no_set_id_bits() -> Result<Vec<(i64, Vec<SeccompRule>)>> {
+    let mode_at = |nr: libc::c_long, arg: u8| -> Result<(i64, Vec<SeccompRule>)> {
+        Ok((nr, vec![rule(vec![masked_zero(arg, SET_ID_BITS)?])?]))
+    };
+    let open_at = |nr: libc::c_long, flags: u8, mode: u8| -> Result<(i64, Vec<SeccompRule>)> {
+        Ok((
+            nr,
+            vec![
+                rule(vec![masked_zero(flags, CREATING)?])?,
+                rule(vec![masked_zero(mode, SET_ID_BITS)?])?,
+            ],
+        ))
+    };
+    let mut v = vec![
+        mode_at(libc::SYS_fchmod, 1)?,
+        mode_at(libc::SYS_fchmodat, 2)?,
+        mode_at(libc::SYS_mknodat, 2)?,
+        open_at(libc::SYS_openat, 2, 3)?,
+    ];
+    #[cfg(target_arch = "x86_64")]
+    v.extend([
+        mode_at(libc::SYS_chmod, 1)?,
+        mode_at(libc::SYS_creat, 1)?,
+        mode_at(libc::SYS_mknod, 1)?,
+        open_at(libc::SYS_open, 1, 2)?,
+    ]);
+    Ok(v)
+}
+
 /// Builds the filters.
 pub fn build() -> Result<Filters> {
     let arch = target_arch()?;
@@ -405,6 +458,9 @@ pub fn build() -> Result<Filters> {
     .and_then(|c| SeccompRule::new(vec![c]))
     .map_err(|e| SysError::other("seccomp", "clone rule", e))?;
     rules.insert(libc::SYS_clone, vec![no_ns]);
+    for (nr, rules_of) in no_set_id_bits()? {
+        rules.insert(nr, rules_of);
+    }
     let mut socket = SOCKET_FAMILIES
         .iter()
         .map(|f| rule(vec![arg_eq(0, *f)?]))

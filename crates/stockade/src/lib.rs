@@ -22,7 +22,7 @@ pub mod code;
 pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
 pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
-pub use stockade_native::{NativeLauncher, NativeProvider};
+pub use stockade_native::{NativeLauncher, NativeProvider, idpool};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
@@ -65,6 +65,9 @@ pub struct ProviderOptions {
     /// The native provider's state root instead of `$STOCKADE_STATE_DIR` (or
     /// `/run/stockade`).
     pub native_state_root: Option<std::path::PathBuf>,
+    /// The native provider's pool of host ids instead of `$STOCKADE_ID_RANGE` (or the
+    /// default).
+    pub id_pool: Option<idpool::IdPool>,
 }
 
 /// The provider called `name` (default: [`default_provider_name`]) with `options`:
@@ -76,10 +79,13 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
     let home = options.home.as_deref();
     match name.as_str() {
         "native" => {
-            let l = match &options.native_state_root {
+            let mut l = match &options.native_state_root {
                 Some(root) => NativeLauncher::with_state_root(root),
                 None => NativeLauncher::new(),
             };
+            if let Some(pool) = options.id_pool {
+                l = l.with_id_pool(pool);
+            }
             Ok(Arc::new(NativeProvider::from(match home {
                 Some(h) => l.with_image_store(h.join("images")),
                 None => l,

@@ -533,6 +533,7 @@ impl Daemon {
             insecure_plaintext: false,
             metrics_listen: None,
             state_dir: Some(home.join("daemon-state")),
+            id_range: None,
             default_provider: Some("native".into()),
             max_sandboxes_per_tenant: 64,
             max_pool_per_tenant: 64,

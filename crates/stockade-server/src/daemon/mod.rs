@@ -166,13 +166,13 @@ fn shown(s: State) -> bool {
 
 impl Daemon {
     /// A daemon over the store, before recovery. Providers are built on first use
-    /// with `provider_options` (home, native state root).
+    /// with `provider_options` (native state root, id pool; `home` is set here).
     pub fn new(
         store: Store,
         home: PathBuf,
         default_provider: String,
         limits: Limits,
-        native_state_dir: Option<PathBuf>,
+        provider_options: stockade::ProviderOptions,
     ) -> Result<Arc<Daemon>> {
         let daemon_id = store.daemon_id().map_err(internal)?;
         Ok(Arc::new(Daemon {
@@ -180,7 +180,7 @@ impl Daemon {
             default_provider,
             provider_options: stockade::ProviderOptions {
                 home: Some(home.clone()),
-                native_state_root: native_state_dir,
+                ..provider_options
             },
             home,
             daemon_id,

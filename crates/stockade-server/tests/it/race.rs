@@ -110,7 +110,10 @@ fn daemon(dir: &Path, provider: Arc<HeldList>) -> Arc<Daemon> {
         dir.join("home"),
         "native".into(),
         limits,
-        Some(dir.join("state")),
+        stockade::ProviderOptions {
+            native_state_root: Some(dir.join("state")),
+            ..Default::default()
+        },
     )
     .unwrap();
     d.use_provider("native", provider);

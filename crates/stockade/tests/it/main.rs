@@ -10,6 +10,7 @@ mod conformance;
 mod files;
 mod kernel;
 mod lifecycle;
+mod userns;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,0 +1,137 @@
+//! A native sandbox's host ids: a range leased from the pool for the sandbox's life,
+//! its user namespace, and the mappings of its idmapped mounts. Made by the monitor
+//! (host root) before it forks PID 1, which inherits all of it.
+
+use std::fs;
+use std::io::{Read, Write};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::unix::fs::MetadataExt;
+
+use nix::fcntl::{Flock, FlockArg};
+use stockade_agent_proto::launch::{
+    HostIds, ID_RANGE_SIZE, IdMap, LaunchPlan, MountOp, UsernsPlan,
+};
+
+/// What PID 1 needs to map ids: the sandbox's range, its user namespace, and one
+/// mapping namespace per mount shown owned by the exec user.
+pub struct Ids {
+    pub range: HostIds,
+    /// The lease's lock, held (shared with PID 1 across the fork) until both end.
+    _lease: Flock<fs::File>,
+    /// The sandbox's user namespace: ids 0..65535 inside are `range`.
+    pub userns: OwnedFd,
+    /// (index of the mount op in the plan, mapping namespace) for [`IdMap::Owner`].
+    owners: Vec<(usize, OwnedFd)>,
+}
+
+impl Ids {
+    /// The mapping namespace of mount op `index`.
+    pub fn mapping(&self, index: usize, idmap: IdMap) -> Option<BorrowedFd<'_>> {
+        match idmap {
+            IdMap::Host => None,
+            IdMap::Sandbox => Some(self.userns.as_fd()),
+            IdMap::Owner => self
+                .owners
+                .iter()
+                .find(|(i, _)| *i == index)
+                .map(|(_, fd)| fd.as_fd()),
+        }
+    }
+
+    /// A line for `inspect`.
+    pub fn describe(&self, uid: u32, gid: u32) -> String {
+        let HostIds { first, count } = self.range;
+        format!(
+            "user namespace: ids 0-{} inside are host ids {first}-{} (uid {uid} is host uid {}, gid {gid} host gid {}); mounts idmapped",
+            count - 1,
+            u64::from(first) + u64::from(count) - 1,
+            u64::from(first) + u64::from(uid),
+            u64::from(first) + u64::from(gid),
+        )
+    }
+}
+
+/// Leases a range and makes the namespaces. The caller must be single-threaded.
+pub fn prepare(plan: &LaunchPlan, u: &UsernsPlan) -> Result<Ids, String> {
+    let (range, lease) = lease(u, &plan.id)?;
+    let map = format!("0 {} {}\n", range.first, range.count);
+    let userns =
+        stockade_sys::idmap::make_userns(|pid| stockade_sys::idmap::write_maps(pid, &map, &map))?;
+    let (uid, gid) = (plan.exec.uid, plan.exec.gid);
+    let mut owners = Vec::new();
+    for (i, op) in plan.mounts.iter().enumerate() {
+        let MountOp::Bind {
+            source,
+            idmap: IdMap::Owner,
+            ..
+        } = op
+        else {
+            continue;
+        };
+        let md = fs::metadata(source)
+            .map_err(|e| format!("cannot use mount source {}: {e}", source.display()))?;
+        let uid_map = format!(
+            "{} {} 1\n",
+            md.uid(),
+            u64::from(range.first) + u64::from(uid)
+        );
+        let gid_map = format!(
+            "{} {} 1\n",
+            md.gid(),
+            u64::from(range.first) + u64::from(gid)
+        );
+        let ns = stockade_sys::idmap::make_userns(|pid| {
+            stockade_sys::idmap::write_maps(pid, &uid_map, &gid_map)
+        })?;
+        owners.push((i, ns));
+    }
+    Ok(Ids {
+        range,
+        _lease: lease,
+        userns,
+        owners,
+    })
+}
+
+/// Takes the first free range, starting at a random one (so that a range just freed
+/// is not handed out again at once). A range is free when its lock file is unlocked.
+fn lease(u: &UsernsPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String> {
+    if u.pool_ranges == 0 {
+        return Err("the id pool is empty".into());
+    }
+    fs::create_dir_all(&u.lease_dir)
+        .map_err(|e| format!("cannot create {}: {e}", u.lease_dir.display()))?;
+    let mut seed = [0u8; 4];
+    let _ = fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut seed));
+    let start = u32::from_le_bytes(seed) % u.pool_ranges;
+    for k in 0..u.pool_ranges {
+        let slot = (start + k) % u.pool_ranges;
+        let first = u64::from(u.pool_start) + u64::from(slot) * u64::from(ID_RANGE_SIZE);
+        let Ok(first) = u32::try_from(first) else {
+            continue;
+        };
+        let path = u.lease_dir.join(first.to_string());
+        let f = fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))?;
+        let Ok(mut locked) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let _ = locked.set_len(0);
+        let _ = locked.write_all(id.as_bytes());
+        return Ok((
+            HostIds {
+                first,
+                count: ID_RANGE_SIZE,
+            },
+            locked,
+        ));
+    }
+    Err(format!(
+        "every one of the {} id ranges of the pool is in use by a live sandbox (set a larger pool with --id-range)",
+        u.pool_ranges
+    ))
+}
