@@ -124,6 +124,11 @@ def test_setuid_and_world_writable_bits_are_dropped(tmp_path: Path) -> None:
 
 def test_a_setuid_file_made_in_a_sandbox_lands_without_its_bit(client: stockade.Stockade, tmp_path: Path) -> None:
     with client.create() as sb:
+        # By default the sandbox cannot make one at all (seccomp refuses set-id modes).
+        refused = sb.exec("echo x > /tmp/t && chmod 4755 /tmp/t")
+        assert refused.exit_code != 0 and "not permitted" in refused.stderr, refused
+    # Without seccomp (an opt-out) it can: the host still never gets the bit.
+    with client.create(seccomp=False) as sb:
         made = sb.exec("mkdir /tmp/d && echo x > /tmp/d/tool && chmod 4755 /tmp/d/tool && stat -c %a /tmp/d/tool")
         assert made.stdout == "4755\n", made
         sb.download("/tmp/d", to=tmp_path / "out")
