@@ -79,8 +79,10 @@ def run_step(code: str, ns: dict[str, Any], timeout: float | None) -> dict[str, 
         try:
             tree = ast.parse(code, "<code>", "exec")
             last = None
-            if tree.body and isinstance(tree.body[-1], ast.Expr):
-                last = ast.Expression(tree.body.pop().value)
+            tail = tree.body[-1] if tree.body else None
+            if isinstance(tail, ast.Expr):
+                tree.body.pop()
+                last = ast.Expression(tail.value)
             if timeout:
                 signal.setitimer(signal.ITIMER_REAL, timeout)
             try:

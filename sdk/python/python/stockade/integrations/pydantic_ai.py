@@ -309,16 +309,16 @@ class StockadeWorkspaceBackend(StockadeCommandBackend):
         except StockadeError as e:
             _raise_builtin(e, path)
         out = []
-        for e in entries:
-            child = posixpath.join(path, e.name)
-            is_dir, size = e.kind == "dir", e.size if e.kind == "file" else None
-            if e.kind == "symlink":
+        for entry in entries:
+            child = posixpath.join(path, entry.name)
+            is_dir, size = entry.kind == "dir", entry.size if entry.kind == "file" else None
+            if entry.kind == "symlink":
                 try:
                     target = await sb.stat(child)
                     is_dir, size = target.kind == "dir", target.size if target.kind == "file" else None
                 except StockadeError:
                     pass  # dangling or a loop: listed, not a directory
-            out.append(FileEntry(name=e.name, path=child, is_dir=is_dir, size=size))
+            out.append(FileEntry(name=entry.name, path=child, is_dir=is_dir, size=size))
         return sorted(out, key=lambda f: f.path)
 
     async def make_dir(self, path: str) -> None:
