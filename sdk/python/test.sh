@@ -14,9 +14,13 @@ if [ ! -x "$venv/bin/python" ]; then
   fi
 fi
 py=$venv/bin/python
-# Test dependencies: pytest, and the two agent frameworks whose tool shapes we ship.
+# Test dependencies: pytest, the agent frameworks whose tool shapes we ship, and the
+# pinned frameworks of stockade.integrations (their own conformance suite and
+# protocols are the tests: pydantic-ai's WorkspaceBackendSuite; pydantic-ai-backend
+# 0.2.29, the last release with SandboxProtocol; smolagents' executor interface).
 "$py" -m pip install -q --disable-pip-version-check \
-  "maturin>=1.9,<2" "pytest>=8,<10" "mypy>=1.10,<3" "openai-agents>=0.2,<1" "langchain-core>=0.3,<2"
+  "maturin>=1.9,<2" "pytest>=8,<10" "mypy>=1.10,<3" "openai-agents>=0.2,<1" "langchain-core>=0.3,<2" \
+  "pydantic-ai-slim==2.68.0" "pydantic-ai-backend==0.2.29" "smolagents==1.26.0"
 # The package ships py.typed: its hints must hold.
 "$py" -m mypy --strict --python-version 3.10 --no-error-summary python/stockade
 PYTHON=$py ./build.sh "${1:-dev}"

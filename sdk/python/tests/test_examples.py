@@ -15,6 +15,7 @@ EXPECTED = {
     "async_quickstart.py": ["0 1 4 9 16"],
     "tool_calling.py": ["anthropic tool: run_code", '"stdout": "1267650600228229401496703205376\\n"'],
     "openai_agents_tool.py": ["agent tools: ['run_code']", "tool result: 1267650600228229401496703205376"],
+    "pydantic_ai_agent.py": ["run: 55", "grep: ./fib.py:1:def fib(n):", "edited fib.py", "answer: fib(20) is 6765"],
     "langchain_tool.py": ["tool: run_code ['code', 'language']", "tool result: 1267650600228229401496703205376"],
 }
 

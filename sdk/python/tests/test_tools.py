@@ -58,3 +58,47 @@ def test_langchain_structured_tool(client) -> None:
     assert isinstance(tool, lc.StructuredTool) and tool.name == "run_code"
     out = tool.invoke({"language": "bash", "code": "echo via langchain"})
     assert out["ok"] is True and out["stdout"] == "via langchain\n"
+
+
+def test_openai_tool_in_the_responses_api_shape() -> None:
+    chat, responses = tools.openai_tool(), tools.openai_tool(api="responses")
+    assert responses == {"type": "function", **chat["function"]}
+    assert responses["parameters"]["properties"]["language"]["enum"] == tools.LANGUAGES
+    with pytest.raises(ValueError, match="responses"):
+        tools.openai_tool(api="assistants")  # type: ignore[arg-type]
+
+
+def test_openai_agents_tool_carries_the_language_enum() -> None:
+    agents = pytest.importorskip("agents") if not os.environ.get("CI") else __import__("agents")
+    tool = tools.openai_agents_tool()
+    assert isinstance(tool, agents.FunctionTool)
+    assert tool.params_json_schema["properties"]["language"]["enum"] == tools.LANGUAGES
+
+
+def test_langchain_tool_returns_a_structured_failure_for_missing_arguments(client) -> None:
+    if not os.environ.get("CI"):
+        pytest.importorskip("langchain_core.tools")
+    tool = tools.langchain_tool(stockade=client)
+    out = tool.invoke({"language": "python"})
+    assert out["ok"] is False and out["error"]["code"] == "invalid_spec" and "code" in out["error"]["message"]
+
+
+def test_pydantic_ai_tool(client) -> None:
+    if not os.environ.get("CI"):
+        pytest.importorskip("pydantic_ai")
+    from pydantic_ai import Agent, Tool
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+    tool = tools.pydantic_ai_tool(stockade=client)
+    assert isinstance(tool, Tool) and tool.name == "run_code"
+    schema = tool.function_schema.json_schema
+    assert schema["properties"]["language"]["enum"] == tools.LANGUAGES and schema["required"] == ["language", "code"]
+
+    def model(messages: list, info: AgentInfo) -> ModelResponse:
+        returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
+        if not returns:
+            return ModelResponse(parts=[ToolCallPart("run_code", {"language": "python", "code": "print(6 * 7)"})])
+        return ModelResponse(parts=[TextPart(returns[0].content["stdout"].strip())])
+
+    assert Agent(FunctionModel(model), tools=[tool]).run_sync("six times seven").output == "42"

@@ -15,12 +15,15 @@ root, 64 MiB /tmp, 512 MiB, one CPU, 64 pids), destroyed afterwards.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal, get_args
 
 from ._client import Stockade
 from .errors import StockadeError
 
-LANGUAGES = ["python", "javascript", "typescript", "ruby", "php", "perl", "lua", "r", "bash", "sh", "zsh"]
+Language = Literal["python", "javascript", "typescript", "ruby", "php", "perl", "lua", "r", "bash", "sh", "zsh"]
+"""The languages of ``run_code`` (the type the framework tools derive their enum from)."""
+
+LANGUAGES: list[str] = list(get_args(Language))
 
 DESCRIPTION = (
     "Run a snippet of code in a secure, isolated sandbox (no network, read-only "
@@ -65,12 +68,15 @@ def anthropic_tool() -> dict[str, Any]:
     return {"name": "run_code", "description": DESCRIPTION, "input_schema": RUN_CODE_SCHEMA}
 
 
-def openai_tool() -> dict[str, Any]:
-    """The tool definition for OpenAI's Chat Completions API (``tools=[...]``)."""
-    return {
-        "type": "function",
-        "function": {"name": "run_code", "description": DESCRIPTION, "parameters": RUN_CODE_SCHEMA, "strict": True},
-    }
+def openai_tool(api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+    """The tool definition for OpenAI's Chat Completions API (``tools=[...]``), or with
+    ``api="responses"`` for the Responses API (the function's fields at the top level)."""
+    function = {"name": "run_code", "description": DESCRIPTION, "parameters": RUN_CODE_SCHEMA, "strict": True}
+    if api == "responses":
+        return {"type": "function", **function}
+    if api != "chat":
+        raise ValueError(f"api must be 'chat' or 'responses', not {api!r}")
+    return {"type": "function", "function": function}
 
 
 def handle_tool_call(arguments: str | dict[str, Any], **options: Any) -> dict[str, Any]:
@@ -89,7 +95,7 @@ def openai_agents_tool(**options: Any) -> Any:
     result is the JSON of :func:`run_code`."""
     from agents import function_tool
 
-    def run_code_tool(language: str, code: str) -> str:
+    def run_code_tool(language: Language, code: str) -> str:
         """Run a snippet of code in a secure, isolated sandbox (no network, read-only
         filesystem except /tmp) and return its exit code, stdout and stderr.
 
@@ -104,11 +110,11 @@ def openai_agents_tool(**options: Any) -> Any:
 
 def langchain_tool(**options: Any) -> Any:
     """A LangChain ``StructuredTool`` (``pip install langchain-core``); it returns the
-    dict of :func:`run_code`."""
+    dict of :func:`run_code`, also for missing arguments (a structured failure)."""
     from langchain_core.tools import StructuredTool
 
-    def _run(language: str, code: str) -> dict[str, Any]:
-        return run_code(language, code, **options)
+    def _run(**args: Any) -> dict[str, Any]:
+        return handle_tool_call(args, **options)
 
     return StructuredTool.from_function(
         func=_run,
@@ -118,14 +124,34 @@ def langchain_tool(**options: Any) -> Any:
     )
 
 
+def pydantic_ai_tool(**options: Any) -> Any:
+    """A pydantic-ai ``Tool`` (``pip install pydantic-ai-slim``) named ``run_code``; it
+    returns the dict of :func:`run_code`."""
+    from pydantic_ai import Tool
+
+    def run_code_tool(language: Language, code: str) -> dict[str, Any]:
+        """Run a snippet of code in a secure, isolated sandbox (no network, read-only
+        filesystem except /tmp) and return its exit code, stdout and stderr.
+
+        Args:
+            language: The language of the code.
+            code: The code to run; print what you want to see.
+        """
+        return run_code(language, code, **options)
+
+    return Tool(run_code_tool, name="run_code", description=DESCRIPTION, takes_ctx=False)
+
+
 __all__ = [
     "DESCRIPTION",
     "LANGUAGES",
+    "Language",
     "RUN_CODE_SCHEMA",
     "anthropic_tool",
     "handle_tool_call",
     "langchain_tool",
     "openai_agents_tool",
     "openai_tool",
+    "pydantic_ai_tool",
     "run_code",
 ]
