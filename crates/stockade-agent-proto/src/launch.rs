@@ -54,19 +54,51 @@ pub struct LaunchPlan {
 /// How many ids (0 to 65535 inside) each sandbox's user namespace maps.
 pub const ID_RANGE_SIZE: u32 = 65_536;
 
-/// Where a sandbox's host ids come from: a range of [`ID_RANGE_SIZE`] ids leased from
-/// a pool for the sandbox's life. A lease is a lock file in `lease_dir` named by the
-/// range's first host id, locked (`flock`) by the monitor and PID 1 while the sandbox
-/// lives: the kernel releases it however they end, so no range is ever lost.
+/// Where a sandbox's host ids come from.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UsernsPlan {
+    /// As root: a range leased from a pool (see [`IdPoolPlan`]); the user namespace is
+    /// entered by PID 1 last, so it owns none of the sandbox's other namespaces.
+    Pool(IdPoolPlan),
+    /// Rootless: PID 1 is made in a new user namespace with these maps (the caller's
+    /// own uid, plus its subordinate ids when it has some), and owns the others.
+    Rootless(RootlessMaps),
+}
+
+/// A range of [`ID_RANGE_SIZE`] ids leased from a pool for the sandbox's life. A lease
+/// is a lock file in `lease_dir` named by the range's first host id, locked (`flock`)
+/// by the monitor and PID 1 while the sandbox lives: the kernel releases it however
+/// they end, so no range is ever lost.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct UsernsPlan {
+pub struct IdPoolPlan {
     /// Directory of the lease files (shared by every sandbox of the host).
     pub lease_dir: PathBuf,
     /// First host id of the pool (a multiple of [`ID_RANGE_SIZE`]).
     pub pool_start: u32,
     /// Number of ranges in the pool.
     pub pool_ranges: u32,
+}
+
+/// One line of a uid or gid map: `count` ids from `inside` are host ids from `host`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapLine {
+    pub inside: u32,
+    pub host: u32,
+    pub count: u32,
+}
+
+/// The maps of a rootless sandbox's user namespace and the setuid helpers that write
+/// them (`newuidmap`/`newgidmap`, needed for more than the caller's own id).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RootlessMaps {
+    pub uid_map: Vec<MapLine>,
+    pub gid_map: Vec<MapLine>,
+    /// `newuidmap` and `newgidmap`; `None`: the maps are one line each, the caller's
+    /// own ids, written directly (supplementary groups then cannot be dropped).
+    pub helpers: Option<(PathBuf, PathBuf)>,
 }
 
 /// How a bind mount's file owners appear inside a sandbox with a user namespace.

@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 
 use nix::fcntl::{Flock, FlockArg};
 use stockade_agent_proto::launch::{
-    HostIds, ID_RANGE_SIZE, IdMap, LaunchPlan, MountOp, UsernsPlan,
+    HostIds, ID_RANGE_SIZE, IdMap, IdPoolPlan, LaunchPlan, MapLine, MountOp, RootlessMaps,
 };
 
 /// What PID 1 needs to map ids: the sandbox's range, its user namespace, and one
@@ -52,7 +52,7 @@ impl Ids {
 }
 
 /// Leases a range and makes the namespaces. The caller must be single-threaded.
-pub fn prepare(plan: &LaunchPlan, u: &UsernsPlan) -> Result<Ids, String> {
+pub fn prepare(plan: &LaunchPlan, u: &IdPoolPlan) -> Result<Ids, String> {
     let (range, lease) = lease(u, &plan.id)?;
     let map = format!("0 {} {}\n", range.first, range.count);
     let userns =
@@ -95,7 +95,7 @@ pub fn prepare(plan: &LaunchPlan, u: &UsernsPlan) -> Result<Ids, String> {
 
 /// Takes the first free range, starting at a random one (so that a range just freed
 /// is not handed out again at once). A range is free when its lock file is unlocked.
-fn lease(u: &UsernsPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String> {
+fn lease(u: &IdPoolPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String> {
     if u.pool_ranges == 0 {
         return Err("the id pool is empty".into());
     }
@@ -134,4 +134,42 @@ fn lease(u: &UsernsPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String>
         "every one of the {} id ranges of the pool is in use by a live sandbox (set a larger pool with --id-range)",
         u.pool_ranges
     ))
+}
+
+fn map_text(lines: &[MapLine]) -> String {
+    lines
+        .iter()
+        .map(|l| format!("{} {} {}\n", l.inside, l.host, l.count))
+        .collect()
+}
+
+/// Writes the maps of a rootless sandbox's user namespace (PID 1's, `pid`): through
+/// `newuidmap`/`newgidmap`, or directly for the caller's own ids (after denying
+/// `setgroups`, as the kernel requires of an unprivileged writer).
+pub fn write_rootless_maps(pid: nix::unistd::Pid, m: &RootlessMaps) -> Result<(), String> {
+    let Some((newuidmap, newgidmap)) = &m.helpers else {
+        let path = format!("/proc/{}/setgroups", pid.as_raw());
+        fs::write(&path, "deny").map_err(|e| format!("cannot write {path}: {e}"))?;
+        return stockade_sys::idmap::write_maps(pid, &map_text(&m.uid_map), &map_text(&m.gid_map));
+    };
+    for (tool, lines) in [(newuidmap, &m.uid_map), (newgidmap, &m.gid_map)] {
+        let mut cmd = std::process::Command::new(tool);
+        cmd.arg(pid.as_raw().to_string());
+        for l in lines {
+            cmd.args([l.inside, l.host, l.count].map(|n| n.to_string()));
+        }
+        let out = cmd
+            .stdin(std::process::Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e} (install it: apt-get install uidmap)", tool.display()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} refused the sandbox's id map ({}): {}",
+                tool.display(),
+                map_text(lines).trim().replace('\n', ", "),
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+    }
+    Ok(())
 }

@@ -20,7 +20,9 @@ use nix::sys::signalfd::SignalFd;
 use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use stockade_agent_proto::ErrorCode;
-use stockade_agent_proto::launch::{LaunchPlan, LaunchReport, NetworkPlan, SandboxState};
+use stockade_agent_proto::launch::{
+    LaunchPlan, LaunchReport, NetworkPlan, RootlessMaps, SandboxState, UsernsPlan,
+};
 use stockade_sys::process::{Forked, fork_into};
 
 use crate::ids::{self, Ids};
@@ -157,13 +159,17 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
     // The user namespace and the mount mappings first: made by forks, which need this
     // process single-threaded, and inherited by PID 1.
     let ids = match &plan.userns {
-        Some(u) => Some(ids::prepare(plan, u).map_err(|m| {
+        Some(UsernsPlan::Pool(u)) => Some(ids::prepare(plan, u).map_err(|m| {
             (
                 ErrorCode::Unavailable,
                 format!("{m} (see `stockade doctor`)"),
             )
         })?),
-        None => None,
+        _ => None,
+    };
+    let rootless = match &plan.userns {
+        Some(UsernsPlan::Rootless(m)) => Some(m),
+        _ => None,
     };
     cgroup::create(&plan.cgroups).map_err(|m| {
         (
@@ -175,11 +181,15 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         .map_err(|e| internal(format!("pipe: {e}")))?;
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| internal(format!("pipe: {e}")))?;
-    let flags = CloneFlags::CLONE_NEWNS
+    let mut flags = CloneFlags::CLONE_NEWNS
         | CloneFlags::CLONE_NEWPID
         | CloneFlags::CLONE_NEWNET
         | CloneFlags::CLONE_NEWUTS
         | CloneFlags::CLONE_NEWIPC;
+    if rootless.is_some() {
+        // Rootless, the user namespace comes first and owns the others.
+        flags |= CloneFlags::CLONE_NEWUSER;
+    }
     let child = match fork_into(flags) {
         Err(e) => {
             cgroup::remove(&plan.cgroups.dirs);
@@ -191,7 +201,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         Ok(Forked::Child) => {
             drop(sync_w);
             drop(ready_r);
-            init(plan, sync_r, ready_w, ids.as_ref())
+            init(plan, sync_r, ready_w, ids.as_ref(), rootless.is_some())
         }
         Ok(Forked::Parent(pid)) => pid,
     };
@@ -201,6 +211,19 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         teardown(plan, child, helper);
         msg
     };
+    let mut w = fs::File::from(sync_w);
+    if let Some(m) = rootless {
+        // PID 1 waits for its maps before anything else.
+        if let Err(e) = ids::write_rootless_maps(child, m) {
+            return Err(abort((ErrorCode::Unavailable, e), None));
+        }
+        if w.write_all(b"m").is_err() {
+            return Err(abort(
+                internal("the sandbox init died before setup".into()),
+                None,
+            ));
+        }
+    }
     if let Err(m) = cgroup::join(&plan.cgroups, child.as_raw() as u32) {
         return Err(abort(internal(m), None));
     }
@@ -213,7 +236,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
             ..
         } => {
             // The firewall goes in before there is any route out.
-            if let Err(m) = apply_firewall(plan, nft, firewall, child) {
+            if let Err(m) = apply_firewall(plan, nft, firewall, child, rootless) {
                 return Err(abort(
                     (
                         ErrorCode::Unavailable,
@@ -222,7 +245,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
                     None,
                 ));
             }
-            match start_helper(plan, argv, child) {
+            match start_helper(plan, argv, child, rootless.is_some()) {
                 Ok(h) => Some(h),
                 Err(m) => {
                     return Err(abort(
@@ -236,7 +259,6 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
             }
         }
     };
-    let mut w = fs::File::from(sync_w);
     let went = w.write_all(b"g").is_ok();
     // PID 1's answer: "ok", or why it failed (also when it failed before our go).
     let mut answer = String::new();
@@ -263,9 +285,37 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
 /// Loads the nftables ruleset inside the sandbox's network namespace: this thread
 /// enters it, runs `nft -f`, and comes back. The code inside has no CAP_NET_ADMIN, so
 /// it cannot change the rules.
-fn apply_firewall(plan: &LaunchPlan, nft: &str, ruleset: &str, child: Pid) -> Result<(), String> {
+fn apply_firewall(
+    plan: &LaunchPlan,
+    nft: &str,
+    ruleset: &str,
+    child: Pid,
+    rootless: Option<&RootlessMaps>,
+) -> Result<(), String> {
     let file = plan.state_dir.join("firewall.nft");
     fs::write(&file, ruleset).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
+    if rootless.is_some() {
+        // Not root here: nft runs in the sandbox's user namespace (which owns its
+        // network namespace) with CAP_NET_ADMIN there, and nowhere else.
+        let ns = |kind: &str| {
+            fs::File::open(format!("/proc/{}/ns/{kind}", child.as_raw()))
+                .map(OwnedFd::from)
+                .map_err(|e| format!("cannot open the sandbox's {kind} namespace: {e}"))
+        };
+        let mut cmd = std::process::Command::new(nft);
+        cmd.arg("-f").arg(&file).stdin(std::process::Stdio::null());
+        stockade_sys::process::enter_with_net_admin(&mut cmd, ns("user")?, ns("net")?);
+        let out = cmd
+            .output()
+            .map_err(|e| format!("cannot run {nft}: {e} (install it: apt-get install nftables)"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{nft} refused the sandbox firewall: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        return Ok(());
+    }
     let ours = fs::File::open("/proc/self/ns/net")
         .map_err(|e| format!("cannot open our network namespace: {e}"))?;
     let theirs = fs::File::open(format!("/proc/{}/ns/net", child.as_raw()))
@@ -301,7 +351,12 @@ struct Helper {
 const READY_FD: i32 = 10;
 const EXIT_FD: i32 = 11;
 
-fn start_helper(plan: &LaunchPlan, argv: &[String], child: Pid) -> Result<Helper, String> {
+fn start_helper(
+    plan: &LaunchPlan,
+    argv: &[String],
+    child: Pid,
+    rootless: bool,
+) -> Result<Helper, String> {
     let (ready_r, ready_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let (exit_r, exit_w) =
@@ -312,6 +367,7 @@ fn start_helper(plan: &LaunchPlan, argv: &[String], child: Pid) -> Result<Helper
     cmd.args(&argv[1..])
         .arg(format!("--ready-fd={READY_FD}"))
         .arg(format!("--exit-fd={EXIT_FD}"))
+        .args(rootless.then(|| format!("--userns-path=/proc/{}/ns/user", child.as_raw())))
         .arg(format!("/proc/{}/ns/net", child.as_raw()))
         .arg("tap0")
         .stdin(std::process::Stdio::null())
@@ -361,13 +417,19 @@ fn stop_helper(h: &Helper) {
 
 /// PID 1 of the new namespaces: waits to be placed in the cgroups, builds the root,
 /// listens, tells the monitor, and serves until killed. Never returns.
-fn init(plan: &LaunchPlan, sync_r: OwnedFd, ready_w: OwnedFd, ids: Option<&Ids>) -> ! {
+fn init(
+    plan: &LaunchPlan,
+    sync_r: OwnedFd,
+    ready_w: OwnedFd,
+    ids: Option<&Ids>,
+    rootless: bool,
+) -> ! {
     // Die with the monitor: a killed monitor must not leave the sandbox running past
     // its lifetime (gc then only has directories to remove). Had it died before this
     // call, the sync pipe below reads EOF and setup stops.
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let mut ready = fs::File::from(ready_w);
-    match setup_init(plan, sync_r, ids) {
+    match setup_init(plan, sync_r, ids, rootless) {
         Ok((listener, oom)) => {
             let _ = ready.write_all(b"ok");
             drop(ready);
@@ -384,7 +446,15 @@ fn setup_init(
     plan: &LaunchPlan,
     sync_r: OwnedFd,
     ids: Option<&Ids>,
+    rootless: bool,
 ) -> Result<(std::os::unix::net::UnixListener, Option<server::OomCounter>), String> {
+    let mut sync = fs::File::from(sync_r);
+    let mut go = [0u8; 1];
+    if rootless {
+        // Our ids mean nothing until the monitor has written the maps.
+        sync.read_exact(&mut go)
+            .map_err(|_| "the monitor went away before mapping the sandbox's ids".to_string())?;
+    }
     // The root is built while the monitor moves us into the cgroups (a v1 migration
     // waits for an RCU grace period, ~10 ms); nothing here forks or allocates much.
     nix::unistd::sethostname(&plan.hostname).map_err(|e| format!("cannot set hostname: {e}"))?;
@@ -406,8 +476,6 @@ fn setup_init(
         plan.readonly_root,
         ids,
     )?;
-    let mut sync = fs::File::from(sync_r);
-    let mut go = [0u8; 1];
     sync.read_exact(&mut go)
         .map_err(|_| "the monitor went away during setup".to_string())?;
     // Now inside the sandbox's cgroups: a fresh cgroup namespace makes

@@ -228,34 +228,14 @@ fn do_mount(
     })
 }
 
-/// Binds what `src` is onto what `dst` is, then remounts it with `flags` (through
-/// the target opened again: the new mount, not the one below it).
-fn bind(
-    root: &Path,
-    src: &OwnedFd,
-    dst: &OwnedFd,
-    target: &Path,
-    flags: MsFlags,
-) -> Result<(), String> {
-    // Non-recursive: submounts of the host path are not carried into the sandbox.
-    do_mount(
-        Some(&fd_path(src)),
-        &fd_path(dst),
-        None,
-        MsFlags::MS_BIND,
-        None,
-    )
-    .map_err(|e| format!("{e} [{}]", target.display()))?;
-    let mounted = existing(root, target)?
-        .ok_or_else(|| format!("{} vanished after mounting it", target.display()))?;
-    do_mount(
-        None,
-        &fd_path(&mounted),
-        None,
-        MsFlags::MS_BIND | MsFlags::MS_REMOUNT | flags,
-        None,
-    )
-    .map_err(|e| format!("{e} [{}]", target.display()))
+/// Binds a copy of the mount at `src` (not its submounts) onto `dst`, with `flags`
+/// (the new mount API: only the attributes asked for are set, so a rootless sandbox
+/// can bind host mounts whose other attributes are locked).
+fn bind(src: &OwnedFd, dst: &OwnedFd, target: &Path, flags: MountFlags) -> Result<(), String> {
+    let mnt = stockade_sys::idmap::clone_mount(src.as_fd(), None, attrs(flags))
+        .map_err(|e| format!("cannot bind {}: {e}", target.display()))?;
+    stockade_sys::idmap::attach(mnt.as_fd(), dst.as_fd())
+        .map_err(|e| format!("cannot mount {}: {e}", target.display()))
 }
 
 fn attrs(flags: MountFlags) -> stockade_sys::idmap::Attrs {
@@ -388,7 +368,7 @@ fn apply(
             };
             match ids.and_then(|i| i.mapping(index, *idmap)) {
                 Some(mapping) => idmapped_bind(&src, &dst, mapping, *flags, source),
-                None => bind(root, &src, &dst, target, ms(*flags)),
+                None => bind(&src, &dst, target, *flags),
             }
         }
         MountOp::Overlay {
@@ -467,8 +447,13 @@ fn apply(
             let src = rustix::fs::open(source, OFlags::PATH | OFlags::CLOEXEC, Mode::empty())
                 .map_err(|e| err("open", source, e))?;
             let dst = target_file(root, target)?;
-            let f = MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC;
-            bind(root, &src, &dst, target, f)
+            let f = MountFlags {
+                readonly: false,
+                nosuid: true,
+                nodev: false,
+                noexec: true,
+            };
+            bind(&src, &dst, target, f)
         }
         MountOp::Mkdir { path, mode } => mkdir(root, path, *mode).map(drop),
         MountOp::Symlink { to, path } => {

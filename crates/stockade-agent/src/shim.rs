@@ -393,7 +393,15 @@ pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
         }
     }
     let gid = Gid::from_raw(p.gid);
-    nix::unistd::setgroups(&[gid]).map_err(|e| format!("cannot set groups to [{}]: {e}", p.gid))?;
+    if let Err(e) = nix::unistd::setgroups(&[gid]) {
+        // A rootless sandbox without subordinate ids: the kernel denies setgroups there
+        // (the groups are the caller's own, as with bubblewrap).
+        let denied = std::fs::read_to_string("/proc/self/setgroups")
+            .is_ok_and(|s| s.trim() == "deny");
+        if !(denied && e == nix::errno::Errno::EPERM) {
+            return Err(format!("cannot set groups to [{}]: {e}", p.gid));
+        }
+    }
     nix::unistd::setresgid(gid, gid, gid).map_err(|e| format!("cannot set gid {}: {e}", p.gid))?;
     let uid = Uid::from_raw(p.uid);
     nix::unistd::setresuid(uid, uid, uid).map_err(|e| format!("cannot set uid {}: {e}", p.uid))?;

@@ -79,6 +79,9 @@ enum Command {
     Pool(commands::pool::PoolCmd),
     /// Serve sandboxes as tools to MCP clients (over stdio, or HTTP with --http ADDR).
     Mcp(stockade_mcp::McpArgs),
+    /// One-time host setup, as root (`setup rootless --user NAME`).
+    #[command(subcommand)]
+    Setup(commands::setup::SetupCmd),
 }
 
 fn main() {
@@ -110,7 +113,10 @@ fn main() {
     };
     let code = rt.block_on(async {
         // Image and runtime management are local; everything else may use a daemon.
-        let local = matches!(cli.command, Command::Image(_) | Command::Runtime(_));
+        let local = matches!(
+            cli.command,
+            Command::Image(_) | Command::Runtime(_) | Command::Setup(_)
+        );
         if !local && let Err(e) = ctx.connect(cli.direct, cli.tls_ca.as_deref()).await {
             return output::error(ctx.json, &e);
         }
@@ -129,6 +135,7 @@ fn main() {
             Command::Cp(a) => commands::cp::run(&ctx, a).await,
             Command::Session(c) => commands::session::run(&ctx, c).await,
             Command::Pool(c) => commands::pool::run(&ctx, c).await,
+            Command::Setup(c) => commands::setup::run(&ctx, c).await,
             Command::Serve(_) | Command::Mcp(_) => Ok(0),
         };
         match result {

@@ -7,7 +7,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-use stockade_agent_proto::launch::{ID_RANGE_SIZE, UsernsPlan};
+use stockade_agent_proto::launch::{ID_RANGE_SIZE, IdPoolPlan, UsernsPlan};
 use stockade_core::Error;
 
 /// Host ids `start..=end`, cut into ranges of [`ID_RANGE_SIZE`].
@@ -168,11 +168,11 @@ impl IdPool {
 
     /// The launch plan's part: where leases are kept and what the pool is.
     pub fn plan(&self) -> UsernsPlan {
-        UsernsPlan {
+        UsernsPlan::Pool(IdPoolPlan {
             lease_dir: lease_dir(),
             pool_start: self.start,
             pool_ranges: self.ranges,
-        }
+        })
     }
 }
 

@@ -14,6 +14,7 @@
 mod doctor;
 pub mod idpool;
 mod image;
+pub mod rootless;
 pub mod layout;
 pub mod plan;
 mod state;
@@ -38,6 +39,37 @@ pub use stockade_agent_host::find_agent;
 
 /// The native provider: the native launcher with the agent host.
 pub type NativeProvider = AgentProvider<NativeLauncher>;
+
+/// As root: lets `user` (a name or a uid) run native sandboxes without root, with
+/// limits (see [`rootless::setup`]). Returns what was done, one line each.
+pub fn setup_rootless(user: &str) -> Result<Vec<String>> {
+    if !stockade_core::host::is_root() {
+        return Err(Error::Unavailable {
+            what: "setup rootless".into(),
+            reason: "delegating cgroups to a user needs root".into(),
+            fix: "run it as root, once per user".into(),
+        });
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd")
+        .map_err(|e| Error::io("cannot read /etc/passwd", e))?;
+    let entry = passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&user) || f.get(2) == Some(&user))
+            .then(|| Some((f.get(2)?.parse::<u32>().ok()?, f.get(3)?.parse::<u32>().ok()?)))
+            .flatten()
+    });
+    let (uid, gid) = entry.ok_or_else(|| {
+        Error::InvalidRequest(format!(
+            "no user {user:?} in /etc/passwd; create it first (useradd {user})"
+        ))
+    })?;
+    if uid == 0 {
+        return Err(Error::InvalidRequest(
+            "root needs no rootless setup: it runs native sandboxes directly".into(),
+        ));
+    }
+    rootless::setup(&layout::detect().cgroups, uid, gid)
+}
 
 /// Launches native sandboxes: a `stockade-agent monitor` per sandbox builds and
 /// supervises it.
@@ -102,8 +134,12 @@ impl NativeLauncher {
         self
     }
 
-    /// The user namespace part of a plan: as root, a range leased from the pool.
+    /// The user namespace part of a plan: as root, a range leased from the pool;
+    /// rootless, none here (the caller's ids, see [`rootless`]).
     fn userns(&self) -> Result<Option<stockade_agent_proto::launch::UsernsPlan>> {
+        if !stockade_core::host::is_root() {
+            return Ok(None);
+        }
         let pool = match self.id_pool {
             Some(p) => p,
             None => idpool::IdPool::from_env()?,
@@ -133,21 +169,9 @@ impl NativeLauncher {
         }
     }
 
-    fn require_root() -> Result<()> {
-        if stockade_core::host::is_root() {
-            Ok(())
-        } else {
-            Err(Error::Unavailable {
-                what: "the native provider".into(),
-                reason: "it needs root to create cgroups and namespaces (rootless mode is not implemented yet)".into(),
-                fix: "run as root (sudo), or use the docker provider".into(),
-            })
-        }
-    }
-
     async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
-        Self::require_root()?;
         let userns = self.userns()?;
+        let rootless = (!stockade_core::host::is_root()).then(rootless::RootlessHost::detect);
         let agent = find_agent()?;
         let id = new_id();
         let dir = self.state_root.join(&id);
@@ -196,8 +220,22 @@ impl NativeLauncher {
             mount_is_file,
             image,
             userns,
+            rootless: rootless.clone(),
         });
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
+        let planned = planned.and_then(|p| match &rootless {
+            Some(r) => {
+                let parents: Vec<PathBuf> = p.cgroups.parents.iter().map(|c| c.path.clone()).collect();
+                let l = &spec.limits;
+                let limits = [
+                    format!("memory {}", stockade_spec::format_size(l.memory_bytes)),
+                    format!("cpus {}", l.cpus),
+                    format!("pids {}", l.pids),
+                ];
+                rootless::check_delegated(&parents, &limits, r.uid).map(|()| p)
+            }
+            None => Ok(p),
+        });
         let plan = match planned {
             Ok(p) => p,
             Err(e) => {

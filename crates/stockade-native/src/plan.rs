@@ -7,6 +7,8 @@ use stockade_agent_proto::launch::{
     CgroupDir, CgroupPlan, ExecPolicy, IdMap, LaunchPlan, MountFlags, MountOp, NetworkPlan,
     OomCounter, UsernsPlan,
 };
+#[cfg(test)]
+use stockade_agent_proto::launch::IdPoolPlan;
 use stockade_core::{Error, ValidatedSpec};
 use stockade_spec::{Network, format_size};
 
@@ -28,8 +30,15 @@ pub struct PlanContext {
     pub mount_is_file: Vec<bool>,
     /// The image to run on instead of the host's `/usr` (when the spec names one).
     pub image: Option<ImageRoot>,
-    /// Where the sandbox's user namespace gets its host ids; `None`: no user namespace.
+    /// Where the sandbox's user namespace gets its host ids (as root); `None`: no user
+    /// namespace, unless rootless.
     pub userns: Option<UsernsPlan>,
+    /// Rootless: the caller's ids, from which the sandbox's user namespace is made.
+    pub rootless: Option<crate::rootless::RootlessHost>,
+}
+
+fn has_userns(ctx: &PlanContext) -> bool {
+    ctx.userns.is_some() || ctx.rootless.is_some()
 }
 
 /// An image's flattened root filesystem (from `stockade-image`), read-only on the host.
@@ -235,7 +244,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         seccomp: spec.hardening.seccomp,
         landlock_writable: spec.hardening.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
-        root_caps: ctx.userns.is_some() && effective_user(spec, ctx).uid == 0,
+        root_caps: has_userns(ctx) && effective_user(spec, ctx).uid == 0,
     };
     let network = match spec.network {
         Network::None => NetworkPlan::LoopbackOnly,
@@ -278,7 +287,13 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             .iter()
             .filter_map(|i| i.in_use_lock.clone())
             .collect(),
-        userns: ctx.userns.clone(),
+        userns: match &ctx.rootless {
+            Some(r) => {
+                let u = effective_user(spec, ctx);
+                Some(UsernsPlan::Rootless(r.maps(u.uid, u.gid)))
+            }
+            None => ctx.userns.clone(),
+        },
     })
 }
 
@@ -519,16 +534,26 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
     let l = &spec.limits;
     let quota = ((l.cpus * CPU_PERIOD_US as f64).round() as u64).max(1000);
     let id = &ctx.id;
+    // Rootless: below the subtree root delegated to the caller (set up once by root).
+    let parent_name = match &ctx.rootless {
+        Some(r) => crate::rootless::delegated_name(r.uid),
+        None => CGROUP_PARENT.to_string(),
+    };
     match &ctx.host.cgroups {
         CgroupLayout::V2 { root } => {
-            let parent = root.join(CGROUP_PARENT);
+            let parent = root.join(&parent_name);
             let dir = parent.join(id);
             let enable = (
                 "cgroup.subtree_control".to_string(),
                 "+cpu +memory +pids".to_string(),
             );
-            Ok(CgroupPlan {
-                parents: vec![
+            let parents = if ctx.rootless.is_some() {
+                vec![CgroupDir {
+                    path: parent,
+                    settings: vec![],
+                }]
+            } else {
+                vec![
                     CgroupDir {
                         path: root.clone(),
                         settings: vec![enable.clone()],
@@ -537,7 +562,10 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                         path: parent,
                         settings: vec![enable],
                     },
-                ],
+                ]
+            };
+            Ok(CgroupPlan {
+                parents,
                 dirs: vec![CgroupDir {
                     path: dir.clone(),
                     settings: vec![
@@ -567,11 +595,11 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
             let mut dirs = Vec::new();
             let mut add = |base: &Path, settings: Vec<(String, String)>| {
                 parents.push(CgroupDir {
-                    path: base.join(CGROUP_PARENT),
+                    path: base.join(&parent_name),
                     settings: vec![],
                 });
                 dirs.push(CgroupDir {
-                    path: base.join(CGROUP_PARENT).join(id),
+                    path: base.join(&parent_name).join(id),
                     settings,
                 });
             };
@@ -594,9 +622,13 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                     ("cpu.cfs_quota_us".into(), quota.to_string()),
                 ],
             );
-            let kill_file = unified.as_ref().map(|u| {
+            // Rootless, the v2 group is left out: moving a process into it needs write
+            // access at the common ancestor (the root). The pid namespace still ends
+            // every process when PID 1 is killed.
+            let unified = unified.as_ref().filter(|_| ctx.rootless.is_none());
+            let kill_file = unified.map(|u| {
                 add(u, vec![]);
-                u.join(CGROUP_PARENT).join(id).join("cgroup.kill")
+                u.join(&parent_name).join(id).join("cgroup.kill")
             });
             Ok(CgroupPlan {
                 parents,
@@ -627,7 +659,7 @@ fn applied(
     let user = effective_user(spec, ctx);
     let l = &spec.limits;
     let mut v = vec![
-        if ctx.userns.is_some() {
+        if has_userns(ctx) {
             "namespaces: user, mount, pid, network, uts, ipc, cgroup".to_string()
         } else {
             "namespaces: mount, pid, network, uts, ipc, cgroup (no user namespace)".to_string()
@@ -659,7 +691,10 @@ fn applied(
         format!("lifetime: {} s", spec.timeout_secs),
     ];
     let h = spec.hardening;
-    v.push(if h.drop_capabilities && ctx.userns.is_some() && user.uid == 0 {
+    if let Some(r) = &ctx.rootless {
+        v.push(r.describe(user.uid));
+    }
+    v.push(if h.drop_capabilities && has_userns(ctx) && user.uid == 0 {
         format!(
             "capabilities: root inside keeps {} over its own user namespace only; all others dropped",
             stockade_agent_proto::launch::ROOT_CAPS.join(", ")
@@ -723,11 +758,12 @@ mod tests {
             owner_pid: Some(42),
             mount_is_file: vec![false],
             image: None,
-            userns: Some(UsernsPlan {
+            userns: Some(UsernsPlan::Pool(IdPoolPlan {
                 lease_dir: "/run/stockade-ids".into(),
                 pool_start: 1 << 30,
                 pool_ranges: 16_384,
-            }),
+            })),
+            rootless: None,
         }
     }
 

@@ -83,6 +83,58 @@ pub fn pass_fd(cmd: &mut Command, fd: OwnedFd, target: i32) {
     }
 }
 
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+const CAP_V3: u32 = 0x2008_0522;
+const CAP_NET_ADMIN: u32 = 12;
+
+/// Makes the child spawned by `cmd` enter the user namespace `userns` (one the caller
+/// owns) and the network namespace `netns` (owned by it), and keep `CAP_NET_ADMIN` there
+/// across exec as an ambient capability, for a caller that is not root (rootless
+/// sandboxes' firewall: `nft` in the sandbox's own network namespace).
+pub fn enter_with_net_admin(cmd: &mut Command, userns: OwnedFd, netns: OwnedFd) {
+    let (u, n) = (userns.as_raw_fd(), netns.as_raw_fd());
+    // SAFETY: the closure runs in the child between fork and exec and makes only
+    // async-signal-safe system calls (setns, capget, capset, prctl) on stack data; the
+    // two fds are moved into the closure, so they are open through the fork (and
+    // close-on-exec, so the program does not inherit them).
+    unsafe {
+        cmd.pre_exec(move || {
+            let _keep = (&userns, &netns);
+            let last = || Err(std::io::Error::last_os_error());
+            if libc::setns(u, libc::CLONE_NEWUSER) != 0 || libc::setns(n, libc::CLONE_NEWNET) != 0 {
+                return last();
+            }
+            let mut head = CapHeader { version: CAP_V3, pid: 0 };
+            let mut data = [CapData::default(); 2];
+            if libc::syscall(libc::SYS_capget, &raw mut head, data.as_mut_ptr()) != 0 {
+                return last();
+            }
+            data[0].inheritable |= 1 << CAP_NET_ADMIN;
+            if libc::syscall(libc::SYS_capset, &raw mut head, data.as_ptr()) != 0 {
+                return last();
+            }
+            let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
+            if libc::prctl(libc::PR_CAP_AMBIENT, raise, CAP_NET_ADMIN as libc::c_ulong, 0, 0) != 0 {
+                return last();
+            }
+            Ok(())
+        });
+    }
+}
+
 /// `close_range(first, ~0, flags)`; false when the kernel refuses it (older than
 /// 5.9, or 5.11 for `CLOSE_RANGE_CLOEXEC`).
 fn close_range(first: u32, flags: libc::c_uint) -> bool {

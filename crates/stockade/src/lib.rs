@@ -22,7 +22,7 @@ pub mod code;
 pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
 pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
-pub use stockade_native::{NativeLauncher, NativeProvider, idpool};
+pub use stockade_native::{NativeLauncher, NativeProvider, idpool, rootless, setup_rootless};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.

@@ -16,6 +16,7 @@ pub mod run;
 pub mod runtime;
 pub mod serve;
 pub mod session;
+pub mod setup;
 
 use std::sync::Arc;
 
