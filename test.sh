@@ -11,6 +11,17 @@ for extra in crates/*/ci-setup.sh; do
   [ -f "$extra" ] && bash "$extra"
 done
 
+# Rootless mode is tested as real unprivileged users: one with subordinate ids and a
+# cgroup delegated by `stockade setup rootless`, one with neither.
+id stockade-rl >/dev/null 2>&1 || useradd -m -s /bin/sh stockade-rl
+id stockade-rl-bare >/dev/null 2>&1 || useradd -M -s /bin/sh stockade-rl-bare
+sed -i '/^stockade-rl-bare:/d' /etc/subuid /etc/subgid
+"$CARGO_TARGET_DIR/debug/stockade" setup rootless --user stockade-rl >/dev/null
+as_rootless() {
+  runuser -u stockade-rl -- env -i HOME=/home/stockade-rl PATH=/usr/bin:/bin CI=1 \
+    STOCKADE_TEST_ROOTLESS=1 "$@"
+}
+
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
@@ -18,8 +29,21 @@ tools=/var/cache/stockade/tools
 [ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
 cargo test --workspace --no-fail-fast
-# The Python SDK: its wheel built and installed in a venv, pytest against it.
+# The conformance and attack suites again, unchanged, as the unprivileged user.
+it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null |
+  python3 -c 'import json, sys
+for l in sys.stdin:
+    m = json.loads(l)
+    if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
+(cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle::)
+# The Python SDK: its wheel built and installed in a venv, pytest against it; then
+# its sync tests as the unprivileged user (from a copy that user can read).
 sdk/python/test.sh
+rl_tests=$(mktemp -d)
+cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
+(cd /tmp && as_rootless "${STOCKADE_VENV:-/var/cache/stockade/venv}/bin/python" -m pytest -q \
+  -p no:cacheprovider "$rl_tests/test_sync.py")
+rm -rf "$rl_tests"
 
 scripts/leak-check.sh
 echo "test.sh: all green"

@@ -161,7 +161,12 @@ pub fn write_rootless_maps(pid: nix::unistd::Pid, m: &RootlessMaps) -> Result<()
         let out = cmd
             .stdin(std::process::Stdio::null())
             .output()
-            .map_err(|e| format!("cannot run {}: {e} (install it: apt-get install uidmap)", tool.display()))?;
+            .map_err(|e| {
+                format!(
+                    "cannot run {}: {e} (install it: apt-get install uidmap)",
+                    tool.display()
+                )
+            })?;
         if !out.status.success() {
             return Err(format!(
                 "{} refused the sandbox's id map ({}): {}",

@@ -483,20 +483,35 @@ fn setup_init(
     nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
         .map_err(|e| format!("cannot unshare the cgroup namespace: {e}"))?;
     if let Some(ids) = ids {
-        become_userns_root(ids, &sync)?;
+        nix::sched::setns(&ids.userns, CloneFlags::CLONE_NEWUSER)
+            .map_err(|e| format!("cannot enter the sandbox's user namespace: {e}"))?;
+        become_userns_root(&sync)?;
+    } else if rootless {
+        // Our capabilities in the sandbox's namespace must survive exec (of the
+        // shims): as its root when the maps have one, else as ambient capabilities.
+        let root_mapped = fs::read_to_string("/proc/self/uid_map")
+            .is_ok_and(|m| m.lines().any(|l| l.split_whitespace().next() == Some("0")));
+        if root_mapped {
+            become_userns_root(&sync)?;
+        } else {
+            stockade_sys::caps::all_ambient()
+                .map_err(|e| format!("cannot keep capabilities across exec: {e}"))?;
+        }
     }
     Ok((listener, oom))
 }
 
-/// Enters the sandbox's user namespace as its root (host id `ids.range.first`), the
-/// last step of setup: every other namespace stays owned by the host's, so root
-/// inside has capabilities over nothing but its own user namespace.
-fn become_userns_root(ids: &Ids, sync: &fs::File) -> Result<(), String> {
-    nix::sched::setns(&ids.userns, CloneFlags::CLONE_NEWUSER)
-        .map_err(|e| format!("cannot enter the sandbox's user namespace: {e}"))?;
+/// Becomes root of the user namespace we are in, the last step of setup. As root of
+/// the host, that namespace was just entered (its ids are the leased range) and every
+/// other namespace stays owned by the host's, so root inside has capabilities over
+/// nothing but its own user namespace.
+fn become_userns_root(sync: &fs::File) -> Result<(), String> {
     let root_gid = nix::unistd::Gid::from_raw(0);
     let root_uid = nix::unistd::Uid::from_raw(0);
-    nix::unistd::setgroups(&[]).map_err(|e| format!("cannot clear groups: {e}"))?;
+    let denied = fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
+    if !denied {
+        nix::unistd::setgroups(&[]).map_err(|e| format!("cannot clear groups: {e}"))?;
+    }
     nix::unistd::setresgid(root_gid, root_gid, root_gid)
         .map_err(|e| format!("cannot become gid 0 of the sandbox: {e}"))?;
     nix::unistd::setresuid(root_uid, root_uid, root_uid)

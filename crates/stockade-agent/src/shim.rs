@@ -338,6 +338,10 @@ fn prepare_and_exec(
     filters: Option<&stockade_sys::seccomp::Filters>,
 ) -> Result<std::convert::Infallible, String> {
     let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    // Our own /proc files must be ours to write: the shim made itself undumpable,
+    // which gives them to root of the user namespace (or to host root, when a
+    // rootless sandbox maps no root). The code is dumpable after exec anyway.
+    let _ = nix::sys::prctl::set_dumpable(true);
     // Set before the capabilities go: with CAP_SYS_RESOURCE this also makes 1000 the
     // floor the code cannot lower it below.
     stockade_sys::process::set_oom_score_adj(1000)
@@ -396,8 +400,8 @@ pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
     if let Err(e) = nix::unistd::setgroups(&[gid]) {
         // A rootless sandbox without subordinate ids: the kernel denies setgroups there
         // (the groups are the caller's own, as with bubblewrap).
-        let denied = std::fs::read_to_string("/proc/self/setgroups")
-            .is_ok_and(|s| s.trim() == "deny");
+        let denied =
+            std::fs::read_to_string("/proc/self/setgroups").is_ok_and(|s| s.trim() == "deny");
         if !(denied && e == nix::errno::Errno::EPERM) {
             return Err(format!("cannot set groups to [{}]: {e}", p.gid));
         }

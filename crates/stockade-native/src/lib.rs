@@ -14,9 +14,9 @@
 mod doctor;
 pub mod idpool;
 mod image;
-pub mod rootless;
 pub mod layout;
 pub mod plan;
+pub mod rootless;
 mod state;
 
 use std::path::{Path, PathBuf};
@@ -55,7 +55,12 @@ pub fn setup_rootless(user: &str) -> Result<Vec<String>> {
     let entry = passwd.lines().find_map(|l| {
         let f: Vec<&str> = l.split(':').collect();
         (f.first() == Some(&user) || f.get(2) == Some(&user))
-            .then(|| Some((f.get(2)?.parse::<u32>().ok()?, f.get(3)?.parse::<u32>().ok()?)))
+            .then(|| {
+                Some((
+                    f.get(2)?.parse::<u32>().ok()?,
+                    f.get(3)?.parse::<u32>().ok()?,
+                ))
+            })
             .flatten()
     });
     let (uid, gid) = entry.ok_or_else(|| {
@@ -225,7 +230,8 @@ impl NativeLauncher {
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
         let planned = planned.and_then(|p| match &rootless {
             Some(r) => {
-                let parents: Vec<PathBuf> = p.cgroups.parents.iter().map(|c| c.path.clone()).collect();
+                let parents: Vec<PathBuf> =
+                    p.cgroups.parents.iter().map(|c| c.path.clone()).collect();
                 let l = &spec.limits;
                 let limits = [
                     format!("memory {}", stockade_spec::format_size(l.memory_bytes)),

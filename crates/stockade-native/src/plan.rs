@@ -3,12 +3,12 @@
 
 use std::path::{Path, PathBuf};
 
+#[cfg(test)]
+use stockade_agent_proto::launch::IdPoolPlan;
 use stockade_agent_proto::launch::{
     CgroupDir, CgroupPlan, ExecPolicy, IdMap, LaunchPlan, MountFlags, MountOp, NetworkPlan,
     OomCounter, UsernsPlan,
 };
-#[cfg(test)]
-use stockade_agent_proto::launch::IdPoolPlan;
 use stockade_core::{Error, ValidatedSpec};
 use stockade_spec::{Network, format_size};
 
@@ -260,7 +260,12 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 fix: "apt-get install nftables".into(),
             })?;
             NetworkPlan::UserModeNat {
-                argv: slirp_argv(slirp),
+                argv: slirp_argv(slirp)
+                    .into_iter()
+                    // Rootless, slirp4netns's own sandbox (a mount namespace it makes
+                    // as root of ours) cannot be set up from outside our namespace.
+                    .filter(|a| ctx.rootless.is_none() || a != "--enable-sandbox")
+                    .collect(),
                 resolv_conf: RESOLV_CONF.into(),
                 nft: nft.display().to_string(),
                 firewall: firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
@@ -635,7 +640,7 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                 dirs,
                 kill_file,
                 oom_counter: Some(OomCounter {
-                    path: mem.join(CGROUP_PARENT).join(id).join("memory.oom_control"),
+                    path: mem.join(&parent_name).join(id).join("memory.oom_control"),
                     key: "oom_kill".into(),
                 }),
             })

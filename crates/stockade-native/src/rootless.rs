@@ -53,8 +53,8 @@ fn lines(inside: u32, own: u32, sub: Option<(u32, u32)>) -> Vec<MapLine> {
 impl RootlessHost {
     /// This process's.
     pub fn detect() -> RootlessHost {
-        let uid = rustix::process::getuid().as_raw();
-        let gid = rustix::process::getgid().as_raw();
+        let uid = nix::unistd::getuid().as_raw();
+        let gid = nix::unistd::getgid().as_raw();
         let name = users_name(uid);
         let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
         let helpers = match (which("newuidmap"), which("newgidmap")) {
@@ -158,7 +158,8 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
                     fix: format!("mount it: mount -t cgroup -o {c} cgroup /sys/fs/cgroup/{c}"),
                 })?;
                 let dir = base.join(&name);
-                std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(io(format!("cannot create {}", dir.display())))?;
                 for p in [dir.clone(), dir.join("cgroup.procs"), dir.join("tasks")] {
                     give(&p)?;
                 }
@@ -168,12 +169,22 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
         CgroupLayout::V2 { root } => {
             let enable = "+cpu +memory +pids";
             let dir = root.join(&name);
-            std::fs::write(root.join("cgroup.subtree_control"), enable)
-                .map_err(io(format!("cannot enable controllers in {}", root.display())))?;
-            std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
-            std::fs::write(dir.join("cgroup.subtree_control"), enable)
-                .map_err(io(format!("cannot enable controllers in {}", dir.display())))?;
-            for f in ["", "cgroup.procs", "cgroup.subtree_control", "cgroup.threads"] {
+            std::fs::write(root.join("cgroup.subtree_control"), enable).map_err(io(format!(
+                "cannot enable controllers in {}",
+                root.display()
+            )))?;
+            std::fs::create_dir_all(&dir)
+                .map_err(io(format!("cannot create {}", dir.display())))?;
+            std::fs::write(dir.join("cgroup.subtree_control"), enable).map_err(io(format!(
+                "cannot enable controllers in {}",
+                dir.display()
+            )))?;
+            for f in [
+                "",
+                "cgroup.procs",
+                "cgroup.subtree_control",
+                "cgroup.threads",
+            ] {
                 give(&dir.join(f))?;
             }
             done.push(format!("delegated {} to uid {uid}", dir.display()));
@@ -186,6 +197,20 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
             });
         }
     }
+    // slirp4netns (egress without root) opens /dev/net/tun in the sandbox's network
+    // namespace: most distributions leave it 0666; some containers make it root-only.
+    let tun = Path::new("/dev/net/tun");
+    if let Ok(md) = std::fs::metadata(tun) {
+        use std::os::unix::fs::PermissionsExt;
+        if md.permissions().mode() & 0o006 != 0o006 {
+            std::fs::set_permissions(tun, std::fs::Permissions::from_mode(0o666))
+                .map_err(io(format!("cannot open up {}", tun.display())))?;
+            done.push(format!(
+                "made {} 0666 (the usual default) so --network works without root",
+                tun.display()
+            ));
+        }
+    }
     Ok(done)
 }
 
@@ -194,7 +219,7 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
 pub fn check_delegated(parents: &[PathBuf], limits: &[String], uid: u32) -> Result<(), Error> {
     let missing: Vec<String> = parents
         .iter()
-        .filter(|p| rustix::fs::access(p.as_path(), rustix::fs::Access::WRITE_OK).is_err())
+        .filter(|p| nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_err())
         .map(|p| p.display().to_string())
         .collect();
     if missing.is_empty() {
@@ -202,10 +227,11 @@ pub fn check_delegated(parents: &[PathBuf], limits: &[String], uid: u32) -> Resu
     }
     let name = users_name(uid).unwrap_or_else(|| uid.to_string());
     Err(Error::Unavailable {
-        what: format!("the limits of this rootless sandbox ({})", limits.join(", ")),
+        what: format!("enforcing limits ({}) without root", limits.join(", ")),
         reason: format!(
-            "they need a cgroup delegated to you, and {} is missing or not yours",
-            missing.join(", ")
+            "that needs a cgroup delegated to you, and {} {} missing or not yours",
+            missing.join(", "),
+            if missing.len() == 1 { "is" } else { "are" }
         ),
         fix: format!("as root, once: stockade setup rootless --user {name}"),
     })
@@ -225,17 +251,22 @@ mod tests {
             helpers: Some(("/usr/bin/newuidmap".into(), "/usr/bin/newgidmap".into())),
         };
         let m = h.maps(1000, 1000);
-        let l = |inside, host, count| MapLine { inside, host, count };
+        let l = |inside, host, count| MapLine {
+            inside,
+            host,
+            count,
+        };
         assert_eq!(
             m.uid_map,
-            vec![l(1000, 1001, 1), l(0, 100_000, 1000), l(1001, 101_000, 64_535)]
+            vec![
+                l(1000, 1001, 1),
+                l(0, 100_000, 1000),
+                l(1001, 101_000, 64_535)
+            ]
         );
         let m = h.maps(0, 0);
         assert_eq!(m.uid_map, vec![l(0, 1001, 1), l(1, 100_000, 65_535)]);
-        let bare = RootlessHost {
-            helpers: None,
-            ..h
-        };
+        let bare = RootlessHost { helpers: None, ..h };
         let m = bare.maps(1000, 1000);
         assert_eq!(m.uid_map, vec![l(1000, 1001, 1)]);
         assert!(m.helpers.is_none());

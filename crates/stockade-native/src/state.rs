@@ -225,7 +225,12 @@ pub fn gc(root: &Path) -> GcReport {
         CgroupLayout::None => vec![],
     };
     for base in bases {
-        for cg in entries(&base.join(CGROUP_PARENT)) {
+        let parent = if stockade_core::host::is_root() {
+            CGROUP_PARENT.to_string()
+        } else {
+            crate::rootless::delegated_name(stockade_core::host::euid())
+        };
+        for cg in entries(&base.join(&parent)) {
             let id = cg
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())

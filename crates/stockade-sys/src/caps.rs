@@ -64,3 +64,17 @@ pub fn keep_only(names: &[&str]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Makes every permitted capability inheritable and ambient, so that they survive
+/// exec for a process that is not root (in its user namespace).
+pub fn all_ambient() -> Result<()> {
+    let permitted = caps::read(None, CapSet::Permitted)
+        .map_err(|e| SysError::other("capget", "permitted", e))?;
+    caps::set(None, CapSet::Inheritable, &permitted)
+        .map_err(|e| SysError::other("capset", "inheritable", e))?;
+    for cap in permitted {
+        caps::raise(None, CapSet::Ambient, cap)
+            .map_err(|e| SysError::other("prctl", format!("PR_CAP_AMBIENT_RAISE {cap}"), e))?;
+    }
+    Ok(())
+}

@@ -117,7 +117,10 @@ pub fn enter_with_net_admin(cmd: &mut Command, userns: OwnedFd, netns: OwnedFd) 
             if libc::setns(u, libc::CLONE_NEWUSER) != 0 || libc::setns(n, libc::CLONE_NEWNET) != 0 {
                 return last();
             }
-            let mut head = CapHeader { version: CAP_V3, pid: 0 };
+            let mut head = CapHeader {
+                version: CAP_V3,
+                pid: 0,
+            };
             let mut data = [CapData::default(); 2];
             if libc::syscall(libc::SYS_capget, &raw mut head, data.as_mut_ptr()) != 0 {
                 return last();
@@ -127,7 +130,14 @@ pub fn enter_with_net_admin(cmd: &mut Command, userns: OwnedFd, netns: OwnedFd) 
                 return last();
             }
             let raise = libc::PR_CAP_AMBIENT_RAISE as libc::c_ulong;
-            if libc::prctl(libc::PR_CAP_AMBIENT, raise, CAP_NET_ADMIN as libc::c_ulong, 0, 0) != 0 {
+            if libc::prctl(
+                libc::PR_CAP_AMBIENT,
+                raise,
+                CAP_NET_ADMIN as libc::c_ulong,
+                0,
+                0,
+            ) != 0
+            {
                 return last();
             }
             Ok(())

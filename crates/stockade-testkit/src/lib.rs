@@ -64,12 +64,56 @@ pub fn root() -> Result<(), String> {
 /// Whether the test can run as root: in CI a test that is not root fails (with how to
 /// fix it); elsewhere it is skipped loudly. `test` names what needs root.
 pub fn require_root(test: &str) -> bool {
+    if rootless() {
+        return true;
+    }
     require(
         &format!("root (for {test}: native sandboxes need cgroups and namespaces)"),
         root(),
         "run the tests as root (./test.sh as root)",
     )
     .is_some()
+}
+
+/// Whether this run tests rootless mode on purpose (`STOCKADE_TEST_ROOTLESS=1`, set by
+/// `test.sh` when it runs the suites again as an unprivileged user): native sandboxes
+/// then need no root, only a delegated cgroup (`stockade setup rootless`).
+pub fn rootless() -> bool {
+    std::env::var("STOCKADE_TEST_ROOTLESS").as_deref() == Ok("1") && root().is_err()
+}
+
+/// The cgroup directory (below each hierarchy's root) holding this process's native
+/// sandboxes: `stockade`, or rootless the one delegated to the caller.
+pub fn cgroup_parent() -> String {
+    if root().is_ok() {
+        "stockade".into()
+    } else {
+        format!("stockade-user-{}", effective_uid())
+    }
+}
+
+fn effective_uid() -> u32 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .and_then(|l| l.split_whitespace().nth(2))
+                .and_then(|u| u.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// A host directory the sandbox must never see, where attack tests plant secrets:
+/// `/root` as root, the caller's home rootless (a rootless user's secrets live there).
+pub fn secret_dir() -> std::path::PathBuf {
+    if root().is_ok() {
+        return "/root".into();
+    }
+    std::env::var_os("HOME")
+        .map(std::path::PathBuf::from)
+        .filter(|h| h.is_absolute() && h.is_dir())
+        .unwrap_or_else(|| "/root".into())
 }
 
 /// How to get the registry tools.

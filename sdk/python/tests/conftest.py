@@ -11,7 +11,8 @@ import stockade
 
 
 def _require_root() -> None:
-    if os.geteuid() != 0:
+    # test.sh runs a subset again as an unprivileged user, on purpose (rootless mode).
+    if os.geteuid() != 0 and os.environ.get("STOCKADE_TEST_ROOTLESS") != "1":
         msg = "the native provider needs root: run the SDK tests with sudo (sdk/python/test.sh)"
         if os.environ.get("CI"):
             pytest.fail(msg)
@@ -33,4 +34,14 @@ def aclient(tmp_path) -> stockade.AsyncStockade:
 def sandbox_exists(sandbox_id: str) -> bool:
     """Whether the native sandbox still has its state directory (its monitor removes
     it last, after killing everything and removing the cgroups)."""
-    return os.path.exists(f"/run/stockade/{sandbox_id}")
+    return os.path.exists(os.path.join(_state_dir(), sandbox_id))
+
+
+def _state_dir() -> str:
+    """Where the native provider keeps its sandboxes (as ``stockade_core::host``)."""
+    if os.environ.get("STOCKADE_STATE_DIR"):
+        return os.environ["STOCKADE_STATE_DIR"]
+    if os.geteuid() == 0:
+        return "/run/stockade"
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(runtime, "stockade") if runtime else f"/tmp/stockade-{os.geteuid()}"

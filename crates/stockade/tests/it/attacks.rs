@@ -63,8 +63,11 @@ async fn writes_outside_tmp_and_writable_mounts_fail() {
     let ro = tempfile::tempdir().unwrap();
     // The sandbox user (1000) owns the writable dir, as a workspace owner would; it
     // could write the read-only one if the mount were not read-only.
-    for d in [rw.path(), ro.path()] {
-        std::os::unix::fs::chown(d, Some(1000), Some(1000)).unwrap();
+    // (Rootless, the caller's own directories are already the sandbox user's.)
+    if !stockade_testkit::rootless() {
+        for d in [rw.path(), ro.path()] {
+            std::os::unix::fs::chown(d, Some(1000), Some(1000)).unwrap();
+        }
     }
     std::fs::write(ro.path().join("keep.txt"), "original").unwrap();
     let mut spec = SandboxSpec::default();
@@ -116,14 +119,17 @@ async fn host_secrets_and_environment_are_invisible() {
         return;
     }
     let marker = format!("stockade-secret-{}", std::process::id());
-    let planted = std::path::PathBuf::from("/root").join(&marker);
+    let planted = stockade_testkit::secret_dir().join(&marker);
     std::fs::write(&planted, "TOP SECRET").unwrap();
     // The host environment (set on the real CLI process) is checked in the CLI tests;
     // here: only the allowlisted variables exist inside.
     let sb = sandbox(SandboxSpec::default()).await;
     let out = sh(
         &sb,
-        &format!("cat /root/{marker}; ls /root /home /var /run; env; cat /etc/shadow; grep -r 'TOP SECRET' /etc /tmp 2>/dev/null"),
+        &format!(
+            "cat {}; ls /root /home /var /run; env; cat /etc/shadow; grep -r 'TOP SECRET' /etc /tmp 2>/dev/null",
+            planted.display()
+        ),
         10_000,
     )
     .await;
@@ -172,11 +178,16 @@ async fn fork_bomb_is_contained_and_host_stays_responsive() {
         t.elapsed()
     );
     let pids = std::fs::read_to_string(format!(
-        "/sys/fs/cgroup/pids/stockade/{}/pids.current",
+        "/sys/fs/cgroup/pids/{}/{}/pids.current",
+        stockade_testkit::cgroup_parent(),
         sb.id()
     ))
     .or_else(|_| {
-        std::fs::read_to_string(format!("/sys/fs/cgroup/stockade/{}/pids.current", sb.id()))
+        std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/{}/{}/pids.current",
+            stockade_testkit::cgroup_parent(),
+            sb.id()
+        ))
     })
     .unwrap();
     assert!(

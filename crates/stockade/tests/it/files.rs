@@ -151,20 +151,24 @@ async fn file_operations_cannot_reach_the_host_or_write_read_only_paths() {
         return;
     }
     let marker = format!("stockade-file-secret-{}", std::process::id());
-    std::fs::write(format!("/root/{marker}"), "HOST SECRET").unwrap();
+    let planted = stockade_testkit::secret_dir().join(&marker);
+    std::fs::write(&planted, "HOST SECRET").unwrap();
     let sb = sandbox(SandboxSpec::default()).await;
     // The code plants symlinks to host paths; the file API resolves them inside.
     let _ = sh(
         &sb,
-        &format!("ln -s /root/{marker} /tmp/l1; ln -s /etc/shadow /tmp/l2; ln -s / /tmp/l3"),
+        &format!(
+            "ln -s {} /tmp/l1; ln -s /etc/shadow /tmp/l2; ln -s / /tmp/l3",
+            planted.display()
+        ),
         5_000,
     )
     .await;
     for path in [
         "/tmp/l1".to_string(),
         "/tmp/l2".into(),
-        format!("/tmp/l3/root/{marker}"),
-        format!("/tmp/../../root/{marker}"),
+        format!("/tmp/l3{}", planted.display()),
+        format!("/tmp/../..{}", planted.display()),
         "/../../etc/shadow".into(),
     ] {
         let r = sb.read(&path).await;
@@ -189,7 +193,7 @@ async fn file_operations_cannot_reach_the_host_or_write_read_only_paths() {
         let err = sb.write(path, "x").await.unwrap_err();
         assert_eq!(err.code(), ErrorCode::PolicyDenied, "{path}: {err}");
     }
-    std::fs::remove_file(format!("/root/{marker}")).unwrap();
+    std::fs::remove_file(&planted).unwrap();
     assert!(
         !std::path::Path::new("/usr/bin/evil").exists() && !std::path::Path::new("/evil").exists()
     );

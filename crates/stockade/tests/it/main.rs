@@ -67,7 +67,9 @@ pub fn assert_no_trace(id: &str) {
         "/sys/fs/cgroup/cpu",
         "/sys/fs/cgroup/unified",
     ] {
-        let cg = PathBuf::from(base).join("stockade").join(id);
+        let cg = PathBuf::from(base)
+            .join(stockade_testkit::cgroup_parent())
+            .join(id);
         assert!(!cg.exists(), "cgroup {} left behind", cg.display());
     }
 }
