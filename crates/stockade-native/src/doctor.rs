@@ -28,16 +28,60 @@ fn read(p: &str) -> String {
 pub fn host_checks() -> Vec<Check> {
     let mut v = Vec::new();
     let root = stockade_core::host::is_root();
-    v.push(check(
-        "root",
-        root,
-        if root {
-            "running as root".into()
-        } else {
-            "not root".into()
-        },
-        "run as root; the native provider needs it for cgroups",
-    ));
+    if root {
+        v.push(check("root", true, "running as root".into(), ""));
+        let pool = crate::idpool::IdPool::from_env().and_then(|p| p.check_host().map(|()| p));
+        v.push(check(
+            "id pool",
+            pool.is_ok(),
+            match &pool {
+                Ok(p) => format!("sandboxes' user namespaces lease host ids from {p}"),
+                Err(e) => e.to_string(),
+            },
+            "choose a range clear of host accounts: serve --id-range or $STOCKADE_ID_RANGE",
+        ));
+    } else {
+        let r = crate::rootless::RootlessHost::detect();
+        v.push(check(
+            "rootless ids",
+            true,
+            match (&r.helpers, r.subuid) {
+                (Some(_), Some((s, n))) => format!("your uid {} and subordinate ids {s} (+{n}) through newuidmap", r.uid),
+                _ => format!("your uid {} only (no /etc/subuid range or no newuidmap: root inside is not mapped)", r.uid),
+            },
+            "",
+        ));
+        let parent = crate::rootless::delegated_name(r.uid);
+        let cgs: Vec<std::path::PathBuf> = match layout::detect().cgroups {
+            CgroupLayout::V2 { root } => vec![root.join(&parent)],
+            CgroupLayout::Hybrid { v1, .. } => ["memory", "pids", "cpu"]
+                .iter()
+                .filter_map(|c| v1.get(*c).map(|b| b.join(&parent)))
+                .collect(),
+            CgroupLayout::None => vec![],
+        };
+        let delegated = !cgs.is_empty()
+            && cgs
+                .iter()
+                .all(|p| nix::unistd::access(p.as_path(), nix::unistd::AccessFlags::W_OK).is_ok());
+        v.push(check(
+            "rootless limits",
+            delegated,
+            if delegated {
+                format!(
+                    "cgroups delegated to you: {}",
+                    cgs.iter()
+                        .map(|p| p.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            } else {
+                "no cgroup is delegated to you: sandboxes (which all have limits) are refused"
+                    .into()
+            },
+            "as root, once: stockade setup rootless --user YOUR_NAME",
+        ));
+    }
     let userns = read("/proc/sys/user/max_user_namespaces")
         .parse::<u64>()
         .unwrap_or(0);
