@@ -11,17 +11,18 @@ before=$1 after=$2 runs=${3:-40}
 user=stockade-rl
 uid=$(id -u "$user") gid=$(id -g "$user")
 ws=$(mktemp -d) rws=$(mktemp -d)
-chmod 700 "$ws"
+# 0755: the build before user namespaces could not enter a root-owned 0700 one.
+chmod 755 "$ws"
 chown "$uid:$gid" "$rws"
 json=$(mktemp)
 as_user="env -i HOME=/home/$user PATH=/usr/bin:/bin setpriv --reuid=$uid --regid=$gid --init-groups"
 hyperfine -N --warmup 5 --runs "$runs" --export-json "$json" \
-  -n "bare python3 -c pass" "python3 -c pass" \
+  -n "bare python3 -c pass" "/usr/bin/python3 -c pass" \
   -n "before: run (no user namespace)" "$before/stockade run -- python3 -c pass" \
   -n "after: run (user namespace)" "$after/stockade run -- python3 -c pass" \
   -n "before: run --workspace" "$before/stockade run --workspace $ws -- python3 -c pass" \
   -n "after: run --workspace (idmapped)" "$after/stockade run --workspace $ws -- python3 -c pass" \
-  -n "bare, as $user" "$as_user python3 -c pass" \
+  -n "bare, as $user" "$as_user /usr/bin/python3 -c pass" \
   -n "after: rootless run" "$as_user $after/stockade run -- python3 -c pass" \
   -n "after: rootless run --workspace" "$as_user $after/stockade run --workspace $rws -- python3 -c pass" \
   >/dev/null
