@@ -8,26 +8,29 @@ mod spec_args;
 
 use clap::{Parser, Subcommand};
 
+/// The help heading of the flags every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Run untrusted, AI-written code in sandboxes that are secure by default.
 #[derive(Parser, Debug)]
 #[command(name = "stockade", version, propagate_version = true)]
 struct Cli {
-    /// Print machine-readable JSON.
-    #[arg(long, global = true)]
+    /// Print machine-readable JSON: one object per command result, an array for a list.
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
     /// Isolation backend (default: $STOCKADE_PROVIDER or native).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     provider: Option<String>,
     /// Where sessions, runtimes and images live (default: $STOCKADE_HOME, else
     /// /var/lib/stockade for root, else the XDG data dir).
-    #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME")]
+    #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME", help_heading = GLOBAL)]
     home: Option<std::path::PathBuf>,
     /// Run in-process even when a daemon answers (STOCKADE_HOST or the default socket).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     direct: bool,
     /// The CA certificate (PEM) a TLS daemon's certificate must chain to (default:
     /// $STOCKADE_TLS_CA, else the system's roots).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -79,6 +82,10 @@ enum Command {
     Pool(commands::pool::PoolCmd),
     /// Serve sandboxes as tools to MCP clients (over stdio, or HTTP with --http ADDR).
     Mcp(stockade_mcp::McpArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions(commands::docs::CompletionsArgs),
+    /// Print the manual page (roff), generated from this command line's definition.
+    Man(commands::docs::ManArgs),
 }
 
 fn main() {
@@ -96,6 +103,11 @@ fn main() {
     if let Command::Serve(args) = cli.command {
         drop(rt);
         std::process::exit(commands::serve::run(args));
+    }
+    match cli.command {
+        Command::Completions(a) => std::process::exit(commands::docs::completions(a)),
+        Command::Man(a) => std::process::exit(commands::docs::man(a)),
+        _ => {}
     }
     if let Command::Mcp(args) = cli.command {
         drop(rt);
@@ -129,7 +141,9 @@ fn main() {
             Command::Cp(a) => commands::cp::run(&ctx, a).await,
             Command::Session(c) => commands::session::run(&ctx, c).await,
             Command::Pool(c) => commands::pool::run(&ctx, c).await,
-            Command::Serve(_) | Command::Mcp(_) => Ok(0),
+            Command::Serve(_) | Command::Mcp(_) | Command::Completions(_) | Command::Man(_) => {
+                Ok(0)
+            }
         };
         match result {
             Ok(code) => code,

@@ -2,6 +2,7 @@
 
 pub mod cp;
 pub mod create;
+pub mod docs;
 pub mod doctor;
 pub mod exec;
 pub mod fs;
