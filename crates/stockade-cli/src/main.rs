@@ -55,8 +55,11 @@ enum Command {
     Rm(commands::rm::RmArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,
-    /// Check what this host supports and which providers are usable.
+    /// Check what this host supports, which providers are usable and which languages run.
     Doctor,
+    /// List the languages --language runs here and how (host interpreter, image in the
+    /// store, image pulled on first use, WASI runtime).
+    Languages,
     /// Run file operations inside a sandbox, as the sandbox user.
     Fs {
         /// Sandbox id.
@@ -122,7 +125,10 @@ fn main() {
     };
     let code = rt.block_on(async {
         // Image and runtime management are local; everything else may use a daemon.
-        let local = matches!(cli.command, Command::Image(_) | Command::Runtime(_));
+        let local = matches!(
+            cli.command,
+            Command::Image(_) | Command::Runtime(_) | Command::Languages
+        );
         if !local && let Err(e) = ctx.connect(cli.direct, cli.tls_ca.as_deref()).await {
             return output::error(ctx.json, &e);
         }
@@ -135,6 +141,7 @@ fn main() {
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
+            Command::Languages => commands::languages::run(&ctx),
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,
             Command::Image(c) => commands::image::run(&ctx, c).await,
             Command::Fs { id, cmd } => commands::fs::run(&ctx, &id, cmd).await,

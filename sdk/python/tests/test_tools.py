@@ -58,3 +58,21 @@ def test_langchain_structured_tool(client) -> None:
     assert isinstance(tool, lc.StructuredTool) and tool.name == "run_code"
     out = tool.invoke({"language": "bash", "code": "echo via langchain"})
     assert out["ok"] is True and out["stdout"] == "via langchain\n"
+
+
+def test_schemas_offer_only_the_languages_that_run_here() -> None:
+    # Issue 17: the enum lists what runs now (host, stored image, WASI runtime).
+    from stockade import _native
+
+    rows = json.loads(_native.languages())
+    ready = [r["language"] for r in rows if r["ready"]]
+    assert "python" in ready
+    assert tools.available_languages() == ready
+    assert tools.anthropic_tool()["input_schema"]["properties"]["language"]["enum"] == ready
+    assert tools.openai_tool()["function"]["parameters"]["properties"]["language"]["enum"] == ready
+    assert tools.RUN_CODE_SCHEMA["properties"]["language"]["enum"] == ready
+    for r in rows:
+        assert r["how"] in {"host", "image", "pull", "runtime", "unavailable"}, r
+        assert r["ready"] == (r["how"] in {"host", "image", "runtime"}), r
+    wasm = tools.available_languages("wasm")
+    assert set(wasm) <= {"python"}, wasm

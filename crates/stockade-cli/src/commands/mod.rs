@@ -9,6 +9,7 @@ pub mod fs;
 pub mod gc;
 pub mod image;
 pub mod inspect;
+pub mod languages;
 pub mod ls;
 pub mod mcp;
 pub mod pool;

@@ -13,7 +13,7 @@ use crate::{json, require_root, state_dir};
 const HELLO: &[u8] = b"import os\nprint('hello from the image', os.getcwd(), os.getuid())\n";
 
 /// `stockade` with its own home (image store) and config file.
-fn stockade_in(home: &Path, args: &[&str]) -> Command {
+pub(crate) fn stockade_in(home: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_stockade"));
     c.args(args)
         .env("STOCKADE_STATE_DIR", state_dir())

@@ -10,6 +10,7 @@ mod via;
 mod daemon;
 mod docker_user;
 mod images;
+mod languages;
 mod manners;
 
 use stockade_testkit::require_root;
