@@ -20,6 +20,22 @@ else
 fi
 mkdir -p python/stockade/_bin
 install -m 0755 "$agent" python/stockade/_bin/stockade-agent
+# One wheel for every CPython 3.10 and later (abi3: pyo3's abi3-py310 feature).
 rm -rf dist
-"$py" -m maturin build -q "${flags[@]}" --compatibility linux --interpreter "$py" --out dist
+if [ "$profile" = release ]; then
+  # A release wheel runs on any Linux with glibc 2.28 or later (manylinux_2_28): zig
+  # (PyPI's ziglang, pinned) links against that glibc whatever this host has, and
+  # maturin audits the tag. It builds for an explicit target, so every crate is built
+  # again: too slow for each test run, which builds the same abi3 wheel for this host.
+  zig=0.15.2
+  if [ "$("$py" -m ziglang version 2>/dev/null)" != "$zig" ]; then
+    "$py" -m pip install -q --disable-pip-version-check "ziglang==$zig"
+  fi
+  # maturin runs `python3 -m ziglang`: the interpreter that has it comes first on PATH.
+  PATH="$(dirname "$py"):$PATH" "$py" -m maturin build -q "${flags[@]}" --zig \
+    --compatibility manylinux_2_28 --target "$(uname -m)-unknown-linux-gnu" \
+    --interpreter "$py" --out dist
+else
+  "$py" -m maturin build -q "${flags[@]}" --compatibility linux --interpreter "$py" --out dist
+fi
 ls dist/*.whl

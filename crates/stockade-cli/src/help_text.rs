@@ -64,6 +64,28 @@ pub fn problems(cmd: &Command, path: &str) -> Vec<String> {
                 }
             }
         }
+        // clap prints `[default: X]` after the help; a text naming a default too
+        // contradicts it or repeats it ("(default 1000) [default: 0]").
+        let text = format!(
+            "{} {}",
+            arg.get_help().map(ToString::to_string).unwrap_or_default(),
+            arg.get_long_help()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        );
+        if !arg.get_default_values().is_empty() && text.to_lowercase().contains("default") {
+            out.push(format!(
+                "`{path}` argument {name} states a default in its help and has clap's \
+                 default {:?}: keep one",
+                arg.get_default_values()
+            ));
+        }
+        if arg.is_global_set() && arg.get_help_heading() != Some(crate::GLOBAL) {
+            out.push(format!(
+                "`{path}` global argument {name} is not under the {:?} heading",
+                crate::GLOBAL
+            ));
+        }
         if let Some(long) = arg.get_long_help()
             && let Some(why) = incomplete(&long.to_string())
         {
@@ -101,5 +123,20 @@ mod tests {
         assert!(incomplete("Ends with a comma,").is_some());
         assert_eq!(incomplete("Name the imported image (repeatable)"), None);
         assert_eq!(incomplete("List the images in the store."), None);
+    }
+
+    #[test]
+    fn a_default_stated_twice_is_caught() {
+        let cmd = clap::Command::new("t").about("A test.").arg(
+            clap::Arg::new("max")
+                .long("max")
+                .help("Most matches (default 1000)")
+                .default_value("0"),
+        );
+        let found = problems(&cmd, "");
+        assert!(
+            found.iter().any(|p| p.contains("states a default")),
+            "{found:?}"
+        );
     }
 }

@@ -8,26 +8,29 @@ mod spec_args;
 
 use clap::{Parser, Subcommand};
 
+/// The help heading of the flags every command takes.
+const GLOBAL: &str = "Global options";
+
 /// Run untrusted, AI-written code in sandboxes that are secure by default.
 #[derive(Parser, Debug)]
 #[command(name = "stockade", version, propagate_version = true)]
 struct Cli {
-    /// Print machine-readable JSON.
-    #[arg(long, global = true)]
+    /// Print machine-readable JSON: one object per command result, an array for a list.
+    #[arg(long, global = true, help_heading = GLOBAL)]
     json: bool,
     /// Isolation backend (default: $STOCKADE_PROVIDER or native).
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, global = true, value_name = "NAME", help_heading = GLOBAL)]
     provider: Option<String>,
     /// Where sessions, runtimes and images live (default: $STOCKADE_HOME, else
     /// /var/lib/stockade for root, else the XDG data dir).
-    #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME")]
+    #[arg(long, global = true, value_name = "DIR", env = "STOCKADE_HOME", help_heading = GLOBAL)]
     home: Option<std::path::PathBuf>,
     /// Run in-process even when a daemon answers (STOCKADE_HOST or the default socket).
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = GLOBAL)]
     direct: bool,
     /// The CA certificate (PEM) a TLS daemon's certificate must chain to (default:
     /// $STOCKADE_TLS_CA, else the system's roots).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, global = true, value_name = "FILE", help_heading = GLOBAL)]
     tls_ca: Option<std::path::PathBuf>,
     #[command(subcommand)]
     command: Command,
@@ -52,8 +55,11 @@ enum Command {
     Rm(commands::rm::RmArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,
-    /// Check what this host supports and which providers are usable.
+    /// Check what this host supports, which providers are usable and which languages run.
     Doctor,
+    /// List the languages --language runs here and how (host interpreter, image in the
+    /// store, image pulled on first use, WASI runtime).
+    Languages,
     /// Run file operations inside a sandbox, as the sandbox user.
     Fs {
         /// Sandbox id.
@@ -82,6 +88,10 @@ enum Command {
     /// One-time host setup, as root (`setup rootless --user NAME`).
     #[command(subcommand)]
     Setup(commands::setup::SetupCmd),
+    /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
+    Completions(commands::docs::CompletionsArgs),
+    /// Print the manual page (roff), generated from this command line's definition.
+    Man(commands::docs::ManArgs),
 }
 
 fn main() {
@@ -100,6 +110,11 @@ fn main() {
         drop(rt);
         std::process::exit(commands::serve::run(args));
     }
+    match cli.command {
+        Command::Completions(a) => std::process::exit(commands::docs::completions(a)),
+        Command::Man(a) => std::process::exit(commands::docs::man(a)),
+        _ => {}
+    }
     if let Command::Mcp(args) = cli.command {
         drop(rt);
         let code = commands::mcp::run(args, cli.provider, cli.home, cli.direct);
@@ -115,7 +130,7 @@ fn main() {
         // Image and runtime management are local; everything else may use a daemon.
         let local = matches!(
             cli.command,
-            Command::Image(_) | Command::Runtime(_) | Command::Setup(_)
+            Command::Image(_) | Command::Runtime(_) | Command::Languages | Command::Setup(_)
         );
         if !local && let Err(e) = ctx.connect(cli.direct, cli.tls_ca.as_deref()).await {
             return output::error(ctx.json, &e);
@@ -129,6 +144,7 @@ fn main() {
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
+            Command::Languages => commands::languages::run(&ctx),
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,
             Command::Image(c) => commands::image::run(&ctx, c).await,
             Command::Fs { id, cmd } => commands::fs::run(&ctx, &id, cmd).await,
@@ -136,7 +152,9 @@ fn main() {
             Command::Session(c) => commands::session::run(&ctx, c).await,
             Command::Pool(c) => commands::pool::run(&ctx, c).await,
             Command::Setup(c) => commands::setup::run(&ctx, c).await,
-            Command::Serve(_) | Command::Mcp(_) => Ok(0),
+            Command::Serve(_) | Command::Mcp(_) | Command::Completions(_) | Command::Man(_) => {
+                Ok(0)
+            }
         };
         match result {
             Ok(code) => code,

@@ -44,8 +44,8 @@ pub struct SpecArgs {
     /// in the store; its Env and WorkingDir apply unless flags override.
     #[arg(long, value_name = "REF")]
     pub image: Option<String>,
-    /// Working directory inside (default /tmp).
-    #[arg(long, value_name = "PATH")]
+    /// Working directory inside (default /tmp, or /work with --workspace).
+    #[arg(long, short = 'w', value_name = "PATH")]
     pub workdir: Option<PathBuf>,
     /// The uid (and gid, as UID:GID) the code runs as inside (default 1000:1000).
     #[arg(long, value_name = "UID[:GID]")]

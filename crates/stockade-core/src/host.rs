@@ -10,6 +10,10 @@ pub fn euid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// The spec label recording the uid that created a sandbox in-process (the CLI and
+/// sessions set it), so `stockade rm --all` run by root removes only root's own.
+pub const OWNER_UID_LABEL: &str = "stockade.uid";
+
 /// Whether this process runs as root (effective uid 0).
 pub fn is_root() -> bool {
     euid() == 0

@@ -190,6 +190,10 @@ impl SessionManager {
         spec.workdir = Some(WORKSPACE_TARGET.into());
         spec.idle_timeout_secs = Some(self.config.idle_timeout_secs);
         spec.labels.insert("stockade.session".into(), name.into());
+        spec.labels.insert(
+            crate::host::OWNER_UID_LABEL.into(),
+            crate::host::euid().to_string(),
+        );
         let sb = Sandbox::create(
             self.provider.clone(),
             spec,

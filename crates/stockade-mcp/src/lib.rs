@@ -42,7 +42,8 @@ pub struct McpArgs {
     /// Provider the model may use (repeatable; the first is the default).
     #[arg(long = "allow-provider", value_name = "NAME")]
     pub allow_providers: Vec<String>,
-    /// Language run_code accepts (repeatable; default: all of the language table).
+    /// Language run_code accepts (repeatable; default: those that run now with the
+    /// default provider, as `stockade languages` lists them).
     #[arg(long = "allow-language", value_name = "LANG")]
     pub allow_languages: Vec<String>,
     /// Image sandbox_create accepts: a reference, or a prefix ending in * (repeatable).
@@ -106,7 +107,20 @@ pub fn build_policy(a: &McpArgs, g: &Globals) -> Result<OperatorPolicy, String> 
         workspaces,
         ..PolicyFile::default()
     };
-    p.apply_file(flags).map_err(|e| e.join("; "))
+    let mut p = p.apply_file(flags).map_err(|e| e.join("; "))?;
+    // Unless the operator chose the languages, `run_code` offers those that run now on
+    // the default provider (host interpreters, images in the store, WASI runtimes).
+    let table: Vec<String> = stockade::spec::PRESETS
+        .iter()
+        .map(|l| l.names[0].to_string())
+        .collect();
+    if p.languages == table {
+        let home = g.home.clone().unwrap_or_else(stockade::host::stockade_home);
+        let store = stockade_image::Store::open(home.join("images")).map_err(|e| e.to_string())?;
+        p.languages = stockade::languages::ready_languages(&p.providers[0], &store, &home)
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(p)
 }
 
 /// Runs the server until the client disconnects (stdio) or a signal (both);
@@ -183,5 +197,46 @@ pub async fn shutdown_signal() {
         _ = term.recv() => {}
         _ = int.recv() => {}
         _ = hup.recv() => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // Issue 17: run_code offers only the languages that run with this configuration.
+    #[test]
+    fn run_code_offers_only_languages_that_run_here() {
+        let home = tempfile::tempdir().unwrap();
+        let g = Globals {
+            provider: Some("native".into()),
+            home: Some(home.path().into()),
+            direct: true,
+        };
+        let p = build_policy(&McpArgs::default(), &g).unwrap();
+        let store = stockade_image::Store::open(home.path().join("images")).unwrap();
+        let ready = stockade::languages::ready_languages("native", &store, home.path()).unwrap();
+        assert_eq!(p.languages, ready);
+        assert!(
+            p.languages.iter().any(|l| l == "python"),
+            "{:?}",
+            p.languages
+        );
+        let all = stockade::languages::languages("native", &store, home.path()).unwrap();
+        for l in all.iter().filter(|l| !l.ready) {
+            assert!(!p.languages.contains(&l.language.to_string()), "{l:?}");
+        }
+        let defs = tools::definitions(Some(&p));
+        let run_code = defs.iter().find(|d| d["name"] == "run_code").unwrap();
+        assert_eq!(
+            run_code["inputSchema"]["properties"]["language"]["enum"],
+            serde_json::json!(ready)
+        );
+        // The operator's own list stands.
+        let a = McpArgs {
+            allow_languages: vec!["ruby".into()],
+            ..McpArgs::default()
+        };
+        assert_eq!(build_policy(&a, &g).unwrap().languages, ["ruby"]);
     }
 }

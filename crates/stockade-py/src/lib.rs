@@ -25,6 +25,20 @@ mod sessions;
 
 use pyo3::prelude::*;
 
+/// The languages of the table on `provider` (default: `$STOCKADE_PROVIDER` or
+/// native) with the image store and runtimes of `home` (default: the Stockade home),
+/// as a JSON array: how each runs here and whether it runs now (`stockade languages`).
+#[pyfunction]
+#[pyo3(signature = (provider=None, home=None))]
+fn languages(provider: Option<String>, home: Option<std::path::PathBuf>) -> PyResult<String> {
+    let provider = provider.unwrap_or_else(stockade::default_provider_name);
+    let home = home.unwrap_or_else(stockade::host::stockade_home);
+    let store = stockade_image::Store::open(home.join("images"))
+        .map_err(|e| errors::to_py(stockade::code::image_error(e)))?;
+    let rows = stockade::languages::languages(&provider, &store, &home).map_err(errors::to_py)?;
+    errors::json(&rows)
+}
+
 /// The `stockade._native` module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -36,6 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::Outcome>()?;
     m.add_class::<exec::Chunk>()?;
     m.add_function(wrap_pyfunction!(files::unpack_on_host, m)?)?;
+    m.add_function(wrap_pyfunction!(languages, m)?)?;
     m.add("PROVIDERS", stockade::PROVIDERS.to_vec())?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

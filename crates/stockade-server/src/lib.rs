@@ -120,8 +120,13 @@ pub fn default_state_dir() -> PathBuf {
 pub fn run(args: ServeArgs) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOCKADE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colour only on a terminal: a log file or pipe gets plain text (and NO_COLOR
+    // turns it off everywhere).
+    let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(ansi)
         .with_writer(std::io::stderr)
         .try_init();
     let rt = match tokio::runtime::Builder::new_multi_thread()

@@ -3,10 +3,11 @@
 //! SDKs (`run_code`), so both pick interpreters the same way.
 //!
 //! On the native provider the interpreter comes from the spec's image when it names
-//! one; else from the host when it is installed there (host-rootfs mode, the fastest);
-//! else from the language's image (the config file's `[languages]` entry, else the
-//! preset's default), pulled on first use. When none of these works the error names
-//! the missing interpreter and what to do. The wasm provider's runtimes carry their
+//! one; else from the host when it is installed there (host-rootfs mode, the fastest;
+//! TypeScript also with Node.js 22.6+, see [`crate::languages`]); else from the
+//! language's image (the config file's `[languages]` entry, else the preset's default),
+//! pulled on first use. When none of these works the error names the missing
+//! interpreter and the one fix: installing it on the host. The wasm provider's runtimes carry their
 //! interpreter; other providers look it up on the image's `PATH`.
 
 use std::path::{Path, PathBuf};
@@ -15,6 +16,8 @@ use async_trait::async_trait;
 use stockade_core::{Error, Result};
 use stockade_image::{Image, Store};
 use stockade_spec::{LanguagePreset, Mount, SandboxSpec};
+
+use crate::languages::{HostRunner, host_runner, install_fix, language_image};
 
 /// What to run: a code string, or a host file (mounted read-only into the sandbox).
 #[derive(Clone, Copy, Debug)]
@@ -93,7 +96,7 @@ pub fn image_error(e: stockade_image::Error) -> Error {
 /// file or a symlink (an image's `/usr/bin/python3 -> python3.11` resolves inside
 /// the sandbox, not here). Parents resolve inside `root` as they would in the
 /// sandbox: an image's `/usr -> /` never makes this look at the host's files.
-fn find_in(root: &Path, dirs: &[&str], name: &str) -> Option<String> {
+pub(crate) fn find_in(root: &Path, dirs: &[&str], name: &str) -> Option<String> {
     use stockade_image::inroot::{Kind, kind};
     dirs.iter().find_map(|dir| {
         let inside = Path::new(dir).join(name);
@@ -139,6 +142,29 @@ fn interpreter_in_image(
     })
 }
 
+/// What runs the code: an interpreter of the preset, or TypeScript on Node.js.
+enum Interp {
+    /// The preset's interpreter at this path (in the sandbox's root).
+    Preset(String),
+    /// The host's Node.js (this path), stripping TypeScript's types.
+    NodeStripTypes(String),
+}
+
+/// Node's flags that run TypeScript by stripping its types (22.6 and later).
+const NODE_TS_FLAGS: &[&str] = &[
+    "--experimental-strip-types",
+    "--disable-warning=ExperimentalWarning",
+];
+
+/// Runs the TypeScript in `process.argv[1]` with Node: type stripping applies to files,
+/// not to `--eval`, so the code is written to a file in the sandbox's /tmp first and
+/// imported as an ES module (top-level await and `import` work, as with Deno).
+const NODE_TS_BOOT: &str = "const fs=require('fs'),os=require('os'),path=require('path'),\
+url=require('url');const d=fs.mkdtempSync(path.join(os.tmpdir(),'stockade-ts-'));\
+const f=path.join(d,'main.mts');fs.writeFileSync(f,process.argv[1]);\
+process.argv.splice(1,1,f);import(url.pathToFileURL(f).href).catch(e=>{console.error(e);\
+process.exitCode=1});";
+
 /// Picks the interpreter of `preset` for the native provider (see the module doc);
 /// sets `spec.image` when the language's image is used.
 async fn native_interpreter(
@@ -146,51 +172,57 @@ async fn native_interpreter(
     spec: &mut SandboxSpec,
     store: &Store,
     fetch: &dyn ImageFetcher,
-) -> Result<String> {
+) -> Result<Interp> {
     if let Some(reference) = spec.image.clone() {
         let img = fetch.fetch(store, &reference).await?;
         let rootfs = store.rootfs(&img).map_err(image_error)?;
-        return interpreter_in_image(preset, &img, &rootfs, &reference);
+        return interpreter_in_image(preset, &img, &rootfs, &reference).map(Interp::Preset);
     }
-    let name = preset.interpreter[0];
-    if let Some(p) = find_in(
-        Path::new("/"),
-        &["/usr/local/bin", "/usr/bin", "/bin"],
-        name,
-    ) {
-        return Ok(p);
-    }
+    let why = match host_runner(preset) {
+        Ok(HostRunner::Preset(p)) => return Ok(Interp::Preset(p)),
+        Ok(HostRunner::NodeStripTypes(node)) => return Ok(Interp::NodeStripTypes(node)),
+        Err(why) => why,
+    };
     let config =
         stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
-    let reference = config
-        .languages
-        .get(preset.names[0])
-        .cloned()
-        .unwrap_or_else(|| preset.image.to_string());
+    let reference = language_image(preset, &config);
     let img = fetch.fetch(store, &reference).await.map_err(|e| {
-        // One fix: ours, then the image's own.
-        let (detail, image_fix) = e.split_fix();
-        let mut fix = format!(
-            "install {name} on the host, give the sandbox an image that has it, \
-                 or name one under [languages] in {}",
-            stockade_image::Config::default_path().display()
-        );
-        if let Some(f) = image_fix {
-            fix = format!("{fix}; for the image: {f}");
-        }
+        // One fix: the host's interpreter works wherever the registry does not.
+        let (detail, _) = e.split_fix();
         Error::Unavailable {
             what: format!("the {} interpreter", preset.names[0]),
-            reason: format!(
-                "{name} is not installed on this host, and its image {reference} is not \
-                     available: {detail}"
-            ),
-            fix,
+            reason: format!("{why}, and its image {reference} is not available: {detail}"),
+            fix: install_fix(preset),
         }
     })?;
     let rootfs = store.rootfs(&img).map_err(image_error)?;
     let found = interpreter_in_image(preset, &img, &rootfs, &reference)?;
     spec.image = Some(reference);
-    Ok(found)
+    Ok(Interp::Preset(found))
+}
+
+/// The argv that runs TypeScript `source` with the host's Node (`node`), mounting a
+/// code file at `/code/main.mts` in `spec`.
+fn node_ts_argv(node: &str, source: Source<'_>, spec: &mut SandboxSpec) -> Result<Vec<String>> {
+    let mut argv = vec![node.to_string()];
+    argv.extend(NODE_TS_FLAGS.iter().map(ToString::to_string));
+    match source {
+        Source::Code(code) => {
+            argv.extend(["-e".to_string(), NODE_TS_BOOT.to_string(), code.to_string()]);
+        }
+        Source::File(file) => {
+            let host: PathBuf = std::fs::canonicalize(file)
+                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+            let target = "/code/main.mts".to_string();
+            spec.mounts.push(Mount {
+                host,
+                target: target.clone().into(),
+                writable: false,
+            });
+            argv.push(target);
+        }
+    }
+    Ok(argv)
 }
 
 /// The argv that runs `source` of `preset` on the provider called `provider`, after
@@ -222,7 +254,10 @@ pub async fn prepare(
         return Ok(preset.code_argv(image, &code));
     }
     let interp = if provider == "native" {
-        native_interpreter(preset, spec, store, fetch).await?
+        match native_interpreter(preset, spec, store, fetch).await? {
+            Interp::Preset(p) => p,
+            Interp::NodeStripTypes(node) => return node_ts_argv(&node, source, spec),
+        }
     } else {
         // Other providers resolve the interpreter on their own PATH.
         spec.image.get_or_insert_with(|| preset.image.to_string());
@@ -247,6 +282,34 @@ pub async fn prepare(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn typescript_on_node_strips_types_from_a_file_it_imports() {
+        let mut spec = SandboxSpec::default();
+        let argv = node_ts_argv(
+            "/usr/bin/node",
+            Source::Code("let x: number = 1"),
+            &mut spec,
+        )
+        .unwrap();
+        assert_eq!(
+            argv[..4],
+            [
+                "/usr/bin/node",
+                "--experimental-strip-types",
+                "--disable-warning=ExperimentalWarning",
+                "-e"
+            ]
+        );
+        assert!(argv[4].contains("main.mts") && argv[4].contains("process.argv[1]"));
+        assert_eq!(argv[5], "let x: number = 1");
+        let d = tempfile::tempdir().unwrap();
+        let f = d.path().join("prog.ts");
+        std::fs::write(&f, "console.log(1)").unwrap();
+        let argv = node_ts_argv("/usr/bin/node", Source::File(&f), &mut spec).unwrap();
+        assert_eq!(argv.last().unwrap(), "/code/main.mts");
+        assert_eq!(spec.mounts[0].target, Path::new("/code/main.mts"));
+    }
 
     #[test]
     fn finds_files_and_symlinks_under_a_root() {

@@ -18,6 +18,7 @@ use std::sync::Arc;
 
 pub mod archive;
 pub mod code;
+pub mod languages;
 
 pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;

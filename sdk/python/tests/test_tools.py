@@ -63,7 +63,7 @@ def test_langchain_structured_tool(client) -> None:
 def test_openai_tool_in_the_responses_api_shape() -> None:
     chat, responses = tools.openai_tool(), tools.openai_tool(api="responses")
     assert responses == {"type": "function", **chat["function"]}
-    assert responses["parameters"]["properties"]["language"]["enum"] == tools.LANGUAGES
+    assert responses["parameters"]["properties"]["language"]["enum"] == tools.available_languages()
     with pytest.raises(ValueError, match="responses"):
         tools.openai_tool(api="assistants")  # type: ignore[arg-type]
 
@@ -72,7 +72,7 @@ def test_openai_agents_tool_carries_the_language_enum() -> None:
     agents = pytest.importorskip("agents") if not os.environ.get("CI") else __import__("agents")
     tool = tools.openai_agents_tool()
     assert isinstance(tool, agents.FunctionTool)
-    assert tool.params_json_schema["properties"]["language"]["enum"] == tools.LANGUAGES
+    assert tool.params_json_schema["properties"]["language"]["enum"] == tools.available_languages()
 
 
 def test_langchain_tool_returns_a_structured_failure_for_missing_arguments(client) -> None:
@@ -93,7 +93,8 @@ def test_pydantic_ai_tool(client) -> None:
     tool = tools.pydantic_ai_tool(stockade=client)
     assert isinstance(tool, Tool) and tool.name == "run_code"
     schema = tool.function_schema.json_schema
-    assert schema["properties"]["language"]["enum"] == tools.LANGUAGES and schema["required"] == ["language", "code"]
+    assert schema["properties"]["language"]["enum"] == tools.available_languages()
+    assert schema["required"] == ["language", "code"]
 
     def model(messages: list, info: AgentInfo) -> ModelResponse:
         returns = [p for m in messages for p in getattr(m, "parts", []) if isinstance(p, ToolReturnPart)]
@@ -102,3 +103,19 @@ def test_pydantic_ai_tool(client) -> None:
         return ModelResponse(parts=[TextPart(returns[0].content["stdout"].strip())])
 
     assert Agent(FunctionModel(model), tools=[tool]).run_sync("six times seven").output == "42"
+def test_schemas_offer_only_the_languages_that_run_here() -> None:
+    # Issue 17: the enum lists what runs now (host, stored image, WASI runtime).
+    from stockade import _native
+
+    rows = json.loads(_native.languages())
+    ready = [r["language"] for r in rows if r["ready"]]
+    assert "python" in ready
+    assert tools.available_languages() == ready
+    assert tools.anthropic_tool()["input_schema"]["properties"]["language"]["enum"] == ready
+    assert tools.openai_tool()["function"]["parameters"]["properties"]["language"]["enum"] == ready
+    assert tools.RUN_CODE_SCHEMA["properties"]["language"]["enum"] == ready
+    for r in rows:
+        assert r["how"] in {"host", "image", "pull", "runtime", "unavailable"}, r
+        assert r["ready"] == (r["how"] in {"host", "image", "runtime"}), r
+    wasm = tools.available_languages("wasm")
+    assert set(wasm) <= {"python"}, wasm

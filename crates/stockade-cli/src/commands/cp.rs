@@ -24,29 +24,48 @@ fn split(arg: &str) -> Option<(&str, &str)> {
     (!id.is_empty() && !id.contains('/') && path.starts_with('/')).then_some((id, path))
 }
 
+/// What one copy did: a file or a directory (as a tar archive), where it landed, and
+/// how many bytes crossed.
+struct Copied {
+    kind: &'static str,
+    dest: String,
+    bytes: usize,
+}
+
 pub async fn run(ctx: &Ctx, a: CpArgs) -> Result<i32> {
     let provider = ctx.provider()?;
-    match (split(&a.src), split(&a.dest)) {
+    let copied = match (split(&a.src), split(&a.dest)) {
         (None, Some((id, dest))) => {
-            to_sandbox(provider.as_ref(), Path::new(&a.src), id, dest).await?;
+            let c = to_sandbox(provider.as_ref(), Path::new(&a.src), id, dest).await?;
+            Copied {
+                dest: format!("{id}:{}", c.dest),
+                ..c
+            }
         }
         (Some((id, src)), None) => {
-            from_sandbox(provider.as_ref(), id, src, Path::new(&a.dest)).await?;
+            from_sandbox(provider.as_ref(), id, src, Path::new(&a.dest)).await?
         }
         _ => {
             return Err(Error::InvalidRequest(
                 "exactly one of SRC and DEST must be ID:/path".into(),
             ));
         }
+    };
+    if ctx.json {
+        println!(
+            "{}",
+            serde_json::json!({"src": a.src, "dest": copied.dest, "kind": copied.kind, "bytes": copied.bytes})
+        );
     }
     Ok(0)
 }
 
-async fn to_sandbox(p: &dyn Provider, src: &Path, id: &str, dest: &str) -> Result<()> {
+async fn to_sandbox(p: &dyn Provider, src: &Path, id: &str, dest: &str) -> Result<Copied> {
     let md = std::fs::metadata(src)
         .map_err(|e| Error::InvalidRequest(format!("cannot copy {}: {e}", src.display())))?;
     if md.is_dir() {
         let archive = pack_host_dir(src)?;
+        let bytes = archive.len();
         p.file(
             id,
             FileOp::Upload {
@@ -55,6 +74,11 @@ async fn to_sandbox(p: &dyn Provider, src: &Path, id: &str, dest: &str) -> Resul
             },
         )
         .await?;
+        Ok(Copied {
+            kind: "dir",
+            dest: dest.into(),
+            bytes,
+        })
     } else {
         if md.len() > stockade::files::MAX_FILE_BYTES {
             return Err(Error::LimitExceeded {
@@ -73,17 +97,22 @@ async fn to_sandbox(p: &dyn Provider, src: &Path, id: &str, dest: &str) -> Resul
         } else {
             dest.to_string()
         };
+        let bytes = data.len();
         p.file(
             id,
             FileOp::Write {
-                path: target,
+                path: target.clone(),
                 data,
                 mode: Some(std::os::unix::fs::PermissionsExt::mode(&md.permissions()) & 0o777),
             },
         )
         .await?;
+        Ok(Copied {
+            kind: "file",
+            dest: target,
+            bytes,
+        })
     }
-    Ok(())
 }
 
 fn pack_host_dir(dir: &Path) -> Result<Vec<u8>> {
@@ -121,7 +150,7 @@ fn pack_host_dir(dir: &Path) -> Result<Vec<u8>> {
     b.into_inner().map_err(|e| Error::io("cannot pack", e))
 }
 
-async fn from_sandbox(p: &dyn Provider, id: &str, src: &str, dest: &Path) -> Result<()> {
+async fn from_sandbox(p: &dyn Provider, id: &str, src: &str, dest: &Path) -> Result<Copied> {
     // Stat follows links inside the sandbox: a symlink copies what it names there.
     let kind = match p.file(id, FileOp::Stat { path: src.into() }).await? {
         FileResult::Entries(e) if !e.is_empty() => e[0].kind,
@@ -136,7 +165,12 @@ async fn from_sandbox(p: &dyn Provider, id: &str, src: &str, dest: &Path) -> Res
                 )));
             }
         };
-        unpack_on_host(&archive, dest)
+        unpack_on_host(&archive, dest)?;
+        Ok(Copied {
+            kind: "dir",
+            dest: dest.display().to_string(),
+            bytes: archive.len(),
+        })
     } else {
         let data = match p
             .file(
@@ -165,8 +199,13 @@ async fn from_sandbox(p: &dyn Provider, id: &str, src: &str, dest: &Path) -> Res
         } else {
             dest.to_path_buf()
         };
-        std::fs::write(&target, data)
-            .map_err(|e| Error::io(format!("cannot write {}", target.display()), e))
+        std::fs::write(&target, &data)
+            .map_err(|e| Error::io(format!("cannot write {}", target.display()), e))?;
+        Ok(Copied {
+            kind: "file",
+            dest: target.display().to_string(),
+            bytes: data.len(),
+        })
     }
 }
 

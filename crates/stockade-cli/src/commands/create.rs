@@ -14,7 +14,15 @@ pub struct CreateArgs {
 }
 
 pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
-    let spec = a.spec.to_spec()?;
+    let mut spec = a.spec.to_spec()?;
+    // In-process, the sandbox outlives this command: record whose it is for `rm
+    // --all` (a daemon keeps its own records, and a label would split its pools).
+    if ctx.remote.is_none() {
+        spec.labels.insert(
+            stockade::host::OWNER_UID_LABEL.into(),
+            stockade::host::euid().to_string(),
+        );
+    }
     let provider = ctx.provider()?;
     // Pull and unpack here, with progress, rather than silently inside create (a
     // provider whose images live elsewhere fetches them itself).

@@ -64,6 +64,7 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
     // The exit code answers "can `stockade run` work here": through the daemon when
     // one is configured, else on the provider this CLI would use.
     let chosen = ctx.provider_name();
+    let languages = super::languages::rows(ctx);
     let ok = match &daemon {
         Some((answers, _)) => *answers,
         None => rows.iter().any(|r| r.name == chosen && r.usable),
@@ -78,6 +79,10 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
             .map(|r| json!({"name": r.name, "usable": r.usable, "detail": r.detail}))
             .collect();
         let mut out = json!({"checks": checks, "providers": providers});
+        out["languages"] = match &languages {
+            Ok(rows) => json!(rows),
+            Err(e) => json!({"error": e.to_string()}),
+        };
         if let Some((answers, checks)) = &daemon {
             out["daemon"] = json!({
                 "usable": answers,
@@ -102,6 +107,13 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
                 if r.usable { "usable" } else { "unavailable" },
                 r.detail
             );
+        }
+        match &languages {
+            Ok(rows) => {
+                println!("\nlanguages on the {chosen} provider:");
+                super::languages::print(rows);
+            }
+            Err(e) => println!("\nlanguages: {e}"),
         }
         if let Some((answers, _)) = &daemon {
             println!(

@@ -1,4 +1,4 @@
-//! `stockade exec ID -- CMD...`
+//! `stockade exec ID CMD...`
 
 use std::io::Write;
 
@@ -19,8 +19,8 @@ pub struct ExecArgs {
     /// Extra environment variable (repeatable).
     #[arg(long = "env", short = 'e', value_name = "K=V")]
     pub env: Vec<String>,
-    /// Working directory for this command.
-    #[arg(long, value_name = "PATH")]
+    /// Working directory for this command (default: the sandbox's).
+    #[arg(long, short = 'w', value_name = "PATH")]
     pub workdir: Option<String>,
     /// Cap on each captured stream, e.g. 1m (default 1m).
     #[arg(long, value_name = "SIZE")]
@@ -32,8 +32,15 @@ pub struct ExecArgs {
     /// sandbox ends; without it everything the command started ends with it.
     #[arg(long)]
     pub background: bool,
-    /// The command.
-    #[arg(last = true, required = true)]
+    /// The command and its arguments. Every flag after the command's first word is
+    /// the command's own, as with `docker exec`; a `--` before the command is accepted
+    /// too.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        required = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 

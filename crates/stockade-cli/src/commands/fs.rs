@@ -16,7 +16,7 @@ pub enum FsCmd {
         /// The file, inside the sandbox.
         path: String,
         /// Where to start reading, in bytes from the start of the file.
-        #[arg(long, default_value_t = 0)]
+        #[arg(long, default_value_t = 0, value_name = "BYTES")]
         offset: u64,
         /// Bytes to read (default 1 MiB, at most 32 MiB).
         #[arg(long)]
@@ -66,8 +66,8 @@ pub enum FsCmd {
         #[arg(long)]
         include: Option<String>,
         /// Most matches (default 1000).
-        #[arg(long, default_value_t = 0, hide_default_value = true)]
-        max: u32,
+        #[arg(long, value_name = "N")]
+        max: Option<u32>,
     },
     /// Create a directory.
     Mkdir {
@@ -147,7 +147,7 @@ pub async fn run(ctx: &Ctx, id: &str, cmd: FsCmd) -> Result<i32> {
             regex,
             root: root.unwrap_or_else(|| ".".into()),
             include,
-            max_matches: max,
+            max_matches: max.unwrap_or(0),
         },
         FsCmd::Mkdir { path, parents } => FileOp::Mkdir { path, parents },
         FsCmd::Rm { path, recursive } => FileOp::Rm { path, recursive },

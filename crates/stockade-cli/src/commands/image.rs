@@ -230,19 +230,20 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
         }
         ImageCmd::Import { path, tag } => {
             let images = stockade_image::import(&store, &path, tag.as_deref()).map_err(to_error)?;
-            for i in &images {
-                if ctx.json {
-                    println!(
-                        "{}",
-                        json!({"digest": i.digest.to_string(), "references": i.references})
-                    );
-                } else {
-                    println!("{} {}", i.digest, i.references.join(" "));
-                }
+            if ctx.json {
+                let imported: Vec<_> = images
+                    .iter()
+                    .map(|i| json!({"digest": i.digest.to_string(), "references": i.references}))
+                    .collect();
+                println!("{}", json!({ "imported": imported }));
+            }
+            for i in images.iter().filter(|_| !ctx.json) {
+                println!("{} {}", i.digest, i.references.join(" "));
             }
         }
         ImageCmd::Ls => {
             // Images without a name are listed by digest, as `<none>` (as docker does).
+            let mut list = Vec::new();
             for listed in store.images().map_err(to_error)? {
                 let (reference, digest) = (listed.reference, listed.digest);
                 let size = store
@@ -250,14 +251,16 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
                     .map(|i| i.size())
                     .unwrap_or(0);
                 if ctx.json {
-                    println!(
-                        "{}",
-                        json!({"reference": reference, "digest": digest.to_string(), "size": size})
+                    list.push(
+                        json!({"reference": reference, "digest": digest.to_string(), "size": size}),
                     );
                 } else {
                     let name = reference.as_deref().unwrap_or("<none>");
                     println!("{name}\t{digest}\t{}", mib(size));
                 }
+            }
+            if ctx.json {
+                println!("{}", json!(list));
             }
         }
         ImageCmd::Inspect { reference } => {
@@ -282,11 +285,16 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             println!("{}", serde_json::to_string_pretty(&out).unwrap_or_default());
         }
         ImageCmd::Rm { references } => {
+            let mut removed = Vec::new();
             for r in references {
                 let d = store.remove(&r).map_err(to_error)?;
                 if !ctx.json {
                     println!("removed {r} ({d})");
                 }
+                removed.push(json!({"reference": r, "digest": d.to_string()}));
+            }
+            if ctx.json {
+                println!("{}", json!({ "removed": removed }));
             }
         }
         ImageCmd::Prune => {

@@ -2,12 +2,14 @@
 
 pub mod cp;
 pub mod create;
+pub mod docs;
 pub mod doctor;
 pub mod exec;
 pub mod fs;
 pub mod gc;
 pub mod image;
 pub mod inspect;
+pub mod languages;
 pub mod ls;
 pub mod mcp;
 pub mod pool;

@@ -16,8 +16,8 @@ pub enum PoolCmd {
         #[arg(long)]
         size: u32,
         /// Most sandboxes of the pool at once (default: twice the size).
-        #[arg(long, default_value_t = 0, hide_default_value = true)]
-        max: u32,
+        #[arg(long, value_name = "N")]
+        max: Option<u32>,
         #[command(flatten)]
         spec: Box<SpecArgs>,
     },
@@ -76,7 +76,7 @@ pub async fn run(ctx: &Ctx, cmd: PoolCmd) -> Result<i32> {
     match cmd {
         PoolCmd::Warm { size, max, spec } => {
             let spec = spec.to_spec()?;
-            let p = r.pool_warm(&spec, size, max).await?;
+            let p = r.pool_warm(&spec, size, max.unwrap_or(0)).await?;
             header(ctx);
             print_pool(ctx, &p);
         }

@@ -1,4 +1,4 @@
-//! `stockade run [spec flags] -- CMD...` and `run --language L --code CODE | -f FILE`.
+//! `stockade run [spec flags] CMD...` and `run --language L --code CODE | -f FILE`.
 
 use std::path::PathBuf;
 
@@ -34,8 +34,14 @@ pub struct RunArgs {
     /// Read stdin and pass it to the command.
     #[arg(long, short = 'i')]
     pub stdin: bool,
-    /// The command (unless --language is given).
-    #[arg(last = true)]
+    /// The command and its arguments (unless --language is given). Every flag after
+    /// the command's first word is the command's own, as with `docker run`; a `--`
+    /// before the command is accepted too.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -96,7 +102,7 @@ async fn image_command(ctx: &Ctx, reference: &str) -> Result<Vec<String>> {
         .collect();
     if argv.is_empty() {
         return Err(Error::InvalidRequest(format!(
-            "image {reference} has no Entrypoint or Cmd; give a command after --"
+            "image {reference} has no Entrypoint or Cmd; give a command"
         )));
     }
     Ok(argv)
@@ -114,13 +120,13 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
                     "without a command, `run --image {reference}` runs the image's own \
                      command, read from this host's image store; the {} provider takes \
                      its images from elsewhere (a daemon's host, dockerd, WASI runtimes), \
-                     so give a command after --",
+                     so give the command after the options: `stockade run --image {reference} CMD...`",
                     provider.name()
                 )));
             }
             None => {
                 return Err(Error::InvalidRequest(
-                    "give a command after --, or --language with --code or -f".into(),
+                    "give a command, or --language with --code or -f".into(),
                 ));
             }
         },

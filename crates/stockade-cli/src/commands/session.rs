@@ -20,11 +20,20 @@ pub enum SessionCmd {
         /// Extra environment variable (repeatable).
         #[arg(long = "env", short = 'e', value_name = "K=V")]
         env: Vec<String>,
+        /// Working directory for this command (default /work, the workspace).
+        #[arg(long, short = 'w', value_name = "PATH")]
+        workdir: Option<String>,
         /// Destroy the sandbox after this many idle seconds (default 600).
         #[arg(long, value_name = "SECS")]
         idle_timeout: Option<u64>,
-        /// The command and its arguments, after `--`.
-        #[arg(last = true, required = true)]
+        /// The command and its arguments. Every flag after the command's first word is
+        /// the command's own; a `--` before the command is accepted too.
+        #[arg(
+            trailing_var_arg = true,
+            allow_hyphen_values = true,
+            required = true,
+            value_name = "COMMAND"
+        )]
         command: Vec<String>,
     },
     /// Destroy the session's sandbox, keep its workspace.
@@ -60,21 +69,28 @@ pub async fn run(ctx: &Ctx, cmd: SessionCmd) -> Result<i32> {
             name,
             timeout,
             env,
+            workdir,
             idle_timeout,
             command,
         } => {
             let m = manager(ctx, idle_timeout)?;
             let sb = m.get_or_create(&name).await?;
-            let req = request(command, timeout, &env, None, None, false)?;
+            let req = request(command, timeout, &env, workdir, None, false)?;
             let provider = ctx.provider()?;
             exec_and_print(ctx, provider.as_ref(), sb.id(), req).await
         }
         SessionCmd::Release { name } => {
             manager(ctx, None)?.release(&name).await?;
+            if ctx.json {
+                println!("{}", json!({"name": name, "released": true}));
+            }
             Ok(0)
         }
         SessionCmd::Rm { name } => {
             manager(ctx, None)?.delete(&name).await?;
+            if ctx.json {
+                println!("{}", json!({"name": name, "removed": true}));
+            }
             Ok(0)
         }
         SessionCmd::Ls => {

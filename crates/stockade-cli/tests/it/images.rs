@@ -13,7 +13,7 @@ use crate::{json, require_root, state_dir};
 const HELLO: &[u8] = b"import os\nprint('hello from the image', os.getcwd(), os.getuid())\n";
 
 /// `stockade` with its own home (image store) and config file.
-fn stockade_in(home: &Path, args: &[&str]) -> Command {
+pub(crate) fn stockade_in(home: &Path, args: &[&str]) -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_stockade"));
     c.args(args)
         .env("STOCKADE_STATE_DIR", state_dir())
@@ -63,7 +63,7 @@ both_ways! {
         let out = if via.is_daemon() {
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(64), "{err}");
-            assert!(err.contains("give a command after --"), "{err}");
+            assert!(err.contains("give the command after the options"), "{err}");
             cli(
                 via,
                 home,
@@ -269,16 +269,12 @@ both_ways! {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let ls = cli(via, home, &["image", "ls", "--json"]).output().unwrap();
-        assert!(
-            ls.stdout.is_empty(),
-            "{}",
-            String::from_utf8_lossy(&ls.stdout)
-        );
+        let ls = json(&cli(via, home, &["image", "ls", "--json"]).output().unwrap());
+        assert_eq!(ls, serde_json::json!([]), "an empty list is an empty array");
     }
 }
 
-/// The JSON lines of `image ls --json`.
+/// The array `image ls --json` prints.
 fn image_ls(home: &Path) -> Vec<serde_json::Value> {
     let out = stockade_in(home, &["image", "ls", "--json"])
         .output()
@@ -288,10 +284,10 @@ fn image_ls(home: &Path) -> Vec<serde_json::Value> {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
+    json(&out)
+        .as_array()
+        .expect("image ls --json prints an array")
+        .clone()
 }
 
 // Issue 15: an OCI layout whose index names the image only by a bare tag imported,
@@ -319,7 +315,7 @@ both_ways! {
             "{}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let digest = json(&out)["digest"].as_str().unwrap().to_string();
+        let digest = json(&out)["imported"][0]["digest"].as_str().unwrap().to_string();
         let ls = image_ls(home);
         assert_eq!(ls.len(), 1, "{ls:?}");
         assert_eq!(ls[0]["digest"], digest.as_str());
@@ -389,7 +385,7 @@ both_ways! {
                 "{}",
                 String::from_utf8_lossy(&out.stderr)
             );
-            digests.push(json(&out)["digest"].as_str().unwrap().to_string());
+            digests.push(json(&out)["imported"][0]["digest"].as_str().unwrap().to_string());
         }
         assert_eq!(image_ls(home).len(), 17);
         let first = |d: &String| d.chars().nth(7).unwrap();

@@ -10,6 +10,8 @@ mod via;
 mod daemon;
 mod docker_user;
 mod images;
+mod languages;
+mod manners;
 mod rootless;
 
 use stockade_testkit::require_root;
@@ -199,7 +201,9 @@ both_ways! {
         let gone = via.run(&["exec", "--json", &id, "--", "true"]);
         assert_eq!(gone.status.code(), Some(65), "not found after rm");
         assert_eq!(json(&gone)["error"]["code"], "not_found");
-        assert!(via.run(&["rm", &id]).status.success(), "rm is idempotent");
+        let again = via.run(&["rm", "--json", &id]);
+        assert_eq!(again.status.code(), Some(65), "rm of an id that is gone");
+        assert_eq!(json(&again)["error"]["code"], "not_found");
     }
 }
 

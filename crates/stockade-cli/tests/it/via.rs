@@ -96,6 +96,12 @@ impl Serve {
         }
     }
 
+    /// Where this daemon's native sandboxes live (`STOCKADE_STATE_DIR`): a CLI run
+    /// in-process with it sees the daemon's sandboxes beside its own.
+    pub fn state_root(&self) -> &Path {
+        &self.root
+    }
+
     pub fn host(&self) -> String {
         format!("unix://{}", self.dir.path().join("d.sock").display())
     }

@@ -3,8 +3,10 @@
 * :func:`run_code`: the handler; returns a JSON-ready dict and never raises for a
   sandbox problem: when no backend is usable it returns ``{"ok": False, "error":
   {"code", "message"}}`` so the agent run goes on.
-* :data:`RUN_CODE_SCHEMA`, :func:`anthropic_tool`, :func:`openai_tool`,
-  :func:`handle_tool_call`: plain tool definitions for Anthropic / OpenAI tool calling.
+* :func:`run_code_schema` (and :data:`RUN_CODE_SCHEMA`), :func:`anthropic_tool`,
+  :func:`openai_tool`, :func:`handle_tool_call`: plain tool definitions for Anthropic /
+  OpenAI tool calling. Their language enum lists only the languages that run with the
+  current configuration (:func:`available_languages`, as ``stockade languages`` shows).
 * :func:`openai_agents_tool`: an OpenAI Agents SDK ``FunctionTool``.
 * :func:`langchain_tool`: a LangChain ``StructuredTool``.
 
@@ -17,12 +19,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal, get_args
 
+from . import _native
 from ._client import Stockade
 from .errors import StockadeError
 
 Language = Literal["python", "javascript", "typescript", "ruby", "php", "perl", "lua", "r", "bash", "sh", "zsh"]
 """The languages of ``run_code`` (the type the framework tools derive their enum from)."""
 
+#: Every language of the table (what :func:`run_code` accepts by name); the schemas
+#: offer only those of :func:`available_languages`.
 LANGUAGES: list[str] = list(get_args(Language))
 
 DESCRIPTION = (
@@ -31,15 +36,37 @@ DESCRIPTION = (
     "and stderr. Print what you want to see."
 )
 
-RUN_CODE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "language": {"type": "string", "enum": LANGUAGES, "description": "Language of the code."},
-        "code": {"type": "string", "description": "The code to run."},
-    },
-    "required": ["language", "code"],
-    "additionalProperties": False,
-}
+def available_languages(provider: str | None = None) -> list[str]:
+    """The languages that run now with ``provider`` (default: ``STOCKADE_PROVIDER`` or
+    native): an interpreter on the host, an image in the store, a WASI runtime. One
+    that needs an image pulled first, or cannot run here at all, is left out."""
+    rows = json.loads(_native.languages(provider))
+    return [str(r["language"]) for r in rows if r["ready"]]
+
+
+def run_code_schema(provider: str | None = None) -> dict[str, Any]:
+    """The JSON schema of the tool's arguments, its language enum from
+    :func:`available_languages`."""
+    return {
+        "type": "object",
+        "properties": {
+            "language": {
+                "type": "string",
+                "enum": available_languages(provider),
+                "description": "Language of the code.",
+            },
+            "code": {"type": "string", "description": "The code to run."},
+        },
+        "required": ["language", "code"],
+        "additionalProperties": False,
+    }
+
+
+def __getattr__(name: str) -> Any:
+    # RUN_CODE_SCHEMA is computed when read, so it says what runs now.
+    if name == "RUN_CODE_SCHEMA":
+        return run_code_schema()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def run_code(
@@ -63,15 +90,15 @@ def run_code(
     return {"ok": result.ok, **result.to_dict()}
 
 
-def anthropic_tool() -> dict[str, Any]:
+def anthropic_tool(provider: str | None = None) -> dict[str, Any]:
     """The tool definition for Anthropic's Messages API (``tools=[...]``)."""
-    return {"name": "run_code", "description": DESCRIPTION, "input_schema": RUN_CODE_SCHEMA}
+    return {"name": "run_code", "description": DESCRIPTION, "input_schema": run_code_schema(provider)}
 
 
-def openai_tool(api: Literal["chat", "responses"] = "chat") -> dict[str, Any]:
+def openai_tool(api: Literal["chat", "responses"] = "chat", provider: str | None = None) -> dict[str, Any]:
     """The tool definition for OpenAI's Chat Completions API (``tools=[...]``), or with
     ``api="responses"`` for the Responses API (the function's fields at the top level)."""
-    function = {"name": "run_code", "description": DESCRIPTION, "parameters": RUN_CODE_SCHEMA, "strict": True}
+    function = {"name": "run_code", "description": DESCRIPTION, "parameters": run_code_schema(provider), "strict": True}
     if api == "responses":
         return {"type": "function", **function}
     if api != "chat":
@@ -105,7 +132,10 @@ def openai_agents_tool(**options: Any) -> Any:
         """
         return json.dumps(run_code(language, code, **options))
 
-    return function_tool(run_code_tool, name_override="run_code")
+    tool = function_tool(run_code_tool, name_override="run_code")
+    # The type lists every language; the schema offers those that run here.
+    tool.params_json_schema["properties"]["language"]["enum"] = available_languages(options.get("provider"))
+    return tool
 
 
 def langchain_tool(**options: Any) -> Any:
@@ -120,7 +150,7 @@ def langchain_tool(**options: Any) -> Any:
         func=_run,
         name="run_code",
         description=DESCRIPTION,
-        args_schema=RUN_CODE_SCHEMA,
+        args_schema=run_code_schema(options.get("provider")),
     )
 
 
@@ -139,7 +169,10 @@ def pydantic_ai_tool(**options: Any) -> Any:
         """
         return run_code(language, code, **options)
 
-    return Tool(run_code_tool, name="run_code", description=DESCRIPTION, takes_ctx=False)
+    tool = Tool(run_code_tool, name="run_code", description=DESCRIPTION, takes_ctx=False)
+    # The type lists every language; the schema offers those that run here.
+    tool.function_schema.json_schema["properties"]["language"]["enum"] = available_languages(options.get("provider"))
+    return tool
 
 
 __all__ = [
@@ -148,10 +181,12 @@ __all__ = [
     "Language",
     "RUN_CODE_SCHEMA",
     "anthropic_tool",
+    "available_languages",
     "handle_tool_call",
     "langchain_tool",
     "openai_agents_tool",
     "openai_tool",
     "pydantic_ai_tool",
     "run_code",
+    "run_code_schema",
 ]

@@ -1,0 +1,303 @@
+//! Issue 17, item 6: the CLI with docker's manners. A command without `--` (flags
+//! after it are its own), `-w`/`-e`, completions and the man page, `--json` results,
+//! `rm` of an unknown id, `rm --all` ownership, a plain-text daemon log.
+
+use std::process::{Command, Stdio};
+
+use stockade_testkit::require;
+
+use crate::via::Serve;
+use crate::{json, require_root, stockade};
+
+both_ways! {
+    fn a_command_runs_without_dashes_and_keeps_its_flags(via) {
+        if !require_root("a_command_runs_without_dashes") {
+            return;
+        }
+        // `--json` before the command is stockade's; after it, the command's.
+        let out = via.run(&[
+            "run", "--json", "-w", "/", "-e", "A=1", "python3", "-c",
+            "import os, sys; print(sys.argv[1:], os.getcwd(), os.environ['A'])",
+            "--json", "-w", "x",
+        ]);
+        assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(json(&out)["stdout"], "['--json', '-w', 'x'] / 1\n");
+        // `--` is still accepted.
+        let out = via.run(&["run", "--json", "--", "sh", "-c", "echo dashes"]);
+        assert_eq!(json(&out)["stdout"], "dashes\n");
+        // exec: ID, then the command with its own flags; -w and -e for the exec.
+        let id = json(&via.run(&["create", "--json"]))["id"].as_str().unwrap().to_string();
+        let out = via.run(&[
+            "exec", "--json", "-w", "/tmp", "-e", "B=2", &id, "sh", "-c", "echo $B $(pwd) $0",
+            "--json",
+        ]);
+        assert_eq!(json(&out)["stdout"], "2 /tmp --json\n", "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(via.run(&["rm", &id]).status.success());
+    }
+}
+
+both_ways! {
+    fn rm_of_an_unknown_id_is_a_data_error_and_removes_nothing(via) {
+        if !require_root("rm_of_an_unknown_id") {
+            return;
+        }
+        let id = json(&via.run(&["create", "--json"]))["id"].as_str().unwrap().to_string();
+        let out = via.run(&["rm", "--json", &id, "sb-000000000000"]);
+        assert_eq!(out.status.code(), Some(65), "{}", String::from_utf8_lossy(&out.stdout));
+        let err = json(&out);
+        assert_eq!(err["error"]["code"], "not_found");
+        assert!(err["error"]["message"].as_str().unwrap().contains("sb-000000000000"), "{err}");
+        let ls = json(&via.run(&["ls", "--json"]));
+        assert!(
+            ls.as_array().unwrap().iter().any(|s| s["id"] == id.as_str()),
+            "a typo among the ids removed nothing: {ls}"
+        );
+        let out = via.run(&["rm", "--json", &id]);
+        assert_eq!(json(&out)["removed"], serde_json::json!([id]));
+    }
+}
+
+both_ways! {
+    fn cp_and_session_print_one_json_result(via) {
+        if !require_root("cp_and_session_json") {
+            return;
+        }
+        let id = json(&via.run(&["create", "--json"]))["id"].as_str().unwrap().to_string();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f.txt");
+        std::fs::write(&file, "12345").unwrap();
+        let up = json(&via.run(&["cp", "--json", file.to_str().unwrap(), &format!("{id}:/tmp/")]));
+        assert_eq!(up["kind"], "file", "{up}");
+        assert_eq!(up["bytes"], 5, "{up}");
+        assert_eq!(up["dest"], format!("{id}:/tmp/f.txt"), "{up}");
+        let back = dir.path().join("back.txt");
+        let down = json(&via.run(&["cp", "--json", &format!("{id}:/tmp/f.txt"), back.to_str().unwrap()]));
+        assert_eq!(down["bytes"], 5, "{down}");
+        assert_eq!(std::fs::read_to_string(&back).unwrap(), "12345");
+        assert!(via.run(&["rm", &id]).status.success());
+        let home = tempfile::tempdir().unwrap();
+        let h = home.path().to_str().unwrap();
+        let ran = json(&via.run(&["session", "--home", h, "exec", "--json", "-w", "/tmp", "s1", "pwd"]));
+        assert_eq!(ran["stdout"], "/tmp\n", "{ran}");
+        let rel = json(&via.run(&["session", "--home", h, "release", "--json", "s1"]));
+        assert_eq!(rel, serde_json::json!({"name": "s1", "released": true}));
+        let rm = json(&via.run(&["session", "--home", h, "rm", "--json", "s1"]));
+        assert_eq!(rm, serde_json::json!({"name": "s1", "removed": true}));
+    }
+}
+
+/// The ids `ls --json` shows with `STOCKADE_STATE_DIR` at `root`, in-process.
+fn ids_in(root: &std::path::Path) -> Vec<String> {
+    let out = stockade(&["ls", "--json", "--direct"])
+        .env("STOCKADE_STATE_DIR", root)
+        .output()
+        .unwrap();
+    json(&out)
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+// `rm --all` as root in-process removes what root made, not what a daemon made for
+// its tenants (nor other users'), unless --everyone; through a daemon, the tenant's.
+#[test]
+fn rm_all_removes_only_what_the_caller_owns() {
+    if !require_root("rm_all_removes_only_what_the_caller_owns") {
+        return;
+    }
+    let d = Serve::start_with(true, crate::via::Home::Inherit);
+    let root = d.state_root().to_path_buf();
+    let direct = |args: &[&str]| {
+        stockade(args)
+            .arg("--direct")
+            .env("STOCKADE_STATE_DIR", &root)
+            .output()
+            .unwrap()
+    };
+    let mine = json(&direct(&["create", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tenants = json(&d.cli(&["create", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // Through the daemon: the tenant's own only.
+    let out = d.cli(&["rm", "--all", "--json"]);
+    assert_eq!(
+        json(&out)["removed"],
+        serde_json::json!([tenants]),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(ids_in(&root).contains(&mine));
+    let tenants = json(&d.cli(&["create", "--json"]))["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // In-process: root's own, not the daemon's.
+    let out = direct(&["rm", "--all", "--json"]);
+    assert_eq!(json(&out)["removed"], serde_json::json!([mine]));
+    assert_eq!(ids_in(&root), std::slice::from_ref(&tenants));
+    let out = direct(&["rm", "--all", "--everyone", "--json"]);
+    assert_eq!(json(&out)["removed"], serde_json::json!([tenants]));
+    assert!(ids_in(&root).is_empty());
+}
+
+#[test]
+fn bash_loads_the_completion_script() {
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "source <('{}' completions bash) && complete -p stockade",
+            env!("CARGO_BIN_EXE_stockade")
+        ))
+        .output()
+        .expect("bash runs (crates/stockade-cli/ci-setup.sh installs it)");
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("stockade"), "{said}");
+    for shell in ["zsh", "fish"] {
+        let out = stockade(&["completions", shell]).output().unwrap();
+        assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
+    }
+}
+
+fn man_present() -> Result<(), String> {
+    match Command::new("man").arg("--version").output() {
+        Ok(o) if o.status.success() => Ok(()),
+        Ok(o) => Err(format!(
+            "`man --version` failed: {}",
+            String::from_utf8_lossy(&o.stderr)
+        )),
+        Err(e) => Err(format!("cannot run man: {e}")),
+    }
+}
+
+#[test]
+fn man_renders_the_generated_pages() {
+    if require(
+        "man (man-db)",
+        man_present(),
+        "apt-get install man-db (crates/stockade-cli/ci-setup.sh does)",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    for (args, name, needle) in [
+        (&["man"][..], "stockade.1", "completions"),
+        (&["man", "run"][..], "stockade-run.1", "--workdir"),
+        (
+            &["man", "image", "pull"][..],
+            "stockade-image-pull.1",
+            "--insecure-registry",
+        ),
+    ] {
+        let out = stockade(args).output().unwrap();
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let page = dir.path().join(name);
+        std::fs::write(&page, &out.stdout).unwrap();
+        let shown = Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .env("MANWIDTH", "200")
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&shown.stdout).replace("\u{2010}", "-");
+        assert!(
+            shown.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&shown.stderr)
+        );
+        assert!(text.contains(needle), "{name} lacks {needle}: {text}");
+        assert!(
+            text.contains("Global options") || args.len() > 1 || text.contains("--json"),
+            "{text}"
+        );
+    }
+    let out = stockade(&["man", "nosuch"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(64));
+}
+
+#[test]
+fn the_daemon_log_in_a_pipe_has_no_colour_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("d.sock");
+    let child = Command::new("setpriv")
+        .args([
+            "--pdeathsig",
+            "KILL",
+            env!("CARGO_BIN_EXE_stockade"),
+            "serve",
+        ])
+        .arg(format!("--listen=unix:{}", sock.display()))
+        .arg(format!(
+            "--state-dir={}",
+            dir.path().join("daemon").display()
+        ))
+        .env("STOCKADE_HOME", dir.path().join("home"))
+        .env("STOCKADE_STATE_DIR", dir.path().join("sandboxes"))
+        .env("STOCKADE_LOG", "info")
+        .env_remove("NO_COLOR")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The log up to the line saying it listens, then the rest after SIGTERM.
+    let mut child = child;
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let reader = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)) {
+            let Ok(line) = line else { break };
+            let _ = tx.send(line);
+        }
+    });
+    let mut log = String::new();
+    while !log.contains("listening") {
+        let line = rx
+            .recv_timeout(std::time::Duration::from_secs(60))
+            .unwrap_or_else(|e| panic!("stockade serve did not say it listens ({e}): {log}"));
+        log.push_str(&line);
+        log.push('\n');
+    }
+    Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    child.wait().unwrap();
+    reader.join().unwrap();
+    log.extend(rx.try_iter().map(|l| l + "\n"));
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in a piped log: {log:?}"
+    );
+}
+
+#[test]
+fn global_flags_are_listed_apart() {
+    let out = stockade(&["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let (own, global) = help
+        .split_once("Global options:")
+        .expect("a Global options section");
+    assert!(
+        global.contains("--json") && global.contains("--provider"),
+        "{help}"
+    );
+    assert!(!own.contains("--tls-ca"), "{help}");
+}
