@@ -39,10 +39,17 @@ for l in sys.stdin:
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
 sdk/python/test.sh
+# (The user's venv is on Debian's python3: the main one may be on a Python only root
+# can reach. The abi3 wheel installs into either.)
+rl_venv=/var/cache/stockade/venv-rootless
+[ -x "$rl_venv/bin/python" ] || /usr/bin/python3 -m venv "$rl_venv"
+"$rl_venv/bin/python" -m pip install -q --disable-pip-version-check "pytest>=8,<10"
+"$rl_venv/bin/python" -m pip install -q --disable-pip-version-check --force-reinstall --no-deps \
+  sdk/python/dist/*.whl
+chmod -R a+rX "$rl_venv"
 rl_tests=$(mktemp -d)
 cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
-(cd /tmp && as_rootless "${STOCKADE_VENV:-/var/cache/stockade/venv}/bin/python" -m pytest -q \
-  -p no:cacheprovider "$rl_tests/test_sync.py")
+(cd /tmp && as_rootless "$rl_venv/bin/python" -m pytest -q -p no:cacheprovider "$rl_tests/test_sync.py")
 rm -rf "$rl_tests"
 
 scripts/leak-check.sh

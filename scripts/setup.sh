@@ -13,7 +13,7 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 # fences the host's own network off from it; python3 and
 # node are the host interpreters sandboxes use without an image; bubblewrap and
 # hyperfine are the benchmark's anchors.
-want=(slirp4netns nftables uidmap python3 procps bubblewrap hyperfine gcc pkg-config ca-certificates curl)
+want=(slirp4netns nftables uidmap python3 python3-venv procps bubblewrap hyperfine gcc pkg-config ca-certificates curl)
 [ -x /usr/bin/node ] || want+=(nodejs)
 missing=()
 for p in "${want[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
