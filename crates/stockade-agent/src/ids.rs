@@ -22,6 +22,8 @@ pub struct Ids {
     pub userns: OwnedFd,
     /// (index of the mount op in the plan, mapping namespace) for [`IdMap::Owner`].
     owners: Vec<(usize, OwnedFd)>,
+    /// The children that made the namespaces, reaped off the critical path.
+    makers: Vec<nix::unistd::Pid>,
 }
 
 impl Ids {
@@ -38,6 +40,13 @@ impl Ids {
         }
     }
 
+    /// Reaps the children that made the namespaces (they exited at once).
+    pub fn reap_makers(&mut self) {
+        for pid in self.makers.drain(..) {
+            stockade_sys::idmap::reap(pid);
+        }
+    }
+
     /// A line for `inspect`.
     pub fn describe(&self, uid: u32, gid: u32) -> String {
         let HostIds { first, count } = self.range;
@@ -51,12 +60,48 @@ impl Ids {
     }
 }
 
+impl Drop for Ids {
+    /// However the launch ends, the children that made the namespaces are reaped.
+    fn drop(&mut self) {
+        self.reap_makers();
+    }
+}
+
 /// Leases a range and makes the namespaces. The caller must be single-threaded.
 pub fn prepare(plan: &LaunchPlan, u: &IdPoolPlan) -> Result<Ids, String> {
     let (range, lease) = lease(u, &plan.id)?;
+    let mut makers = Vec::new();
+    let made = make_all(plan, range, &mut makers);
+    match made {
+        Ok((userns, owners)) => Ok(Ids {
+            range,
+            _lease: lease,
+            userns,
+            owners,
+            makers,
+        }),
+        Err(e) => {
+            for pid in makers {
+                stockade_sys::idmap::reap(pid);
+            }
+            Err(e)
+        }
+    }
+}
+
+type Made = (OwnedFd, Vec<(usize, OwnedFd)>);
+
+/// The sandbox's user namespace and one mapping namespace per owner-mapped mount;
+/// the pids of the children that made them go to `makers`.
+fn make_all(
+    plan: &LaunchPlan,
+    range: HostIds,
+    makers: &mut Vec<nix::unistd::Pid>,
+) -> Result<Made, String> {
     let map = format!("0 {} {}\n", range.first, range.count);
-    let userns =
+    let (userns, pid) =
         stockade_sys::idmap::make_userns(|pid| stockade_sys::idmap::write_maps(pid, &map, &map))?;
+    makers.push(pid);
     let (uid, gid) = (plan.exec.uid, plan.exec.gid);
     let mut owners = Vec::new();
     for (i, op) in plan.mounts.iter().enumerate() {
@@ -70,27 +115,16 @@ pub fn prepare(plan: &LaunchPlan, u: &IdPoolPlan) -> Result<Ids, String> {
         };
         let md = fs::metadata(source)
             .map_err(|e| format!("cannot use mount source {}: {e}", source.display()))?;
-        let uid_map = format!(
-            "{} {} 1\n",
-            md.uid(),
-            u64::from(range.first) + u64::from(uid)
-        );
-        let gid_map = format!(
-            "{} {} 1\n",
-            md.gid(),
-            u64::from(range.first) + u64::from(gid)
-        );
-        let ns = stockade_sys::idmap::make_userns(|pid| {
+        let at = |id: u32| u64::from(range.first) + u64::from(id);
+        let uid_map = format!("{} {} 1\n", md.uid(), at(uid));
+        let gid_map = format!("{} {} 1\n", md.gid(), at(gid));
+        let (ns, pid) = stockade_sys::idmap::make_userns(|pid| {
             stockade_sys::idmap::write_maps(pid, &uid_map, &gid_map)
         })?;
+        makers.push(pid);
         owners.push((i, ns));
     }
-    Ok(Ids {
-        range,
-        _lease: lease,
-        userns,
-        owners,
-    })
+    Ok((userns, owners))
 }
 
 /// Takes the first free range, starting at a random one (so that a range just freed

@@ -122,6 +122,12 @@ pub fn main() -> i32 {
         return 1;
     }
     report(&mut stdout, &LaunchReport::Ready(state));
+    // The children that made the namespaces exited long ago: reaped now, after the
+    // answer, not on the way to it.
+    let mut ids = ids;
+    if let Some(ids) = ids.as_mut() {
+        ids.reap_makers();
+    }
     stockade_sys::process::stdio_to_null(&[0, 1]);
     supervise(&plan, child);
     teardown(&plan, child, helper.as_ref());

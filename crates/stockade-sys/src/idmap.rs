@@ -18,10 +18,12 @@ use crate::{Result, SysError};
 
 /// Makes a user namespace whose maps `write_maps` writes (given the pid of a process
 /// inside it, e.g. to `/proc/PID/uid_map` or through `newuidmap`), and returns it as
-/// an fd (`/proc/PID/ns/user`). The caller must be single-threaded.
+/// an fd (`/proc/PID/ns/user`) with the pid of the short-lived child that made it. The
+/// child exits by itself at once; the caller reaps it ([`reap`]), off its critical
+/// path. The caller must be single-threaded.
 pub fn make_userns(
     write_maps: impl FnOnce(Pid) -> std::result::Result<(), String>,
-) -> std::result::Result<OwnedFd, String> {
+) -> std::result::Result<(OwnedFd, Pid), String> {
     let (go_r, go_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let child = match fork_into(CloneFlags::CLONE_NEWUSER)
@@ -46,8 +48,18 @@ pub fn make_userns(
         .map_err(|e| format!("cannot open the new user namespace: {e}"))
     });
     drop(go_w);
+    match result {
+        Ok(fd) => Ok((fd, child)),
+        Err(e) => {
+            reap(child);
+            Err(e)
+        }
+    }
+}
+
+/// Waits for a child of [`make_userns`] (which exits as soon as it is made).
+pub fn reap(child: Pid) {
     let _ = waitpid(child, None);
-    result
 }
 
 /// Writes `uid_map` and `gid_map` of `pid` directly (needs CAP_SETUID and CAP_SETGID
