@@ -51,6 +51,29 @@ pub fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
         .mode(0o700)
         .create(root)
         .map_err(|e| Error::io(format!("cannot create {}", root.display()), e))?;
+    if !stockade_core::host::is_root() {
+        // Rootless, it may be in /tmp (no XDG_RUNTIME_DIR): a directory somebody else
+        // made there, or a link, would hold our sandboxes' sockets. Refused.
+        use std::os::unix::fs::MetadataExt;
+        let me = stockade_core::host::euid();
+        let meta = fs::symlink_metadata(root)
+            .map_err(|e| Error::io(format!("cannot inspect {}", root.display()), e))?;
+        if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(Error::Unavailable {
+                what: "the native provider's state directory".into(),
+                reason: format!(
+                    "{} is not a directory of uid {me} closed to others (owner {}, mode {:o})",
+                    root.display(),
+                    meta.uid(),
+                    meta.mode() & 0o7777
+                ),
+                fix: format!(
+                    "remove {} or set XDG_RUNTIME_DIR to a directory of your own",
+                    root.display()
+                ),
+            });
+        }
+    }
     fs::DirBuilder::new()
         .mode(0o700)
         .create(dir)

@@ -198,3 +198,36 @@ fn setup_rootless_is_for_root_and_for_real_users() {
         text(&out.stderr)
     );
 }
+
+#[test]
+fn a_state_directory_planted_by_another_user_is_refused() {
+    let Some((uid, _)) = ready("a_state_directory_planted_by_another_user_is_refused") else {
+        return;
+    };
+    // Without XDG_RUNTIME_DIR the state goes to /tmp/stockade-UID: somebody else (root
+    // here, as an attacker would be another user) made it first, world-writable.
+    let planted = PathBuf::from(format!("/tmp/stockade-{uid}"));
+    let _ = std::fs::remove_dir_all(&planted);
+    std::fs::create_dir(&planted).unwrap();
+    std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let (_, gid, home) = account(USER).unwrap();
+    let out = Command::new("setpriv")
+        .arg(format!("--reuid={uid}"))
+        .arg(format!("--regid={gid}"))
+        .arg("--init-groups")
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_stockade"))
+        .args(["run", "--", "true"])
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", home)
+        .output()
+        .unwrap();
+    std::fs::remove_dir_all(&planted).unwrap();
+    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("not a directory of uid"),
+        "{}",
+        text(&out.stderr)
+    );
+}
