@@ -6,11 +6,12 @@
  *
  * - {@link runCodeTool}: the handler; {@link runCodeSchema}: the JSON schema;
  * - {@link anthropicTool}, {@link openaiTool}, {@link handleToolCall}: Anthropic / OpenAI;
- * - {@link aiSdkTool}: a Vercel AI SDK tool (`ai`'s `tool` with a zod schema).
+ * - {@link aiSdkTool}: a Vercel AI SDK tool definition (for `ai`'s `tool`, with a zod schema).
  */
 
-import { availableLanguages, runCode, type CreateOptions } from "./index";
+import { availableLanguages, Stockade, type CreateOptions } from "./index";
 import { StockadeError } from "./errors";
+import type { z as Zod } from "zod";
 
 /** The tool's description for the model. */
 export const DESCRIPTION =
@@ -32,8 +33,9 @@ export type RunCodeResult =
     }
   | { ok: false; error: { code: string; message: string } };
 
-/** Options of every tool: the sandbox's and the deadline (seconds, default 30). */
-export type ToolOptions = CreateOptions & { timeout?: number };
+/** Options of every tool: the sandbox's, the deadline (seconds, default 30), and the
+ * client (default: one from the environment, or `provider` when given). */
+export type ToolOptions = CreateOptions & { timeout?: number; stockade?: Stockade; provider?: string };
 
 function languages(provider: string | undefined): string[] {
   try {
@@ -59,7 +61,9 @@ export function runCodeSchema(provider?: string): Record<string, unknown> {
 /** Runs `code`; a sandbox problem is a structured failure, never a throw. */
 export async function runCodeTool(language: string, code: string, opts: ToolOptions = {}): Promise<RunCodeResult> {
   try {
-    const r = await runCode(language, code, opts);
+    const { stockade, provider, ...create } = opts;
+    const client = stockade ?? (await Stockade.connect(provider === undefined ? {} : { provider }));
+    const r = await client.runCode(language, code, create);
     return {
       ok: r.ok,
       exit_code: r.exitCode,
@@ -105,31 +109,25 @@ export async function handleToolCall(args: string | Record<string, unknown>, opt
   return runCodeTool(language, code, opts);
 }
 
-/** What {@link aiSdkTool} needs of zod (`import { z } from "zod"`). */
-export interface Zod {
-  object(shape: Record<string, unknown>): unknown;
-  string(): { describe(d: string): unknown };
+/** The tool's arguments. */
+export interface RunCodeInput {
+  language: string;
+  code: string;
 }
 
-/** What {@link aiSdkTool} needs of `ai` (`import { tool } from "ai"`). */
-export type AiToolFn<T> = (def: {
-  description: string;
-  inputSchema: never;
-  execute: (args: { language: string; code: string }) => Promise<RunCodeResult>;
-}) => T;
-
 /**
- * The tool for the Vercel AI SDK: `tools: { run_code: aiSdkTool(tool, z) }`, with
- * `tool` from `ai` and `z` from `zod` (your versions: this package depends on neither).
+ * The tool for the Vercel AI SDK: `tools: { run_code: tool(aiSdkTool(z)) }` with
+ * `tool` from `ai` and `z` from `zod` 4 (optional peer dependencies: the caller's
+ * copies are used). The definition is `ai`'s shape: `description`, a zod
+ * `inputSchema`, `execute`.
  */
-export function aiSdkTool<T>(tool: AiToolFn<T>, z: Zod, opts: ToolOptions = {}): T {
-  const inputSchema = z.object({
-    language: z.string().describe("Language of the code (python, javascript, bash, ...)."),
-    code: z.string().describe("The code to run."),
-  });
-  return tool({
+export function aiSdkTool(z: typeof Zod, opts: ToolOptions = {}) {
+  return {
     description: DESCRIPTION,
-    inputSchema: inputSchema as never,
-    execute: ({ language, code }) => runCodeTool(language, code, opts),
-  });
+    inputSchema: z.object({
+      language: z.string().describe("Language of the code (python, javascript, bash, ...)."),
+      code: z.string().describe("The code to run."),
+    }),
+    execute: (input: RunCodeInput): Promise<RunCodeResult> => runCodeTool(input.language, input.code, opts),
+  };
 }
