@@ -40,6 +40,8 @@ fn home_dir(home: Option<String>) -> PathBuf {
 /// Connects to the daemon at `host` (`unix:///path`, `host:port`, `https://...`),
 /// sending `token` on every call; `provider` names the daemon's backend.
 #[napi]
+// napi-derive registers the function only outside `cfg(test)`.
+#[cfg_attr(test, allow(dead_code))]
 pub async fn connect(
     host: String,
     token: Option<String>,
@@ -65,8 +67,11 @@ impl Client {
     /// process, with its image store and state under `home`.
     #[napi(constructor)]
     pub fn new(provider: Option<String>, home: Option<String>) -> Result<Client> {
-        let p = stockade::provider_with_home(provider.as_deref(), home.as_deref().map(std::path::Path::new))
-            .map_err(to_js)?;
+        let p = stockade::provider_with_home(
+            provider.as_deref(),
+            home.as_deref().map(std::path::Path::new),
+        )
+        .map_err(to_js)?;
         Ok(Client {
             backend: p.name().to_string(),
             provider: p,

@@ -28,15 +28,17 @@ pub fn languages(provider: Option<String>, home: Option<String>) -> Result<Strin
     let home = home.map_or_else(stockade::host::stockade_home, Into::into);
     let store = stockade_image::Store::open(home.join("images"))
         .map_err(|e| errors::to_js(stockade::code::image_error(e)))?;
-    let rows =
-        stockade::languages::languages(&provider, &store, &home).map_err(errors::to_js)?;
+    let rows = stockade::languages::languages(&provider, &store, &home).map_err(errors::to_js)?;
     errors::json(&rows)
 }
 
 /// The providers this build knows, by name.
 #[napi]
 pub fn providers() -> Vec<String> {
-    stockade::PROVIDERS.iter().map(ToString::to_string).collect()
+    stockade::PROVIDERS
+        .iter()
+        .map(ToString::to_string)
+        .collect()
 }
 
 /// The version of the native module (the workspace's).

@@ -60,8 +60,18 @@ impl SandboxHandle {
 
     /// Replaces `old` by `new`; the number of replacements.
     #[napi]
-    pub async fn edit(&self, path: String, old: String, new: String, replace_all: bool) -> Result<u32> {
-        let n = self.sb.edit(&path, &old, &new, replace_all).await.map_err(to_js)?;
+    pub async fn edit(
+        &self,
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+    ) -> Result<u32> {
+        let n = self
+            .sb
+            .edit(&path, &old, &new, replace_all)
+            .await
+            .map_err(to_js)?;
         Ok(u32::try_from(n).unwrap_or(u32::MAX))
     }
 
