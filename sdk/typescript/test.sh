@@ -8,6 +8,10 @@ set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
 export npm_config_cache=${npm_config_cache:-/var/cache/stockade/npm-cache}
+# Node 20 or later, with npm (Debian's packages are recent enough).
+if ! command -v npm >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
+  apt-get install -y -q nodejs npm >/dev/null
+fi
 npm ci --no-audit --no-fund --prefer-offline --loglevel=error
 ./build.sh debug
 rm -f stockade-sdk-*.tgz
