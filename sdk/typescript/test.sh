@@ -31,6 +31,8 @@ printf '{ "name": "stockade-sdk-tests", "private": true, "type": "module" }\n' >
 cd "$project"
 npm install --no-audit --no-fund --no-package-lock --loglevel=error "$tarball"
 ../node_modules/.bin/tsc -p tsconfig.json
+# The remote-mode test starts `stockade serve` from this build.
+export STOCKADE_CLI=${STOCKADE_CLI:-$CARGO_TARGET_DIR/debug/stockade}
 # Not the source tree: the installed package, with its bundled agent.
 env -u STOCKADE_AGENT -u STOCKADE_HOST node --test --test-concurrency=1 out/*.test.js ./*.test.cjs
 cd .. && rm -rf "$project" "$tarball"
