@@ -11,6 +11,10 @@ test("network is blocked", async () => {
   );
   assert.doesNotMatch(r.stdout, /CONNECTED/);
   assert.match(r.stdout, /blocked/);
+  // No interface but loopback: nothing to reach the host's networks through.
+  const dev = await sb.exec("cat /proc/net/dev");
+  const ifaces = dev.stdout.split("\n").slice(2).map((l) => l.split(":")[0]?.trim()).filter((n) => n);
+  assert.deepEqual(ifaces, ["lo"]);
 });
 
 test("writes outside /tmp are refused", async () => {
