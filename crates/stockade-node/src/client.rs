@@ -8,18 +8,21 @@ use napi::Result;
 use napi_derive::napi;
 use stockade::code::{QuietFetcher, Source};
 use stockade::spec::LanguagePreset;
-use stockade::{CreateOptions, Error, Provider, Sandbox};
+use stockade::{
+    CreateOptions, Error, Provider, Sandbox, SandboxSpec, SessionConfig, SessionManager,
+};
 use stockade_client::{Host, RemoteProvider};
 
 use crate::errors::{json, spec_from_json, to_js};
 use crate::sandbox::SandboxHandle;
+use crate::sessions::Sessions;
 
 /// A provider, chosen by name, with its image store under `home`; or a daemon.
 #[napi]
 pub struct Client {
     provider: Arc<dyn Provider>,
-    /// The daemon's address, in remote mode.
-    remote: Option<String>,
+    /// The daemon, in remote mode.
+    remote: Option<RemoteProvider>,
     /// The provider that runs the sandboxes (the daemon's backend in remote mode).
     backend: String,
     home: PathBuf,
@@ -54,8 +57,8 @@ pub async fn connect(
         .map_err(to_js)?
         .with_backend(provider.clone());
     Ok(Client {
-        provider: Arc::new(daemon),
-        remote: Some(host),
+        provider: Arc::new(daemon.clone()),
+        remote: Some(daemon),
         backend: provider.unwrap_or_else(stockade::default_provider_name),
         home: home_dir(home),
     })
@@ -89,7 +92,7 @@ impl Client {
     /// The daemon's address in remote mode, else `null`.
     #[napi(getter)]
     pub fn remote(&self) -> Option<String> {
-        self.remote.clone()
+        self.remote.as_ref().map(|r| r.host().to_string())
     }
 
     /// Creates a sandbox from a JSON spec. `owned`: it dies with this process.
@@ -161,5 +164,50 @@ impl Client {
             argv,
             spec_json: json(&spec)?,
         })
+    }
+
+    /// The session called `name`: its sandbox, created from `spec_json` with the
+    /// workspace mounted at /work when none is live (the daemon's own spec in remote
+    /// mode). `idle_timeout_secs` 0 keeps the default.
+    #[napi]
+    pub async fn session(
+        &self,
+        name: String,
+        spec_json: String,
+        idle_timeout_secs: u32,
+    ) -> Result<SandboxHandle> {
+        let sessions = self.sessions(spec_from_json(&spec_json)?, idle_timeout_secs.into());
+        Ok(SandboxHandle::new(sessions.get(name).await?))
+    }
+
+    /// Ends the session's sandbox and keeps its workspace (`delete`: removes both).
+    #[napi]
+    pub async fn end_session(&self, name: String, delete: bool) -> Result<()> {
+        self.sessions(SandboxSpec::default(), 0)
+            .end(name, delete)
+            .await
+    }
+
+    /// The sessions, as JSON.
+    #[napi]
+    pub async fn sessions_json(&self) -> Result<String> {
+        self.sessions(SandboxSpec::default(), 0).list_json().await
+    }
+}
+
+impl Client {
+    fn sessions(&self, spec: SandboxSpec, idle_timeout_secs: u64) -> Sessions {
+        if let Some(daemon) = self.remote.clone() {
+            return Sessions::Remote {
+                daemon,
+                provider: self.provider.clone(),
+            };
+        }
+        let mut config = SessionConfig::new(&self.home);
+        config.spec = spec;
+        if idle_timeout_secs > 0 {
+            config.idle_timeout_secs = idle_timeout_secs;
+        }
+        Sessions::Local(SessionManager::new(self.provider.clone(), config))
     }
 }

@@ -8,13 +8,14 @@
 //! dropping the exec's future kills the command in the sandbox (`AbortSignal`).
 //!
 //! - [`errors`]: errors (`stockade:<code>: <message>`) and JSON;
-//! - [`client`]: the client (embedded, or a daemon in remote mode);
+//! - [`client`]: the client (embedded, or a daemon in remote mode) and [`sessions`];
 //! - [`sandbox`]: a sandbox handle and its file operations; [`exec`]: exec.
 
 mod client;
 mod errors;
 mod exec;
 mod sandbox;
+mod sessions;
 
 use napi::Result;
 use napi_derive::napi;

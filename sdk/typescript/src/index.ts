@@ -13,7 +13,7 @@
 
 import { call, InvalidSpecError } from "./errors";
 import { native, type NativeClient } from "./native";
-import { Sandbox, type ExecResult } from "./sandbox";
+import { Sandbox, SessionSandbox, type ExecResult } from "./sandbox";
 import { buildSpec, type SpecOptions } from "./spec";
 
 export * from "./errors";
@@ -21,6 +21,7 @@ export { buildSpec, WORKSPACE, type Mount, type Size, type SpecOptions } from ".
 export {
   ExecStream,
   Sandbox,
+  SessionSandbox,
   type Argv,
   type ExecOptions,
   type ExecResult,
@@ -51,6 +52,17 @@ export interface CreateOptions extends SpecOptions {
   language?: string;
   /** Tie the sandbox to this process: it dies with it (default `true`). */
   owned?: boolean;
+}
+
+/** A session: its name, workspace and live sandbox, if any. */
+export interface SessionInfo {
+  name: string;
+  /** The workspace directory on the host. */
+  workspace: string;
+  /** The live sandbox, if any. */
+  sandboxId: string | null;
+  /** When the session was last used, unix milliseconds. */
+  lastUsedMs: number;
 }
 
 /** What is known about a live sandbox. */
@@ -93,14 +105,18 @@ export class Stockade {
     if (typeof opts !== "object" || opts === null) {
       throw new InvalidSpecError(`create takes an options object, not ${typeof opts}`);
     }
-    let spec = buildSpec(opts);
-    if (opts.language !== undefined) {
-      const lang = opts.language;
-      const prepared = await call(() => this.n.prepareCode(lang, "", JSON.stringify(spec)));
-      spec = JSON.parse(prepared.specJson) as Record<string, unknown>;
-    }
+    const spec = await this.spec(opts);
     const h = await call(() => this.n.create(JSON.stringify(spec), opts.owned !== false));
     return new Sandbox(this.n, h, opts.language);
+  }
+
+  /** The spec of `opts`, with the root of `language`'s interpreter. */
+  private async spec(opts: CreateOptions): Promise<Record<string, unknown>> {
+    const spec = buildSpec(opts);
+    if (opts.language === undefined) return spec;
+    const lang = opts.language;
+    const prepared = await call(() => this.n.prepareCode(lang, "", JSON.stringify(spec)));
+    return JSON.parse(prepared.specJson) as Record<string, unknown>;
   }
 
   /** Runs `code` once in a fresh sandbox, destroyed afterwards (`timeout` seconds, default 30). */
@@ -127,6 +143,46 @@ export class Stockade {
   /** The live sandboxes. */
   async list(): Promise<SandboxInfo[]> {
     return JSON.parse(await call(() => this.n.list())) as SandboxInfo[];
+  }
+
+  /**
+   * The sandbox of the session `name`, created when none is live: a persistent
+   * workspace mounted read-write at /work (the working directory) that outlives
+   * sandboxes. Concurrent callers share one sandbox. Idle sandboxes end after
+   * `idleTimeoutSecs` (default 600); the workspace stays.
+   */
+  async session(name: string, opts: CreateOptions = {}): Promise<SessionSandbox> {
+    // The idle timeout is the session's (the manager ends idle sandboxes), not the spec's.
+    const { idleTimeoutSecs = 0, ...create } = opts;
+    const spec = await this.spec(create);
+    const h = await call(() => this.n.session(name, JSON.stringify(spec), idleTimeoutSecs));
+    return new SessionSandbox(this.n, h, opts.language, name);
+  }
+
+  /** Ends the session's sandbox, keeping its workspace. */
+  releaseSession(name: string): Promise<void> {
+    return call(() => this.n.endSession(name, false));
+  }
+
+  /** Ends the session's sandbox and deletes its workspace. */
+  deleteSession(name: string): Promise<void> {
+    return call(() => this.n.endSession(name, true));
+  }
+
+  /** The sessions. */
+  async sessions(): Promise<SessionInfo[]> {
+    const rows = JSON.parse(await call(() => this.n.sessionsJson())) as Array<{
+      name: string;
+      workspace: string;
+      sandbox_id?: string | null;
+      last_used_ms: number;
+    }>;
+    return rows.map((r) => ({
+      name: r.name,
+      workspace: r.workspace,
+      sandboxId: r.sandbox_id ?? null,
+      lastUsedMs: r.last_used_ms,
+    }));
   }
 
   /** Reaps expired and orphaned sandboxes; what was removed. */

@@ -66,6 +66,9 @@ export interface NativeClient {
   gc(): Promise<string>;
   probe(): Promise<string>;
   prepareCode(language: string, code: string, specJson: string): Promise<{ argv: string[]; specJson: string }>;
+  session(name: string, specJson: string, idleTimeoutSecs: number): Promise<NativeSandbox>;
+  endSession(name: string, remove: boolean): Promise<void>;
+  sessionsJson(): Promise<string>;
 }
 
 export interface NativeModule {

@@ -172,7 +172,7 @@ export class Sandbox implements AsyncDisposable {
 
   /** @internal */
   constructor(
-    private readonly client: NativeClient,
+    protected readonly client: NativeClient,
     private readonly h: NativeSandbox,
     private readonly language: string | undefined,
   ) {}
@@ -317,5 +317,31 @@ export class Sandbox implements AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     await this.destroy();
+  }
+}
+
+/**
+ * A session's sandbox: disposing it (`await using`) releases it: the sandbox ends,
+ * the workspace at /work stays for the next `session()` of that name.
+ */
+export class SessionSandbox extends Sandbox {
+  /** @internal */
+  constructor(
+    client: NativeClient,
+    h: NativeSandbox,
+    language: string | undefined,
+    /** The session's name. */
+    readonly name: string,
+  ) {
+    super(client, h, language);
+  }
+
+  /** Ends the sandbox, keeping the workspace. */
+  release(): Promise<void> {
+    return call(() => this.client.endSession(this.name, false));
+  }
+
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
   }
 }

@@ -154,3 +154,26 @@ test("20 concurrent sandboxes from one process", async () => {
     await Promise.all(boxes.map((sb) => sb.destroy()));
   }
 });
+
+test("sessions: the workspace at /work outlives the sandbox", async () => {
+  const client = await stockade.client();
+  const name = `ts-session-${process.pid}`;
+  try {
+    let first: string;
+    {
+      await using s = await client.session(name);
+      first = s.id;
+      await s.write("/work/notes.txt", "kept");
+      assert.equal((await s.exec("pwd")).stdout, "/work\n");
+      assert.ok((await client.sessions()).some((x) => x.name === name && x.sandboxId === first));
+    }
+    // Released: the sandbox is gone, the workspace stays for the next one.
+    await assert.rejects(client.attach(first), stockade.NotFoundError);
+    await using again = await client.session(name);
+    assert.notEqual(again.id, first);
+    assert.equal(await again.readText("/work/notes.txt"), "kept");
+  } finally {
+    await client.deleteSession(name);
+  }
+  assert.ok(!(await client.sessions()).some((x) => x.name === name));
+});
