@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets Stockade up and runs the whole test suite: formatting, lints, every crate's
-# tests (as root: the attack tests need it), the Python SDK's tests, and a final
+# tests (as root: the attack tests need it), the Python and TypeScript SDKs' tests, and a final
 # check that nothing leaked.
 #   sudo ./test.sh
 set -euo pipefail
@@ -51,6 +51,9 @@ rl_tests=$(mktemp -d)
 cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
 (cd /tmp && as_rootless "$rl_venv/bin/python" -m pytest -q -p no:cacheprovider "$rl_tests/test_sync.py")
 rm -rf "$rl_tests"
+# The TypeScript SDK: its npm tarball (debug native module, static agent) installed
+# into a fresh project, node --test against it.
+sdk/typescript/test.sh
 
 scripts/leak-check.sh
 echo "test.sh: all green"

@@ -1,0 +1,136 @@
+//! A live sandbox: its id and info, exec, file operations and destroy.
+
+use napi::Result;
+use napi::bindgen_prelude::Buffer;
+use napi_derive::napi;
+use stockade::Sandbox;
+
+use crate::errors::{json, to_js};
+use crate::exec::{ExecHandle, ExecOptions};
+
+/// A live sandbox.
+#[napi]
+pub struct SandboxHandle {
+    sb: Sandbox,
+}
+
+impl SandboxHandle {
+    pub fn new(sb: Sandbox) -> SandboxHandle {
+        SandboxHandle { sb }
+    }
+}
+
+#[napi]
+impl SandboxHandle {
+    #[napi(getter)]
+    pub fn id(&self) -> String {
+        self.sb.id().to_string()
+    }
+
+    /// What is known about the sandbox (spec, applied hardening, expiry) as JSON.
+    #[napi]
+    pub fn info_json(&self) -> Result<String> {
+        json(self.sb.info())
+    }
+
+    /// Starts a command; with `stream`, its output is read live from the handle.
+    #[napi]
+    pub fn start(&self, argv: Vec<String>, opts: ExecOptions, stream: bool) -> Result<ExecHandle> {
+        let req = opts.request(argv)?;
+        Ok(ExecHandle::start(self.sb.clone(), req, stream))
+    }
+
+    /// Destroys the sandbox (idempotent).
+    #[napi]
+    pub async fn destroy(&self) -> Result<()> {
+        self.sb.destroy().await.map_err(to_js)
+    }
+
+    /// Writes a file (parents created), as the sandbox user.
+    #[napi]
+    pub async fn write(&self, path: String, data: Buffer) -> Result<()> {
+        self.sb.write(&path, data.to_vec()).await.map_err(to_js)
+    }
+
+    /// Reads a whole file.
+    #[napi]
+    pub async fn read(&self, path: String) -> Result<Buffer> {
+        Ok(self.sb.read(&path).await.map_err(to_js)?.into())
+    }
+
+    /// Replaces `old` by `new`; the number of replacements.
+    #[napi]
+    pub async fn edit(
+        &self,
+        path: String,
+        old: String,
+        new: String,
+        replace_all: bool,
+    ) -> Result<u32> {
+        let n = self
+            .sb
+            .edit(&path, &old, &new, replace_all)
+            .await
+            .map_err(to_js)?;
+        Ok(u32::try_from(n).unwrap_or(u32::MAX))
+    }
+
+    /// A directory's entries as JSON.
+    #[napi]
+    pub async fn ls(&self, path: String) -> Result<String> {
+        json(&self.sb.ls(&path).await.map_err(to_js)?)
+    }
+
+    /// One path's entry as JSON.
+    #[napi]
+    pub async fn stat(&self, path: String) -> Result<String> {
+        json(&self.sb.stat(&path).await.map_err(to_js)?)
+    }
+
+    /// Paths below `root` matching `pattern`.
+    #[napi]
+    pub async fn glob(&self, pattern: String, root: String) -> Result<Vec<String>> {
+        self.sb.glob(&pattern, &root).await.map_err(to_js)
+    }
+
+    /// Matching lines below `root` as JSON.
+    #[napi]
+    pub async fn grep(
+        &self,
+        regex: String,
+        root: String,
+        include: Option<String>,
+        max_matches: u32,
+    ) -> Result<String> {
+        let m = self
+            .sb
+            .grep(&regex, &root, include.as_deref(), max_matches)
+            .await
+            .map_err(to_js)?;
+        json(&m)
+    }
+
+    /// Creates a directory and its parents.
+    #[napi]
+    pub async fn mkdir(&self, path: String) -> Result<()> {
+        self.sb.mkdir(&path).await.map_err(to_js)
+    }
+
+    /// Removes a file or directory tree.
+    #[napi]
+    pub async fn rm(&self, path: String) -> Result<()> {
+        self.sb.rm(&path).await.map_err(to_js)
+    }
+
+    /// Unpacks a tar (or tar.gz) archive into `dest` in the sandbox.
+    #[napi]
+    pub async fn upload(&self, dest: String, archive: Buffer) -> Result<()> {
+        self.sb.upload(&dest, archive.to_vec()).await.map_err(to_js)
+    }
+
+    /// Packs a file or directory of the sandbox into a tar archive.
+    #[napi]
+    pub async fn download(&self, path: String) -> Result<Buffer> {
+        Ok(self.sb.download(&path).await.map_err(to_js)?.into())
+    }
+}

@@ -1,0 +1,347 @@
+/** A live sandbox: exec (waited for or streamed), runCode, files, destroy. */
+
+import { abortError, call, InvalidSpecError, translate, UnavailableError } from "./errors";
+import type { NativeClient, NativeExec, NativeExecOptions, NativeOutcome, NativeSandbox } from "./native";
+
+/** A command: a list of arguments, or a string run by `/bin/sh -c`. */
+export type Argv = readonly string[] | string;
+
+/** Options of one exec. */
+export interface ExecOptions {
+  /** Seconds; at the deadline everything the command started is killed (`timedOut`). */
+  timeout?: number;
+  stdin?: string | Uint8Array;
+  env?: Record<string, string>;
+  cwd?: string;
+  /** Bytes kept per stream (default 1 MiB), head and tail. */
+  outputLimit?: number;
+  /** Aborting kills the command in the sandbox; the promise rejects with an `AbortError`. */
+  signal?: AbortSignal;
+  /** Called with each piece of live output. */
+  onStdout?: (data: Buffer) => void;
+  onStderr?: (data: Buffer) => void;
+}
+
+/** How a command ended. A non-zero `exitCode` is a result, not an error. */
+export interface ExecResult {
+  exitCode: number;
+  /** The signal that ended it, if any. */
+  signal: number | null;
+  /** Captured text (UTF-8, invalid bytes replaced); the bytes are `stdoutBytes`. */
+  stdout: string;
+  stderr: string;
+  stdoutBytes: Buffer;
+  stderrBytes: Buffer;
+  timedOut: boolean;
+  oomKilled: boolean;
+  /** Whether output past the limit was dropped (`stdoutDropped`/`stderrDropped` bytes). */
+  truncated: boolean;
+  stdoutDropped: number;
+  stderrDropped: number;
+  /** Wall time in milliseconds. */
+  durationMs: number;
+  /** Exited 0 within its deadline. */
+  ok: boolean;
+}
+
+/** A piece of live output. */
+export interface OutputChunk {
+  stream: "stdout" | "stderr";
+  data: Buffer;
+}
+
+/** A directory entry or `stat` result. */
+export interface FileEntry {
+  name: string;
+  /** `file`, `dir`, `symlink` or `other`. */
+  kind: string;
+  size: number;
+  mode: number;
+  /** Modification time, unix seconds. */
+  mtime: number;
+}
+
+/** One `grep` match. */
+export interface GrepMatch {
+  path: string;
+  lineNumber: number;
+  line: string;
+}
+
+function result(o: NativeOutcome): ExecResult {
+  return {
+    exitCode: o.exitCode,
+    signal: o.signal ?? null,
+    stdout: o.stdout.toString("utf8"),
+    stderr: o.stderr.toString("utf8"),
+    stdoutBytes: o.stdout,
+    stderrBytes: o.stderr,
+    timedOut: o.timedOut,
+    oomKilled: o.oomKilled,
+    truncated: o.stdoutDropped > 0 || o.stderrDropped > 0,
+    stdoutDropped: o.stdoutDropped,
+    stderrDropped: o.stderrDropped,
+    durationMs: o.durationMs,
+    ok: o.exitCode === 0 && !o.timedOut,
+  };
+}
+
+function argvOf(argv: Argv): string[] {
+  if (typeof argv === "string") return ["/bin/sh", "-c", argv];
+  if (!Array.isArray(argv) || argv.length === 0) {
+    throw new InvalidSpecError("argv is empty; give a command to run (an array of strings, or a shell string)");
+  }
+  return argv.map(String);
+}
+
+function nativeOptions(o: ExecOptions, background: boolean): NativeExecOptions {
+  if (o.timeout !== undefined && !(o.timeout > 0)) {
+    throw new InvalidSpecError(`exec timeout must be a positive number of seconds, not ${String(o.timeout)}`);
+  }
+  const out: NativeExecOptions = { background };
+  if (o.stdin !== undefined) out.stdin = Buffer.from(typeof o.stdin === "string" ? Buffer.from(o.stdin) : o.stdin);
+  if (o.env !== undefined) out.env = Object.fromEntries(Object.entries(o.env).map(([k, v]) => [k, String(v)]));
+  if (o.cwd !== undefined) out.cwd = o.cwd;
+  if (o.timeout !== undefined) out.timeoutMs = Math.max(1, Math.round(o.timeout * 1000));
+  if (o.outputLimit !== undefined) out.outputLimit = o.outputLimit;
+  return out;
+}
+
+/** Ties `handle` to `signal`: aborting kills the command. Returns the unhooking. */
+function hook(handle: NativeExec, signal: AbortSignal | undefined): () => void {
+  if (signal === undefined) return () => undefined;
+  const onAbort = (): void => handle.close();
+  signal.addEventListener("abort", onAbort, { once: true });
+  return () => signal.removeEventListener("abort", onAbort);
+}
+
+/**
+ * Live output of a running command: iterate it (`for await`) for chunks, then
+ * `await result()`. `close()` (or breaking out of the loop) kills the command.
+ */
+export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
+  #result: Promise<ExecResult> | undefined;
+
+  /** @internal */
+  constructor(
+    private readonly handle: NativeExec,
+    private readonly signal: AbortSignal | undefined,
+    private readonly unhook: () => void,
+  ) {}
+
+  async *[Symbol.asyncIterator](): AsyncIterator<OutputChunk> {
+    let done = false;
+    try {
+      for (;;) {
+        const chunk = await call(() => this.handle.next(), this.signal);
+        if (chunk === null) {
+          done = true;
+          return;
+        }
+        yield { stream: chunk.stream, data: chunk.data };
+      }
+    } finally {
+      if (!done) this.close();
+    }
+  }
+
+  /** Waits for the command to end (output not read is still in the result). */
+  result(): Promise<ExecResult> {
+    this.#result ??= call(() => this.handle.outcome(), this.signal)
+      .then(result)
+      .finally(this.unhook);
+    return this.#result;
+  }
+
+  /** Kills the command if it still runs. */
+  close(): void {
+    this.handle.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+  }
+}
+
+/**
+ * A live sandbox. Destroy it with `await using sb = await stockade.create()` or in a
+ * `finally`; sandboxes also die with the Node process that created them.
+ */
+export class Sandbox implements AsyncDisposable {
+  #info: Record<string, unknown> | undefined;
+
+  /** @internal */
+  constructor(
+    protected readonly client: NativeClient,
+    private readonly h: NativeSandbox,
+    private readonly language: string | undefined,
+  ) {}
+
+  /** The sandbox id. */
+  get id(): string {
+    return this.h.id;
+  }
+
+  /** The spec as requested, the hardening actually applied, the expiry. */
+  get info(): Record<string, unknown> {
+    this.#info ??= JSON.parse(this.h.infoJson()) as Record<string, unknown>;
+    return this.#info;
+  }
+
+  /** Runs a command and waits for it (see {@link ExecOptions}). */
+  async exec(argv: Argv, opts: ExecOptions = {}): Promise<ExecResult> {
+    const { signal, onStdout, onStderr } = opts;
+    if (onStdout !== undefined || onStderr !== undefined) {
+      const s = this.stream(argv, opts);
+      for await (const c of s) (c.stream === "stdout" ? onStdout : onStderr)?.(c.data);
+      return s.result();
+    }
+    if (signal?.aborted) throw abortError(signal);
+    const handle = await call(() => this.h.start(argvOf(argv), nativeOptions(opts, false), false));
+    const unhook = hook(handle, signal);
+    try {
+      return result(await call(() => handle.outcome(), signal));
+    } finally {
+      unhook();
+    }
+  }
+
+  /**
+   * Starts a command in the background of the sandbox: what it leaves running
+   * (`server &`) lives on until the sandbox ends.
+   */
+  async execBackground(argv: Argv, opts: Omit<ExecOptions, "onStdout" | "onStderr"> = {}): Promise<ExecResult> {
+    const handle = await call(() => this.h.start(argvOf(argv), nativeOptions(opts, true), false));
+    const unhook = hook(handle, opts.signal);
+    try {
+      return result(await call(() => handle.outcome(), opts.signal));
+    } finally {
+      unhook();
+    }
+  }
+
+  /** Starts a command whose output is read live (`for await (const chunk of stream)`). */
+  stream(argv: Argv, opts: Omit<ExecOptions, "onStdout" | "onStderr"> = {}): ExecStream {
+    const { signal } = opts;
+    if (signal?.aborted) throw abortError(signal);
+    let handle: NativeExec;
+    try {
+      handle = this.h.start(argvOf(argv), nativeOptions(opts, false), true);
+    } catch (e) {
+      throw translate(e);
+    }
+    return new ExecStream(handle, signal, hook(handle, signal));
+  }
+
+  /** Runs `code` in `language` (default: the sandbox's language, else python). */
+  async runCode(code: string, language?: string, opts: Omit<ExecOptions, "stdin"> = {}): Promise<ExecResult> {
+    const lang = language ?? this.language ?? "python";
+    const spec = (this.info["spec"] ?? {}) as Record<string, unknown>;
+    const prepared = await call(() => this.client.prepareCode(lang, code, JSON.stringify(spec)));
+    const image = (JSON.parse(prepared.specJson) as Record<string, unknown>)["image"] ?? null;
+    if (image !== (spec["image"] ?? null)) {
+      throw new UnavailableError(
+        `the ${lang} interpreter is unavailable: this sandbox has none (fix: create a sandbox with language: ${JSON.stringify(lang)})`,
+      );
+    }
+    return this.exec(prepared.argv, opts);
+  }
+
+  /** Writes a file (parents created), as the sandbox user. */
+  write(path: string, data: string | Uint8Array): Promise<void> {
+    return call(() => this.h.write(path, Buffer.from(typeof data === "string" ? Buffer.from(data) : data)));
+  }
+
+  /** Reads a whole file (up to 32 MiB). */
+  read(path: string): Promise<Buffer> {
+    return call(() => this.h.read(path));
+  }
+
+  /** Reads a whole file as UTF-8 text. */
+  async readText(path: string): Promise<string> {
+    return (await this.read(path)).toString("utf8");
+  }
+
+  /** Replaces `old` by `replacement` (unique unless `replaceAll`); the count. */
+  edit(path: string, old: string, replacement: string, replaceAll = false): Promise<number> {
+    return call(() => this.h.edit(path, old, replacement, replaceAll));
+  }
+
+  async ls(path = "."): Promise<FileEntry[]> {
+    return JSON.parse(await call(() => this.h.ls(path))) as FileEntry[];
+  }
+
+  async stat(path: string): Promise<FileEntry> {
+    return JSON.parse(await call(() => this.h.stat(path))) as FileEntry;
+  }
+
+  /** Paths below `root` matching `pattern` (`**` crosses directories). */
+  glob(pattern: string, root = "."): Promise<string[]> {
+    return call(() => this.h.glob(pattern, root));
+  }
+
+  /** Lines matching `regex` below `root` (files matching `include`). */
+  async grep(regex: string, root = ".", include?: string, maxMatches = 0): Promise<GrepMatch[]> {
+    const raw = await call(() => this.h.grep(regex, root, include ?? null, maxMatches));
+    return (JSON.parse(raw) as Array<{ path: string; line_number: number; line: string }>).map((m) => ({
+      path: m.path,
+      lineNumber: m.line_number,
+      line: m.line,
+    }));
+  }
+
+  /** Creates a directory and its parents. */
+  mkdir(path: string): Promise<void> {
+    return call(() => this.h.mkdir(path));
+  }
+
+  /** Removes a file or a directory tree. */
+  rm(path: string): Promise<void> {
+    return call(() => this.h.rm(path));
+  }
+
+  /** Unpacks a tar (or tar.gz) archive into the directory `dest`. */
+  upload(archive: Uint8Array, dest = "."): Promise<void> {
+    return call(() => this.h.upload(dest, Buffer.from(archive)));
+  }
+
+  /** A tar of `path` (a directory: its contents). */
+  download(path: string): Promise<Buffer> {
+    return call(() => this.h.download(path));
+  }
+
+  /** Kills everything in the sandbox and removes it (idempotent). */
+  destroy(): Promise<void> {
+    return call(() => this.h.destroy());
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    await this.destroy();
+  }
+}
+
+/**
+ * A session's sandbox: disposing it (`await using`) releases it: the sandbox ends,
+ * the workspace at /work stays for the next `session()` of that name.
+ */
+export class SessionSandbox extends Sandbox {
+  /** @internal */
+  constructor(
+    client: NativeClient,
+    h: NativeSandbox,
+    language: string | undefined,
+    /** The session's name. */
+    readonly name: string,
+  ) {
+    super(client, h, language);
+  }
+
+  /** Ends the sandbox, keeping the workspace. */
+  release(): Promise<void> {
+    return call(() => this.client.endSession(this.name, false));
+  }
+
+  override async [Symbol.asyncDispose](): Promise<void> {
+    await this.release();
+  }
+}
