@@ -44,6 +44,8 @@ cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
 (cd /tmp && as_rootless "${STOCKADE_VENV:-/var/cache/stockade/venv}/bin/python" -m pytest -q \
   -p no:cacheprovider "$rl_tests/test_sync.py")
 rm -rf "$rl_tests"
+# The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
+crates/stockade-e2b/test.sh
 
 scripts/leak-check.sh
 echo "test.sh: all green"

@@ -28,7 +28,12 @@ pub fn error(status: u16, message: &str) -> Response {
 }
 
 fn ok(status: StatusCode, v: &Value) -> Response {
-    (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
 }
 
 fn rfc3339(ms: u64) -> String {
@@ -189,7 +194,9 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         }
         (m, _) => error(
             404,
-            &format!("no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect)"),
+            &format!(
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect)"
+            ),
         ),
     }
 }
@@ -199,8 +206,12 @@ fn not_found(id: &str) -> Response {
 }
 
 fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
-    serde_json::from_slice(body)
-        .map_err(|e| error(400, &format!("the request body is not the JSON this route takes: {e}")))
+    serde_json::from_slice(body).map_err(|e| {
+        error(
+            400,
+            &format!("the request body is not the JSON this route takes: {e}"),
+        )
+    })
 }
 
 async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {

@@ -91,9 +91,16 @@ impl IntoResponse for ConnectError {
 
 /// Decodes a unary request body (`{}` for an empty body).
 pub fn unary_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ConnectError> {
-    let body = if body.is_empty() { b"{}" as &[u8] } else { body };
-    serde_json::from_slice(body)
-        .map_err(|e| ConnectError::invalid(format!("the request message is not valid JSON for this method: {e}")))
+    let body = if body.is_empty() {
+        b"{}" as &[u8]
+    } else {
+        body
+    };
+    serde_json::from_slice(body).map_err(|e| {
+        ConnectError::invalid(format!(
+            "the request message is not valid JSON for this method: {e}"
+        ))
+    })
 }
 
 /// A unary success answer.
@@ -122,8 +129,11 @@ pub fn stream_request<T: DeserializeOwned>(body: &[u8]) -> Result<T, ConnectErro
             "the request envelope has flags {flags:#04x}; only uncompressed data (0x00) is accepted"
         )));
     }
-    serde_json::from_slice(&payload)
-        .map_err(|e| ConnectError::invalid(format!("the request message is not valid JSON for this method: {e}")))
+    serde_json::from_slice(&payload).map_err(|e| {
+        ConnectError::invalid(format!(
+            "the request message is not valid JSON for this method: {e}"
+        ))
+    })
 }
 
 /// Splits a body into envelopes, refusing truncated or compressed ones.
@@ -158,14 +168,19 @@ pub fn envelopes(mut body: &[u8]) -> Result<Vec<(u8, Vec<u8>)>, ConnectError> {
 
 /// One data envelope.
 pub fn data_frame<T: Serialize>(msg: &T) -> Bytes {
-    frame(0, &serde_json::to_vec(msg).unwrap_or_else(|_| b"{}".to_vec()))
+    frame(
+        0,
+        &serde_json::to_vec(msg).unwrap_or_else(|_| b"{}".to_vec()),
+    )
 }
 
 /// The end-of-stream envelope: `{}` or the error.
 pub fn end_frame(err: Option<&ConnectError>) -> Bytes {
     let body = match err {
         None => b"{}".to_vec(),
-        Some(e) => serde_json::json!({"error": e.json()}).to_string().into_bytes(),
+        Some(e) => serde_json::json!({"error": e.json()})
+            .to_string()
+            .into_bytes(),
     };
     frame(END_STREAM, &body)
 }

@@ -65,7 +65,9 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if method != Method::POST || !path.contains('.') {
         return api::error(
             404,
-            &format!("no envd route {method} {path} (envd serves /health, /files and POST /process.Process/* and /filesystem.Filesystem/*)"),
+            &format!(
+                "no envd route {method} {path} (envd serves /health, /files and POST /process.Process/* and /filesystem.Filesystem/*)"
+            ),
         );
     }
     let timeout_ms = req
@@ -76,7 +78,8 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let body = match to_bytes(req.into_body(), MAX_RPC_BODY).await {
         Ok(b) => b,
         Err(_) => {
-            return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB").into_response();
+            return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB")
+                .into_response();
         }
     };
     match path.as_str() {
@@ -189,7 +192,9 @@ struct MoveRequest {
 fn path_of(body: &[u8]) -> Result<(String, Option<u32>), ConnectError> {
     let r: PathRequest = connect::unary_request(body)?;
     if r.path.is_empty() {
-        return Err(ConnectError::invalid("\"path\" is empty: name a path in the sandbox"));
+        return Err(ConnectError::invalid(
+            "\"path\" is empty: name a path in the sandbox",
+        ));
     }
     Ok((resolve(&r.path), r.depth))
 }
@@ -217,7 +222,9 @@ async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError
     let depth = depth.unwrap_or(1).clamp(1, MAX_DEPTH);
     let top = stat_path(e2b, s, &path).await?;
     if top.kind != FileKind::Dir {
-        return Err(ConnectError::invalid(format!("path {path} is not a directory")));
+        return Err(ConnectError::invalid(format!(
+            "path {path} is not a directory"
+        )));
     }
     let mut out = Vec::new();
     let mut level = vec![path.trim_end_matches('/').to_string()];
@@ -249,10 +256,20 @@ async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError
 async fn make_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
     let (path, _) = path_of(body)?;
     if stat_path(e2b, s, &path).await.is_ok() {
-        return Err(ConnectError::new("already_exists", format!("{path} already exists")));
+        return Err(ConnectError::new(
+            "already_exists",
+            format!("{path} already exists"),
+        ));
     }
     e2b.daemon
-        .file(&s.tenant, &s.daemon_id, FileOp::Mkdir { path: path.clone(), parents: true })
+        .file(
+            &s.tenant,
+            &s.daemon_id,
+            FileOp::Mkdir {
+                path: path.clone(),
+                parents: true,
+            },
+        )
         .await
         .map_err(ConnectError::from)?;
     let e = stat_path(e2b, s, &path).await?;
@@ -263,7 +280,14 @@ async fn remove(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
     let (path, _) = path_of(body)?;
     match e2b
         .daemon
-        .file(&s.tenant, &s.daemon_id, FileOp::Rm { path, recursive: true })
+        .file(
+            &s.tenant,
+            &s.daemon_id,
+            FileOp::Rm {
+                path,
+                recursive: true,
+            },
+        )
         .await
     {
         Ok(_) => Ok(json!({})),
@@ -276,7 +300,9 @@ async fn remove(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
 async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
     let r: MoveRequest = connect::unary_request(body)?;
     if r.source.is_empty() || r.destination.is_empty() {
-        return Err(ConnectError::invalid("Move needs \"source\" and \"destination\""));
+        return Err(ConnectError::invalid(
+            "Move needs \"source\" and \"destination\"",
+        ));
     }
     let (src, dst) = (resolve(&r.source), resolve(&r.destination));
     stat_path(e2b, s, &src).await?;
@@ -291,7 +317,10 @@ async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
     if o.exit_code != 0 {
         return Err(ConnectError::new(
             "permission_denied",
-            format!("cannot move {src} to {dst}: {}", String::from_utf8_lossy(&o.stderr).trim()),
+            format!(
+                "cannot move {src} to {dst}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
         ));
     }
     let e = stat_path(e2b, s, &dst).await?;

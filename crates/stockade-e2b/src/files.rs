@@ -107,13 +107,21 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
                 Ok(Some(f)) => f,
                 Ok(None) => break,
                 Err(e) => {
-                    return error(e.status().as_u16(), &format!("reading the upload: {}", e.body_text()));
+                    return error(
+                        e.status().as_u16(),
+                        &format!("reading the upload: {}", e.body_text()),
+                    );
                 }
             };
             let target = match (&path, field.file_name()) {
                 (Some(p), _) => p.clone(),
                 (None, Some(f)) if !f.is_empty() => resolve(f),
-                _ => return error(400, "each part needs a filename (the target path), or send ?path="),
+                _ => {
+                    return error(
+                        400,
+                        "each part needs a filename (the target path), or send ?path=",
+                    );
+                }
             };
             if !seen.insert(target.clone()) {
                 return error(400, &format!("{target} is named twice in one upload"));
@@ -121,7 +129,10 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
             let data = match field.bytes().await {
                 Ok(b) => b.to_vec(),
                 Err(e) => {
-                    return error(e.status().as_u16(), &format!("reading the upload: {}", e.body_text()));
+                    return error(
+                        e.status().as_u16(),
+                        &format!("reading the upload: {}", e.body_text()),
+                    );
                 }
             };
             match write(e2b, s, &target, data).await {
@@ -142,12 +153,18 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
         .get(header::CONTENT_ENCODING)
         .is_some_and(|v| v.as_bytes() != b"identity")
     {
-        return error(415, "compressed uploads are not accepted yet: send the file uncompressed");
+        return error(
+            415,
+            "compressed uploads are not accepted yet: send the file uncompressed",
+        );
     }
     let data = match to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await {
         Ok(b) => b.to_vec(),
         Err(_) => {
-            return error(413, &format!("the upload is over {} bytes", crate::MAX_BODY_BYTES));
+            return error(
+                413,
+                &format!("the upload is over {} bytes", crate::MAX_BODY_BYTES),
+            );
         }
     };
     match write(e2b, s, &path, data).await {

@@ -9,6 +9,7 @@ import base64
 import datetime
 import io
 import json
+import linecache
 import os
 import sys
 import traceback
@@ -32,14 +33,23 @@ def _send(obj):
 class _Out(io.TextIOBase):
     def __init__(self, kind):
         self.kind = kind
+        self.buf = ""
 
     def writable(self):
         return True
 
     def write(self, s):
-        if s:
-            _send({"type": self.kind, "text": s, "timestamp": _now()})
+        self.buf += s
+        n = self.buf.rfind("\n")
+        if n >= 0:
+            text, self.buf = self.buf[: n + 1], self.buf[n + 1 :]
+            _send({"type": self.kind, "text": text, "timestamp": _now()})
         return len(s)
+
+    def flush(self):
+        if self.buf:
+            text, self.buf = self.buf, ""
+            _send({"type": self.kind, "text": text, "timestamp": _now()})
 
 
 _REPRS = [
@@ -91,13 +101,17 @@ def main():
         saved = {k: os.environ.get(k) for k in env}
         os.environ.update({str(k): str(v) for k, v in env.items()})
         try:
-            tree = ast.parse(req.get("code", ""), "<cell>", "exec")
+            code = req.get("code", "")
+            name = f"<cell {count}>"
+            lines = code.splitlines(True)
+            linecache.cache[name] = (len(code), None, lines, name)
+            tree = ast.parse(code, name, "exec")
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)
-            exec(compile(tree, "<cell>", "exec"), ns)
+            exec(compile(tree, name, "exec"), ns)
             if last is not None:
-                value = eval(compile(last, "<cell>", "eval"), ns)
+                value = eval(compile(last, name, "eval"), ns)
                 if value is not None:
                     ns["_"] = value
                     _send(_result(value))
@@ -114,6 +128,7 @@ def main():
                 else:
                     os.environ[k] = v
             sys.stdout.flush()
+            sys.stderr.flush()
         _send({"type": "number_of_executions", "execution_count": count})
         _send({"type": "end_of_execution"})
 

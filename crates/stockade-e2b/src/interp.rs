@@ -60,7 +60,10 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if req.method() != Method::POST || path != "/execute" {
         return error(
             404,
-            &format!("no code-interpreter route {} {path} (it serves POST /execute)", req.method()),
+            &format!(
+                "no code-interpreter route {} {path} (it serves POST /execute)",
+                req.method()
+            ),
         );
     }
     let body = match to_bytes(req.into_body(), MAX_EXECUTE_BODY).await {
@@ -80,18 +83,27 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if let Some(l) = b.language.as_deref()
         && l != "python"
     {
-        return error(400, &format!("language {l:?} is not served yet: this interpreter runs python"));
+        return error(
+            400,
+            &format!("language {l:?} is not served yet: this interpreter runs python"),
+        );
     }
     if let Some(c) = b.context_id.as_deref()
         && c != "default"
     {
-        return error(404, &format!("context {c:?} not found: only the default context exists"));
+        return error(
+            404,
+            &format!("context {c:?} not found: only the default context exists"),
+        );
     }
     let line = json!({"code": code, "env_vars": b.env_vars}).to_string() + "\n";
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(run_cell(e2b, s, line, tx));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let body = Body::from_stream(futures_util::StreamExt::map(stream, Ok::<_, std::convert::Infallible>));
+    let body = Body::from_stream(futures_util::StreamExt::map(
+        stream,
+        Ok::<_, std::convert::Infallible>,
+    ));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/x-ndjson")
@@ -116,7 +128,11 @@ async fn start(e2b: &E2b, s: &Sbx) -> stockade::Result<Interp> {
     let exec_id = match events.recv().await {
         Some(ExecEvent::Started(id)) => id,
         Some(ExecEvent::Outcome(Err(e))) => return Err(e),
-        _ => return Err(stockade::Error::Internal("the interpreter did not start".into())),
+        _ => {
+            return Err(stockade::Error::Internal(
+                "the interpreter did not start".into(),
+            ));
+        }
     };
     Ok(Interp {
         exec_id,
@@ -141,7 +157,11 @@ async fn run_cell(e2b: Arc<E2b>, s: Arc<Sbx>, request: String, tx: mpsc::Sender<
     let Some(it) = slot.as_mut() else { return };
     let sent = e2b
         .daemon
-        .exec_input(&s.tenant, &it.exec_id, vec![ExecInput::Stdin(request.into_bytes())])
+        .exec_input(
+            &s.tenant,
+            &it.exec_id,
+            vec![ExecInput::Stdin(request.into_bytes())],
+        )
         .await;
     if let Err(e) = sent {
         *slot = None;
@@ -163,12 +183,19 @@ async fn run_cell(e2b: Arc<E2b>, s: Arc<Sbx>, request: String, tx: mpsc::Sender<
             }
             Some(ExecEvent::Output(c)) => {
                 let text = String::from_utf8_lossy(&c.data).into_owned();
-                let _ = tx.send(line(&json!({"type": "stderr", "text": text, "timestamp": now()}))).await;
+                let _ = tx
+                    .send(line(
+                        &json!({"type": "stderr", "text": text, "timestamp": now()}),
+                    ))
+                    .await;
             }
             Some(ExecEvent::Started(_)) => {}
             Some(ExecEvent::Outcome(r)) => {
                 let why = match r {
-                    Ok(o) => format!("the interpreter exited (code {}, signal {:?}); its state is lost and the next cell starts a fresh one", o.exit_code, o.signal),
+                    Ok(o) => format!(
+                        "the interpreter exited (code {}, signal {:?}); its state is lost and the next cell starts a fresh one",
+                        o.exit_code, o.signal
+                    ),
                     Err(e) => format!("the interpreter failed: {e}"),
                 };
                 let _ = tx.send(line(&json!({"type": "error", "name": "InterpreterExited", "value": why, "traceback": why}))).await;

@@ -60,6 +60,19 @@ pub fn router(e2b: Arc<E2b>) -> Router {
 
 async fn dispatch(State(e2b): State<Arc<E2b>>, req: Request) -> Response {
     let h = req.headers();
+    // Refused on its declared length, before any of it is read.
+    let declared = h
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
+        return api::error(
+            413,
+            &format!(
+                "the request body is over {MAX_BODY_BYTES} bytes, the most one request carries"
+            ),
+        );
+    }
     let id = h
         .get("e2b-sandbox-id")
         .and_then(|v| v.to_str().ok())

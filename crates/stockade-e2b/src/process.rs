@@ -67,6 +67,8 @@ pub struct Proc {
     pub pid: u32,
     pub config: ProcessConfig,
     pub tag: Option<String>,
+    /// The daemon's id of the exec (for its kill input).
+    exec_id: String,
     events: broadcast::Sender<Bytes>,
 }
 
@@ -101,7 +103,9 @@ pub async fn start(
         .process
         .ok_or_else(|| ConnectError::invalid("StartRequest needs \"process\" with \"cmd\""))?;
     if cfg.cmd.is_empty() {
-        return Err(ConnectError::invalid("process.cmd is empty: name the program to run"));
+        return Err(ConnectError::invalid(
+            "process.cmd is empty: name the program to run",
+        ));
     }
     let mut argv = vec![
         "/bin/sh".to_string(),
@@ -121,18 +125,20 @@ pub async fn start(
         .daemon
         .exec_stream(&s.tenant, &s.daemon_id, req)
         .map_err(ConnectError::from)?;
-    // Until the pid line: the exec's id, and stderr held back.
+    // Until the pid line: the exec's id, stderr and stdout held back.
     let mut held = Vec::new();
+    let mut held_out = Vec::new();
+    let mut exec_id = String::new();
     let pid = loop {
         match rx.recv().await {
-            Some(ExecEvent::Started(_)) => {}
+            Some(ExecEvent::Started(id)) => exec_id = id,
             Some(ExecEvent::Output(c)) if c.stream == Stream::Stderr => {
                 held.extend_from_slice(&c.data);
                 if let Some(pid) = take_pid(&mut held) {
                     break pid;
                 }
             }
-            Some(ExecEvent::Output(_)) => {}
+            Some(ExecEvent::Output(c)) => held_out.extend_from_slice(&c.data),
             Some(ExecEvent::Outcome(Ok(o))) => {
                 let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
                 return Err(ConnectError::invalid(format!(
@@ -141,7 +147,12 @@ pub async fn start(
                 )));
             }
             Some(ExecEvent::Outcome(Err(e))) => return Err(e.into()),
-            None => return Err(ConnectError::new("internal", "the exec ended without a result")),
+            None => {
+                return Err(ConnectError::new(
+                    "internal",
+                    "the exec ended without a result",
+                ));
+            }
         }
     };
     let (tx, first) = broadcast::channel(1024);
@@ -149,6 +160,7 @@ pub async fn start(
         pid,
         config: cfg,
         tag: r.tag,
+        exec_id,
         events: tx.clone(),
     });
     s.procs
@@ -157,6 +169,9 @@ pub async fn start(
         .insert(pid, proc);
     let sbx = s.clone();
     tokio::spawn(async move {
+        if !held_out.is_empty() {
+            let _ = tx.send(output(Stream::Stdout, &held_out));
+        }
         if !held.is_empty() {
             let _ = tx.send(output(Stream::Stderr, &held));
         }
@@ -185,7 +200,12 @@ pub async fn start(
                     break Ok(event(json!({ "end": end })));
                 }
                 Some(ExecEvent::Outcome(Err(e))) => break Err(ConnectError::from(e)),
-                None => break Err(ConnectError::new("internal", "the exec ended without a result")),
+                None => {
+                    break Err(ConnectError::new(
+                        "internal",
+                        "the exec ended without a result",
+                    ));
+                }
             }
         };
         sbx.procs
@@ -263,50 +283,54 @@ fn select(s: &Sbx, sel: &Selector) -> Result<Arc<Proc>, ConnectError> {
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     let found = match (sel.pid, &sel.tag) {
         (Some(pid), _) => procs.get(&pid).cloned(),
-        (None, Some(tag)) => procs.values().find(|p| p.tag.as_ref() == Some(tag)).cloned(),
+        (None, Some(tag)) => procs
+            .values()
+            .find(|p| p.tag.as_ref() == Some(tag))
+            .cloned(),
         (None, None) => {
             return Err(ConnectError::invalid(
                 "name the process: \"process\": {\"pid\": N} or {\"tag\": T}",
             ));
         }
     };
-    found.ok_or_else(|| ConnectError::not_found("process not found: no running process of that pid or tag was started through this API"))
+    found.ok_or_else(|| {
+        ConnectError::not_found(
+            "process not found: no running process of that pid or tag was started through this API",
+        )
+    })
 }
 
-/// `SendSignal`: `kill -SIG PID` inside the sandbox.
+/// `SendSignal`: ends the process and everything it started, through the exec's
+/// kill input (a kill from another exec would cross Landlock's signal scope, which
+/// keeps each exec's processes out of another's reach). SIGTERM and SIGKILL both
+/// end it with SIGKILL.
 pub async fn signal(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
     let r: SelectRequest = connect::unary_request(body)?;
     let p = select(s, &r.process)?;
-    let sig = match &r.signal {
-        Some(Value::String(n)) if n == "SIGNAL_SIGTERM" => "TERM",
-        Some(Value::Number(n)) if n.as_u64() == Some(15) => "TERM",
-        Some(Value::String(n)) if n == "SIGNAL_SIGKILL" => "KILL",
-        Some(Value::Number(n)) if n.as_u64() == Some(9) => "KILL",
-        None => "KILL",
+    match &r.signal {
+        Some(Value::String(n)) if n == "SIGNAL_SIGTERM" || n == "SIGNAL_SIGKILL" => {}
+        Some(Value::Number(n)) if matches!(n.as_u64(), Some(9 | 15)) => {}
+        None => {}
         Some(other) => {
             return Err(ConnectError::invalid(format!(
                 "signal {other} is not one of SIGNAL_SIGTERM, SIGNAL_SIGKILL"
             )));
         }
-    };
-    let req = ExecRequest::new(["kill", "-s", sig, &p.pid.to_string()]);
-    let o = e2b
-        .daemon
-        .exec(&s.tenant, &s.daemon_id, req)
-        .await
-        .map_err(ConnectError::from)?;
-    if o.exit_code != 0 {
-        return Err(ConnectError::not_found(format!(
-            "process {} not found: {}",
-            p.pid,
-            String::from_utf8_lossy(&o.stderr).trim()
-        )));
     }
+    e2b.daemon
+        .exec_input(&s.tenant, &p.exec_id, vec![stockade::ExecInput::Kill])
+        .await
+        .map_err(|_| {
+            ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+        })?;
     Ok(json!({}))
 }
 
 /// `Connect`: follow a running process.
-pub fn attach(s: &Sbx, body: &[u8]) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
+pub fn attach(
+    s: &Sbx,
+    body: &[u8],
+) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
     let r: SelectRequest = connect::stream_request(body)?;
     let p = select(s, &r.process)?;
     let start = event(json!({"start": {"pid": p.pid}}));

@@ -102,10 +102,7 @@ impl E2b {
 
     /// The tenant's sandbox `id`.
     pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Sbx>> {
-        self.table()
-            .get(id)
-            .filter(|s| s.tenant == tenant)
-            .cloned()
+        self.table().get(id).filter(|s| s.tenant == tenant).cloned()
     }
 
     /// The sandbox of an envd or interpreter call, checked against its token.
@@ -228,7 +225,12 @@ impl E2b {
                 let mut t = self.table();
                 let ids: Vec<String> = t
                     .values()
-                    .filter(|s| *s.end_ms.lock().unwrap_or_else(std::sync::PoisonError::into_inner) <= now)
+                    .filter(|s| {
+                        *s.end_ms
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            <= now
+                    })
                     .map(|s| s.id.clone())
                     .collect();
                 ids.iter().filter_map(|i| t.remove(i)).collect()

@@ -126,9 +126,10 @@ pub struct FrontendContext {
 }
 
 /// Starts a front end; the future serves until `stop` turns true.
-pub type Frontend = fn(
-    FrontendContext,
-) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
+pub type Frontend =
+    fn(
+        FrontendContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
 
 /// How many `File` calls (up to 33 MiB of message each) the daemon holds at once.
 const FILE_CALLS_AT_ONCE: usize = 8;
