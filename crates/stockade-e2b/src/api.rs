@@ -124,9 +124,8 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         };
         return error(401, msg);
     };
-    let body = match to_bytes(req.into_body(), MAX_API_BODY).await {
-        Ok(b) => b,
-        Err(_) => return error(413, "the request body is over 1 MiB"),
+    let Ok(body) = to_bytes(req.into_body(), MAX_API_BODY).await else {
+        return error(413, "the request body is over 1 MiB");
     };
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
     match (method, parts.as_slice()) {
@@ -157,7 +156,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (Method::POST, ["sandboxes", id, "timeout"]) => {
             let t: TimeoutBody = match parse(&body) {
                 Ok(t) => t,
-                Err(r) => return r,
+                Err(r) => return *r,
             };
             let Some(secs) = t.timeout else {
                 return error(400, "the body needs \"timeout\" (seconds from now)");
@@ -176,7 +175,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             } else {
                 match parse(&body) {
                     Ok(t) => t,
-                    Err(r) => return r,
+                    Err(r) => return *r,
                 }
             };
             match e2b.get(&tenant, id) {
@@ -205,19 +204,19 @@ fn not_found(id: &str) -> Response {
     error(404, &format!("sandbox {id:?} not found"))
 }
 
-fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Response> {
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
     serde_json::from_slice(body).map_err(|e| {
-        error(
+        Box::new(error(
             400,
             &format!("the request body is not the JSON this route takes: {e}"),
-        )
+        ))
     })
 }
 
 async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
     let b: CreateBody = match parse(body) {
         Ok(b) => b,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let template = b.template_id.unwrap_or_else(|| "base".into());
     if !TEMPLATES.contains(&template.as_str()) {

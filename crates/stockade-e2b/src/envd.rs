@@ -36,14 +36,14 @@ pub fn token(h: &HeaderMap) -> Option<&str> {
 }
 
 /// The sandbox of a call, or the answer refusing it.
-pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Response> {
-    e2b.reach(id, token(h)).map_err(|r| match r {
+pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Response>> {
+    e2b.reach(id, token(h)).map_err(|r| Box::new(match r {
         Reach::Gone => gone(id),
         Reach::Unauthorized => api::error(
             401,
             "unauthorized access, please provide a valid access token (X-Access-Token: the sandbox's envdAccessToken)",
         ),
-    })
+    }))
 }
 
 pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
@@ -57,7 +57,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     }
     let s = match reach(&e2b, id, req.headers()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if path == "/files" {
         return files::handle(&e2b, &s, req).await;
@@ -75,12 +75,9 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         .get("connect-timeout-ms")
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    let body = match to_bytes(req.into_body(), MAX_RPC_BODY).await {
-        Ok(b) => b,
-        Err(_) => {
-            return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB")
-                .into_response();
-        }
+    let Ok(body) = to_bytes(req.into_body(), MAX_RPC_BODY).await else {
+        return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB")
+            .into_response();
     };
     match path.as_str() {
         "/process.Process/Start" => match process::start(&e2b, &s, &body, timeout_ms).await {

@@ -74,7 +74,7 @@ async fn download(e2b: &E2b, s: &Sbx, path: &str) -> Response {
     }
 }
 
-async fn write(e2b: &E2b, s: &Sbx, path: &str, data: Vec<u8>) -> Result<Value, Response> {
+async fn write(e2b: &E2b, s: &Sbx, path: &str, data: Vec<u8>) -> Result<Value, Box<Response>> {
     let op = FileOp::Write {
         path: path.into(),
         data,
@@ -83,7 +83,7 @@ async fn write(e2b: &E2b, s: &Sbx, path: &str, data: Vec<u8>) -> Result<Value, R
     e2b.daemon
         .file(&s.tenant, &s.daemon_id, op)
         .await
-        .map_err(|e| file_error(path, &e))?;
+        .map_err(|e| Box::new(file_error(path, &e)))?;
     let name = path.rsplit('/').next().unwrap_or("").to_string();
     Ok(json!({"path": path, "name": name, "type": "file"}))
 }
@@ -137,7 +137,7 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
             };
             match write(e2b, s, &target, data).await {
                 Ok(v) => out.push(v),
-                Err(r) => return r,
+                Err(r) => return *r,
             }
         }
         if out.is_empty() {
@@ -169,6 +169,6 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
     };
     match write(e2b, s, &path, data).await {
         Ok(v) => axum::Json(json!([v])).into_response(),
-        Err(r) => r,
+        Err(r) => *r,
     }
 }

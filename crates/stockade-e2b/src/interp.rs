@@ -55,7 +55,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     }
     let s = match reach(&e2b, id, req.headers()) {
         Ok(s) => s,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     if req.method() != Method::POST || path != "/execute" {
         return error(
@@ -66,9 +66,8 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             ),
         );
     }
-    let body = match to_bytes(req.into_body(), MAX_EXECUTE_BODY).await {
-        Ok(b) => b,
-        Err(_) => return error(413, "the cell is over 4 MiB"),
+    let Ok(body) = to_bytes(req.into_body(), MAX_EXECUTE_BODY).await else {
+        return error(413, "the cell is over 4 MiB");
     };
     let b: ExecuteBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
