@@ -70,6 +70,9 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             ),
         );
     }
+    if let Err(e) = check_user(req.headers()) {
+        return e.into_response();
+    }
     let timeout_ms = req
         .headers()
         .get("connect-timeout-ms")
@@ -100,6 +103,36 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             format!("{other} is not served by Stockade's envd"),
         )
         .into_response(),
+    }
+}
+
+/// The RPC's user (`Authorization: Basic base64("NAME:")`): only `user`, the
+/// sandbox's one account, is served.
+fn check_user(h: &HeaderMap) -> Result<(), ConnectError> {
+    use base64::Engine;
+    let Some(v) = h.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(());
+    };
+    let name = v
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.split(':').next().unwrap_or("").to_string());
+    match name.as_deref() {
+        Some("user") => Ok(()),
+        Some(other) => Err(ConnectError::new(
+            "unauthenticated",
+            format!(
+                "invalid username {other:?}: Stockade's E2B sandboxes run commands as \"user\" \
+                 (uid 1000, home /home/user); other users are not served yet"
+            ),
+        )),
+        None => Err(ConnectError::new(
+            "unauthenticated",
+            "the Authorization header is not Basic base64(\"NAME:\")",
+        )),
     }
 }
 

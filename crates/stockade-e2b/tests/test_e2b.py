@@ -30,6 +30,10 @@ def test_commands_run_streams_output_exit_code_env_and_cwd(sbx):
     with pytest.raises(CommandExitException) as e:
         sbx.commands.run("exit 3")
     assert e.value.exit_code == 3
+    assert sbx.commands.run("id -u", user="user").stdout == "1000\n"
+    with pytest.raises(AuthenticationException) as e:
+        sbx.commands.run("id -u", user="root")
+    assert "invalid username" in str(e.value)
 
 
 def test_command_timeout_kills_it(sbx):
