@@ -218,8 +218,13 @@ impl E2b {
     /// Kills sandboxes whose E2B timeout passed, and forgets those the daemon lost
     /// (its lifetime or a crash); runs for the daemon's life.
     pub async fn expirer(self: Arc<Self>) {
+        let mut round: u64 = 0;
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
+            round += 1;
+            if round % 10 == 0 {
+                self.forget_lost().await;
+            }
             let now = stockade::now_ms();
             let expired: Vec<Arc<Sbx>> = {
                 let mut t = self.table();
@@ -238,6 +243,22 @@ impl E2b {
             for s in expired {
                 tracing::info!(sandbox = %s.id, "E2B timeout passed: killed");
                 self.teardown(&s).await;
+            }
+        }
+    }
+}
+
+impl E2b {
+    /// Drops the sandboxes the daemon no longer has (reaped for its own reasons).
+    async fn forget_lost(&self) {
+        let all: Vec<Arc<Sbx>> = self.table().values().cloned().collect();
+        for s in all {
+            if let Err(e) = self.daemon.inspect(&s.tenant, &s.daemon_id).await
+                && e.code() == stockade::ErrorCode::NotFound
+            {
+                tracing::info!(sandbox = %s.id, "the daemon no longer has it: forgotten");
+                self.table().remove(&s.id);
+                let _ = std::fs::remove_dir_all(&s.home);
             }
         }
     }
