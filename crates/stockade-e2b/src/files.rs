@@ -148,16 +148,21 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
     let Some(path) = path else {
         return error(400, "a raw upload needs ?path=FILE");
     };
-    if req
+    let gzip = match req
         .headers()
         .get(header::CONTENT_ENCODING)
-        .is_some_and(|v| v.as_bytes() != b"identity")
+        .map(axum::http::HeaderValue::as_bytes)
     {
-        return error(
-            415,
-            "compressed uploads are not accepted yet: send the file uncompressed",
-        );
-    }
+        None | Some(b"identity") => false,
+        Some(b"gzip") => true,
+        Some(other) => {
+            let other = String::from_utf8_lossy(other);
+            return error(
+                415,
+                &format!("Content-Encoding {other:?} is not accepted: send gzip or identity"),
+            );
+        }
+    };
     let data = match to_bytes(req.into_body(), crate::MAX_BODY_BYTES).await {
         Ok(b) => b.to_vec(),
         Err(_) => {
@@ -167,8 +172,34 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
             );
         }
     };
+    let data = if gzip {
+        match gunzip(&data) {
+            Ok(d) => d,
+            Err(r) => return *r,
+        }
+    } else {
+        data
+    };
     match write(e2b, s, &path, data).await {
         Ok(v) => axum::Json(json!([v])).into_response(),
         Err(r) => *r,
     }
+}
+
+/// Decompresses a gzip upload, at most the agent's file cap.
+fn gunzip(data: &[u8]) -> Result<Vec<u8>, Box<Response>> {
+    use std::io::Read;
+    let cap = stockade::files::MAX_FILE_BYTES;
+    let mut out = Vec::new();
+    flate2::read::GzDecoder::new(data)
+        .take(cap + 1)
+        .read_to_end(&mut out)
+        .map_err(|e| Box::new(error(400, &format!("the gzip upload is corrupt: {e}"))))?;
+    if out.len() as u64 > cap {
+        return Err(Box::new(error(
+            413,
+            &format!("the upload is over {} MiB once decompressed", cap >> 20),
+        )));
+    }
+    Ok(out)
 }

@@ -40,13 +40,17 @@ pub fn frontend(
 pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
     let e2b = Arc::new(E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?);
     tokio::spawn(e2b.clone().expirer());
-    let app = router(e2b);
+    let app = router(e2b.clone());
     let mut stop = ctx.stop;
-    axum::serve(ctx.listener, app)
+    let served = axum::serve(ctx.listener, app)
         .with_graceful_shutdown(async move {
             let _ = stop.wait_for(|s| *s).await;
         })
-        .await?;
+        .await;
+    // The front end's table (tokens, timeouts) lives in memory: its sandboxes would
+    // be unreachable after a restart, so they end with it.
+    e2b.kill_all().await;
+    served?;
     Ok(())
 }
 

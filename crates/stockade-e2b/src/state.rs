@@ -208,6 +208,14 @@ impl E2b {
         true
     }
 
+    /// Destroys every sandbox of the front end (at shutdown).
+    pub async fn kill_all(&self) {
+        let all: Vec<Arc<Sbx>> = self.table().drain().map(|(_, s)| s).collect();
+        for s in all {
+            self.teardown(&s).await;
+        }
+    }
+
     async fn teardown(&self, s: &Sbx) {
         if let Err(e) = self.daemon.destroy(&s.tenant, &s.daemon_id).await {
             tracing::debug!(sandbox = %s.id, "destroy: {e}");

@@ -6,7 +6,8 @@ import tempfile
 
 
 def _serve(*args):
-    binary = os.environ["STOCKADE_BIN"]
+    binary = os.environ.get("STOCKADE_BIN")
+    assert binary, "STOCKADE_BIN must name a built `stockade` binary: run crates/stockade-e2b/test.sh"
     with tempfile.TemporaryDirectory() as tmp:
         r = subprocess.run(
             [binary, "serve", "--listen", f"unix://{tmp}/d.sock", "--state-dir", f"{tmp}/s", *args],

@@ -1,5 +1,6 @@
 """The unmodified E2B SDKs against Stockade's E2B API."""
 
+import io
 import json
 import socket
 import urllib.error
@@ -10,6 +11,7 @@ from e2b import Sandbox
 from e2b import (
     AuthenticationException,
     CommandExitException,
+    FileNotFoundException,
     NotFoundException,
     SandboxException,
     TimeoutException,
@@ -76,6 +78,13 @@ def test_files_write_read_list_rename_remove(sbx):
         [{"path": "/tmp/m1.txt", "data": "1"}, {"path": "rel/m2.txt", "data": "2"}]
     )
     assert sorted(w.path for w in written) == ["/home/user/rel/m2.txt", "/tmp/m1.txt"]
+    sbx.files.write("/tmp/z.txt", io.BytesIO(b"zipped" * 1000), gzip=True)
+    assert sbx.files.read("/tmp/z.txt") == "zipped" * 1000
+    sbx.files.write("/tmp/o.txt", io.BytesIO(b"octets"))
+    assert sbx.files.read("/tmp/o.txt", format="bytes") == b"octets"
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("/home/user/nope.txt")
+    assert sbx.is_running()
 
 
 def test_list_kill_connect_and_metadata_filter(server):
