@@ -11,7 +11,10 @@ import io
 import json
 import linecache
 import os
+import queue
 import sys
+import threading
+import _thread
 import traceback
 
 _proto = os.fdopen(os.dup(1), "w", buffering=1, encoding="utf-8")
@@ -85,17 +88,38 @@ def _result(value):
     return out
 
 
+_queue = queue.Queue()
+
+
+def _reader():
+    # Requests queue up; an {"interrupt": true} line interrupts the running cell
+    # (KeyboardInterrupt in the main thread), which leaves the globals as they are.
+    for line in _requests:
+        try:
+            req = json.loads(line)
+        except ValueError:
+            continue
+        if req.get("interrupt"):
+            _thread.interrupt_main()
+        else:
+            _queue.put(req)
+    _queue.put(None)
+
+
 def main():
     sys.stdout = _Out("stdout")
     sys.stderr = _Out("stderr")
     sys.stdin = io.StringIO("")
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
     count = 0
-    for line in _requests:
+    threading.Thread(target=_reader, daemon=True).start()
+    while True:
         try:
-            req = json.loads(line)
-        except ValueError:
-            continue
+            req = _queue.get()
+        except KeyboardInterrupt:
+            continue  # an interrupt that came between cells
+        if req is None:
+            return
         count += 1
         env = req.get("env_vars") or {}
         saved = {k: os.environ.get(k) for k in env}

@@ -167,8 +167,23 @@ async fn run_cell(e2b: Arc<E2b>, s: Arc<Sbx>, request: String, tx: mpsc::Sender<
         let _ = tx.send(line(&json!({"type": "error", "name": "InterpreterError", "value": format!("the interpreter is gone: {e}"), "traceback": ""}))).await;
         return;
     }
+    let mut interrupted = false;
     loop {
-        match it.events.recv().await {
+        let ev = tokio::select! {
+            ev = it.events.recv() => ev,
+            _ = tx.closed(), if !interrupted => {
+                // The client went away (its timeout, say): interrupt the cell, then
+                // read on to its end so the next cell finds the interpreter idle.
+                interrupted = true;
+                let stop = b"{\"interrupt\": true}\n".to_vec();
+                let _ = e2b
+                    .daemon
+                    .exec_input(&s.tenant, &it.exec_id, vec![ExecInput::Stdin(stop)])
+                    .await;
+                continue;
+            }
+        };
+        match ev {
             Some(ExecEvent::Output(c)) if c.stream == Stream::Stdout => {
                 it.partial.extend_from_slice(&c.data);
                 while let Some(n) = it.partial.iter().position(|b| *b == b'\n') {

@@ -183,5 +183,9 @@ def test_run_code_keeps_state_and_reports_errors(server):
         assert ex.error.value == "division by zero"
         assert "f()" in ex.error.traceback and "1 / 0" in ex.error.traceback
         assert s.run_code("'still' + ' here'").text == "still here"
+        # A cell cut off by the client's timeout is interrupted; the globals stay.
+        with pytest.raises(TimeoutException):
+            s.run_code("while True:\n    pass", timeout=3)
+        assert s.run_code("x").text == "20"
     finally:
         s.kill()
