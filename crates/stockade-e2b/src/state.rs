@@ -230,7 +230,7 @@ impl E2b {
         loop {
             tokio::time::sleep(Duration::from_millis(500)).await;
             round += 1;
-            if round % 10 == 0 {
+            if round.is_multiple_of(10) {
                 self.forget_lost().await;
             }
             let now = stockade::now_ms();
