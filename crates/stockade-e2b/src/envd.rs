@@ -93,6 +93,8 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         },
         "/process.Process/List" => connect::unary_response(&process::list(&s)),
         "/process.Process/SendSignal" => reply(process::signal(&e2b, &s, &body).await),
+        "/process.Process/SendInput" => reply(process::input(&e2b, &s, &body, false).await),
+        "/process.Process/CloseStdin" => reply(process::input(&e2b, &s, &body, true).await),
         "/filesystem.Filesystem/Stat" => reply(stat(&e2b, &s, &body).await),
         "/filesystem.Filesystem/ListDir" => reply(list_dir(&e2b, &s, &body).await),
         "/filesystem.Filesystem/MakeDir" => reply(make_dir(&e2b, &s, &body).await),

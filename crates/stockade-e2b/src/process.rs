@@ -46,6 +46,8 @@ pub struct StartRequest {
     tag: Option<String>,
     #[serde(default)]
     pty: Option<Value>,
+    #[serde(default)]
+    stdin: Option<bool>,
 }
 
 #[derive(Deserialize, Default)]
@@ -60,6 +62,14 @@ pub struct SelectRequest {
     process: Selector,
     #[serde(default)]
     signal: Option<Value>,
+    #[serde(default)]
+    input: Option<ProcessInput>,
+}
+
+#[derive(Deserialize)]
+pub struct ProcessInput {
+    stdin: Option<String>,
+    pty: Option<String>,
 }
 
 /// One process started through `Start`.
@@ -121,6 +131,7 @@ pub async fn start(
     req.stream = true;
     req.timeout_ms = timeout_ms;
     req.output_limit_bytes = OUTPUT_LIMIT;
+    req.keep_stdin_open = r.stdin.unwrap_or(false);
     let mut rx = e2b
         .daemon
         .exec_stream(&s.tenant, &s.daemon_id, req)
@@ -319,6 +330,36 @@ pub async fn signal(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectErr
     }
     e2b.daemon
         .exec_input(&s.tenant, &p.exec_id, vec![stockade::ExecInput::Kill])
+        .await
+        .map_err(|_| {
+            ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+        })?;
+    Ok(json!({}))
+}
+
+/// `SendInput` (bytes to stdin) and `CloseStdin`, through the exec's input.
+pub async fn input(e2b: &E2b, s: &Sbx, body: &[u8], close: bool) -> Result<Value, ConnectError> {
+    let r: SelectRequest = connect::unary_request(body)?;
+    let p = select(s, &r.process)?;
+    let msg = if close {
+        stockade::ExecInput::CloseStdin
+    } else {
+        let input = r.input.ok_or_else(|| {
+            ConnectError::invalid("SendInput needs \"input\": {\"stdin\": BASE64}")
+        })?;
+        if input.pty.is_some() {
+            return Err(ConnectError::new(
+                "unimplemented",
+                "PTY input is not served yet",
+            ));
+        }
+        let data = B64
+            .decode(input.stdin.unwrap_or_default())
+            .map_err(|e| ConnectError::invalid(format!("input.stdin is not base64: {e}")))?;
+        stockade::ExecInput::Stdin(data)
+    };
+    e2b.daemon
+        .exec_input(&s.tenant, &p.exec_id, vec![msg])
         .await
         .map_err(|_| {
             ConnectError::not_found(format!("process {} not found: it has ended", p.pid))

@@ -51,10 +51,22 @@ def test_background_process_has_a_real_pid_and_can_be_killed(sbx):
     # another's reach, so the process is looked up in /proc instead.)
     assert sbx.commands.run(f"cat /proc/{h.pid}/cmdline").stdout.startswith("sleep")
     assert h.pid in [p.pid for p in sbx.commands.list()]
+    again = sbx.commands.connect(h.pid)
+    assert again.pid == h.pid
     assert sbx.commands.kill(h.pid)
     with pytest.raises(CommandExitException):
         h.wait()
+    with pytest.raises(CommandExitException):
+        again.wait()
     assert sbx.commands.kill(999999) is False
+
+
+def test_stdin_is_sent_and_closed(sbx):
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "hello ")
+    sbx.commands.send_stdin(h.pid, b"world")
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "hello world"
 
 
 def test_files_write_read_list_rename_remove(sbx):
