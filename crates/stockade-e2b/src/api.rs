@@ -132,16 +132,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (Method::POST, ["v2" | "", "sandboxes"] | ["sandboxes"]) => {
             create(&e2b, &tenant, &body).await
         }
-        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => {
-            let filter = metadata_filter(&query);
-            let items: Vec<Value> = e2b
-                .list(&tenant)
-                .iter()
-                .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-                .map(|s| detail_json(s))
-                .collect();
-            ok(StatusCode::OK, &Value::Array(items))
-        }
+        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(&e2b, &tenant, &query),
         (Method::GET, ["sandboxes", id]) => match e2b.get(&tenant, id) {
             Some(s) => ok(StatusCode::OK, &detail_json(&s)),
             None => not_found(id),
@@ -198,6 +189,42 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             ),
         ),
     }
+}
+
+/// Lists the tenant's sandboxes: metadata filter, `order`, and pages of `limit`
+/// (the next page's token, an offset, in the `x-next-token` header).
+fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
+    let filter = metadata_filter(query);
+    let param = |name: &str| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let mut items: Vec<Value> = e2b
+        .list(tenant)
+        .iter()
+        .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .map(|s| detail_json(s))
+        .collect();
+    if param("order").as_deref() == Some("desc") {
+        items.reverse();
+    }
+    let Ok(start) = param("nextToken").map_or(Ok(0), |t| t.parse::<usize>()) else {
+        return error(400, "nextToken is not one this server gave (x-next-token)");
+    };
+    let Ok(limit) = param("limit").map_or(Ok(usize::MAX), |t| t.parse::<usize>()) else {
+        return error(400, "limit is not a number");
+    };
+    let limit = limit.max(1);
+    let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+    let mut r = ok(StatusCode::OK, &Value::Array(page));
+    let next = start.saturating_add(limit);
+    if next < items.len()
+        && let Ok(v) = axum::http::HeaderValue::from_str(&next.to_string())
+    {
+        r.headers_mut().insert("x-next-token", v);
+    }
+    r
 }
 
 fn not_found(id: &str) -> Response {

@@ -3,6 +3,7 @@
 import io
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 
@@ -107,6 +108,11 @@ def test_list_kill_connect_and_metadata_filter(server):
 
         ids = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"n": "2"})).next_items()]
         assert ids == [b.sandbox_id]
+        pages = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}), limit=1)
+        seen = []
+        while pages.has_next:
+            seen += [s.sandbox_id for s in pages.next_items()]
+        assert sorted(seen) == sorted([a.sandbox_id, b.sandbox_id])
         again = Sandbox.connect(a.sandbox_id)
         assert again.commands.run("echo ok").stdout == "ok\n"
         assert a.get_info().metadata["n"] == "1"
@@ -116,6 +122,18 @@ def test_list_kill_connect_and_metadata_filter(server):
         b.kill()
     assert Sandbox.kill(a.sandbox_id) is False
     assert not a.is_running()
+
+
+def test_an_expired_sandbox_is_gone(server):
+    s = Sandbox.create(timeout=120)
+    s.set_timeout(1)
+    # The sandbox ends about a second from now; wait for it (at most two minutes).
+    for _ in range(240):
+        if not s.is_running():
+            break
+        time.sleep(0.5)
+    assert not s.is_running()
+    assert Sandbox.kill(s.sandbox_id) is False
 
 
 def test_two_tenants_do_not_see_each_other(sbx):
