@@ -78,7 +78,7 @@ impl E2b {
         // through this front end any more (its table lives in memory): drop them.
         if let Ok(rd) = std::fs::read_dir(&homes) {
             for e in rd.flatten() {
-                let _ = std::fs::remove_dir_all(e.path());
+                remove_home(&e.path());
             }
         }
         Ok(E2b {
@@ -138,8 +138,6 @@ impl E2b {
     ) -> stockade::Result<Arc<Sbx>> {
         let id = format!("i{}", stockade::host::random_hex(10));
         let home = self.homes.join(&id);
-        std::fs::create_dir_all(&home)
-            .map_err(|e| stockade::Error::io(format!("cannot create {}", home.display()), e))?;
         let mut spec = SandboxSpec {
             timeout_secs: MAX_TIMEOUT_SECS,
             workdir: Some("/home/user".into()),
@@ -156,6 +154,7 @@ impl E2b {
         spec.env.extend(env_vars);
         spec.labels.insert("e2b.sandbox-id".into(), id.clone());
         spec.labels.insert("e2b.template".into(), template.into());
+        make_home(&home, spec.limits.tmp_bytes)?;
         let memory_mb = spec.limits.memory_bytes >> 20;
         let cpus = spec.limits.cpus.ceil() as u64;
         let own = vec![Mount {
@@ -170,7 +169,7 @@ impl E2b {
         let info = match created {
             Ok((info, _)) => info,
             Err(e) => {
-                let _ = std::fs::remove_dir_all(&home);
+                remove_home(&home);
                 return Err(e);
             }
         };
@@ -220,7 +219,7 @@ impl E2b {
         if let Err(e) = self.daemon.destroy(&s.tenant, &s.daemon_id).await {
             tracing::debug!(sandbox = %s.id, "destroy: {e}");
         }
-        let _ = std::fs::remove_dir_all(&s.home);
+        remove_home(&s.home);
     }
 
     /// Kills sandboxes whose E2B timeout passed, and forgets those the daemon lost
@@ -266,10 +265,44 @@ impl E2b {
             {
                 tracing::info!(sandbox = %s.id, "the daemon no longer has it: forgotten");
                 self.table().remove(&s.id);
-                let _ = std::fs::remove_dir_all(&s.home);
+                remove_home(&s.home);
             }
         }
     }
+}
+
+/// A sandbox's home on the host: a tmpfs of `size` bytes (as the sandbox's `/tmp`),
+/// so what the sandbox writes there is capped and never reaches the host's disk.
+fn make_home(home: &std::path::Path, size: u64) -> stockade::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    std::fs::create_dir_all(home)
+        .map_err(|e| stockade::Error::io(format!("cannot create {}", home.display()), e))?;
+    let opts = format!("size={size},mode=0700");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if let Err(e) = mount(
+        Some("tmpfs"),
+        home,
+        Some("tmpfs"),
+        flags,
+        Some(opts.as_str()),
+    ) {
+        let _ = std::fs::remove_dir(home);
+        return Err(stockade::Error::Unavailable {
+            what: "an E2B sandbox's home".into(),
+            reason: format!(
+                "cannot mount a size-capped tmpfs on {}: {e}",
+                home.display()
+            ),
+            fix: "run stockade serve as root for --e2b-listen".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Unmounts and removes a home made by [`make_home`].
+fn remove_home(home: &std::path::Path) {
+    let _ = nix::mount::umount2(home, nix::mount::MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_dir_all(home);
 }
 
 impl Sbx {

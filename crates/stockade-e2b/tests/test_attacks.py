@@ -44,3 +44,10 @@ def test_memory_bomb_is_contained(sbx):
     assert r.exit_code != 0
     assert "allocated" not in r.stdout
     assert sbx.commands.run("echo survived").stdout == "survived\n"
+
+
+def test_filling_the_home_is_capped_and_harmless(sbx):
+    r = _run(sbx, "head -c 200M /dev/zero > /home/user/fill")
+    assert r.exit_code != 0
+    assert "No space left" in r.stderr
+    assert sbx.commands.run("rm /home/user/fill && echo ok > /home/user/after && cat /home/user/after").stdout == "ok\n"
