@@ -17,7 +17,7 @@ use stockade_server::daemon::ExecEvent;
 use tokio::sync::mpsc;
 
 use crate::api::error;
-use crate::envd::{gone, reach};
+use crate::envd::{gone, reach, resolve, token};
 use crate::state::{E2b, Reach, Sbx};
 
 const SCRIPT: &str = include_str!("interp.py");
@@ -25,6 +25,103 @@ const SCRIPT: &str = include_str!("interp.py");
 /// `ExecRequest::output_limit_bytes`).
 const OUTPUT_LIMIT: u64 = 64 << 20;
 const MAX_EXECUTE_BODY: usize = 4 << 20;
+
+/// A code-interpreter context: its own interpreter, started on first use.
+pub struct Context {
+    pub id: String,
+    pub cwd: String,
+    slot: tokio::sync::Mutex<Option<Interp>>,
+}
+
+impl Context {
+    pub fn new(id: String, cwd: String) -> Context {
+        Context {
+            id,
+            cwd,
+            slot: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    fn json(&self) -> Value {
+        json!({"id": self.id, "language": "python", "cwd": self.cwd})
+    }
+}
+
+#[derive(Deserialize)]
+struct NewContext {
+    #[serde(default)]
+    language: Option<String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+fn context(s: &Sbx, id: &str) -> Option<Arc<Context>> {
+    s.contexts
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(id)
+        .cloned()
+}
+
+/// `/contexts`: create, list, remove and restart contexts.
+async fn contexts(s: &Sbx, method: &Method, path: &str, body: &[u8]) -> Response {
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    let all = || {
+        s.contexts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    };
+    match (method, parts.as_slice()) {
+        (&Method::POST, ["contexts"]) => {
+            let b: NewContext =
+                match serde_json::from_slice(if body.is_empty() { b"{}" } else { body }) {
+                    Ok(b) => b,
+                    Err(e) => {
+                        return error(
+                            400,
+                            &format!("the body is not {{\"language\", \"cwd\"}}: {e}"),
+                        );
+                    }
+                };
+            if let Some(l) = b.language.as_deref()
+                && l != "python"
+            {
+                return error(
+                    400,
+                    &format!("language {l:?} is not served yet: contexts run python"),
+                );
+            }
+            let cwd = b
+                .cwd
+                .map_or_else(|| "/home/user".to_string(), |c| resolve(&c));
+            let c = Arc::new(Context::new(stockade::host::random_hex(8), cwd));
+            all().insert(c.id.clone(), c.clone());
+            axum::Json(c.json()).into_response()
+        }
+        (&Method::GET, ["contexts"]) => {
+            let v: Vec<Value> = all().values().map(|c| c.json()).collect();
+            axum::Json(Value::Array(v)).into_response()
+        }
+        (&Method::DELETE, ["contexts", id]) => match all().remove(*id) {
+            // Dropping its interpreter ends it.
+            Some(_) => StatusCode::NO_CONTENT.into_response(),
+            None => error(404, &format!("context {id:?} not found")),
+        },
+        (&Method::POST, ["contexts", id, "restart"]) => match context(s, id) {
+            Some(c) => {
+                *c.slot.lock().await = None;
+                StatusCode::NO_CONTENT.into_response()
+            }
+            None => error(404, &format!("context {id:?} not found")),
+        },
+        _ => error(
+            404,
+            &format!(
+                "no code-interpreter route {method} {path} (it serves /execute and /contexts)"
+            ),
+        ),
+    }
+}
 
 /// A running interpreter.
 pub struct Interp {
@@ -53,15 +150,32 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             _ => (StatusCode::OK, "\"OK\"").into_response(),
         };
     }
-    let s = match reach(&e2b, id, req.headers()) {
-        Ok(s) => s,
-        Err(r) => return *r,
+    // The SDKs send the access token to /execute only; /contexts is reached with
+    // the sandbox's id alone (a token, when sent, must still be right).
+    let untokened = path.starts_with("/contexts") && token(req.headers()).is_none();
+    let s = if untokened {
+        match e2b.reach_untokened(id) {
+            Ok(s) => s,
+            Err(_) => return gone(id),
+        }
+    } else {
+        match reach(&e2b, id, req.headers()) {
+            Ok(s) => s,
+            Err(r) => return *r,
+        }
     };
+    if path.starts_with("/contexts") {
+        let method = req.method().clone();
+        let Ok(body) = to_bytes(req.into_body(), MAX_EXECUTE_BODY).await else {
+            return error(413, "the body is over 4 MiB");
+        };
+        return contexts(&s, &method, &path, &body).await;
+    }
     if req.method() != Method::POST || path != "/execute" {
         return error(
             404,
             &format!(
-                "no code-interpreter route {} {path} (it serves POST /execute)",
+                "no code-interpreter route {} {path} (it serves /execute and /contexts)",
                 req.method()
             ),
         );
@@ -87,17 +201,13 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             &format!("language {l:?} is not served yet: this interpreter runs python"),
         );
     }
-    if let Some(c) = b.context_id.as_deref()
-        && c != "default"
-    {
-        return error(
-            404,
-            &format!("context {c:?} not found: only the default context exists"),
-        );
-    }
+    let cid = b.context_id.as_deref().unwrap_or("default");
+    let Some(ctx) = context(&s, cid) else {
+        return error(404, &format!("context {cid:?} not found"));
+    };
     let line = json!({"code": code, "env_vars": b.env_vars}).to_string() + "\n";
     let (tx, rx) = mpsc::channel::<Bytes>(64);
-    tokio::spawn(run_cell(e2b, s, line, tx));
+    tokio::spawn(run_cell(e2b, s, ctx, line, tx));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
     let body = Body::from_stream(futures_util::StreamExt::map(
         stream,
@@ -118,8 +228,9 @@ fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Micros, true)
 }
 
-async fn start(e2b: &E2b, s: &Sbx) -> stockade::Result<Interp> {
+async fn start(e2b: &E2b, s: &Sbx, cwd: &str) -> stockade::Result<Interp> {
     let mut req = ExecRequest::new(["python3", "-u", "-c", SCRIPT]);
+    req.cwd = Some(cwd.to_string());
     req.stream = true;
     req.keep_stdin_open = true;
     req.output_limit_bytes = OUTPUT_LIMIT;
@@ -142,10 +253,16 @@ async fn start(e2b: &E2b, s: &Sbx) -> stockade::Result<Interp> {
 
 /// Runs one cell; the lines go to `tx` (a gone client does not stop the cell, which
 /// must finish for the next one to start).
-async fn run_cell(e2b: Arc<E2b>, s: Arc<Sbx>, request: String, tx: mpsc::Sender<Bytes>) {
-    let mut slot = s.interp.lock().await;
+async fn run_cell(
+    e2b: Arc<E2b>,
+    s: Arc<Sbx>,
+    ctx: Arc<Context>,
+    request: String,
+    tx: mpsc::Sender<Bytes>,
+) {
+    let mut slot = ctx.slot.lock().await;
     if slot.is_none() {
-        match start(&e2b, &s).await {
+        match start(&e2b, &s, &ctx.cwd).await {
             Ok(i) => *slot = Some(i),
             Err(e) => {
                 let _ = tx.send(line(&json!({"type": "error", "name": "InterpreterError", "value": format!("the interpreter could not start: {e}"), "traceback": ""}))).await;

@@ -63,6 +63,19 @@ pub fn router(e2b: Arc<E2b>) -> Router {
 }
 
 async fn dispatch(State(e2b): State<Arc<E2b>>, req: Request) -> Response {
+    let mut r = route(e2b, req).await;
+    // An error may come before the request's body was read: close the connection
+    // after it, so the client does not write its next request into a closed one.
+    if r.status().is_client_error() || r.status().is_server_error() {
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+    }
+    r
+}
+
+async fn route(e2b: Arc<E2b>, req: Request) -> Response {
     let h = req.headers();
     // Refused on its declared length, before any of it is read.
     let declared = h

@@ -13,7 +13,7 @@ use stockade_server::Daemon;
 use stockade_server::auth::Auth;
 use subtle_eq::ct_eq;
 
-use crate::interp::Interp;
+use crate::interp::Context;
 use crate::process::Proc;
 
 /// The envd version reported to the SDKs (they gate features on it; WIRE.md 5.10).
@@ -41,7 +41,8 @@ pub struct Sbx {
     pub memory_mb: u64,
     pub cpus: u64,
     pub procs: Mutex<HashMap<u32, Arc<Proc>>>,
-    pub interp: tokio::sync::Mutex<Option<Interp>>,
+    /// Code-interpreter contexts by id (`default` always there).
+    pub contexts: Mutex<BTreeMap<String, Arc<Context>>>,
 }
 
 /// The front end's state.
@@ -112,6 +113,11 @@ impl E2b {
             Some(t) if ct_eq(t.as_bytes(), s.token.as_bytes()) => Ok(s),
             _ => Err(Reach::Unauthorized),
         }
+    }
+
+    /// The sandbox of a call the SDKs send without its token (`/contexts`).
+    pub fn reach_untokened(&self, id: &str) -> Result<Arc<Sbx>, Reach> {
+        self.table().get(id).cloned().ok_or(Reach::Gone)
     }
 
     /// The tenant's sandboxes.
@@ -187,7 +193,10 @@ impl E2b {
             memory_mb,
             cpus,
             procs: Mutex::new(HashMap::new()),
-            interp: tokio::sync::Mutex::new(None),
+            contexts: Mutex::new(BTreeMap::from([(
+                "default".to_string(),
+                Arc::new(Context::new("default".into(), "/home/user".into())),
+            )])),
         });
         self.table().insert(id, s.clone());
         Ok(s)

@@ -217,5 +217,17 @@ def test_run_code_keeps_state_and_reports_errors(server):
         with pytest.raises(TimeoutException):
             s.run_code("while True:\n    pass", timeout=3)
         assert s.run_code("x").text == "20"
+        # Contexts: each its own interpreter, with its own cwd and globals.
+        ctx = s.create_code_context(cwd="/tmp")
+        assert s.run_code("import os; os.getcwd()", context=ctx).text == "/tmp"
+        err = s.run_code("x", context=ctx).error
+        assert err is not None and err.name == "NameError"
+        assert ctx.id in [c.id for c in s.list_code_contexts()]
+        s.run_code("y = 5", context=ctx)
+        s.restart_code_context(ctx)
+        assert s.run_code("y", context=ctx).error.name == "NameError"
+        s.remove_code_context(ctx)
+        assert ctx.id not in [c.id for c in s.list_code_contexts()]
+        assert s.run_code("x").text == "20"
     finally:
         s.kill()
