@@ -54,6 +54,8 @@ rm -rf "$rl_tests"
 # The TypeScript SDK: its npm tarball (debug native module, static agent) installed
 # into a fresh project, node --test against it.
 sdk/typescript/test.sh
+# The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
+crates/stockade-e2b/test.sh
 
 scripts/leak-check.sh
 echo "test.sh: all green"

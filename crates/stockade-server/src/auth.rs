@@ -100,6 +100,13 @@ impl Auth {
         let token = header
             .strip_prefix(b"Bearer ")
             .ok_or_else(|| Status::unauthenticated("authorization header is not `Bearer TOKEN`"))?;
+        self.tenant_of_token(token)
+            .ok_or_else(|| Status::unauthenticated("token refused"))
+    }
+
+    /// The tenant of a token (`None`: not one of the daemon's tokens, or the daemon
+    /// has none). For front ends that carry the token in their own header.
+    pub fn tenant_of_token(&self, token: &[u8]) -> Option<String> {
         let d = digest(token);
         // Every token is compared, so the position of a match does not show either.
         let mut found = None;
@@ -108,9 +115,7 @@ impl Auth {
                 found = Some(name);
             }
         }
-        found
-            .cloned()
-            .ok_or_else(|| Status::unauthenticated("token refused"))
+        found.cloned()
     }
 
     /// The tenant of a caller on the unix socket whose uid is `uid` (`SO_PEERCRED`;

@@ -105,7 +105,31 @@ pub struct ServeArgs {
     /// Most calls at once on one connection (HTTP/2 concurrent streams).
     #[arg(long, default_value_t = 64)]
     pub max_streams_per_connection: u32,
+    /// Also serve the E2B-compatible API (control plane, envd and the code
+    /// interpreter on one origin) on this TCP address, for the unmodified E2B SDKs
+    /// (`E2B_API_URL` and `E2B_SANDBOX_URL` point here; `E2B_API_KEY` is a token of
+    /// --token-file). Plain HTTP: loopback only unless --insecure-plaintext.
+    /// `stockade serve` only (the stockaded binary has no E2B front end).
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub e2b_listen: Option<SocketAddr>,
 }
+
+/// What a front end served beside the gRPC listeners gets (the E2B-compatible API
+/// of `stockade-e2b`): the daemon, its tokens, a directory of its own in the
+/// daemon's state, its bound listener, and a signal that turns true at shutdown.
+pub struct FrontendContext {
+    pub daemon: Arc<Daemon>,
+    pub auth: auth::Auth,
+    pub state_dir: PathBuf,
+    pub listener: tokio::net::TcpListener,
+    pub stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Starts a front end; the future serves until `stop` turns true.
+pub type Frontend =
+    fn(
+        FrontendContext,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = anyhow::Result<()>> + Send>>;
 
 /// How many `File` calls (up to 33 MiB of message each) the daemon holds at once.
 const FILE_CALLS_AT_ONCE: usize = 8;
@@ -118,6 +142,11 @@ pub fn default_state_dir() -> PathBuf {
 
 /// Serves until SIGINT or SIGTERM on a runtime of its own; returns the exit code.
 pub fn run(args: ServeArgs) -> i32 {
+    run_with(args, None)
+}
+
+/// [`run`] with the E2B front end (`--e2b-listen`), which lives in a crate above this one.
+pub fn run_with(args: ServeArgs, e2b: Option<Frontend>) -> i32 {
     let filter = tracing_subscriber::EnvFilter::try_from_env("STOCKADE_LOG")
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colour only on a terminal: a log file or pipe gets plain text (and NO_COLOR
@@ -139,7 +168,7 @@ pub fn run(args: ServeArgs) -> i32 {
             return 70;
         }
     };
-    let code = match rt.block_on(serve(args, shutdown_signal())) {
+    let code = match rt.block_on(serve_with(args, shutdown_signal(), e2b)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("stockaded: error: {e:#}");
@@ -167,6 +196,15 @@ pub async fn serve(
     args: ServeArgs,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_with(args, stop, None).await
+}
+
+/// [`serve`] with the E2B front end for `--e2b-listen`.
+pub async fn serve_with(
+    args: ServeArgs,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    e2b: Option<Frontend>,
+) -> anyhow::Result<()> {
     // tonic's TLS is rustls; with more than one crypto backend in the build, the
     // process needs a default (already set is fine).
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -182,6 +220,20 @@ pub async fn serve(
     let any_tcp = addrs.iter().any(|a| matches!(a, Address::Tcp { .. }));
     if any_tcp && !auth.required() {
         bail!("listening on TCP needs --token-file (every call must carry a token)");
+    }
+    if let Some(addr) = args.e2b_listen {
+        if e2b.is_none() {
+            bail!("--e2b-listen is served by `stockade serve` (this binary has no E2B front end)");
+        }
+        if !auth.required() {
+            bail!("--e2b-listen needs --token-file (E2B_API_KEY is one of its tokens)");
+        }
+        if !addr.ip().is_loopback() && !args.insecure_plaintext {
+            bail!(
+                "--e2b-listen {addr} is plain HTTP: use a loopback address, or add \
+                 --insecure-plaintext to send keys and data in the clear"
+            );
+        }
     }
     if args.tls_cert.is_some() && !any_tcp {
         bail!("--tls-cert is for TCP listeners; add --listen tcp://HOST:PORT or drop it");
@@ -274,6 +326,7 @@ pub async fn serve(
     let svc = StockadeServer::new(service::Service { daemon: d.clone() })
         .max_decoding_message_size(MAX_FILE_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let auth_for_frontend = auth.clone();
     let gate = gate::Gate::new(svc, auth, FILE_CALLS_AT_ONCE);
     // One connection budget for all listeners.
     let conns = Arc::new(tokio::sync::Semaphore::new(args.max_connections.max(1)));
@@ -328,6 +381,20 @@ pub async fn serve(
                 });
             }
         }
+    }
+    if let (Some(addr), Some(start)) = (args.e2b_listen, e2b) {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("cannot listen for the E2B API on {addr}"))?;
+        tracing::info!(%addr, "E2B-compatible API listening (plain HTTP)");
+        let ctx = FrontendContext {
+            daemon: d.clone(),
+            auth: auth_for_frontend.clone(),
+            state_dir: state_dir.join("e2b"),
+            listener,
+            stop: stop_rx.clone(),
+        };
+        servers.spawn(start(ctx));
     }
     // Until `stop`, or until one listener ends (then all do).
     tokio::pin!(stop);

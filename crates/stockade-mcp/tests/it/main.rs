@@ -543,6 +543,7 @@ impl Daemon {
             allow_mounts: Vec::new(),
             max_connections: 256,
             max_streams_per_connection: 64,
+            e2b_listen: None,
             tenant_image_bytes: 8 << 30,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();

@@ -34,6 +34,9 @@ pub(super) struct Request {
     pub spec: SandboxSpec,
     pub spec_json: serde_json::Value,
     pub owner_pid: Option<u32>,
+    /// Host mounts the daemon itself made for this sandbox (not the tenant's: they
+    /// skip the tenant's mount policy).
+    pub own_mounts: Vec<stockade::spec::Mount>,
 }
 
 impl Request {
@@ -58,6 +61,24 @@ impl Daemon {
         owner_pid: Option<u32>,
         no_pool: bool,
     ) -> Result<(SandboxInfo, bool)> {
+        self.create_with_mounts(tenant, provider, spec, owner_pid, no_pool, Vec::new())
+            .await
+    }
+
+    /// [`Daemon::create`] with host mounts that in-process code of the daemon made
+    /// and vouches for (a per-sandbox home directory, say): they are added after the
+    /// tenant's mounts are checked and staged, so the tenant's mount policy does not
+    /// apply to them. A sandbox with such mounts never comes from a pool.
+    pub async fn create_with_mounts(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        owner_pid: Option<u32>,
+        no_pool: bool,
+        own_mounts: Vec<stockade::spec::Mount>,
+    ) -> Result<(SandboxInfo, bool)> {
+        let no_pool = no_pool || !own_mounts.is_empty();
         if self.stopping.load(Ordering::SeqCst) {
             return Err(Error::Unavailable {
                 what: "stockaded".into(),
@@ -77,6 +98,7 @@ impl Daemon {
             spec,
             provider: pname,
             owner_pid: owner_pid.filter(|_| self.limits.honour_owner_pid),
+            own_mounts,
         };
         if !no_pool {
             if let Some(info) = self.acquire(&p, &key, &req).await? {
@@ -94,7 +116,7 @@ impl Daemon {
     async fn create_cold(&self, p: &Arc<dyn Provider>, req: Request) -> Result<SandboxInfo> {
         let labelled = self.labelled(req.spec.clone(), &req.tenant);
         let t0 = Instant::now();
-        let info = match self.create_on(p, labelled).await {
+        let info = match self.create_on(p, labelled, req.own_mounts.clone()).await {
             Ok(i) => i,
             Err(e) => {
                 self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
@@ -139,8 +161,10 @@ impl Daemon {
         &self,
         p: &Arc<dyn Provider>,
         spec: SandboxSpec,
+        own_mounts: Vec<stockade::spec::Mount>,
     ) -> Result<SandboxInfo> {
-        let (spec, staging) = self.limits.mounts.stage(self, spec)?;
+        let (mut spec, staging) = self.limits.mounts.stage(self, spec)?;
+        spec.mounts.extend(own_mounts);
         let v = CheckedSpec::new(spec.validate()?, p.as_ref())?;
         let info = p.create(v, CreateOptions { owner_pid: None }).await?;
         staging.commit();

@@ -217,7 +217,7 @@ impl Daemon {
             let (_, p) = self.provider(&pname)?;
             self.charge_image(&tenant, &pname, &template).await?;
             let t0 = Instant::now();
-            let info = self.create_on(&p, spec).await?;
+            let info = self.create_on(&p, spec, Vec::new()).await?;
             self.metrics.create_seconds.observe(t0.elapsed());
             Ok::<_, Error>((p, info))
         }

@@ -1,0 +1,300 @@
+//! The control plane: create, connect, get, list, kill and time out sandboxes.
+//! Errors are `{"code": <status>, "message": ...}`, as the SDKs read them.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::body::to_bytes;
+use axum::extract::Request;
+use axum::http::{Method, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::state::{DEFAULT_TIMEOUT_SECS, E2b, ENVD_VERSION, MAX_TIMEOUT_SECS, Sbx, TEMPLATES};
+
+/// Largest control-plane request body.
+const MAX_API_BODY: usize = 1 << 20;
+
+/// An error answer with `code` in the body.
+pub fn error(status: u16, message: &str) -> Response {
+    let s = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        s,
+        [(header::CONTENT_TYPE, "application/json")],
+        json!({"code": status, "message": message}).to_string(),
+    )
+        .into_response()
+}
+
+fn ok(status: StatusCode, v: &Value) -> Response {
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        v.to_string(),
+    )
+        .into_response()
+}
+
+fn rfc3339(ms: u64) -> String {
+    chrono::DateTime::from_timestamp_millis(ms as i64)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct CreateBody {
+    #[serde(rename = "templateID")]
+    template_id: Option<String>,
+    timeout: Option<u64>,
+    #[serde(default)]
+    metadata: Option<BTreeMap<String, String>>,
+    #[serde(default)]
+    env_vars: Option<BTreeMap<String, String>>,
+    #[serde(rename = "allow_internet_access")]
+    allow_internet_access: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+struct TimeoutBody {
+    timeout: Option<u64>,
+}
+
+fn sandbox_json(s: &Sbx) -> Value {
+    json!({
+        "templateID": s.template,
+        "sandboxID": s.id,
+        "clientID": "stockade",
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "trafficAccessToken": null,
+        "domain": null,
+        "alias": s.template,
+    })
+}
+
+fn detail_json(s: &Sbx) -> Value {
+    json!({
+        "templateID": s.template,
+        "alias": s.template,
+        "sandboxID": s.id,
+        "clientID": "stockade",
+        "startedAt": rfc3339(s.started_ms),
+        "endAt": rfc3339(s.end_ms()),
+        "envdVersion": ENVD_VERSION,
+        "envdAccessToken": s.token,
+        "domain": null,
+        "cpuCount": s.cpus,
+        "memoryMB": s.memory_mb,
+        "diskSizeMB": 0,
+        "metadata": s.metadata,
+        "state": "running",
+    })
+}
+
+/// Parses the `metadata` filter: `k=v&k2=v2`, keys and values percent-encoded.
+fn metadata_filter(q: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    for (k, v) in form_urlencoded::parse(q.as_bytes()) {
+        if k == "metadata" {
+            for (mk, mv) in form_urlencoded::parse(v.as_bytes()) {
+                out.insert(mk.into_owned(), mv.into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Serves one control-plane request.
+pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
+    let key = req
+        .headers()
+        .get("x-api-key")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_string);
+    let method = req.method().clone();
+    let path = req.uri().path().trim_end_matches('/').to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
+    let Some(tenant) = e2b.tenant(key.as_deref()) else {
+        let msg = if key.is_none() {
+            "missing X-API-KEY: set E2B_API_KEY to a token of the daemon's --token-file"
+        } else {
+            "X-API-KEY refused: it is not a token of the daemon's --token-file"
+        };
+        return error(401, msg);
+    };
+    let Ok(body) = to_bytes(req.into_body(), MAX_API_BODY).await else {
+        return error(413, "the request body is over 1 MiB");
+    };
+    let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    match (method, parts.as_slice()) {
+        (Method::POST, ["v2" | "", "sandboxes"] | ["sandboxes"]) => {
+            create(&e2b, &tenant, &body).await
+        }
+        (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(&e2b, &tenant, &query),
+        (Method::GET, ["sandboxes", id]) => match e2b.get(&tenant, id) {
+            Some(s) => ok(StatusCode::OK, &detail_json(&s)),
+            None => not_found(id),
+        },
+        (Method::DELETE, ["sandboxes", id]) => {
+            if e2b.kill(&tenant, id).await {
+                StatusCode::NO_CONTENT.into_response()
+            } else {
+                not_found(id)
+            }
+        }
+        (Method::POST, ["sandboxes", id, "timeout"]) => {
+            let t: TimeoutBody = match parse(&body) {
+                Ok(t) => t,
+                Err(r) => return *r,
+            };
+            let Some(secs) = t.timeout else {
+                return error(400, "the body needs \"timeout\" (seconds from now)");
+            };
+            match e2b.get(&tenant, id) {
+                Some(s) => {
+                    s.set_end_ms(stockade::now_ms() + secs.min(MAX_TIMEOUT_SECS) * 1000);
+                    StatusCode::NO_CONTENT.into_response()
+                }
+                None => not_found(id),
+            }
+        }
+        (Method::POST, ["v2" | "", "sandboxes", id, "connect"] | ["sandboxes", id, "connect"]) => {
+            let t: TimeoutBody = if body.is_empty() {
+                TimeoutBody::default()
+            } else {
+                match parse(&body) {
+                    Ok(t) => t,
+                    Err(r) => return *r,
+                }
+            };
+            match e2b.get(&tenant, id) {
+                Some(s) => {
+                    if let Some(secs) = t.timeout {
+                        let want = stockade::now_ms() + secs.min(MAX_TIMEOUT_SECS) * 1000;
+                        if want > s.end_ms() {
+                            s.set_end_ms(want);
+                        }
+                    }
+                    ok(StatusCode::OK, &sandbox_json(&s))
+                }
+                None => not_found(id),
+            }
+        }
+        (m, _) => error(
+            404,
+            &format!(
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect)"
+            ),
+        ),
+    }
+}
+
+/// Lists the tenant's sandboxes: metadata filter, `order`, and pages of `limit`
+/// (the next page's token, an offset, in the `x-next-token` header).
+fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
+    let filter = metadata_filter(query);
+    let param = |name: &str| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let mut items: Vec<Value> = e2b
+        .list(tenant)
+        .iter()
+        .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
+        .map(|s| detail_json(s))
+        .collect();
+    if param("order").as_deref() == Some("desc") {
+        items.reverse();
+    }
+    let Ok(start) = param("nextToken").map_or(Ok(0), |t| t.parse::<usize>()) else {
+        return error(400, "nextToken is not one this server gave (x-next-token)");
+    };
+    let Ok(limit) = param("limit").map_or(Ok(usize::MAX), |t| t.parse::<usize>()) else {
+        return error(400, "limit is not a number");
+    };
+    let limit = limit.max(1);
+    let page: Vec<Value> = items.iter().skip(start).take(limit).cloned().collect();
+    let mut r = ok(StatusCode::OK, &Value::Array(page));
+    let next = start.saturating_add(limit);
+    if next < items.len()
+        && let Ok(v) = axum::http::HeaderValue::from_str(&next.to_string())
+    {
+        r.headers_mut().insert("x-next-token", v);
+    }
+    r
+}
+
+fn not_found(id: &str) -> Response {
+    error(404, &format!("sandbox {id:?} not found"))
+}
+
+fn parse<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, Box<Response>> {
+    serde_json::from_slice(body).map_err(|e| {
+        Box::new(error(
+            400,
+            &format!("the request body is not the JSON this route takes: {e}"),
+        ))
+    })
+}
+
+async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
+    let b: CreateBody = match parse(body) {
+        Ok(b) => b,
+        Err(r) => return *r,
+    };
+    let template = b.template_id.unwrap_or_else(|| "base".into());
+    if !TEMPLATES.contains(&template.as_str()) {
+        return error(
+            404,
+            &format!(
+                "template {template:?} not found: this server has {}",
+                TEMPLATES.join(", ")
+            ),
+        );
+    }
+    let timeout = b.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
+    if timeout == 0 || timeout > MAX_TIMEOUT_SECS {
+        return error(
+            400,
+            &format!("timeout {timeout} is out of range: 1 to {MAX_TIMEOUT_SECS} seconds"),
+        );
+    }
+    match e2b
+        .create(
+            tenant,
+            &template,
+            timeout,
+            b.metadata.unwrap_or_default(),
+            b.env_vars.unwrap_or_default(),
+            b.allow_internet_access.unwrap_or(false),
+        )
+        .await
+    {
+        Ok(s) => ok(StatusCode::CREATED, &sandbox_json(&s)),
+        Err(e) => {
+            let status = match e.code() {
+                stockade::ErrorCode::LimitExceeded => 429,
+                stockade::ErrorCode::InvalidSpec => 400,
+                stockade::ErrorCode::PolicyDenied => 403,
+                _ => 500,
+            };
+            error(status, &e.to_string())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metadata_filters_are_decoded_twice() {
+        let f = metadata_filter("metadata=a%3Db%2520c%26k%3Dv&state=running");
+        assert_eq!(f.get("a").map(String::as_str), Some("b c"));
+        assert_eq!(f.get("k").map(String::as_str), Some("v"));
+        assert_eq!(f.len(), 2);
+    }
+}

@@ -1,0 +1,373 @@
+//! envd (sandbox port 49983): the Connect services `process.Process` and
+//! `filesystem.Filesystem`, and the plain `/health` and `/files`. Every call but
+//! `/health` needs the sandbox's access token (`X-Access-Token`).
+
+use std::sync::Arc;
+
+use axum::body::to_bytes;
+use axum::extract::Request;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stockade::{ExecRequest, FileEntry, FileKind, FileOp, FileResult};
+
+use crate::connect::{self, ConnectError};
+use crate::state::{E2b, Reach, Sbx};
+use crate::{api, files, process};
+
+/// Largest Connect request body (commands and paths, not file contents).
+const MAX_RPC_BODY: usize = 4 << 20;
+/// Deepest `ListDir`.
+const MAX_DEPTH: u32 = 16;
+
+/// The proxy's answer for a sandbox that does not exist (the SDKs match "was not found").
+pub fn gone(id: &str) -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json!({"sandboxId": id, "message": "The sandbox was not found", "code": 502}).to_string(),
+    )
+        .into_response()
+}
+
+pub fn token(h: &HeaderMap) -> Option<&str> {
+    h.get("x-access-token").and_then(|v| v.to_str().ok())
+}
+
+/// The sandbox of a call, or the answer refusing it.
+pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Response>> {
+    e2b.reach(id, token(h)).map_err(|r| Box::new(match r {
+        Reach::Gone => gone(id),
+        Reach::Unauthorized => api::error(
+            401,
+            "unauthorized access, please provide a valid access token (X-Access-Token: the sandbox's envdAccessToken)",
+        ),
+    }))
+}
+
+pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
+    let path = req.uri().path().to_string();
+    let method = req.method().clone();
+    if path == "/health" {
+        return match e2b.reach(id, None) {
+            Err(Reach::Gone) => gone(id),
+            _ => StatusCode::NO_CONTENT.into_response(),
+        };
+    }
+    let s = match reach(&e2b, id, req.headers()) {
+        Ok(s) => s,
+        Err(r) => return *r,
+    };
+    if path == "/files" {
+        return files::handle(&e2b, &s, req).await;
+    }
+    if method != Method::POST || !path.contains('.') {
+        return api::error(
+            404,
+            &format!(
+                "no envd route {method} {path} (envd serves /health, /files and POST /process.Process/* and /filesystem.Filesystem/*)"
+            ),
+        );
+    }
+    if let Err(e) = check_user(req.headers()) {
+        return e.into_response();
+    }
+    let timeout_ms = req
+        .headers()
+        .get("connect-timeout-ms")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let Ok(body) = to_bytes(req.into_body(), MAX_RPC_BODY).await else {
+        return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB")
+            .into_response();
+    };
+    match path.as_str() {
+        "/process.Process/Start" => match process::start(&e2b, &s, &body, timeout_ms).await {
+            Ok(st) => connect::stream_response(st),
+            Err(e) => connect::stream_error(e),
+        },
+        "/process.Process/Connect" => match process::attach(&s, &body) {
+            Ok(st) => connect::stream_response(st),
+            Err(e) => connect::stream_error(e),
+        },
+        "/process.Process/List" => connect::unary_response(&process::list(&s)),
+        "/process.Process/SendSignal" => reply(process::signal(&e2b, &s, &body).await),
+        "/process.Process/SendInput" => reply(process::input(&e2b, &s, &body, false).await),
+        "/process.Process/CloseStdin" => reply(process::input(&e2b, &s, &body, true).await),
+        "/filesystem.Filesystem/Stat" => reply(stat(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/ListDir" => reply(list_dir(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/MakeDir" => reply(make_dir(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/Remove" => reply(remove(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/Move" => reply(rename(&e2b, &s, &body).await),
+        other => ConnectError::new(
+            "unimplemented",
+            format!("{other} is not served by Stockade's envd"),
+        )
+        .into_response(),
+    }
+}
+
+/// The RPC's user (`Authorization: Basic base64("NAME:")`): only `user`, the
+/// sandbox's one account, is served.
+fn check_user(h: &HeaderMap) -> Result<(), ConnectError> {
+    use base64::Engine;
+    let Some(v) = h.get(axum::http::header::AUTHORIZATION) else {
+        return Ok(());
+    };
+    let name = v
+        .to_str()
+        .ok()
+        .and_then(|v| v.strip_prefix("Basic "))
+        .and_then(|b| base64::engine::general_purpose::STANDARD.decode(b).ok())
+        .and_then(|b| String::from_utf8(b).ok())
+        .map(|s| s.split(':').next().unwrap_or("").to_string());
+    match name.as_deref() {
+        Some("user") => Ok(()),
+        Some(other) => Err(ConnectError::new(
+            "unauthenticated",
+            format!(
+                "invalid username {other:?}: Stockade's E2B sandboxes run commands as \"user\" \
+                 (uid 1000, home /home/user); other users are not served yet"
+            ),
+        )),
+        None => Err(ConnectError::new(
+            "unauthenticated",
+            "the Authorization header is not Basic base64(\"NAME:\")",
+        )),
+    }
+}
+
+fn reply(r: Result<Value, ConnectError>) -> Response {
+    match r {
+        Ok(v) => connect::unary_response(&v),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// An absolute path: relative ones are under the user's home; `~` is the home.
+pub fn resolve(path: &str) -> String {
+    if path == "~" {
+        "/home/user".into()
+    } else if let Some(rest) = path.strip_prefix("~/") {
+        format!("/home/user/{rest}")
+    } else if path.starts_with('/') {
+        path.into()
+    } else {
+        format!("/home/user/{path}")
+    }
+}
+
+fn base_name(path: &str) -> String {
+    path.trim_end_matches('/')
+        .rsplit('/')
+        .next()
+        .unwrap_or("")
+        .to_string()
+}
+
+fn perms(kind: FileKind, mode: u32) -> String {
+    let mut s = String::from(match kind {
+        FileKind::Dir => "d",
+        FileKind::Symlink => "l",
+        _ => "-",
+    });
+    for shift in [6, 3, 0] {
+        let b = (mode >> shift) & 7;
+        s.push(if b & 4 != 0 { 'r' } else { '-' });
+        s.push(if b & 2 != 0 { 'w' } else { '-' });
+        s.push(if b & 1 != 0 { 'x' } else { '-' });
+    }
+    s
+}
+
+/// An `EntryInfo` of the entry at `path`.
+pub fn entry_info(path: &str, e: &FileEntry) -> Value {
+    let kind = match e.kind {
+        FileKind::File => "FILE_TYPE_FILE",
+        FileKind::Dir => "FILE_TYPE_DIRECTORY",
+        FileKind::Symlink => "FILE_TYPE_SYMLINK",
+        FileKind::Other => "FILE_TYPE_UNSPECIFIED",
+    };
+    let mtime = chrono::DateTime::from_timestamp(e.mtime, 0)
+        .unwrap_or_default()
+        .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    json!({
+        "name": base_name(path),
+        "type": kind,
+        "path": path,
+        "size": e.size.to_string(),
+        "mode": e.mode & 0o7777,
+        "permissions": perms(e.kind, e.mode),
+        "owner": "user",
+        "group": "user",
+        "modifiedTime": mtime,
+    })
+}
+
+#[derive(Deserialize)]
+struct PathRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    depth: Option<u32>,
+}
+
+#[derive(Deserialize)]
+struct MoveRequest {
+    #[serde(default)]
+    source: String,
+    #[serde(default)]
+    destination: String,
+}
+
+fn path_of(body: &[u8]) -> Result<(String, Option<u32>), ConnectError> {
+    let r: PathRequest = connect::unary_request(body)?;
+    if r.path.is_empty() {
+        return Err(ConnectError::invalid(
+            "\"path\" is empty: name a path in the sandbox",
+        ));
+    }
+    Ok((resolve(&r.path), r.depth))
+}
+
+pub async fn stat_path(e2b: &E2b, s: &Sbx, path: &str) -> Result<FileEntry, ConnectError> {
+    match e2b
+        .daemon
+        .file(&s.tenant, &s.daemon_id, FileOp::Stat { path: path.into() })
+        .await
+    {
+        Ok(FileResult::Entries(mut v)) if !v.is_empty() => Ok(v.remove(0)),
+        Ok(_) => Err(ConnectError::new("internal", "stat gave no entry")),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn stat(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let (path, _) = path_of(body)?;
+    let e = stat_path(e2b, s, &path).await?;
+    Ok(json!({"entry": entry_info(&path, &e)}))
+}
+
+async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let (path, depth) = path_of(body)?;
+    let depth = depth.unwrap_or(1).clamp(1, MAX_DEPTH);
+    let top = stat_path(e2b, s, &path).await?;
+    if top.kind != FileKind::Dir {
+        return Err(ConnectError::invalid(format!(
+            "path {path} is not a directory"
+        )));
+    }
+    let mut out = Vec::new();
+    let mut level = vec![path.trim_end_matches('/').to_string()];
+    for _ in 0..depth {
+        let mut next = Vec::new();
+        for dir in level {
+            let entries = match e2b
+                .daemon
+                .file(&s.tenant, &s.daemon_id, FileOp::Ls { path: dir.clone() })
+                .await
+            {
+                Ok(FileResult::Entries(v)) => v,
+                Ok(_) => Vec::new(),
+                Err(e) => return Err(e.into()),
+            };
+            for e in entries {
+                let p = format!("{dir}/{}", e.name);
+                if e.kind == FileKind::Dir {
+                    next.push(p.clone());
+                }
+                out.push(entry_info(&p, &e));
+            }
+        }
+        level = next;
+    }
+    Ok(json!({ "entries": out }))
+}
+
+async fn make_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let (path, _) = path_of(body)?;
+    if stat_path(e2b, s, &path).await.is_ok() {
+        return Err(ConnectError::new(
+            "already_exists",
+            format!("{path} already exists"),
+        ));
+    }
+    e2b.daemon
+        .file(
+            &s.tenant,
+            &s.daemon_id,
+            FileOp::Mkdir {
+                path: path.clone(),
+                parents: true,
+            },
+        )
+        .await
+        .map_err(ConnectError::from)?;
+    let e = stat_path(e2b, s, &path).await?;
+    Ok(json!({"entry": entry_info(&path, &e)}))
+}
+
+async fn remove(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let (path, _) = path_of(body)?;
+    match e2b
+        .daemon
+        .file(
+            &s.tenant,
+            &s.daemon_id,
+            FileOp::Rm {
+                path,
+                recursive: true,
+            },
+        )
+        .await
+    {
+        Ok(_) => Ok(json!({})),
+        // As envd's RemoveAll: a missing path is not an error.
+        Err(e) if e.code() == stockade::ErrorCode::NotFound => Ok(json!({})),
+        Err(e) => Err(e.into()),
+    }
+}
+
+async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let r: MoveRequest = connect::unary_request(body)?;
+    if r.source.is_empty() || r.destination.is_empty() {
+        return Err(ConnectError::invalid(
+            "Move needs \"source\" and \"destination\"",
+        ));
+    }
+    let (src, dst) = (resolve(&r.source), resolve(&r.destination));
+    stat_path(e2b, s, &src).await?;
+    // As the sandbox user, so its permissions decide; parents made as envd does.
+    let script = "mkdir -p -- \"$(dirname -- \"$2\")\" && mv -T -- \"$1\" \"$2\"";
+    let req = ExecRequest::new(["/bin/sh", "-c", script, "sh", &src, &dst]);
+    let o = e2b
+        .daemon
+        .exec(&s.tenant, &s.daemon_id, req)
+        .await
+        .map_err(ConnectError::from)?;
+    if o.exit_code != 0 {
+        return Err(ConnectError::new(
+            "permission_denied",
+            format!(
+                "cannot move {src} to {dst}: {}",
+                String::from_utf8_lossy(&o.stderr).trim()
+            ),
+        ));
+    }
+    let e = stat_path(e2b, s, &dst).await?;
+    Ok(json!({"entry": entry_info(&dst, &e)}))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_under_the_home() {
+        assert_eq!(resolve("a.txt"), "/home/user/a.txt");
+        assert_eq!(resolve("~/x"), "/home/user/x");
+        assert_eq!(resolve("/tmp/y"), "/tmp/y");
+        assert_eq!(perms(FileKind::Dir, 0o755), "drwxr-xr-x");
+    }
+}

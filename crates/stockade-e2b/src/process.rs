@@ -1,0 +1,393 @@
+//! `process.Process`: Start (streamed), List and SendSignal, as execs through the
+//! daemon. Each command runs under a tiny `sh` prologue that reports its real pid
+//! (`$$`, kept by `exec`) on stderr before anything else, so the `start` event
+//! carries the pid `kill -0 PID` sees inside the sandbox. A process outlives the
+//! request that started it (as in envd): a task owns the exec and fans its events
+//! out to whoever listens.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use stockade::{ExecRequest, Stream};
+use stockade_server::daemon::ExecEvent;
+use tokio::sync::broadcast;
+
+use crate::connect::{self, ConnectError};
+use crate::state::{E2b, Sbx};
+
+/// The prologue: the pid line on stderr, then the command in the shell's place.
+const PROLOGUE: &str = "printf '\\036pid %s\\036\\n' \"$$\" >&2; exec \"$@\"";
+const PID_START: &[u8] = b"\x1epid ";
+/// Most output kept per stream of one process (head and tail; the stream sends up to
+/// half of it as it comes).
+const OUTPUT_LIMIT: u64 = 64 << 20;
+
+#[derive(Deserialize, Serialize, Clone, Default)]
+pub struct ProcessConfig {
+    #[serde(default)]
+    pub cmd: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub envs: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cwd: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct StartRequest {
+    process: Option<ProcessConfig>,
+    #[serde(default)]
+    tag: Option<String>,
+    #[serde(default)]
+    pty: Option<Value>,
+    #[serde(default)]
+    stdin: Option<bool>,
+}
+
+#[derive(Deserialize, Default)]
+pub struct Selector {
+    pid: Option<u32>,
+    tag: Option<String>,
+}
+
+#[derive(Deserialize)]
+pub struct SelectRequest {
+    #[serde(default)]
+    process: Selector,
+    #[serde(default)]
+    signal: Option<Value>,
+    #[serde(default)]
+    input: Option<ProcessInput>,
+}
+
+#[derive(Deserialize)]
+pub struct ProcessInput {
+    stdin: Option<String>,
+    pty: Option<String>,
+}
+
+/// One process started through `Start`.
+pub struct Proc {
+    pub pid: u32,
+    pub config: ProcessConfig,
+    pub tag: Option<String>,
+    /// The daemon's id of the exec (for its kill input).
+    exec_id: String,
+    events: broadcast::Sender<Bytes>,
+}
+
+/// A `{"event": ...}` data envelope.
+fn event(v: Value) -> Bytes {
+    connect::data_frame(&json!({ "event": v }))
+}
+
+fn output(stream: Stream, data: &[u8]) -> Bytes {
+    let key = match stream {
+        Stream::Stdout => "stdout",
+        Stream::Stderr => "stderr",
+    };
+    event(json!({"data": {key: B64.encode(data)}}))
+}
+
+/// `Start`: the stream of the new process's events.
+pub async fn start(
+    e2b: &Arc<E2b>,
+    s: &Arc<Sbx>,
+    body: &[u8],
+    timeout_ms: Option<u64>,
+) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
+    let r: StartRequest = connect::stream_request(body)?;
+    if r.pty.is_some() {
+        return Err(ConnectError::new(
+            "unimplemented",
+            "PTY sessions are not served by Stockade's E2B API yet; run the command without a pty",
+        ));
+    }
+    let cfg = r
+        .process
+        .ok_or_else(|| ConnectError::invalid("StartRequest needs \"process\" with \"cmd\""))?;
+    if cfg.cmd.is_empty() {
+        return Err(ConnectError::invalid(
+            "process.cmd is empty: name the program to run",
+        ));
+    }
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        PROLOGUE.into(),
+        "sh".into(),
+        cfg.cmd.clone(),
+    ];
+    argv.extend(cfg.args.iter().cloned());
+    let mut req = ExecRequest::new(argv);
+    req.env = cfg.envs.clone();
+    req.cwd = cfg.cwd.clone();
+    req.stream = true;
+    req.timeout_ms = timeout_ms;
+    req.output_limit_bytes = OUTPUT_LIMIT;
+    req.keep_stdin_open = r.stdin.unwrap_or(false);
+    let mut rx = e2b
+        .daemon
+        .exec_stream(&s.tenant, &s.daemon_id, req)
+        .map_err(ConnectError::from)?;
+    // Until the pid line: the exec's id, stderr and stdout held back.
+    let mut held = Vec::new();
+    let mut held_out = Vec::new();
+    let mut exec_id = String::new();
+    let pid = loop {
+        match rx.recv().await {
+            Some(ExecEvent::Started(id)) => exec_id = id,
+            Some(ExecEvent::Output(c)) if c.stream == Stream::Stderr => {
+                held.extend_from_slice(&c.data);
+                if let Some(pid) = take_pid(&mut held) {
+                    break pid;
+                }
+            }
+            Some(ExecEvent::Output(c)) => held_out.extend_from_slice(&c.data),
+            Some(ExecEvent::Outcome(Ok(o))) => {
+                let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                return Err(ConnectError::invalid(format!(
+                    "the process did not start (exit {}): {msg}",
+                    o.exit_code
+                )));
+            }
+            Some(ExecEvent::Outcome(Err(e))) => return Err(e.into()),
+            None => {
+                return Err(ConnectError::new(
+                    "internal",
+                    "the exec ended without a result",
+                ));
+            }
+        }
+    };
+    let (tx, first) = broadcast::channel(1024);
+    let proc = Arc::new(Proc {
+        pid,
+        config: cfg,
+        tag: r.tag,
+        exec_id,
+        events: tx.clone(),
+    });
+    s.procs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(pid, proc);
+    let sbx = s.clone();
+    tokio::spawn(async move {
+        if !held_out.is_empty() {
+            let _ = tx.send(output(Stream::Stdout, &held_out));
+        }
+        if !held.is_empty() {
+            let _ = tx.send(output(Stream::Stderr, &held));
+        }
+        let end = loop {
+            match rx.recv().await {
+                Some(ExecEvent::Output(c)) => {
+                    let _ = tx.send(output(c.stream, &c.data));
+                }
+                Some(ExecEvent::Started(_)) => {}
+                Some(ExecEvent::Outcome(Ok(o))) => {
+                    let (code, status) = match o.signal {
+                        None => (o.exit_code, format!("exit status {}", o.exit_code)),
+                        Some(9) => (-1, "signal: killed".to_string()),
+                        Some(15) => (-1, "signal: terminated".to_string()),
+                        Some(sig) => (-1, format!("signal: {sig}")),
+                    };
+                    let status = if o.timed_out {
+                        "signal: killed (the command's timeout passed)".to_string()
+                    } else {
+                        status
+                    };
+                    let mut end = json!({"exitCode": code, "exited": true, "status": status});
+                    if code != 0 {
+                        end["error"] = json!(status);
+                    }
+                    break Ok(event(json!({ "end": end })));
+                }
+                Some(ExecEvent::Outcome(Err(e))) => break Err(ConnectError::from(e)),
+                None => {
+                    break Err(ConnectError::new(
+                        "internal",
+                        "the exec ended without a result",
+                    ));
+                }
+            }
+        };
+        sbx.procs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .remove(&pid);
+        match end {
+            Ok(f) => {
+                let _ = tx.send(f);
+                let _ = tx.send(connect::end_frame(None));
+            }
+            Err(e) => {
+                let _ = tx.send(connect::end_frame(Some(&e)));
+            }
+        }
+    });
+    let start = event(json!({"start": {"pid": pid}}));
+    Ok(follow(start, Some(first)))
+}
+
+/// The events after `start`, until the end envelope.
+fn follow(
+    start: Bytes,
+    rx: Option<broadcast::Receiver<Bytes>>,
+) -> impl futures_util::Stream<Item = Bytes> + Send + 'static {
+    use futures_util::StreamExt;
+    let rest = futures_util::stream::unfold(rx, |rx| async move {
+        let mut rx = rx?;
+        loop {
+            match rx.recv().await {
+                Ok(f) => {
+                    let last = f.first() == Some(&0x02);
+                    return Some((f, if last { None } else { Some(rx) }));
+                }
+                Err(broadcast::error::RecvError::Lagged(_)) => {}
+                Err(broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    futures_util::stream::iter([start]).chain(rest)
+}
+
+/// Takes the pid line off the front of the held stderr.
+fn take_pid(held: &mut Vec<u8>) -> Option<u32> {
+    let rest = held.strip_prefix(PID_START)?;
+    let end = rest.windows(2).position(|w| w == b"\x1e\n")?;
+    let pid = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
+    let consumed = PID_START.len() + end + 2;
+    held.drain(..consumed);
+    Some(pid)
+}
+
+/// `List`.
+pub fn list(s: &Sbx) -> Value {
+    let procs: Vec<Value> = s
+        .procs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .values()
+        .map(|p| {
+            let mut v = json!({"config": p.config, "pid": p.pid});
+            if let Some(t) = &p.tag {
+                v["tag"] = json!(t);
+            }
+            v
+        })
+        .collect();
+    json!({ "processes": procs })
+}
+
+fn select(s: &Sbx, sel: &Selector) -> Result<Arc<Proc>, ConnectError> {
+    let procs = s
+        .procs
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let found = match (sel.pid, &sel.tag) {
+        (Some(pid), _) => procs.get(&pid).cloned(),
+        (None, Some(tag)) => procs
+            .values()
+            .find(|p| p.tag.as_ref() == Some(tag))
+            .cloned(),
+        (None, None) => {
+            return Err(ConnectError::invalid(
+                "name the process: \"process\": {\"pid\": N} or {\"tag\": T}",
+            ));
+        }
+    };
+    found.ok_or_else(|| {
+        ConnectError::not_found(
+            "process not found: no running process of that pid or tag was started through this API",
+        )
+    })
+}
+
+/// `SendSignal`: ends the process and everything it started, through the exec's
+/// kill input (a kill from another exec would cross Landlock's signal scope, which
+/// keeps each exec's processes out of another's reach). SIGTERM and SIGKILL both
+/// end it with SIGKILL.
+pub async fn signal(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let r: SelectRequest = connect::unary_request(body)?;
+    let p = select(s, &r.process)?;
+    match &r.signal {
+        Some(Value::String(n)) if n == "SIGNAL_SIGTERM" || n == "SIGNAL_SIGKILL" => {}
+        Some(Value::Number(n)) if matches!(n.as_u64(), Some(9 | 15)) => {}
+        None => {}
+        Some(other) => {
+            return Err(ConnectError::invalid(format!(
+                "signal {other} is not one of SIGNAL_SIGTERM, SIGNAL_SIGKILL"
+            )));
+        }
+    }
+    e2b.daemon
+        .exec_input(&s.tenant, &p.exec_id, vec![stockade::ExecInput::Kill])
+        .await
+        .map_err(|_| {
+            ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+        })?;
+    Ok(json!({}))
+}
+
+/// `SendInput` (bytes to stdin) and `CloseStdin`, through the exec's input.
+pub async fn input(e2b: &E2b, s: &Sbx, body: &[u8], close: bool) -> Result<Value, ConnectError> {
+    let r: SelectRequest = connect::unary_request(body)?;
+    let p = select(s, &r.process)?;
+    let msg = if close {
+        stockade::ExecInput::CloseStdin
+    } else {
+        let input = r.input.ok_or_else(|| {
+            ConnectError::invalid("SendInput needs \"input\": {\"stdin\": BASE64}")
+        })?;
+        if input.pty.is_some() {
+            return Err(ConnectError::new(
+                "unimplemented",
+                "PTY input is not served yet",
+            ));
+        }
+        let data = B64
+            .decode(input.stdin.unwrap_or_default())
+            .map_err(|e| ConnectError::invalid(format!("input.stdin is not base64: {e}")))?;
+        stockade::ExecInput::Stdin(data)
+    };
+    e2b.daemon
+        .exec_input(&s.tenant, &p.exec_id, vec![msg])
+        .await
+        .map_err(|_| {
+            ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+        })?;
+    Ok(json!({}))
+}
+
+/// `Connect`: follow a running process.
+pub fn attach(
+    s: &Sbx,
+    body: &[u8],
+) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
+    let r: SelectRequest = connect::stream_request(body)?;
+    let p = select(s, &r.process)?;
+    let start = event(json!({"start": {"pid": p.pid}}));
+    Ok(follow(start, Some(p.events.subscribe())))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pid_line_is_taken_off_stderr() {
+        let mut h = b"\x1epid 42\x1e\nerr".to_vec();
+        assert_eq!(take_pid(&mut h), Some(42));
+        assert_eq!(h, b"err");
+        let mut partial = b"\x1epid 4".to_vec();
+        assert_eq!(take_pid(&mut partial), None);
+    }
+}

@@ -1,0 +1,331 @@
+//! What the E2B front end keeps per sandbox beside the daemon's record: the E2B id,
+//! its envd access token, template, metadata, E2B timeout, its home directory on the
+//! host, and its running processes and interpreter.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stockade::SandboxSpec;
+use stockade::spec::{Mount, Network};
+use stockade_server::Daemon;
+use stockade_server::auth::Auth;
+use subtle_eq::ct_eq;
+
+use crate::interp::Context;
+use crate::process::Proc;
+
+/// The envd version reported to the SDKs (they gate features on it; WIRE.md 5.10).
+pub const ENVD_VERSION: &str = "0.6.13";
+/// E2B's default sandbox timeout.
+pub const DEFAULT_TIMEOUT_SECS: u64 = 300;
+/// The longest E2B timeout accepted (and the daemon lifetime of every E2B sandbox,
+/// which the front end's own clock cuts short).
+pub const MAX_TIMEOUT_SECS: u64 = 24 * 3600;
+/// The templates built in.
+pub const TEMPLATES: [&str; 2] = ["base", "code-interpreter-v1"];
+
+/// One E2B sandbox.
+pub struct Sbx {
+    pub id: String,
+    /// The daemon's id of it.
+    pub daemon_id: String,
+    pub tenant: String,
+    pub template: String,
+    pub token: String,
+    pub metadata: BTreeMap<String, String>,
+    pub started_ms: u64,
+    pub end_ms: Mutex<u64>,
+    pub home: PathBuf,
+    pub memory_mb: u64,
+    pub cpus: u64,
+    pub procs: Mutex<HashMap<u32, Arc<Proc>>>,
+    /// Code-interpreter contexts by id (`default` always there).
+    pub contexts: Mutex<BTreeMap<String, Arc<Context>>>,
+}
+
+/// The front end's state.
+pub struct E2b {
+    pub daemon: Arc<Daemon>,
+    auth: Auth,
+    homes: PathBuf,
+    sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
+}
+
+mod subtle_eq {
+    /// Compares two byte strings without stopping at the first difference.
+    pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+        if a.len() != b.len() {
+            return false;
+        }
+        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// Why a sandbox could not be reached through envd or the interpreter.
+pub enum Reach {
+    /// No such sandbox (or another tenant's): the proxy's 502 "not found".
+    Gone,
+    /// A missing or wrong access token.
+    Unauthorized,
+}
+
+impl E2b {
+    pub fn new(daemon: Arc<Daemon>, auth: Auth, dir: PathBuf) -> anyhow::Result<E2b> {
+        let homes = dir.join("homes");
+        std::fs::create_dir_all(&homes)?;
+        // Homes of sandboxes from an earlier run of the daemon are not reachable
+        // through this front end any more (its table lives in memory): drop them.
+        if let Ok(rd) = std::fs::read_dir(&homes) {
+            for e in rd.flatten() {
+                remove_home(&e.path());
+            }
+        }
+        Ok(E2b {
+            daemon,
+            auth,
+            homes,
+            sandboxes: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Sbx>>> {
+        self.sandboxes
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The tenant of an `X-API-KEY`.
+    pub fn tenant(&self, key: Option<&str>) -> Option<String> {
+        self.auth.tenant_of_token(key?.as_bytes())
+    }
+
+    /// The tenant's sandbox `id`.
+    pub fn get(&self, tenant: &str, id: &str) -> Option<Arc<Sbx>> {
+        self.table().get(id).filter(|s| s.tenant == tenant).cloned()
+    }
+
+    /// The sandbox of an envd or interpreter call, checked against its token.
+    pub fn reach(&self, id: &str, token: Option<&str>) -> Result<Arc<Sbx>, Reach> {
+        let s = self.table().get(id).cloned().ok_or(Reach::Gone)?;
+        match token {
+            Some(t) if ct_eq(t.as_bytes(), s.token.as_bytes()) => Ok(s),
+            _ => Err(Reach::Unauthorized),
+        }
+    }
+
+    /// The sandbox of a call the SDKs send without its token (`/contexts`).
+    pub fn reach_untokened(&self, id: &str) -> Result<Arc<Sbx>, Reach> {
+        self.table().get(id).cloned().ok_or(Reach::Gone)
+    }
+
+    /// The tenant's sandboxes.
+    pub fn list(&self, tenant: &str) -> Vec<Arc<Sbx>> {
+        let mut v: Vec<_> = self
+            .table()
+            .values()
+            .filter(|s| s.tenant == tenant)
+            .cloned()
+            .collect();
+        v.sort_by_key(|s| s.started_ms);
+        v
+    }
+
+    /// Creates a sandbox of a built-in template for the tenant.
+    pub async fn create(
+        &self,
+        tenant: &str,
+        template: &str,
+        timeout_secs: u64,
+        metadata: BTreeMap<String, String>,
+        env_vars: BTreeMap<String, String>,
+        internet: bool,
+    ) -> stockade::Result<Arc<Sbx>> {
+        let id = format!("i{}", stockade::host::random_hex(10));
+        let home = self.homes.join(&id);
+        let mut spec = SandboxSpec {
+            timeout_secs: MAX_TIMEOUT_SECS,
+            workdir: Some("/home/user".into()),
+            ..SandboxSpec::default()
+        };
+        if internet {
+            spec.network = Network::Egress;
+        }
+        spec.env.insert("HOME".into(), "/home/user".into());
+        spec.env.insert("USER".into(), "user".into());
+        spec.env.insert("LOGNAME".into(), "user".into());
+        spec.env.insert("E2B_SANDBOX".into(), "true".into());
+        spec.env.insert("E2B_SANDBOX_ID".into(), id.clone());
+        spec.env.extend(env_vars);
+        spec.labels.insert("e2b.sandbox-id".into(), id.clone());
+        spec.labels.insert("e2b.template".into(), template.into());
+        make_home(&home, spec.limits.tmp_bytes)?;
+        let memory_mb = spec.limits.memory_bytes >> 20;
+        let cpus = spec.limits.cpus.ceil() as u64;
+        let own = vec![Mount {
+            host: home.clone(),
+            target: "/home/user".into(),
+            writable: true,
+        }];
+        let created = self
+            .daemon
+            .create_with_mounts(tenant, "", spec, None, true, own)
+            .await;
+        let info = match created {
+            Ok((info, _)) => info,
+            Err(e) => {
+                remove_home(&home);
+                return Err(e);
+            }
+        };
+        let now = stockade::now_ms();
+        let s = Arc::new(Sbx {
+            id: id.clone(),
+            daemon_id: info.id,
+            tenant: tenant.into(),
+            template: template.into(),
+            token: stockade::host::random_hex(16),
+            metadata,
+            started_ms: now,
+            end_ms: Mutex::new(now + timeout_secs * 1000),
+            home,
+            memory_mb,
+            cpus,
+            procs: Mutex::new(HashMap::new()),
+            contexts: Mutex::new(BTreeMap::from([(
+                "default".to_string(),
+                Arc::new(Context::new("default".into(), "/home/user".into())),
+            )])),
+        });
+        self.table().insert(id, s.clone());
+        Ok(s)
+    }
+
+    /// Destroys the tenant's sandbox; false when it has none of that id.
+    pub async fn kill(&self, tenant: &str, id: &str) -> bool {
+        let s = {
+            let mut t = self.table();
+            match t.get(id) {
+                Some(s) if s.tenant == tenant => t.remove(id),
+                _ => None,
+            }
+        };
+        let Some(s) = s else { return false };
+        self.teardown(&s).await;
+        true
+    }
+
+    /// Destroys every sandbox of the front end (at shutdown).
+    pub async fn kill_all(&self) {
+        let all: Vec<Arc<Sbx>> = self.table().drain().map(|(_, s)| s).collect();
+        for s in all {
+            self.teardown(&s).await;
+        }
+    }
+
+    async fn teardown(&self, s: &Sbx) {
+        if let Err(e) = self.daemon.destroy(&s.tenant, &s.daemon_id).await {
+            tracing::debug!(sandbox = %s.id, "destroy: {e}");
+        }
+        remove_home(&s.home);
+    }
+
+    /// Kills sandboxes whose E2B timeout passed, and forgets those the daemon lost
+    /// (its lifetime or a crash); runs for the daemon's life.
+    pub async fn expirer(self: Arc<Self>) {
+        let mut round: u64 = 0;
+        loop {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            round += 1;
+            if round.is_multiple_of(10) {
+                self.forget_lost().await;
+            }
+            let now = stockade::now_ms();
+            let expired: Vec<Arc<Sbx>> = {
+                let mut t = self.table();
+                let ids: Vec<String> = t
+                    .values()
+                    .filter(|s| {
+                        *s.end_ms
+                            .lock()
+                            .unwrap_or_else(std::sync::PoisonError::into_inner)
+                            <= now
+                    })
+                    .map(|s| s.id.clone())
+                    .collect();
+                ids.iter().filter_map(|i| t.remove(i)).collect()
+            };
+            for s in expired {
+                tracing::info!(sandbox = %s.id, "E2B timeout passed: killed");
+                self.teardown(&s).await;
+            }
+        }
+    }
+}
+
+impl E2b {
+    /// Drops the sandboxes the daemon no longer has (reaped for its own reasons).
+    async fn forget_lost(&self) {
+        let all: Vec<Arc<Sbx>> = self.table().values().cloned().collect();
+        for s in all {
+            if let Err(e) = self.daemon.inspect(&s.tenant, &s.daemon_id).await
+                && e.code() == stockade::ErrorCode::NotFound
+            {
+                tracing::info!(sandbox = %s.id, "the daemon no longer has it: forgotten");
+                self.table().remove(&s.id);
+                remove_home(&s.home);
+            }
+        }
+    }
+}
+
+/// A sandbox's home on the host: a tmpfs of `size` bytes (as the sandbox's `/tmp`),
+/// so what the sandbox writes there is capped and never reaches the host's disk.
+fn make_home(home: &std::path::Path, size: u64) -> stockade::Result<()> {
+    use nix::mount::{MsFlags, mount};
+    std::fs::create_dir_all(home)
+        .map_err(|e| stockade::Error::io(format!("cannot create {}", home.display()), e))?;
+    let opts = format!("size={size},mode=0700");
+    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
+    if let Err(e) = mount(
+        Some("tmpfs"),
+        home,
+        Some("tmpfs"),
+        flags,
+        Some(opts.as_str()),
+    ) {
+        let _ = std::fs::remove_dir(home);
+        return Err(stockade::Error::Unavailable {
+            what: "an E2B sandbox's home".into(),
+            reason: format!(
+                "cannot mount a size-capped tmpfs on {}: {e}",
+                home.display()
+            ),
+            fix: "run stockade serve as root for --e2b-listen".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Unmounts and removes a home made by [`make_home`].
+fn remove_home(home: &std::path::Path) {
+    let _ = nix::mount::umount2(home, nix::mount::MntFlags::MNT_DETACH);
+    let _ = std::fs::remove_dir_all(home);
+}
+
+impl Sbx {
+    pub fn end_ms(&self) -> u64 {
+        *self
+            .end_ms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn set_end_ms(&self, ms: u64) {
+        *self
+            .end_ms
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = ms;
+    }
+}

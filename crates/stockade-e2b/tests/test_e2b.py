@@ -1,0 +1,233 @@
+"""The unmodified E2B SDKs against Stockade's E2B API."""
+
+import io
+import json
+import socket
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from e2b import Sandbox
+from e2b import (
+    AuthenticationException,
+    CommandExitException,
+    FileNotFoundException,
+    NotFoundException,
+    SandboxException,
+    TimeoutException,
+)
+
+from conftest import KEY_B
+
+
+def test_commands_run_streams_output_exit_code_env_and_cwd(sbx):
+    out = []
+    r = sbx.commands.run("echo hi; echo err >&2; pwd; echo $X", envs={"X": "y"}, on_stdout=out.append)
+    assert r.exit_code == 0
+    assert r.stdout == "hi\n/home/user\ny\n"
+    assert r.stderr == "err\n"
+    assert "".join(out) == r.stdout
+    r = sbx.commands.run("pwd", cwd="/tmp")
+    assert r.stdout == "/tmp\n"
+    with pytest.raises(CommandExitException) as e:
+        sbx.commands.run("exit 3")
+    assert e.value.exit_code == 3
+    assert sbx.commands.run("id -u", user="user").stdout == "1000\n"
+    with pytest.raises(AuthenticationException) as e:
+        sbx.commands.run("id -u", user="root")
+    assert "invalid username" in str(e.value)
+
+
+def test_command_timeout_kills_it(sbx):
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("sleep 30", timeout=2)
+
+
+def test_background_process_has_a_real_pid_and_can_be_killed(sbx):
+    h = sbx.commands.run("sleep 60", background=True)
+    assert h.pid > 1
+    # The pid is the process's own inside the sandbox. (`kill -0 PID` from another
+    # command is refused: Landlock's signal scope keeps each exec's processes out of
+    # another's reach, so the process is looked up in /proc instead.)
+    assert sbx.commands.run(f"cat /proc/{h.pid}/cmdline").stdout.startswith("sleep")
+    assert h.pid in [p.pid for p in sbx.commands.list()]
+    again = sbx.commands.connect(h.pid)
+    assert again.pid == h.pid
+    assert sbx.commands.kill(h.pid)
+    with pytest.raises(CommandExitException):
+        h.wait()
+    with pytest.raises(CommandExitException):
+        again.wait()
+    assert sbx.commands.kill(999999) is False
+
+
+def test_stdin_is_sent_and_closed(sbx):
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.send_stdin(h.pid, "hello ")
+    sbx.commands.send_stdin(h.pid, b"world")
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "hello world"
+
+
+def test_files_write_read_list_rename_remove(sbx):
+    info = sbx.files.write("a.txt", "hello")
+    assert info.path == "/home/user/a.txt"
+    assert sbx.files.read("/home/user/a.txt") == "hello"
+    assert sbx.commands.run("cat ~/a.txt").stdout == "hello"
+    assert sbx.files.make_dir("/home/user/d/e")
+    assert sbx.files.make_dir("/home/user/d/e") is False
+    sbx.files.write("/home/user/d/e/f.txt", b"x" * 10)
+    names = sorted(e.name for e in sbx.files.list("/home/user/d", depth=2))
+    assert names == ["e", "f.txt"]
+    assert sbx.files.get_info("/home/user/d/e/f.txt").size == 10
+    sbx.files.rename("/home/user/a.txt", "/home/user/n/b.txt")
+    assert sbx.files.read("/home/user/n/b.txt") == "hello"
+    assert sbx.files.exists("/home/user/a.txt") is False
+    sbx.files.remove("/home/user/d")
+    sbx.files.remove("/home/user/missing")
+    assert sbx.files.exists("/home/user/d") is False
+    written = sbx.files.write_files(
+        [{"path": "/tmp/m1.txt", "data": "1"}, {"path": "rel/m2.txt", "data": "2"}]
+    )
+    assert sorted(w.path for w in written) == ["/home/user/rel/m2.txt", "/tmp/m1.txt"]
+    sbx.files.write("/tmp/z.txt", io.BytesIO(b"zipped" * 1000), gzip=True)
+    assert sbx.files.read("/tmp/z.txt") == "zipped" * 1000
+    sbx.files.write("/tmp/o.txt", io.BytesIO(b"octets"))
+    assert sbx.files.read("/tmp/o.txt", format="bytes") == b"octets"
+    with pytest.raises(FileNotFoundException):
+        sbx.files.read("/home/user/nope.txt")
+    assert sbx.is_running()
+
+
+def test_list_kill_connect_and_metadata_filter(server):
+    a = Sandbox.create(metadata={"suite": "e2b", "n": "1"})
+    b = Sandbox.create(metadata={"suite": "e2b", "n": "2"})
+    try:
+        from e2b import SandboxQuery
+
+        ids = [s.sandbox_id for s in Sandbox.list(query=SandboxQuery(metadata={"n": "2"})).next_items()]
+        assert ids == [b.sandbox_id]
+        pages = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}), limit=1)
+        seen = []
+        while pages.has_next:
+            seen += [s.sandbox_id for s in pages.next_items()]
+        assert sorted(seen) == sorted([a.sandbox_id, b.sandbox_id])
+        again = Sandbox.connect(a.sandbox_id)
+        assert again.commands.run("echo ok").stdout == "ok\n"
+        assert a.get_info().metadata["n"] == "1"
+        a.set_timeout(200)
+    finally:
+        assert a.kill()
+        b.kill()
+    assert Sandbox.kill(a.sandbox_id) is False
+    assert not a.is_running()
+
+
+def test_an_expired_sandbox_is_gone(server):
+    s = Sandbox.create(timeout=120)
+    s.set_timeout(1)
+    # The sandbox ends about a second from now; wait for it (at most two minutes).
+    for _ in range(240):
+        if not s.is_running():
+            break
+        time.sleep(0.5)
+    assert not s.is_running()
+    assert Sandbox.kill(s.sandbox_id) is False
+
+
+def test_two_tenants_do_not_see_each_other(sbx):
+    assert Sandbox.kill(sbx.sandbox_id, api_key=KEY_B) is False
+    with pytest.raises(Exception):
+        Sandbox.connect(sbx.sandbox_id, api_key=KEY_B)
+    assert sbx.sandbox_id not in [s.sandbox_id for s in Sandbox.list(api_key=KEY_B).next_items()]
+    with pytest.raises(AuthenticationException):
+        Sandbox.create(api_key="not-a-token-of-this-daemon")
+
+
+def test_unknown_template_is_a_clear_404(server):
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(template="no-such-template")
+    assert "not found" in str(e.value)
+
+
+def _raw(url, path, headers, body=None, method="POST"):
+    req = urllib.request.Request(url + path, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_bad_input_gets_clean_errors_and_the_daemon_keeps_serving(server, sbx):
+    sid = sbx.sandbox_id
+    token = sbx._envd_access_token
+    envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+    # wrong and missing access token
+    st, body = _raw(server, "/process.Process/List", {**envd, "X-Access-Token": "wrong"}, b"{}")
+    assert st == 401 and b"access token" in body
+    st, _ = _raw(server, "/process.Process/List", {k: v for k, v in envd.items() if k != "X-Access-Token"}, b"{}")
+    assert st == 401
+    # malformed Connect frames: truncated, and bad JSON
+    stream = {**envd, "Content-Type": "application/connect+json"}
+    st, body = _raw(server, "/process.Process/Start", stream, b"\x00\x00\x00\x00\xffab")
+    assert st == 200 and body[0] == 2 and b"truncated" in body
+    st, body = _raw(server, "/filesystem.Filesystem/Stat", {**envd, "Content-Type": "application/json"}, b"{nope")
+    assert st == 400 and json.loads(body)["code"] == "invalid_argument"
+    # unknown routes and methods
+    assert _raw(server, "/nope.Nope/X", envd, b"{}")[0] == 501
+    assert _raw(server, "/v9/whatever", {"X-API-KEY": "e2b-test-tenant-a-0123456789"}, None, "GET")[0] == 404
+    # half the routing headers; an unknown port; an unknown sandbox
+    assert _raw(server, "/health", {"E2b-Sandbox-Id": sid}, None, "GET")[0] == 400
+    assert _raw(server, "/health", {**envd, "E2b-Sandbox-Port": "1234"}, None, "GET")[0] == 502
+    st, body = _raw(server, "/health", {**envd, "E2b-Sandbox-Id": "inosuchsandbox"}, None, "GET")
+    assert st == 502 and b"was not found" in body
+    # an oversized upload: refused on its Content-Length, before the body is read
+    host, port = server.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=30) as c:
+        head = "".join(f"{k}: {v}\r\n" for k, v in envd.items())
+        c.sendall(
+            (
+                "POST /files?path=/tmp/big HTTP/1.1\r\nHost: x\r\n" + head
+                + f"Content-Type: application/octet-stream\r\nContent-Length: {40 << 20}\r\n\r\n"
+            ).encode()
+        )
+        assert c.recv(4096).startswith(b"HTTP/1.1 413")
+    # and everything still works
+    assert sbx.commands.run("echo alive").stdout == "alive\n"
+
+
+def test_run_code_keeps_state_and_reports_errors(server):
+    from e2b_code_interpreter import Sandbox as CI
+
+    s = CI.create()
+    try:
+        ex = s.run_code("x = 20\nprint('side')\nx + 1")
+        assert ex.text == "21"
+        assert ex.logs.stdout == ["side\n"]
+        assert ex.execution_count == 1
+        assert s.run_code("x * 2").text == "40"
+        ex = s.run_code("def f():\n    return 1 / 0\nf()")
+        assert ex.error.name == "ZeroDivisionError"
+        assert ex.error.value == "division by zero"
+        assert "f()" in ex.error.traceback and "1 / 0" in ex.error.traceback
+        assert s.run_code("'still' + ' here'").text == "still here"
+        # A cell cut off by the client's timeout is interrupted; the globals stay.
+        with pytest.raises(TimeoutException):
+            s.run_code("while True:\n    pass", timeout=3)
+        assert s.run_code("x").text == "20"
+        # Contexts: each its own interpreter, with its own cwd and globals.
+        ctx = s.create_code_context(cwd="/tmp")
+        assert s.run_code("import os; os.getcwd()", context=ctx).text == "/tmp"
+        err = s.run_code("x", context=ctx).error
+        assert err is not None and err.name == "NameError"
+        assert ctx.id in [c.id for c in s.list_code_contexts()]
+        s.run_code("y = 5", context=ctx)
+        s.restart_code_context(ctx)
+        assert s.run_code("y", context=ctx).error.name == "NameError"
+        s.remove_code_context(ctx)
+        assert ctx.id not in [c.id for c in s.list_code_contexts()]
+        assert s.run_code("x").text == "20"
+    finally:
+        s.kill()
