@@ -42,7 +42,17 @@ async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("docker.sock");
     let stopped = dir.path().join("stopped.sock");
-    drop(std::os::unix::net::UnixListener::bind(&stopped).unwrap());
+    // A socket file nobody listens on, made by another process: a listener bound here
+    // could be inherited for a moment by a child another test forks, and accept.
+    let made = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])",
+        ])
+        .arg(&stopped)
+        .status()
+        .unwrap();
+    assert!(made.success() && stopped.exists());
     for (sock, want) in [
         (missing, "dockerd is not running"),
         (stopped, "dockerd is stopped"),
