@@ -61,20 +61,20 @@ struct TimeoutBody {
     timeout: Option<u64>,
 }
 
-fn sandbox_json(s: &Sbx) -> Value {
+fn sandbox_json(e2b: &E2b, s: &Sbx) -> Value {
     json!({
         "templateID": s.template,
         "sandboxID": s.id,
         "clientID": "stockade",
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": s.token,
-        "trafficAccessToken": null,
-        "domain": null,
+        "trafficAccessToken": s.traffic,
+        "domain": e2b.domain,
         "alias": s.template,
     })
 }
 
-fn detail_json(s: &Sbx) -> Value {
+fn detail_json(e2b: &E2b, s: &Sbx) -> Value {
     json!({
         "templateID": s.template,
         "alias": s.template,
@@ -84,7 +84,7 @@ fn detail_json(s: &Sbx) -> Value {
         "endAt": rfc3339(s.end_ms()),
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": s.token,
-        "domain": null,
+        "domain": e2b.domain,
         "cpuCount": s.cpus,
         "memoryMB": s.memory_mb,
         "diskSizeMB": 0,
@@ -134,7 +134,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         }
         (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(&e2b, &tenant, &query),
         (Method::GET, ["sandboxes", id]) => match e2b.get(&tenant, id) {
-            Some(s) => ok(StatusCode::OK, &detail_json(&s)),
+            Some(s) => ok(StatusCode::OK, &detail_json(&e2b, &s)),
             None => not_found(id),
         },
         (Method::DELETE, ["sandboxes", id]) => {
@@ -177,15 +177,38 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
                             s.set_end_ms(want);
                         }
                     }
-                    ok(StatusCode::OK, &sandbox_json(&s))
+                    ok(StatusCode::OK, &sandbox_json(&e2b, &s))
                 }
                 None => not_found(id),
             }
         }
+        (Method::GET, ["sandboxes", id, "metrics"]) => match e2b.get(&tenant, id) {
+            Some(_) => error(
+                501,
+                &format!(
+                    "no metrics for sandbox {id}: this server does not read sandboxes' \
+                     cgroup counters yet (the provider layer has no stats call)"
+                ),
+            ),
+            None => not_found(id),
+        },
+        (Method::POST, ["sandboxes", id, "pause" | "resume"]) => match e2b.get(&tenant, id) {
+            // Until the providers can freeze a sandbox, pausing is refused rather
+            // than faked: the sandbox keeps running and its timeout keeps counting.
+            Some(_) => error(
+                501,
+                &format!(
+                    "cannot pause sandbox {id}: pause and resume are not available on this \
+                     server yet (Stockade's providers cannot freeze a sandbox); it keeps \
+                     running and its timeout still counts (extend it with set_timeout)"
+                ),
+            ),
+            None => not_found(id),
+        },
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/ID/pause)"
             ),
         ),
     }
@@ -200,11 +223,35 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.into_owned())
     };
+    // Every sandbox here runs (none can be paused yet).
+    let states = param("state");
+    if let Some(st) = &states
+        && let Some(bad) = st.split(',').find(|x| !matches!(*x, "running" | "paused"))
+    {
+        return error(400, &format!("state {bad:?} is not running or paused"));
+    }
+    let want_running = states.is_none_or(|st| st.split(',').any(|x| x == "running"));
+    let after_ms = match param("startedAfter") {
+        None => None,
+        Some(t) => match chrono::DateTime::parse_from_rfc3339(&t) {
+            Ok(t) => Some(t.timestamp_millis().max(0) as u64),
+            Err(e) => {
+                return error(
+                    400,
+                    &format!("startedAfter {t:?} is not an RFC 3339 time: {e}"),
+                );
+            }
+        },
+    };
+    let template = param("template");
     let mut items: Vec<Value> = e2b
         .list(tenant)
         .iter()
+        .filter(|_| want_running)
         .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-        .map(|s| detail_json(s))
+        .filter(|s| after_ms.is_none_or(|t| s.started_ms >= t))
+        .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
+        .map(|s| detail_json(e2b, s))
         .collect();
     if param("order").as_deref() == Some("desc") {
         items.reverse();
@@ -273,7 +320,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
         )
         .await
     {
-        Ok(s) => ok(StatusCode::CREATED, &sandbox_json(&s)),
+        Ok(s) => ok(StatusCode::CREATED, &sandbox_json(e2b, &s)),
         Err(e) => {
             let status = match e.code() {
                 stockade::ErrorCode::LimitExceeded => 429,

@@ -14,7 +14,7 @@ use stockade::{ExecRequest, FileEntry, FileKind, FileOp, FileResult};
 
 use crate::connect::{self, ConnectError};
 use crate::state::{E2b, Reach, Sbx};
-use crate::{api, files, process};
+use crate::{api, files, process, watch};
 
 /// Largest Connect request body (commands and paths, not file contents).
 const MAX_RPC_BODY: usize = 4 << 20;
@@ -55,13 +55,27 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             _ => StatusCode::NO_CONTENT.into_response(),
         };
     }
+    if path == "/files" {
+        // The access token, or a URL signed with it (`download_url`/`upload_url`).
+        let Ok(s) = e2b.reach_untokened(id) else {
+            return gone(id);
+        };
+        let op = if method == Method::GET {
+            "read"
+        } else {
+            "write"
+        };
+        let query = req.uri().query().unwrap_or("");
+        let signed = files::signature_ok(&s.token, op, query, stockade::now_ms() / 1000);
+        if !signed && let Err(r) = reach(&e2b, id, req.headers()) {
+            return *r;
+        }
+        return files::handle(&e2b, &s, req).await;
+    }
     let s = match reach(&e2b, id, req.headers()) {
         Ok(s) => s,
         Err(r) => return *r,
     };
-    if path == "/files" {
-        return files::handle(&e2b, &s, req).await;
-    }
     if method != Method::POST || !path.contains('.') {
         return api::error(
             404,
@@ -73,11 +87,10 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if let Err(e) = check_user(req.headers()) {
         return e.into_response();
     }
-    let timeout_ms = req
-        .headers()
-        .get("connect-timeout-ms")
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let timeout_ms = header_u64(req.headers(), "connect-timeout-ms");
+    let keepalive = header_u64(req.headers(), "keepalive-ping-interval")
+        .filter(|s| *s > 0)
+        .map(std::time::Duration::from_secs);
     let Ok(body) = to_bytes(req.into_body(), MAX_RPC_BODY).await else {
         return ConnectError::new("resource_exhausted", "the RPC body is over 4 MiB")
             .into_response();
@@ -95,17 +108,42 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         "/process.Process/SendSignal" => reply(process::signal(&e2b, &s, &body).await),
         "/process.Process/SendInput" => reply(process::input(&e2b, &s, &body, false).await),
         "/process.Process/CloseStdin" => reply(process::input(&e2b, &s, &body, true).await),
+        "/process.Process/Update" => reply(process::update(&e2b, &s, &body).await),
+        // A client stream: one `{}` message, then the end.
+        "/process.Process/StreamInput" => match process::stream_input(&e2b, &s, &body).await {
+            Ok(v) => connect::stream_response(futures_util::stream::iter([
+                connect::data_frame(&v),
+                connect::end_frame(None),
+            ])),
+            Err(e) => connect::stream_error(e),
+        },
         "/filesystem.Filesystem/Stat" => reply(stat(&e2b, &s, &body).await),
         "/filesystem.Filesystem/ListDir" => reply(list_dir(&e2b, &s, &body).await),
         "/filesystem.Filesystem/MakeDir" => reply(make_dir(&e2b, &s, &body).await),
         "/filesystem.Filesystem/Remove" => reply(remove(&e2b, &s, &body).await),
         "/filesystem.Filesystem/Move" => reply(rename(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/WatchDir" => {
+            let timeout = timeout_ms.map(std::time::Duration::from_millis);
+            match watch::watch_dir(&e2b, &s, &body, keepalive, timeout).await {
+                Ok(st) => connect::stream_response(st),
+                Err(e) => connect::stream_error(e),
+            }
+        }
+        "/filesystem.Filesystem/CreateWatcher" => reply(watch::create(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/GetWatcherEvents" => reply(watch::events(&s, &body)),
+        "/filesystem.Filesystem/RemoveWatcher" => reply(watch::remove(&s, &body)),
         other => ConnectError::new(
             "unimplemented",
             format!("{other} is not served by Stockade's envd"),
         )
         .into_response(),
     }
+}
+
+fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
+    h.get(name)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
 /// The RPC's user (`Authorization: Basic base64("NAME:")`): only `user`, the

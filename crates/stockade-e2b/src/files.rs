@@ -21,6 +21,40 @@ fn query_path(req: &Request) -> Option<String> {
         .filter(|p| !p.is_empty())
 }
 
+/// Whether `query` carries a valid signature of `op` (`read` or `write`) made with
+/// the sandbox's `token`: `signature=v1_<base64 sha256("PATH:OP:USER:TOKEN[:EXP]")>`
+/// with the optional `signature_expiration` (unix seconds) not passed `now_s`.
+pub fn signature_ok(token: &str, op: &str, query: &str, now_s: u64) -> bool {
+    use base64::Engine;
+    use sha2::Digest;
+    let get = |name: &str| {
+        form_urlencoded::parse(query.as_bytes())
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.into_owned())
+    };
+    let Some(sig) = get("signature") else {
+        return false;
+    };
+    let Some(sig) = sig.strip_prefix("v1_") else {
+        return false;
+    };
+    let path = get("path").unwrap_or_default();
+    let user = get("username").unwrap_or_default();
+    let raw = match get("signature_expiration") {
+        None => format!("{path}:{op}:{user}:{token}"),
+        Some(exp) => {
+            match exp.parse::<u64>() {
+                Ok(e) if e >= now_s => {}
+                _ => return false,
+            }
+            format!("{path}:{op}:{user}:{token}:{exp}")
+        }
+    };
+    let want = base64::engine::general_purpose::STANDARD_NO_PAD
+        .encode(sha2::Sha256::digest(raw.as_bytes()));
+    crate::state::ct_eq(want.as_bytes(), sig.as_bytes())
+}
+
 fn file_error(path: &str, e: &stockade::Error) -> Response {
     match e.code() {
         stockade::ErrorCode::NotFound => error(404, &format!("path '{path}' does not exist")),
@@ -32,6 +66,20 @@ fn file_error(path: &str, e: &stockade::Error) -> Response {
 }
 
 pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
+    let user = req.uri().query().and_then(|q| {
+        form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "username")
+            .map(|(_, v)| v.into_owned())
+    });
+    if let Some(u) = user.filter(|u| !u.is_empty() && u != "user") {
+        return error(
+            401,
+            &format!(
+                "invalid username {u:?}: Stockade's E2B sandboxes serve files as \"user\" \
+                 (uid 1000, home /home/user); other users are not served yet"
+            ),
+        );
+    }
     let path = query_path(&req).map(|p| resolve(&p));
     match *req.method() {
         Method::GET => {
@@ -202,4 +250,65 @@ fn gunzip(data: &[u8]) -> Result<Vec<u8>, Box<Response>> {
         )));
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The SDK's own example: `get_signature("a.txt", "read", None, "T")`.
+    fn sign(raw: &str) -> String {
+        use base64::Engine;
+        use sha2::Digest;
+        let d = sha2::Sha256::digest(raw.as_bytes());
+        format!(
+            "v1_{}",
+            base64::engine::general_purpose::STANDARD_NO_PAD.encode(d)
+        )
+    }
+
+    #[test]
+    fn signed_urls_are_checked_for_path_operation_token_and_expiry() {
+        let q = |sig: &str, extra: &str| {
+            format!(
+                "path=a.txt&signature={}{extra}",
+                form_urlencoded::byte_serialize(sig.as_bytes()).collect::<String>()
+            )
+        };
+        let read = sign("a.txt:read::T");
+        assert!(signature_ok("T", "read", &q(&read, ""), 100));
+        assert!(
+            !signature_ok("T", "write", &q(&read, ""), 100),
+            "read signature used to write"
+        );
+        assert!(
+            !signature_ok("U", "read", &q(&read, ""), 100),
+            "another sandbox's token"
+        );
+        assert!(!signature_ok(
+            "T",
+            "read",
+            &q(&read, "").replace("a.txt", "b.txt"),
+            100
+        ));
+        assert!(!signature_ok("T", "read", "path=a.txt", 100));
+        let exp = sign("a.txt:read::T:200");
+        assert!(signature_ok(
+            "T",
+            "read",
+            &q(&exp, "&signature_expiration=200"),
+            150
+        ));
+        assert!(
+            !signature_ok("T", "read", &q(&exp, "&signature_expiration=200"), 201),
+            "expired"
+        );
+        assert!(
+            !signature_ok("T", "read", &q(&exp, "&signature_expiration=300"), 150),
+            "expiry changed"
+        );
+        let user = sign("a.txt:read:user:T");
+        assert!(signature_ok("T", "read", &q(&user, "&username=user"), 0));
+        assert!(!signature_ok("T", "read", &q(&user, ""), 0));
+    }
 }

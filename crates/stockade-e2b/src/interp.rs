@@ -17,7 +17,7 @@ use stockade_server::daemon::ExecEvent;
 use tokio::sync::mpsc;
 
 use crate::api::error;
-use crate::envd::{gone, reach, resolve, token};
+use crate::envd::{gone, resolve, token};
 use crate::state::{E2b, Reach, Sbx};
 
 const SCRIPT: &str = include_str!("interp.py");
@@ -150,18 +150,21 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             _ => (StatusCode::OK, "\"OK\"").into_response(),
         };
     }
-    // The SDKs send the access token to /execute only; /contexts is reached with
-    // the sandbox's id alone (a token, when sent, must still be right).
-    let untokened = path.starts_with("/contexts") && token(req.headers()).is_none();
-    let s = if untokened {
-        match e2b.reach_untokened(id) {
-            Ok(s) => s,
-            Err(_) => return gone(id),
-        }
-    } else {
-        match reach(&e2b, id, req.headers()) {
-            Ok(s) => s,
-            Err(r) => return *r,
+    // The SDKs send the access token to /execute only, the traffic token to every
+    // interpreter call: either one is enough.
+    let traffic = req
+        .headers()
+        .get("e2b-traffic-access-token")
+        .and_then(|v| v.to_str().ok());
+    let s = match e2b.reach_interp(id, token(req.headers()), traffic) {
+        Ok(s) => s,
+        Err(Reach::Gone) => return gone(id),
+        Err(Reach::Unauthorized) => {
+            return error(
+                401,
+                "unauthorized access, please provide a valid access token (X-Access-Token) \
+                 or traffic token (E2B-Traffic-Access-Token) of the sandbox",
+            );
         }
     };
     if path.starts_with("/contexts") {

@@ -16,6 +16,8 @@ mod files;
 mod interp;
 mod process;
 mod state;
+mod tls;
+mod watch;
 
 use std::sync::Arc;
 
@@ -38,20 +40,82 @@ pub fn frontend(
 
 /// Serves until the daemon stops.
 pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
-    let e2b = Arc::new(E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?);
+    if let Some(d) = &ctx.domain {
+        check_domain(d)?;
+    }
+    let tls = match &ctx.tls {
+        Some((cert, key)) => Some(tls::server_config(cert, key)?),
+        None => None,
+    };
+    let mut e2b = E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?;
+    e2b.domain = ctx.domain;
+    let e2b = Arc::new(e2b);
     tokio::spawn(e2b.clone().expirer());
     let app = router(e2b.clone());
     let mut stop = ctx.stop;
-    let served = axum::serve(ctx.listener, app)
-        .with_graceful_shutdown(async move {
-            let _ = stop.wait_for(|s| *s).await;
-        })
-        .await;
+    let stopped = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    let served = match tls {
+        Some(cfg) => {
+            let l = tls::TlsListener::new(ctx.listener, cfg)?;
+            axum::serve(l, app).with_graceful_shutdown(stopped).await
+        }
+        None => {
+            axum::serve(ctx.listener, app)
+                .with_graceful_shutdown(stopped)
+                .await
+        }
+    };
     // The front end's table (tokens, timeouts) lives in memory: its sandboxes would
     // be unreachable after a restart, so they end with it.
     e2b.kill_all().await;
     served?;
     Ok(())
+}
+
+/// Refuses a `--e2b-domain` that is not a plain lowercase DNS name.
+fn check_domain(d: &str) -> anyhow::Result<()> {
+    let ok = !d.is_empty()
+        && d.len() <= 200
+        && d.split('.').all(|l| {
+            !l.is_empty()
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        });
+    if !ok {
+        anyhow::bail!(
+            "--e2b-domain {d:?} is not a lowercase DNS name (labels of a-z, 0-9 and -, \
+             separated by dots, e.g. e2b.example.com)"
+        );
+    }
+    Ok(())
+}
+
+/// `(sandbox id, port)` of a host `<port>-<id>.<domain>[:port]`.
+fn sandbox_host(host: &str, domain: &str) -> Option<(String, String)> {
+    let host = host.rsplit_once(':').map_or(host, |(h, p)| {
+        if p.bytes().all(|b| b.is_ascii_digit()) {
+            h
+        } else {
+            host
+        }
+    });
+    let label = host
+        .to_ascii_lowercase()
+        .strip_suffix(domain)?
+        .strip_suffix('.')?
+        .to_string();
+    let (port, id) = label.split_once('-')?;
+    let valid = !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && !id.is_empty()
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit());
+    valid.then(|| (id.to_string(), port.to_string()))
 }
 
 /// The one router: the sandbox headers pick envd or the interpreter, else the API.
@@ -90,14 +154,21 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
             ),
         );
     }
-    let id = h
-        .get("e2b-sandbox-id")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    let port = h
-        .get("e2b-sandbox-port")
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
+    let header = |name: &str| {
+        h.get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    // The host names the sandbox and port in domain mode, as at E2B's edge proxy;
+    // else (one origin for all, `E2B_SANDBOX_URL`) the headers every SDK sends do.
+    let by_host = e2b.domain.as_deref().and_then(|d| {
+        let host = header("host").or_else(|| req.uri().host().map(str::to_string))?;
+        sandbox_host(&host, d)
+    });
+    let (id, port) = match by_host {
+        Some((id, port)) => (Some(id), Some(port)),
+        None => (header("e2b-sandbox-id"), header("e2b-sandbox-port")),
+    };
     match (id, port) {
         (None, None) => api::handle(e2b, req).await,
         (Some(id), Some(port)) => match port.as_str() {
@@ -114,4 +185,38 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
         ),
     }
     .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sandbox_hosts_are_parsed_in_the_domain_only() {
+        let d = "e2b.test";
+        assert_eq!(
+            sandbox_host("49983-iabc123.e2b.test", d),
+            Some(("iabc123".into(), "49983".into()))
+        );
+        assert_eq!(
+            sandbox_host("49999-iabc.E2B.test:443", d),
+            Some(("iabc".into(), "49999".into()))
+        );
+        for bad in [
+            "api.e2b.test",
+            "49983-iabc.other.test",
+            "49983-iabc.xe2b.test",
+            "x-iabc.e2b.test",
+            "49983-.e2b.test",
+            "49983-a.b.e2b.test",
+            "49983-I_x.e2b.test",
+            "e2b.test",
+        ] {
+            assert_eq!(sandbox_host(bad, d), None, "{bad}");
+        }
+        assert!(check_domain("e2b.example.com").is_ok());
+        for bad in ["", "E2B.test", "a..b", "-a.b", "a_b.c", ".a"] {
+            assert!(check_domain(bad).is_err(), "{bad}");
+        }
+    }
 }

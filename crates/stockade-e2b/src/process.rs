@@ -23,6 +23,12 @@ use crate::state::{E2b, Sbx};
 /// The prologue: the pid line on stderr, then the command in the shell's place.
 const PROLOGUE: &str = "printf '\\036pid %s\\036\\n' \"$$\" >&2; exec \"$@\"";
 const PID_START: &[u8] = b"\x1epid ";
+/// The terminal helper of `pty` processes (it reports the pid the same way).
+const PTY_SCRIPT: &str = include_str!("pty.py");
+/// The terminal size when the request gives none, and the largest side accepted.
+const DEFAULT_COLS: u16 = 80;
+const DEFAULT_ROWS: u16 = 24;
+const MAX_SIDE: u32 = 10_000;
 /// Most output kept per stream of one process (head and tail; the stream sends up to
 /// half of it as it comes).
 const OUTPUT_LIMIT: u64 = 64 << 20;
@@ -45,9 +51,51 @@ pub struct StartRequest {
     #[serde(default)]
     tag: Option<String>,
     #[serde(default)]
-    pty: Option<Value>,
+    pty: Option<Pty>,
     #[serde(default)]
     stdin: Option<bool>,
+}
+
+/// `PTY`: `{"size": {"cols": C, "rows": R}}`.
+#[derive(Deserialize, Default)]
+pub struct Pty {
+    #[serde(default)]
+    size: Option<PtySize>,
+}
+
+#[derive(Deserialize, Default)]
+struct PtySize {
+    #[serde(default)]
+    cols: u32,
+    #[serde(default)]
+    rows: u32,
+}
+
+impl Pty {
+    /// `(cols, rows)`, defaults for zeros, refused when absurd.
+    fn size(&self) -> Result<(u16, u16), ConnectError> {
+        let s = self.size.as_ref();
+        let pick = |v: u32, default: u16, name: &str| match v {
+            0 => Ok(default),
+            v if v <= MAX_SIDE => Ok(v as u16),
+            v => Err(ConnectError::invalid(format!(
+                "pty.size.{name} {v} is out of range: 1 to {MAX_SIDE}"
+            ))),
+        };
+        Ok((
+            pick(s.map_or(0, |s| s.cols), DEFAULT_COLS, "cols")?,
+            pick(s.map_or(0, |s| s.rows), DEFAULT_ROWS, "rows")?,
+        ))
+    }
+}
+
+/// One message on a terminal helper's stdin (see `pty.py`).
+fn pty_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(5 + payload.len());
+    v.push(kind);
+    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
+    v.extend_from_slice(payload);
+    v
 }
 
 #[derive(Deserialize, Default)]
@@ -64,6 +112,8 @@ pub struct SelectRequest {
     signal: Option<Value>,
     #[serde(default)]
     input: Option<ProcessInput>,
+    #[serde(default)]
+    pty: Option<Pty>,
 }
 
 #[derive(Deserialize)]
@@ -77,6 +127,8 @@ pub struct Proc {
     pub pid: u32,
     pub config: ProcessConfig,
     pub tag: Option<String>,
+    /// Runs on a pseudo-terminal (its stdin is the helper's framed input).
+    pub pty: bool,
     /// The daemon's id of the exec (for its kill input).
     exec_id: String,
     events: broadcast::Sender<Bytes>,
@@ -87,8 +139,9 @@ fn event(v: Value) -> Bytes {
     connect::data_frame(&json!({ "event": v }))
 }
 
-fn output(stream: Stream, data: &[u8]) -> Bytes {
+fn output(stream: Stream, data: &[u8], pty: bool) -> Bytes {
     let key = match stream {
+        Stream::Stdout if pty => "pty",
         Stream::Stdout => "stdout",
         Stream::Stderr => "stderr",
     };
@@ -103,12 +156,7 @@ pub async fn start(
     timeout_ms: Option<u64>,
 ) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
     let r: StartRequest = connect::stream_request(body)?;
-    if r.pty.is_some() {
-        return Err(ConnectError::new(
-            "unimplemented",
-            "PTY sessions are not served by Stockade's E2B API yet; run the command without a pty",
-        ));
-    }
+    let pty = r.pty.as_ref().map(Pty::size).transpose()?;
     let cfg = r
         .process
         .ok_or_else(|| ConnectError::invalid("StartRequest needs \"process\" with \"cmd\""))?;
@@ -117,13 +165,23 @@ pub async fn start(
             "process.cmd is empty: name the program to run",
         ));
     }
-    let mut argv = vec![
-        "/bin/sh".to_string(),
-        "-c".into(),
-        PROLOGUE.into(),
-        "sh".into(),
-        cfg.cmd.clone(),
-    ];
+    let mut argv = match pty {
+        None => vec![
+            "/bin/sh".to_string(),
+            "-c".into(),
+            PROLOGUE.into(),
+            "sh".into(),
+        ],
+        Some((cols, rows)) => vec![
+            "python3".to_string(),
+            "-I".into(),
+            "-c".into(),
+            PTY_SCRIPT.into(),
+            cols.to_string(),
+            rows.to_string(),
+        ],
+    };
+    argv.push(cfg.cmd.clone());
     argv.extend(cfg.args.iter().cloned());
     let mut req = ExecRequest::new(argv);
     req.env = cfg.envs.clone();
@@ -131,7 +189,8 @@ pub async fn start(
     req.stream = true;
     req.timeout_ms = timeout_ms;
     req.output_limit_bytes = OUTPUT_LIMIT;
-    req.keep_stdin_open = r.stdin.unwrap_or(false);
+    // A terminal always takes input (keystrokes and resizes).
+    req.keep_stdin_open = pty.is_some() || r.stdin.unwrap_or(false);
     let mut rx = e2b
         .daemon
         .exec_stream(&s.tenant, &s.daemon_id, req)
@@ -152,6 +211,15 @@ pub async fn start(
             Some(ExecEvent::Output(c)) => held_out.extend_from_slice(&c.data),
             Some(ExecEvent::Outcome(Ok(o))) => {
                 let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
+                if pty.is_some() && o.exit_code == 127 && !msg.contains("\x1epid") {
+                    return Err(ConnectError::new(
+                        "failed_precondition",
+                        format!(
+                            "the terminal did not start: a pty session runs on the sandbox's \
+                             python3, which is missing (use a template with Python): {msg}"
+                        ),
+                    ));
+                }
                 return Err(ConnectError::invalid(format!(
                     "the process did not start (exit {}): {msg}",
                     o.exit_code
@@ -171,6 +239,7 @@ pub async fn start(
         pid,
         config: cfg,
         tag: r.tag,
+        pty: pty.is_some(),
         exec_id,
         events: tx.clone(),
     });
@@ -179,17 +248,18 @@ pub async fn start(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(pid, proc);
     let sbx = s.clone();
+    let is_pty = pty.is_some();
     tokio::spawn(async move {
         if !held_out.is_empty() {
-            let _ = tx.send(output(Stream::Stdout, &held_out));
+            let _ = tx.send(output(Stream::Stdout, &held_out, is_pty));
         }
         if !held.is_empty() {
-            let _ = tx.send(output(Stream::Stderr, &held));
+            let _ = tx.send(output(Stream::Stderr, &held, is_pty));
         }
         let end = loop {
             match rx.recv().await {
                 Some(ExecEvent::Output(c)) => {
-                    let _ = tx.send(output(c.stream, &c.data));
+                    let _ = tx.send(output(c.stream, &c.data, is_pty));
                 }
                 Some(ExecEvent::Started(_)) => {}
                 Some(ExecEvent::Outcome(Ok(o))) => {
@@ -347,16 +417,7 @@ pub async fn input(e2b: &E2b, s: &Sbx, body: &[u8], close: bool) -> Result<Value
         let input = r.input.ok_or_else(|| {
             ConnectError::invalid("SendInput needs \"input\": {\"stdin\": BASE64}")
         })?;
-        if input.pty.is_some() {
-            return Err(ConnectError::new(
-                "unimplemented",
-                "PTY input is not served yet",
-            ));
-        }
-        let data = B64
-            .decode(input.stdin.unwrap_or_default())
-            .map_err(|e| ConnectError::invalid(format!("input.stdin is not base64: {e}")))?;
-        stockade::ExecInput::Stdin(data)
+        stockade::ExecInput::Stdin(input_bytes(&p, input)?)
     };
     e2b.daemon
         .exec_input(&s.tenant, &p.exec_id, vec![msg])
@@ -364,6 +425,104 @@ pub async fn input(e2b: &E2b, s: &Sbx, body: &[u8], close: bool) -> Result<Value
         .map_err(|_| {
             ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
         })?;
+    Ok(json!({}))
+}
+
+/// The bytes for a process's stdin: raw, or one framed message for a terminal.
+fn input_bytes(p: &Proc, input: ProcessInput) -> Result<Vec<u8>, ConnectError> {
+    let (field, text) = match (input.pty, input.stdin) {
+        (Some(t), _) if p.pty => ("pty", t),
+        (Some(_), _) => {
+            return Err(ConnectError::invalid(format!(
+                "process {} has no terminal: send input.stdin (start it with \"pty\" for a terminal)",
+                p.pid
+            )));
+        }
+        (None, Some(t)) => ("stdin", t),
+        (None, None) => {
+            return Err(ConnectError::invalid(
+                "input needs \"stdin\" or \"pty\" (base64 bytes)",
+            ));
+        }
+    };
+    let data = B64
+        .decode(text)
+        .map_err(|e| ConnectError::invalid(format!("input.{field} is not base64: {e}")))?;
+    Ok(if p.pty { pty_frame(b'd', &data) } else { data })
+}
+
+/// `Update`: resizes a process's terminal (the kernel signals SIGWINCH to it).
+pub async fn update(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let r: SelectRequest = connect::unary_request(body)?;
+    let p = select(s, &r.process)?;
+    let Some(pty) = r.pty else {
+        return Ok(json!({}));
+    };
+    if !p.pty {
+        return Err(ConnectError::invalid(format!(
+            "process {} has no terminal to resize (start it with \"pty\")",
+            p.pid
+        )));
+    }
+    let (cols, rows) = pty.size()?;
+    let mut size = Vec::with_capacity(4);
+    size.extend_from_slice(&cols.to_be_bytes());
+    size.extend_from_slice(&rows.to_be_bytes());
+    e2b.daemon
+        .exec_input(
+            &s.tenant,
+            &p.exec_id,
+            vec![stockade::ExecInput::Stdin(pty_frame(b'r', &size))],
+        )
+        .await
+        .map_err(|_| {
+            ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+        })?;
+    Ok(json!({}))
+}
+
+/// `StreamInput`: a client stream of `start` (the process), then `data` inputs.
+pub async fn stream_input(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    #[derive(Deserialize)]
+    struct Msg {
+        #[serde(default)]
+        start: Option<SelectRequest>,
+        #[serde(default)]
+        data: Option<DataMsg>,
+    }
+    #[derive(Deserialize)]
+    struct DataMsg {
+        input: Option<ProcessInput>,
+    }
+    let mut proc = None;
+    for (flags, payload) in connect::envelopes(body)? {
+        if flags & 0x02 != 0 {
+            break;
+        }
+        let m: Msg = serde_json::from_slice(&payload).map_err(|e| {
+            ConnectError::invalid(format!("a StreamInput message is not valid JSON: {e}"))
+        })?;
+        if let Some(st) = m.start {
+            proc = Some(select(s, &st.process)?);
+        }
+        let Some(input) = m.data.and_then(|d| d.input) else {
+            continue;
+        };
+        let p = proc.as_ref().ok_or_else(|| {
+            ConnectError::invalid("StreamInput's first message must be start (the process)")
+        })?;
+        let data = input_bytes(p, input)?;
+        e2b.daemon
+            .exec_input(
+                &s.tenant,
+                &p.exec_id,
+                vec![stockade::ExecInput::Stdin(data)],
+            )
+            .await
+            .map_err(|_| {
+                ConnectError::not_found(format!("process {} not found: it has ended", p.pid))
+            })?;
+    }
     Ok(json!({}))
 }
 

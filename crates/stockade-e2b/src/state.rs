@@ -11,7 +11,6 @@ use stockade::SandboxSpec;
 use stockade::spec::{Mount, Network};
 use stockade_server::Daemon;
 use stockade_server::auth::Auth;
-use subtle_eq::ct_eq;
 
 use crate::interp::Context;
 use crate::process::Proc;
@@ -34,6 +33,8 @@ pub struct Sbx {
     pub tenant: String,
     pub template: String,
     pub token: String,
+    /// The traffic token: the code interpreter's `/contexts` calls carry only it.
+    pub traffic: String,
     pub metadata: BTreeMap<String, String>,
     pub started_ms: u64,
     pub end_ms: Mutex<u64>,
@@ -43,24 +44,27 @@ pub struct Sbx {
     pub procs: Mutex<HashMap<u32, Arc<Proc>>>,
     /// Code-interpreter contexts by id (`default` always there).
     pub contexts: Mutex<BTreeMap<String, Arc<Context>>>,
+    /// Watchers of the unary watch API by id.
+    pub watchers: crate::watch::Watchers,
 }
 
 /// The front end's state.
 pub struct E2b {
     pub daemon: Arc<Daemon>,
+    /// `--e2b-domain`: named in create answers (the SDKs then build
+    /// `https://<port>-<id>.<domain>`), and routed by host.
+    pub domain: Option<String>,
     auth: Auth,
     homes: PathBuf,
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
 }
 
-mod subtle_eq {
-    /// Compares two byte strings without stopping at the first difference.
-    pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
-        if a.len() != b.len() {
-            return false;
-        }
-        a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+/// Compares two byte strings without stopping at the first difference.
+pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
     }
+    a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
 /// Why a sandbox could not be reached through envd or the interpreter.
@@ -84,6 +88,7 @@ impl E2b {
         }
         Ok(E2b {
             daemon,
+            domain: None,
             auth,
             homes,
             sandboxes: Mutex::new(HashMap::new()),
@@ -115,7 +120,25 @@ impl E2b {
         }
     }
 
-    /// The sandbox of a call the SDKs send without its token (`/contexts`).
+    /// The sandbox of a code-interpreter call: its access token or its traffic token
+    /// (the SDKs send only the latter to `/contexts`).
+    pub fn reach_interp(
+        &self,
+        id: &str,
+        token: Option<&str>,
+        traffic: Option<&str>,
+    ) -> Result<Arc<Sbx>, Reach> {
+        let s = self.table().get(id).cloned().ok_or(Reach::Gone)?;
+        let access = token.is_some_and(|t| ct_eq(t.as_bytes(), s.token.as_bytes()));
+        let traffic = traffic.is_some_and(|t| ct_eq(t.as_bytes(), s.traffic.as_bytes()));
+        if access || traffic {
+            Ok(s)
+        } else {
+            Err(Reach::Unauthorized)
+        }
+    }
+
+    /// The sandbox of a call that needs no token (`/health`, signed `/files`).
     pub fn reach_untokened(&self, id: &str) -> Result<Arc<Sbx>, Reach> {
         self.table().get(id).cloned().ok_or(Reach::Gone)
     }
@@ -186,6 +209,7 @@ impl E2b {
             tenant: tenant.into(),
             template: template.into(),
             token: stockade::host::random_hex(16),
+            traffic: stockade::host::random_hex(16),
             metadata,
             started_ms: now,
             end_ms: Mutex::new(now + timeout_secs * 1000),
@@ -197,6 +221,7 @@ impl E2b {
                 "default".to_string(),
                 Arc::new(Context::new("default".into(), "/home/user".into())),
             )])),
+            watchers: Mutex::new(HashMap::new()),
         });
         self.table().insert(id, s.clone());
         Ok(s)
@@ -225,6 +250,10 @@ impl E2b {
     }
 
     async fn teardown(&self, s: &Sbx) {
+        s.watchers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
         if let Err(e) = self.daemon.destroy(&s.tenant, &s.daemon_id).await {
             tracing::debug!(sandbox = %s.id, "destroy: {e}");
         }

@@ -35,7 +35,12 @@ def test_host_secrets_are_invisible(sbx):
 
 
 def test_fork_bomb_is_contained(sbx):
-    _run(sbx, "bomb() { bomb | bomb & }; bomb; sleep 5", timeout=20)
+    from e2b import TimeoutException
+
+    try:
+        _run(sbx, "bomb() { bomb | bomb & }; bomb; sleep 5", timeout=20)
+    except TimeoutException:
+        pass  # the bomb cut off by the command's timeout is contained too
     assert sbx.commands.run("echo survived", timeout=60).stdout == "survived\n"
 
 
@@ -51,3 +56,131 @@ def test_filling_the_home_is_capped_and_harmless(sbx):
     assert r.exit_code != 0
     assert "No space left" in r.stderr
     assert sbx.commands.run("rm /home/user/fill && echo ok > /home/user/after && cat /home/user/after").stdout == "ok\n"
+
+
+def test_timeout_ends_a_runaway_command(sbx):
+    from e2b import TimeoutException
+
+    with pytest.raises(TimeoutException):
+        sbx.commands.run("while :; do :; done", timeout=2)
+    assert sbx.commands.run("echo survived").stdout == "survived\n"
+
+
+def test_output_flood_is_cut_and_the_server_keeps_serving(sbx):
+    from e2b import TimeoutException
+
+    got = [0]
+
+    def count(s):
+        got[0] += len(s)
+
+    try:
+        sbx.commands.run("yes flood", timeout=5, on_stdout=count)
+    except (TimeoutException, CommandExitException):
+        pass
+    assert got[0] > 0
+    assert sbx.commands.run("echo survived").stdout == "survived\n"
+
+
+def test_path_traversal_stays_inside_the_sandbox(sbx, tmp_path):
+    # A file on the host, and paths that would reach it if the server joined or
+    # followed sandbox paths on the host.
+    secret = tmp_path / "host-secret.txt"
+    secret.write_text("host secret")
+    escape = "../../../../../../../.." + str(secret)
+    for p in [str(secret), escape, "~/" + escape, "/home/user/" + escape]:
+        with pytest.raises(SandboxException):
+            sbx.files.read(p)
+        assert sbx.files.exists(p) is False
+    # A symlink made inside to the host path leads nowhere on the host either.
+    sbx.commands.run(f"ln -s {secret} ~/link && ln -s / ~/root")
+    with pytest.raises(SandboxException):
+        sbx.files.read("/home/user/link")
+    names = [e.name for e in sbx.files.list("/home/user/root/" + str(tmp_path.parent))] \
+        if sbx.files.exists("/home/user/root/" + str(tmp_path.parent)) else []
+    assert "host-secret.txt" not in names and tmp_path.name not in names
+    # Writes with traversal land inside the sandbox, never on the host.
+    target = tmp_path / "planted.txt"
+    try:
+        sbx.files.write("../../../../../../.." + str(target), "x")
+    except SandboxException:
+        pass
+    try:
+        sbx.files.write_files([{"path": "/home/user/../../../" + str(target), "data": "x"}])
+    except SandboxException:
+        pass
+    try:
+        sbx.files.rename("/home/user/link", "../../../../" + str(target))
+    except SandboxException:
+        pass
+    try:
+        sbx.files.make_dir("../../../../" + str(tmp_path / "planted-dir"))
+    except SandboxException:
+        pass
+    assert not target.exists() and not (tmp_path / "planted-dir").exists()
+    assert secret.read_text() == "host secret"
+    # A watch of a host directory sees no host events.
+    import os as _os
+
+    if sbx.files.exists(str(tmp_path)):
+        h = sbx.files.watch_dir(str(tmp_path))
+        (tmp_path / "host-event").write_text("x")
+        assert h.get_new_events() == []
+        h.stop()
+    _os.remove(tmp_path / "host-event") if (tmp_path / "host-event").exists() else None
+
+
+def _raw(url, path, headers, body=None, method="GET"):
+    import urllib.error
+    import urllib.request
+
+    req = urllib.request.Request(url + path, data=body, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+def test_another_tenant_and_wrong_tokens_cannot_reach_a_sandbox(server, sbx):
+    from e2b import Sandbox
+
+    from conftest import KEY_B
+
+    other = Sandbox.create(api_key=KEY_B, timeout=120)
+    try:
+        sid = sbx.sandbox_id
+        # The control plane: another tenant's sandbox does not exist for it.
+        assert _raw(server, f"/sandboxes/{sid}", {"X-API-KEY": KEY_B})[0] == 404
+        assert _raw(server, f"/sandboxes/{sid}/timeout", {"X-API-KEY": KEY_B,
+                    "Content-Type": "application/json"}, b'{"timeout": 1}', "POST")[0] == 404
+        assert _raw(server, f"/sandboxes/{sid}", {})[0] == 401
+        assert _raw(server, f"/sandboxes/{sid}", {"X-API-KEY": "wrong-key-wrong-key"})[0] == 401
+        # envd and the interpreter: the other sandbox's token, no token, a wrong one.
+        base = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
+        for tok in [other._envd_access_token, None, "x" * 32]:
+            h = dict(base, **({"X-Access-Token": tok} if tok else {}))
+            assert _raw(server, "/files?path=/etc/hostname", h)[0] == 401
+            st, _ = _raw(server, "/process.Process/List",
+                         dict(h, **{"Content-Type": "application/json"}), b"{}", "POST")
+            assert st == 401
+            st, _ = _raw(server, "/execute", dict(h, **{"E2b-Sandbox-Port": "49999",
+                         "Content-Type": "application/json"}), b'{"code": "1"}', "POST")
+            assert st == 401
+            st, _ = _raw(server, "/files?path=/home/user/x", dict(h, **{
+                "Content-Type": "application/octet-stream"}), b"planted", "POST")
+            assert st == 401
+        assert sbx.files.exists("/home/user/x") is False
+        # /contexts needs the traffic token (the SDKs send it there), not just the id.
+        ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}
+        assert _raw(server, "/contexts", ci)[0] == 401
+        assert _raw(server, "/contexts", dict(ci, **{"E2B-Traffic-Access-Token": "x" * 32}))[0] == 401
+        assert _raw(server, "/contexts", dict(ci, **{
+            "E2B-Traffic-Access-Token": sbx.traffic_access_token}))[0] == 200
+        # A forged signature is no token either.
+        assert _raw(server, "/files?path=/etc/hostname&signature=v1_forged", base)[0] == 401
+        # The sandbox's own token still works.
+        h = dict(base, **{"X-Access-Token": sbx._envd_access_token})
+        assert _raw(server, "/files?path=/etc/hostname", h)[0] == 200
+    finally:
+        other.kill()

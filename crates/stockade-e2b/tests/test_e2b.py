@@ -113,6 +113,12 @@ def test_list_kill_connect_and_metadata_filter(server):
         while pages.has_next:
             seen += [s.sandbox_id for s in pages.next_items()]
         assert sorted(seen) == sorted([a.sandbox_id, b.sandbox_id])
+        from e2b import SandboxState
+
+        paused = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}, state=[SandboxState.PAUSED]))
+        assert paused.next_items() == []
+        running = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}, state=[SandboxState.RUNNING]))
+        assert len(running.next_items()) == 2
         again = Sandbox.connect(a.sandbox_id)
         assert again.commands.run("echo ok").stdout == "ok\n"
         assert a.get_info().metadata["n"] == "1"
@@ -231,3 +237,138 @@ def test_run_code_keeps_state_and_reports_errors(server):
         assert s.run_code("x").text == "20"
     finally:
         s.kill()
+
+
+def _events_until(handle, want, seconds=20):
+    """Polls a sync watch handle until `want(events)` holds; returns all events."""
+    seen = []
+    for _ in range(int(seconds / 0.2)):
+        seen += handle.get_new_events()
+        if want(seen):
+            return seen
+        time.sleep(0.2)
+    return seen
+
+
+def test_watch_dir_sync_reports_inotify_events(sbx):
+    from e2b import FilesystemEventType as T
+
+    sbx.files.make_dir("/home/user/w/sub")
+    h = sbx.files.watch_dir("/home/user/w")
+    sbx.files.write("/home/user/w/a.txt", "one")
+    sbx.commands.run("chmod 600 ~/w/a.txt && mv ~/w/a.txt ~/w/b.txt && rm ~/w/b.txt && echo x > ~/w/sub/deep")
+    ev = _events_until(h, lambda e: any(x.type == T.REMOVE for x in e))
+    kinds = [(e.name, e.type) for e in ev]
+    assert kinds[0] == ("a.txt", T.CREATE), kinds
+    assert ("a.txt", T.WRITE) in kinds and ("a.txt", T.CHMOD) in kinds
+    assert ("a.txt", T.RENAME) in kinds and ("b.txt", T.CREATE) in kinds
+    assert ("b.txt", T.REMOVE) in kinds
+    # not recursive: nothing from sub/
+    assert not [n for n, _ in kinds if n.startswith("sub/")], kinds
+    h.stop()
+    with pytest.raises(SandboxException):
+        h.get_new_events()
+    # recursive, with entries
+    h = sbx.files.watch_dir("/home/user/w", recursive=True, include_entry=True)
+    sbx.commands.run("mkdir -p ~/w/sub/new && echo hi > ~/w/sub/new/f.txt")
+    ev = _events_until(h, lambda e: any(x.name == "sub/new/f.txt" for x in e))
+    f = [e for e in ev if e.name == "sub/new/f.txt" and e.type == T.CREATE]
+    assert f, [(e.name, e.type) for e in ev]
+    h.stop()
+    # a missing directory, a file
+    with pytest.raises(NotFoundException):
+        sbx.files.watch_dir("/home/user/nope")
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir("/home/user/w/sub/deep")
+
+
+def test_watch_dir_async_streams_events(server):
+    import asyncio
+
+    from e2b import AsyncSandbox
+    from e2b import FilesystemEventType as T
+
+    async def main():
+        s = await AsyncSandbox.create(timeout=120)
+        try:
+            await s.files.make_dir("/home/user/aw")
+            got = []
+            done = asyncio.Event()
+
+            def on_event(e):
+                got.append((e.name, e.type))
+                if e.type == T.REMOVE:
+                    done.set()
+
+            h = await s.files.watch_dir("/home/user/aw", on_event=on_event, recursive=True)
+            await s.files.write("/home/user/aw/x.txt", "x")
+            await s.commands.run("mkdir ~/aw/d && echo y > ~/aw/d/y.txt && rm ~/aw/x.txt")
+            await asyncio.wait_for(done.wait(), 20)
+            await h.stop()
+            assert got[0] == ("x.txt", T.CREATE), got
+            assert ("d/y.txt", T.CREATE) in got and ("x.txt", T.REMOVE) in got
+        finally:
+            await s.kill()
+
+    asyncio.run(main())
+
+
+def test_pty_is_a_real_terminal_with_resize(sbx):
+    from e2b import PtySize
+
+    h = sbx.pty.create(PtySize(rows=24, cols=80), timeout=60)
+    assert h.pid > 1
+    sbx.pty.send_stdin(h.pid, b"tty; stty size; echo mark-$((6*7))\n")
+    seen = bytearray()
+    resized = False
+    with pytest.raises(CommandExitException) as e:
+        for _, _, pty in h:
+            seen += pty or b""
+            if not resized and b"mark-42" in seen:
+                # The first size is the one asked for; then resize and ask again.
+                assert b"24 80" in seen, seen
+                sbx.pty.resize(h.pid, PtySize(rows=30, cols=100))
+                sbx.pty.send_stdin(h.pid, b"stty size; exit 7\n")
+                resized = True
+        h.wait()
+    assert e.value.exit_code == 7
+    assert b"/dev/pts/" in seen and b"30 100" in seen, seen
+    # A command without a terminal refuses terminal input and resizes.
+    c = sbx.commands.run("sleep 30", background=True)
+    with pytest.raises(SandboxException):
+        sbx.pty.resize(c.pid, PtySize(rows=1, cols=1))
+    assert sbx.pty.kill(c.pid)
+
+
+def test_pty_kill_ends_the_shell(sbx):
+    from e2b import PtySize
+
+    h = sbx.pty.create(PtySize(rows=10, cols=40))
+    assert sbx.pty.kill(h.pid)
+    with pytest.raises(CommandExitException):
+        h.wait()
+
+
+def test_stream_input_feeds_stdin(sbx):
+    h = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.stream_input(h.pid, iter(["a", b"b", "c"]))
+    sbx.commands.close_stdin(h.pid)
+    assert h.wait().stdout == "abc"
+
+
+def test_pause_is_refused_honestly_and_the_sandbox_keeps_running(sbx):
+    with pytest.raises(SandboxException) as e:
+        sbx.pause()
+    assert "501" in str(e.value) and "pause" in str(e.value)
+    assert sbx.get_info().state.value == "running"
+    assert sbx.commands.run("echo still").stdout == "still\n"
+    from e2b import SandboxNotFoundException
+
+    with pytest.raises(SandboxNotFoundException):
+        Sandbox.pause("inosuchsandbox0000")
+
+
+def test_metrics_are_refused_clearly(sbx):
+    with pytest.raises(SandboxException) as e:
+        sbx.get_metrics()
+    assert "501" in str(e.value) and "metrics" in str(e.value)

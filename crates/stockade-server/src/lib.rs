@@ -112,6 +112,21 @@ pub struct ServeArgs {
     /// `stockade serve` only (the stockaded binary has no E2B front end).
     #[arg(long, value_name = "ADDR:PORT")]
     pub e2b_listen: Option<SocketAddr>,
+    /// The E2B API's domain: requests to `<port>-<sandbox id>.DOMAIN` go to that
+    /// sandbox's port (as E2B's edge proxy routes them), and create answers name the
+    /// domain, so the SDKs with `E2B_DOMAIN=DOMAIN` need no `E2B_SANDBOX_URL`. Needs
+    /// wildcard DNS for `*.DOMAIN` and, for the SDKs' `https://` URLs, a certificate
+    /// (--e2b-tls-cert) and port 443.
+    #[arg(long, value_name = "DOMAIN", requires = "e2b_listen")]
+    pub e2b_domain: Option<String>,
+    /// The certificate (PEM, its chain after it) of --e2b-listen, which then speaks
+    /// TLS (HTTP/2 and HTTP/1.1): for domain mode, one valid for `*.DOMAIN` and
+    /// `api.DOMAIN`. Needs --e2b-tls-key.
+    #[arg(long, value_name = "FILE", requires_all = ["e2b_tls_key", "e2b_listen"])]
+    pub e2b_tls_cert: Option<PathBuf>,
+    /// The private key of --e2b-tls-cert (PEM).
+    #[arg(long, value_name = "FILE", requires = "e2b_tls_cert")]
+    pub e2b_tls_key: Option<PathBuf>,
 }
 
 /// What a front end served beside the gRPC listeners gets (the E2B-compatible API
@@ -123,6 +138,10 @@ pub struct FrontendContext {
     pub state_dir: PathBuf,
     pub listener: tokio::net::TcpListener,
     pub stop: tokio::sync::watch::Receiver<bool>,
+    /// `--e2b-domain`.
+    pub domain: Option<String>,
+    /// `--e2b-tls-cert` and `--e2b-tls-key`.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// Starts a front end; the future serves until `stop` turns true.
@@ -228,10 +247,11 @@ pub async fn serve_with(
         if !auth.required() {
             bail!("--e2b-listen needs --token-file (E2B_API_KEY is one of its tokens)");
         }
-        if !addr.ip().is_loopback() && !args.insecure_plaintext {
+        if !addr.ip().is_loopback() && !args.insecure_plaintext && args.e2b_tls_cert.is_none() {
             bail!(
-                "--e2b-listen {addr} is plain HTTP: use a loopback address, or add \
-                 --insecure-plaintext to send keys and data in the clear"
+                "--e2b-listen {addr} is plain HTTP: use a loopback address, give it a \
+                 certificate (--e2b-tls-cert, --e2b-tls-key), or add --insecure-plaintext \
+                 to send keys and data in the clear"
             );
         }
     }
@@ -386,13 +406,20 @@ pub async fn serve_with(
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .with_context(|| format!("cannot listen for the E2B API on {addr}"))?;
-        tracing::info!(%addr, "E2B-compatible API listening (plain HTTP)");
+        tracing::info!(
+            %addr,
+            tls = args.e2b_tls_cert.is_some(),
+            domain = args.e2b_domain.as_deref().unwrap_or(""),
+            "E2B-compatible API listening"
+        );
         let ctx = FrontendContext {
             daemon: d.clone(),
             auth: auth_for_frontend.clone(),
             state_dir: state_dir.join("e2b"),
             listener,
             stop: stop_rx.clone(),
+            domain: args.e2b_domain.clone(),
+            tls: args.e2b_tls_cert.clone().zip(args.e2b_tls_key.clone()),
         };
         servers.spawn(start(ctx));
     }

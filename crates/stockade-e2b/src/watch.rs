@@ -1,0 +1,372 @@
+//! Directory watching (`filesystem.WatchDir`, `CreateWatcher`, `GetWatcherEvents`,
+//! `RemoveWatcher`): inotify inside the sandbox. Each watch is one streamed exec of
+//! `watch.py` (standard-library Python, inotify through ctypes) running as the
+//! sandbox user, so the sandbox's own mounts, permissions and limits decide what it
+//! may watch, and the host never resolves a sandbox path. The exec prints one JSON
+//! line per event; dropping the watch drops the exec's receiver, which kills it.
+//!
+//! Why an exec and not polling through the agent's file operations: inotify gives
+//! every event (a write within the same second as the last one, a chmod, a file
+//! created and removed between two polls), and costs nothing while the directory is
+//! quiet; a poll would list the whole tree through one file operation per directory
+//! every interval.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use stockade::{ExecRequest, Stream};
+use stockade_server::daemon::ExecEvent;
+use tokio::sync::mpsc;
+
+use crate::connect::{self, ConnectError};
+use crate::envd::{entry_info, resolve, stat_path};
+use crate::state::{E2b, Sbx};
+
+const SCRIPT: &str = include_str!("watch.py");
+/// Most watchers (unary API) one sandbox keeps at once.
+pub const MAX_WATCHERS: usize = 16;
+/// Most events a watcher keeps between two `GetWatcherEvents` (older ones dropped).
+const MAX_PENDING_EVENTS: usize = 10_000;
+/// Output a watch may stream over its life (see `ExecRequest::output_limit_bytes`).
+const OUTPUT_LIMIT: u64 = 256 << 20;
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct WatchRequest {
+    #[serde(default)]
+    path: String,
+    #[serde(default)]
+    recursive: bool,
+    #[serde(default)]
+    include_entry: bool,
+    // `allowNetworkMounts` is accepted and needs nothing: a network mount is watched
+    // like any other directory (inotify sees this sandbox's own changes on it).
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct WatcherIdRequest {
+    #[serde(default, alias = "watcher_id")]
+    watcher_id: String,
+}
+
+/// A running watch: its events, as `FilesystemEvent` JSON values.
+struct Watch {
+    root: String,
+    include_entry: bool,
+    events: mpsc::Receiver<ExecEvent>,
+    line: Vec<u8>,
+}
+
+/// Starts `watch.py` on the directory and waits until its watches are in place.
+async fn begin(e2b: &E2b, s: &Sbx, r: &WatchRequest) -> Result<Watch, ConnectError> {
+    if r.path.is_empty() {
+        return Err(ConnectError::invalid(
+            "\"path\" is empty: name a directory in the sandbox",
+        ));
+    }
+    let root = resolve(&r.path);
+    let argv = [
+        "python3",
+        "-I",
+        "-c",
+        SCRIPT,
+        &root,
+        if r.recursive { "1" } else { "0" },
+    ];
+    let mut req = ExecRequest::new(argv);
+    req.stream = true;
+    req.output_limit_bytes = OUTPUT_LIMIT;
+    let mut events = e2b
+        .daemon
+        .exec_stream(&s.tenant, &s.daemon_id, req)
+        .map_err(ConnectError::from)?;
+    let mut line = Vec::new();
+    let mut stderr = Vec::new();
+    loop {
+        match events.recv().await {
+            Some(ExecEvent::Output(c)) if c.stream == Stream::Stdout => {
+                line.extend_from_slice(&c.data);
+                if let Some(n) = line.iter().position(|b| *b == b'\n') {
+                    let first: Value = serde_json::from_slice(&line[..n]).unwrap_or_default();
+                    line.drain(..=n);
+                    if first["ready"] == json!(true) {
+                        break;
+                    }
+                    return Err(ConnectError::new(
+                        "internal",
+                        "the watcher did not start (its first line is not ready)",
+                    ));
+                }
+            }
+            Some(ExecEvent::Output(c)) => stderr.extend_from_slice(&c.data),
+            Some(ExecEvent::Started(_)) => {}
+            Some(ExecEvent::Outcome(Ok(o))) => {
+                stderr.extend_from_slice(&o.stderr);
+                return Err(failure(&root, &stderr, o.exit_code));
+            }
+            Some(ExecEvent::Outcome(Err(e))) => return Err(e.into()),
+            None => {
+                return Err(ConnectError::new(
+                    "internal",
+                    "the watcher ended without a result",
+                ));
+            }
+        }
+    }
+    Ok(Watch {
+        root,
+        include_entry: r.include_entry,
+        events,
+        line,
+    })
+}
+
+/// The error `watch.py` reported (`\x1eCODE\x1e message`), or its exit.
+fn failure(root: &str, stderr: &[u8], exit: i32) -> ConnectError {
+    let text = String::from_utf8_lossy(stderr);
+    if let Some(rest) = text.strip_prefix('\x1e')
+        && let Some((code, msg)) = rest.split_once('\x1e')
+    {
+        let code = match code {
+            "not_found" => "not_found",
+            "invalid_argument" => "invalid_argument",
+            "permission_denied" => "permission_denied",
+            "resource_exhausted" => "resource_exhausted",
+            _ => "internal",
+        };
+        return ConnectError::new(code, msg.trim());
+    }
+    if exit == 127 {
+        return ConnectError::new(
+            "failed_precondition",
+            format!(
+                "cannot watch {root}: the sandbox has no python3, which the watcher runs on \
+                 (use a template with Python)"
+            ),
+        );
+    }
+    ConnectError::new(
+        "internal",
+        format!("cannot watch {root} (exit {exit}): {}", text.trim()),
+    )
+}
+
+impl Watch {
+    /// The events of one exec event: `Some(empty)` while more may come, `None` when
+    /// the watch ended.
+    fn feed(&mut self, ev: Option<ExecEvent>) -> Option<Vec<Value>> {
+        match ev? {
+            ExecEvent::Output(c) if c.stream == Stream::Stdout => {
+                self.line.extend_from_slice(&c.data);
+                let Some(end) = self.line.iter().rposition(|b| *b == b'\n') else {
+                    return Some(Vec::new());
+                };
+                let lines: Vec<u8> = self.line.drain(..=end).collect();
+                Some(
+                    lines
+                        .split(|b| *b == b'\n')
+                        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+                        .collect(),
+                )
+            }
+            ExecEvent::Outcome(_) => None,
+            _ => Some(Vec::new()),
+        }
+    }
+
+    /// Adds each event's `entry` when the watch asked for it (not for removals).
+    async fn enrich(&self, e2b: &E2b, s: &Sbx, events: &mut [Value]) {
+        if !self.include_entry {
+            return;
+        }
+        for ev in events {
+            if ev["type"] == json!("EVENT_TYPE_REMOVE") {
+                continue;
+            }
+            let name = ev["name"].as_str().unwrap_or("").to_string();
+            let full = format!("{}/{name}", self.root.trim_end_matches('/'));
+            if let Ok(e) = stat_path(e2b, s, &full).await {
+                ev["entry"] = entry_info(&full, &e);
+            }
+        }
+    }
+
+    /// The next non-empty batch of events; `None` when the watch ended.
+    async fn next(&mut self, e2b: &E2b, s: &Sbx) -> Option<Vec<Value>> {
+        loop {
+            let ev = self.events.recv().await;
+            let mut batch = self.feed(ev)?;
+            if !batch.is_empty() {
+                self.enrich(e2b, s, &mut batch).await;
+                return Some(batch);
+            }
+        }
+    }
+}
+
+/// `WatchDir`: `start`, then each event, a `keepalive` after `keepalive` of silence,
+/// until the client goes away, the watch ends or `timeout` passes.
+pub async fn watch_dir(
+    e2b: &Arc<E2b>,
+    s: &Arc<Sbx>,
+    body: &[u8],
+    keepalive: Option<Duration>,
+    timeout: Option<Duration>,
+) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
+    let r: WatchRequest = connect::stream_request(body)?;
+    let w = begin(e2b, s, &r).await?;
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (e2b, s) = (e2b.clone(), s.clone());
+    tokio::spawn(async move {
+        let _ = tx.send(connect::data_frame(&json!({"start": {}}))).await;
+        let mut w = w;
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        let ping = keepalive.unwrap_or(Duration::from_secs(3600));
+        loop {
+            let until_end = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                ev = w.events.recv() => {
+                    let Some(mut batch) = w.feed(ev) else { break };
+                    w.enrich(&e2b, &s, &mut batch).await;
+                    for ev in batch {
+                        if tx.send(connect::data_frame(&json!({"filesystem": ev}))).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                _ = tokio::time::sleep(ping) => {
+                    if tx.send(connect::data_frame(&json!({"keepalive": {}}))).await.is_err() {
+                        return;
+                    }
+                }
+                _ = tx.closed() => return,
+                _ = until_end => break,
+            }
+        }
+        let _ = tx.send(connect::end_frame(None)).await;
+    });
+    Ok(tokio_stream::wrappers::ReceiverStream::new(rx))
+}
+
+/// A watcher of the unary API: its events wait for `GetWatcherEvents`.
+pub struct Watcher {
+    pending: Arc<Mutex<Vec<Value>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watcher {
+    fn drop(&mut self) {
+        // Ends the task, which drops the exec's receiver, which kills the exec.
+        self.task.abort();
+    }
+}
+
+/// The watchers of one sandbox by id.
+pub type Watchers = Mutex<HashMap<String, Watcher>>;
+
+fn watchers(s: &Sbx) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
+    s.watchers
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// `CreateWatcher`.
+pub async fn create(e2b: &Arc<E2b>, s: &Arc<Sbx>, body: &[u8]) -> Result<Value, ConnectError> {
+    let r: WatchRequest = connect::unary_request(body)?;
+    if watchers(s).len() >= MAX_WATCHERS {
+        return Err(ConnectError::new(
+            "resource_exhausted",
+            format!(
+                "the sandbox has {MAX_WATCHERS} watchers, the most it keeps: remove one \
+                 (RemoveWatcher, or stop a watch_dir handle) first"
+            ),
+        ));
+    }
+    let mut w = begin(e2b, s, &r).await?;
+    let pending = Arc::new(Mutex::new(Vec::new()));
+    let (e2b2, s2, p2) = (e2b.clone(), s.clone(), pending.clone());
+    let task = tokio::spawn(async move {
+        while let Some(batch) = w.next(&e2b2, &s2).await {
+            let mut p = p2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            p.extend(batch);
+            if p.len() > MAX_PENDING_EVENTS {
+                let extra = p.len() - MAX_PENDING_EVENTS;
+                p.drain(..extra);
+            }
+        }
+    });
+    let id = stockade::host::random_hex(8);
+    watchers(s).insert(id.clone(), Watcher { pending, task });
+    Ok(json!({ "watcherId": id }))
+}
+
+fn watcher_id(body: &[u8]) -> Result<String, ConnectError> {
+    let r: WatcherIdRequest = connect::unary_request(body)?;
+    if r.watcher_id.is_empty() {
+        return Err(ConnectError::invalid(
+            "\"watcherId\" is empty: pass the id CreateWatcher returned",
+        ));
+    }
+    Ok(r.watcher_id)
+}
+
+fn unknown(id: &str) -> ConnectError {
+    ConnectError::not_found(format!("watcher {id:?} not found"))
+}
+
+/// `GetWatcherEvents`: the events since the last call.
+pub fn events(s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let id = watcher_id(body)?;
+    let all = watchers(s);
+    let w = all.get(&id).ok_or_else(|| unknown(&id))?;
+    let events: Vec<Value> = std::mem::take(
+        &mut *w
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner),
+    );
+    Ok(json!({ "events": events }))
+}
+
+/// `RemoveWatcher`.
+pub fn remove(s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+    let id = watcher_id(body)?;
+    match watchers(s).remove(&id) {
+        Some(_) => Ok(json!({})),
+        None => Err(unknown(&id)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn watcher_failures_keep_their_code() {
+        let e = failure("/x", b"\x1enot_found\x1e path /x does not exist\n", 2);
+        assert_eq!(
+            (e.code, e.message.as_str()),
+            ("not_found", "path /x does not exist")
+        );
+        let e = failure(
+            "/x",
+            b"\x1einvalid_argument\x1e path /x is not a directory\n",
+            2,
+        );
+        assert_eq!(e.code, "invalid_argument");
+        let e = failure("/x", b"python3: not found\n", 127);
+        assert_eq!(e.code, "failed_precondition");
+        assert!(e.message.contains("python3"), "{}", e.message);
+        assert_eq!(failure("/x", b"boom", 1).code, "internal");
+    }
+}
