@@ -286,6 +286,12 @@ pub struct ExecPolicy {
     /// the sandbox's own ids own) instead of dropping every capability.
     #[serde(default)]
     pub root_caps: bool,
+    /// The oldest landlock ABI the exec accepts (default: 3, which handles
+    /// truncate). A microVM whose guest kernel has ABI 2 sets 2: everything the
+    /// ruleset leaves read-only is also on a read-only mount there, where truncate
+    /// fails anyway.
+    #[serde(default)]
+    pub landlock_min_abi: Option<u8>,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a

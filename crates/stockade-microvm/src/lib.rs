@@ -267,6 +267,11 @@ impl MicrovmLauncher {
                 String::from_utf8_lossy(&out.stderr).trim()
             )));
         }
+        if record.plan.incoming.is_some() {
+            self.vmm
+                .run_restored(&record.plan.control_socket, BOOT_TIMEOUT)
+                .await?;
+        }
         let sock = UnixSocket::new(id.clone(), dir.join("agent.sock"));
         let started = Instant::now();
         loop {
@@ -301,12 +306,12 @@ impl MicrovmLauncher {
         // The agent's own words (why PID 1 failed) say more than the kernel's panic.
         let ours: Vec<&str> = text
             .lines()
-            .filter(|l| l.contains("stockade-agent") || l.contains("qemu-system"))
+            .filter(|l| l.contains("stockade-agent"))
             .collect();
         if !ours.is_empty() {
             return ours.join(" | ");
         }
-        let lines: Vec<&str> = text.lines().rev().take(8).collect();
+        let lines: Vec<&str> = text.lines().rev().take(6).collect();
         lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
     }
 

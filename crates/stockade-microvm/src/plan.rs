@@ -55,6 +55,8 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         }),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
         root_caps: false,
+        // Debian 12's kernel has landlock ABI 2 (see `assets::find_kernel`).
+        landlock_min_abi: Some(2),
     };
     let guest = VmConfig {
         exec,

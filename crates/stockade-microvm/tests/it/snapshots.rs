@@ -56,7 +56,17 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     start.env.insert("SERVER".into(), SERVER.into());
     start.background = true;
     start.timeout_ms = Some(60_000);
-    let out = sb.exec(start).await.unwrap();
+    let out = match sb.exec(start).await {
+        Ok(o) => o,
+        Err(e) => {
+            let dir = std::path::Path::new("/run/stockade-microvm").join(&id);
+            panic!(
+                "{e}: {:?}; console: {}",
+                p.inspect(&id).await.map(|i| i.applied.last().cloned()),
+                std::fs::read_to_string(dir.join("console.log")).unwrap_or_default()
+            );
+        }
+    };
     assert_eq!(out.exit_code, 0, "{out:?}");
     let before = ask(&sb, "before").await;
     let x = x_of(&before);
