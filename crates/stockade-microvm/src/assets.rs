@@ -89,7 +89,7 @@ pub fn find_kernel() -> Result<Kernel> {
             found.push((release.to_string(), e.path()));
         }
     }
-    found.sort_by(|a, b| version_key(&a.0).cmp(&version_key(&b.0)));
+    found.sort_by_key(|a| version_key(&a.0));
     // The distribution's own kernel before a backport (`+debNN` in the release):
     // Debian 12's backported 6.12 double-faults in about one boot in three under
     // QEMU 7.2's TCG, its own 6.1 does not.
@@ -170,7 +170,7 @@ pub fn module_order(
     let by_name = |name: &str| {
         deps.keys()
             .find(|p| module_name(p) == name)
-            .map(|s| s.to_string())
+            .map(ToString::to_string)
     };
     let builtin: BTreeSet<String> = builtin.lines().map(module_name).collect();
     let mut order = Vec::new();
@@ -232,7 +232,7 @@ pub fn cpio_trailer(out: &mut Vec<u8>) {
 }
 
 fn pad4(out: &mut Vec<u8>) {
-    while out.len() % 4 != 0 {
+    while !out.len().is_multiple_of(4) {
         out.push(0);
     }
 }
