@@ -27,7 +27,9 @@ async fn main() {
         (vec![], vec![], vec![], vec![], vec![], vec![]);
     for _ in 0..3 {
         let t = Instant::now();
-        let sb = Sandbox::create(p.clone(), spec.clone(), opts()).await.unwrap();
+        let sb = Sandbox::create(p.clone(), spec.clone(), opts())
+            .await
+            .unwrap();
         sb.exec(ExecRequest::new(["true"])).await.unwrap();
         boot.push(t.elapsed());
         for _ in 0..10 {
@@ -67,10 +69,28 @@ async fn main() {
     size.sort();
     println!("| measure (microvm, TCG, 256 MiB + 192 MiB guest) | median |");
     println!("|---|---|");
-    println!("| boot to first exec | {:.2} s |", median(boot).as_secs_f64());
-    println!("| exec round trip (`true`) | {:.1} ms |", median(rtt).as_secs_f64() * 1e3);
-    println!("| pause (save to disk + digest) | {:.2} s |", median(pause).as_secs_f64());
-    println!("| resume (verify + restore + first exec) | {:.2} s |", median(resume).as_secs_f64());
-    println!("| snapshot size (Python holding 20 MB) | {:.0} MiB |", size[size.len() / 2] as f64 / (1 << 20) as f64);
-    println!("| fork of 3 (verify + restore 3 + an exec in each) | {:.2} s |", median(fork3).as_secs_f64());
+    println!(
+        "| boot to first exec | {:.2} s |",
+        median(boot).as_secs_f64()
+    );
+    println!(
+        "| exec round trip (`true`) | {:.1} ms |",
+        median(rtt).as_secs_f64() * 1e3
+    );
+    println!(
+        "| pause (save to disk + digest) | {:.2} s |",
+        median(pause).as_secs_f64()
+    );
+    println!(
+        "| resume (verify + restore + first exec) | {:.2} s |",
+        median(resume).as_secs_f64()
+    );
+    println!(
+        "| snapshot size (Python holding 20 MB) | {:.0} MiB |",
+        size[size.len() / 2] as f64 / (1 << 20) as f64
+    );
+    println!(
+        "| fork of 3 (verify + restore 3 + an exec in each) | {:.2} s |",
+        median(fork3).as_secs_f64()
+    );
 }
