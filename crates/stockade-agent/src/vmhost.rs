@@ -138,11 +138,15 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
         seed,
         unix_ms: now_ms(),
     };
-    if let Err(e) = handshake(&serial, &identity, &mut child) {
-        let _ = child.kill();
-        let _ = child.wait();
-        remove_cgroups(config);
-        return Err(e);
+    match handshake(&serial, &identity, &mut child, config) {
+        Ok(()) => {}
+        Err(Ended(why)) => return end(dir, config, Some(&mut child), why),
+        Err(Failed(e)) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            remove_cgroups(config);
+            return Err(e);
+        }
     }
     let sock = dir.join("agent.sock");
     let _ = fs::remove_file(&sock);
@@ -236,36 +240,77 @@ fn remove_cgroups(config: &VmHostConfig) {
 /// the VMM takes before the guest's port is open (during boot or a restore) may be
 /// lost, and the guest must have dropped the streams of a previous host before any
 /// new one opens. A repeated RESET is harmless (no stream is open yet).
-fn handshake(serial: &UnixStream, identity: &Identity, child: &mut Child) -> Result<(), String> {
-    let payload = serde_json::to_vec(identity).map_err(|e| e.to_string())?;
-    let mut w = serial.try_clone().map_err(|e| e.to_string())?;
-    let mut r = serial.try_clone().map_err(|e| e.to_string())?;
+fn handshake(
+    serial: &UnixStream,
+    identity: &Identity,
+    child: &mut Child,
+    config: &VmHostConfig,
+) -> Result<(), HandshakeError> {
+    let payload = serde_json::to_vec(identity).map_err(|e| Failed(e.to_string()))?;
+    let mut w = serial.try_clone().map_err(|e| Failed(e.to_string()))?;
+    let mut r = serial.try_clone().map_err(|e| Failed(e.to_string()))?;
+    // Both ways bounded: a VM that is not running reads nothing, and a full socket
+    // buffer must not block the owner and lifetime checks below.
     r.set_read_timeout(Some(Duration::from_millis(500)))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Failed(e.to_string()))?;
+    w.set_write_timeout(Some(Duration::from_millis(500)))
+        .map_err(|e| Failed(e.to_string()))?;
     let until = Instant::now() + Duration::from_secs(300);
     loop {
-        mux::write_frame(&mut w, 0, Kind::Reset, &payload)
-            .map_err(|e| format!("cannot write to the VM's serial port: {e}"))?;
-        match mux::read_frame(&mut r) {
-            Ok(Some(f)) if f.kind == Kind::Reset => break,
-            Ok(Some(_)) => {}
-            Ok(None) => return Err("the VM's serial port closed".into()),
+        let owner_gone = match (config.owner_pid, config.owner_ticks) {
+            (Some(p), Some(t)) => stockade_sys::process::start_ticks(p) != Some(t),
+            (Some(p), None) => stockade_sys::process::start_ticks(p).is_none(),
+            (None, _) => false,
+        };
+        if owner_gone {
+            return Err(Ended("its owner died"));
+        }
+        if now_ms() >= config.expires_at_ms {
+            return Err(Ended("its lifetime passed"));
+        }
+        match mux::write_frame(&mut w, 0, Kind::Reset, &payload) {
+            Ok(()) => {}
             Err(e)
                 if matches!(
                     e.kind(),
                     std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
                 ) => {}
-            Err(e) => return Err(format!("cannot read the VM's serial port: {e}")),
+            Err(e) => return Err(Failed(format!("cannot write to the VM's serial port: {e}"))),
+        }
+        match mux::read_frame(&mut r) {
+            Ok(Some(f)) if f.kind == Kind::Reset => break,
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Failed("the VM's serial port closed".into())),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(e) => return Err(Failed(format!("cannot read the VM's serial port: {e}"))),
         }
         if let Ok(Some(status)) = child.try_wait() {
-            return Err(format!("the VM process ended during boot ({status})"));
+            return Err(Failed(format!(
+                "the VM process ended during boot ({status})"
+            )));
         }
         if Instant::now() > until {
-            return Err("the VM's agent did not answer on its serial port within 300 s".into());
+            return Err(Failed(
+                "the VM's agent did not answer on its serial port within 300 s".into(),
+            ));
         }
     }
-    r.set_read_timeout(None).map_err(|e| e.to_string())
+    r.set_read_timeout(None)
+        .and_then(|()| w.set_write_timeout(None))
+        .map_err(|e| Failed(e.to_string()))
 }
+
+/// Why the handshake stopped: the sandbox is to end (owner, lifetime), or it failed.
+enum HandshakeError {
+    Ended(&'static str),
+    Failed(String),
+}
+
+use HandshakeError::{Ended, Failed};
 
 fn connect_serial(path: &str, child: &mut Child) -> Result<UnixStream, String> {
     let until = Instant::now() + Duration::from_secs(60);

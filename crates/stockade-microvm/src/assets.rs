@@ -248,7 +248,7 @@ fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
 /// Writes `data` to `path` through a temporary file and a rename, so concurrent
 /// builders and a crash never leave a half-written file under the final name.
 fn write_atomic(path: &Path, data: &[u8]) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
+    let tmp = path.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
     let mut f =
         std::fs::File::create(&tmp).map_err(io(format!("cannot create {}", tmp.display())))?;
     f.write_all(data)
@@ -311,7 +311,10 @@ pub fn base_initramfs(
 /// The agent without debug sections (a debug build is mostly those; the guest keeps
 /// `/init` in RAM), or as is when `strip` is missing.
 fn stripped(agent: &Path, cache: &Path) -> Result<Vec<u8>> {
-    let tmp = cache.join(format!("agent-strip-{}", std::process::id()));
+    let tmp = cache.join(format!(
+        "agent-strip-{}",
+        stockade_core::host::random_hex(6)
+    ));
     let ok = std::process::Command::new("strip")
         .arg("--strip-debug")
         .arg("-o")
@@ -365,7 +368,7 @@ pub fn root_image(cache: &Path, progress: &mut (dyn FnMut(&str) + Send)) -> Resu
         return Ok(path);
     }
     progress("building the VM root image from the host's /usr (once; mkfs.erofs)");
-    let stage = cache.join(format!("stage-{}", std::process::id()));
+    let stage = cache.join(format!("stage-{}", stockade_core::host::random_hex(6)));
     let _ = std::fs::remove_dir_all(&stage);
     let r = build_root_image(&stage, &path);
     let _ = std::fs::remove_dir_all(&stage);
@@ -405,7 +408,7 @@ fn build_root_image(stage: &Path, out: &Path) -> Result<()> {
     std::fs::write(stage.join("etc/group"), GROUP).map_err(io("cannot write group".into()))?;
     std::fs::write(stage.join("etc/hosts"), "127.0.0.1 localhost\n")
         .map_err(io("cannot write hosts".into()))?;
-    let tmp = out.with_extension(format!("tmp-{}", std::process::id()));
+    let tmp = out.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
     // /usr is bind-mounted into the staging tree in a private mount namespace, so
     // nothing stays mounted if this is killed.
     let script = r#"set -e
