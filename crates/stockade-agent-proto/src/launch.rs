@@ -290,7 +290,7 @@ pub struct ExecPolicy {
     /// truncate). A microVM whose guest kernel has ABI 2 sets 2: everything the
     /// ruleset leaves read-only is also on a read-only mount there, where truncate
     /// fails anyway.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landlock_min_abi: Option<u8>,
 }
 
