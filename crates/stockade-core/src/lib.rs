@@ -321,7 +321,7 @@ pub fn unsupported(provider: &str, verb: &str, reason: &str) -> Error {
     Error::Unavailable {
         what: format!("{verb} on the {provider} provider"),
         reason: reason.to_string(),
-        fix: "use the microvm provider (stockade run --provider microvm)".to_string(),
+        fix: "use the microvm provider".to_string(),
     }
 }
 
