@@ -54,6 +54,36 @@ pub trait Launcher: Send + Sync + 'static {
         Ok(())
     }
 
+    /// See `Provider::pause`; the default refuses, naming the provider.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(stockade_core::unsupported(
+            self.name(),
+            "pause",
+            "this provider cannot keep a stopped sandbox's state",
+        ))
+    }
+
+    /// See `Provider::resume`; the default refuses, naming the provider.
+    async fn resume(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(stockade_core::unsupported(
+            self.name(),
+            "resume",
+            "this provider cannot keep a stopped sandbox's state",
+        ))
+    }
+
+    /// See `Provider::fork`; the default refuses, naming the provider.
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (id, count, opts);
+        Err(stockade_core::unsupported(
+            self.name(),
+            "fork",
+            "this provider cannot copy a running sandbox's state",
+        ))
+    }
+
     /// Explains a failure to talk to the agent of `id` (its connection was lost, it did
     /// not answer): e.g. the sandbox died under us, and why. The default keeps `error`.
     async fn explain(&self, id: &str, error: Error) -> Error {

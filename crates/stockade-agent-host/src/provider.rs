@@ -96,6 +96,18 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.gc().await
     }
 
+    async fn pause(&self, id: &str) -> Result<()> {
+        self.launcher.pause(id).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        self.launcher.resume(id).await
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
+        self.launcher.fork(id, count, &opts).await
+    }
+
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
         let transport = self.launcher.transport(id).await?;
         match client::file(id, &transport, op).await {

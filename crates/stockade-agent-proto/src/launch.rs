@@ -286,6 +286,12 @@ pub struct ExecPolicy {
     /// the sandbox's own ids own) instead of dropping every capability.
     #[serde(default)]
     pub root_caps: bool,
+    /// The oldest landlock ABI the exec accepts (default: 3, which handles
+    /// truncate). A microVM whose guest kernel has ABI 2 sets 2: everything the
+    /// ruleset leaves read-only is also on a read-only mount there, where truncate
+    /// fails anyway.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landlock_min_abi: Option<u8>,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a
@@ -360,4 +366,52 @@ pub struct ContainerConfig {
     pub exec: ExecPolicy,
     /// Absolute deadline (unix ms) at which the agent exits, which ends the container.
     pub expires_at_ms: u64,
+}
+
+/// What the microVM provider tells `stockade-agent vm-init` (PID 1 of a VM), as
+/// `/config.json` in the VM's initramfs.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmConfig {
+    /// Policy the agent applies to each exec.
+    pub exec: ExecPolicy,
+    /// Kernel modules to load, in order (files under `/modules` of the initramfs).
+    pub modules: Vec<String>,
+    /// The root filesystem's block device (an erofs image, read-only).
+    pub root_device: String,
+    /// Keep the root's overlay writable (`writable`); otherwise it is remounted
+    /// read-only once the agent's mount points exist.
+    pub writable: bool,
+    /// Size of the `/tmp` tmpfs.
+    pub tmp_bytes: u64,
+    /// Size of the tmpfs holding a writable root's changes.
+    pub overlay_bytes: u64,
+    /// `memory.max` of the sandbox's cgroup in the guest.
+    pub memory_bytes: u64,
+    /// `pids.max` of the sandbox's cgroup in the guest (the agent's threads count).
+    pub pids: u64,
+    /// The name of the virtio-serial port the host multiplexer is on.
+    pub port_name: String,
+}
+
+/// What the microVM provider tells `stockade-agent vm-host DIR` (the host-side
+/// supervisor of one VM), as `host.json` in the sandbox's state directory `DIR`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VmHostConfig {
+    /// The sandbox id (the guest's hostname).
+    pub id: String,
+    /// The VMM's command line (program first).
+    pub vmm: Vec<String>,
+    /// The VMM's serial-port socket the multiplexer connects to (it listens).
+    pub serial_socket: String,
+    /// The host process whose death destroys the sandbox.
+    pub owner_pid: Option<u32>,
+    /// Start time of the owner (clock ticks since boot), to detect pid reuse.
+    pub owner_ticks: Option<u64>,
+    /// End of the lifetime (unix ms).
+    pub expires_at_ms: u64,
+    /// Host cgroups to put the VMM in (one per v1 hierarchy, or one v2 group), each
+    /// with its settings (file, value); created by the supervisor, removed at its end.
+    pub cgroups: Vec<(String, Vec<(String, String)>)>,
 }

@@ -11,6 +11,7 @@ pub mod capture;
 pub mod codec;
 pub mod files;
 pub mod launch;
+pub mod mux;
 
 use std::collections::BTreeMap;
 

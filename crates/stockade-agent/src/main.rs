@@ -8,6 +8,9 @@
 //! - `ipc-clean`: removes the shared memory the execs left (started by PID 1).
 //! - `container`: PID 1 of a docker sandbox (the docker provider's entrypoint).
 //! - `docker-watch`: host-side watcher of a docker sandbox's owner and lifetime.
+//! - `vm-init`: PID 1 of a microVM.
+//! - `vm-host`: host-side supervisor of a microVM (its VMM, serial multiplexer,
+//!   owner and lifetime).
 //! - `--version`.
 
 mod cgroup;
@@ -19,6 +22,8 @@ mod monitor;
 mod rootfs;
 mod server;
 mod shim;
+mod vm;
+mod vmhost;
 mod watch;
 
 fn main() {
@@ -39,6 +44,8 @@ fn main() {
         Some("ipc-clean") => cleanup::ipc_clean_main(),
         Some("container") => container::main(),
         Some("docker-watch") => watch::main(args.collect()),
+        Some("vm-init") => vm::main(),
+        Some("vm-host") => vmhost::main(args.collect()),
         Some("--version") | Some("-V") => {
             println!(
                 "stockade-agent {} (protocol {})",
@@ -49,7 +56,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: stockade-agent monitor|shim|container|docker-watch|--version\n\nThis program is started by Stockade; run `stockade` instead."
+                "usage: stockade-agent monitor|shim|container|docker-watch|vm-init|vm-host|--version\n\nThis program is started by Stockade; run `stockade` instead."
             );
             2
         }

@@ -421,7 +421,8 @@ pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
 /// Enters the policy's landlock domain, if it has one.
 pub fn enter_landlock(p: &ExecPolicy) -> Result<(), String> {
     if let Some(writable) = &p.landlock_writable {
-        stockade_sys::landlock::restrict(writable).map_err(|e| e.to_string())?;
+        stockade_sys::landlock::restrict_min(writable, p.landlock_min_abi)
+            .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

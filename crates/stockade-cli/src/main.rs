@@ -53,6 +53,19 @@ enum Command {
     },
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
+    /// Pause a sandbox, keeping its processes and memory (microvm: on disk; native:
+    /// frozen in RAM).
+    Pause {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Resume a paused sandbox where it stopped.
+    Resume {
+        /// Sandbox id.
+        id: String,
+    },
+    /// Start copies of a paused sandbox (microvm), each with its own id; prints their ids.
+    Fork(commands::snapshot::ForkArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,
     /// Check what this host supports, which providers are usable and which languages run.
@@ -143,6 +156,9 @@ fn main() {
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
+            Command::Pause { id } => commands::snapshot::pause(&ctx, &id).await,
+            Command::Resume { id } => commands::snapshot::resume(&ctx, &id).await,
+            Command::Fork(a) => commands::snapshot::fork(&ctx, a).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
             Command::Languages => commands::languages::run(&ctx),
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,

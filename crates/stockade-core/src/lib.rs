@@ -280,6 +280,49 @@ pub trait Provider: Send + Sync + 'static {
             fix: "use the native provider".into(),
         })
     }
+
+    /// Stops the sandbox where it is, keeping its state (processes, memory, open
+    /// files) for [`Provider::resume`]: the microVM writes its memory and device
+    /// state to disk; the native provider freezes its cgroup. The default refuses.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(unsupported(
+            self.name(),
+            "pause",
+            "this provider cannot keep a stopped sandbox's state",
+        ))
+    }
+
+    /// Starts a paused sandbox again where it stopped. The default refuses.
+    async fn resume(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Err(unsupported(
+            self.name(),
+            "resume",
+            "this provider cannot keep a stopped sandbox's state",
+        ))
+    }
+
+    /// Starts `count` independent copies of the paused sandbox `id` (its processes,
+    /// memory and files as they were), each with its own id and identity. The
+    /// default refuses.
+    async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (id, count, opts);
+        Err(unsupported(
+            self.name(),
+            "fork",
+            "this provider cannot copy a running sandbox's state",
+        ))
+    }
+}
+
+/// The error of a verb a provider does not have: names the provider, the verb and why.
+pub fn unsupported(provider: &str, verb: &str, reason: &str) -> Error {
+    Error::Unavailable {
+        what: format!("{verb} on the {provider} provider"),
+        reason: reason.to_string(),
+        fix: "use the microvm provider".to_string(),
+    }
 }
 
 /// A live sandbox. Call [`Sandbox::destroy`] when done; a sandbox created with an
@@ -512,6 +555,30 @@ impl Sandbox {
     /// Destroys the sandbox (idempotent).
     pub async fn destroy(&self) -> Result<()> {
         self.provider.destroy(&self.info.id).await
+    }
+
+    /// Pauses the sandbox, keeping its state (see [`Provider::pause`]).
+    pub async fn pause(&self) -> Result<()> {
+        self.provider.pause(&self.info.id).await
+    }
+
+    /// Resumes a paused sandbox where it stopped.
+    pub async fn resume(&self) -> Result<()> {
+        self.provider.resume(&self.info.id).await
+    }
+
+    /// Starts `count` copies of this paused sandbox, each its own sandbox (with the
+    /// policy of this one); they die with `opts.owner_pid` when given.
+    pub async fn fork(&self, count: u32, opts: CreateOptions) -> Result<Vec<Sandbox>> {
+        let infos = self.provider.fork(&self.info.id, count, opts).await?;
+        Ok(infos
+            .into_iter()
+            .map(|info| Sandbox {
+                provider: self.provider.clone(),
+                info,
+                policy: self.policy.clone(),
+            })
+            .collect())
     }
 }
 

@@ -162,6 +162,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         landlock_writable: h.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
         root_caps: false,
+        landlock_min_abi: None,
     };
 
     let mut mounts = vec![

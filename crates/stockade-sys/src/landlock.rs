@@ -25,10 +25,21 @@ const WRITABLE_DEVICES: &[&str] = &[
 /// executable, writes only below `writable` (plus the harmless device files).
 /// Fails when the kernel lacks Landlock ABI v3. Returns a line saying what applied.
 pub fn restrict(writable: &[String]) -> Result<String> {
+    restrict_min(writable, None)
+}
+
+/// Like [`restrict`], accepting a kernel whose landlock ABI is `min_abi` (1 to 3)
+/// or newer instead of [`REQUIRED_ABI`] (`None`).
+pub fn restrict_min(writable: &[String], min_abi: Option<u8>) -> Result<String> {
+    let required = match min_abi {
+        Some(1) => ABI::V1,
+        Some(2) => ABI::V2,
+        _ => REQUIRED_ABI,
+    };
     let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
-        .handle_access(AccessFs::from_all(REQUIRED_ABI))
+        .handle_access(AccessFs::from_all(required))
         .map_err(|e| err(&e))?
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(BEST_ABI))

@@ -127,9 +127,6 @@ def test_messages_carry_no_cli_flags_and_one_fix(tmp_path, monkeypatch) -> None:
     with pytest.raises(InvalidSpecError) as e:
         stockade.Stockade("docker", home=tmp_path / "home").create()
     _no_cli_flags(str(e.value))
-    with pytest.raises(UnavailableError) as u:
-        stockade.Stockade("microvm", home=tmp_path / "home")
-    _no_cli_flags(str(u.value))
 
 
 def test_a_language_image_that_cannot_be_pulled_says_one_fix(client: stockade.Stockade, tmp_path, monkeypatch) -> None:

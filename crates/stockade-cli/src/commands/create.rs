@@ -29,6 +29,10 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
     if let Some(reference) = &spec.image {
         super::image::prepare(ctx, provider.as_ref(), reference).await?;
     }
+    if !ctx.json && provider.name() == "microvm" {
+        // A VM boots for seconds (tens under software emulation): say so.
+        eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
+    }
     let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
     if ctx.json {
         let i = sb.info();

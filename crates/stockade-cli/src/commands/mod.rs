@@ -19,6 +19,7 @@ pub mod runtime;
 pub mod serve;
 pub mod session;
 pub mod setup;
+pub mod snapshot;
 
 use std::sync::Arc;
 

@@ -175,6 +175,10 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let opts = CreateOptions {
         owner_pid: Some(std::process::id()),
     };
+    if !ctx.json && provider.name() == "microvm" {
+        // A VM boots for seconds (tens under software emulation): say so.
+        eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
+    }
     let sb = Sandbox::create(provider.clone(), spec, opts).await?;
     let result = exec_and_print(ctx, provider.as_ref(), sb.id(), req).await;
     let destroyed = sb.destroy().await;

@@ -1,0 +1,912 @@
+//! The microVM provider: each sandbox is a QEMU `microvm` guest whose PID 1 is the
+//! Stockade agent, so the code runs behind a guest kernel instead of the host's.
+//!
+//! `create` plans the VM from the spec ([`plan`]), makes or reuses the guest's boot
+//! assets ([`assets`]: Debian's cloud kernel, an initramfs with the static agent as
+//! `/init`, an erofs image of the host-rootfs view), and starts `stockade-agent
+//! vm-host`, a detached supervisor that runs the VMM ([`vmm`]) in a host cgroup,
+//! multiplexes agent connections over the VM's one virtio-serial port, and kills the
+//! VM when its owner dies or its lifetime passes. Execs, files and health then go
+//! through the agent host exactly as for native and docker sandboxes
+//! ([`MicrovmLauncher`] is this provider's [`Launcher`]).
+//!
+//! Snapshots: [`Launcher::pause`] saves the VM's memory and device state to a file
+//! in the sandbox's directory (QEMU migration) and ends the VMM; `resume` verifies
+//! the file's SHA-256 and restores it; `fork` restores one snapshot into N new
+//! sandboxes, each told its own hostname, clock and random seed on connect.
+
+pub mod assets;
+pub mod plan;
+pub mod vmm;
+
+use std::io::Read;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
+use stockade_agent_proto::launch::VmHostConfig;
+use stockade_agent_proto::now_ms;
+use stockade_core::{
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+};
+use tokio::sync::OnceCell;
+
+use crate::vmm::{Accel, QemuMicrovm, VmPlan, Vmm};
+
+/// The microVM provider: the microVM launcher with the agent host.
+pub type MicrovmProvider = AgentProvider<MicrovmLauncher>;
+
+/// Default cache of boot assets (kernel initramfs, root images, the KVM probe).
+pub const DEFAULT_CACHE: &str = "/var/cache/stockade/microvm";
+
+/// How long a VM may take from start to its agent answering (TCG on a busy host).
+pub const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What a sandbox's directory records about it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Record {
+    info: SandboxInfo,
+    plan: VmPlan,
+    host: VmHostConfig,
+}
+
+/// A saved VM: its state file's digest and size.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Manifest {
+    sha256: String,
+    bytes: u64,
+    saved_at_ms: u64,
+}
+
+/// Launches microVM sandboxes.
+#[derive(Clone)]
+pub struct MicrovmLauncher {
+    state_root: PathBuf,
+    cache: PathBuf,
+    vmm: Arc<dyn Vmm>,
+    qemu: PathBuf,
+    accel: Arc<OnceCell<(Accel, String)>>,
+}
+
+impl std::fmt::Debug for MicrovmLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MicrovmLauncher")
+            .field("state_root", &self.state_root)
+            .field("vmm", &self.vmm.name())
+            .finish()
+    }
+}
+
+impl Default for MicrovmLauncher {
+    fn default() -> Self {
+        MicrovmLauncher::new()
+    }
+}
+
+fn not_found(id: &str) -> Error {
+    Error::NotFound {
+        kind: "sandbox",
+        id: id.to_string(),
+    }
+}
+
+fn check_id(id: &str) -> Result<()> {
+    let ok =
+        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
+        )))
+    }
+}
+
+fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
+    move |e| Error::io(what, e)
+}
+
+fn need_root() -> Result<()> {
+    if stockade_core::host::is_root() {
+        Ok(())
+    } else {
+        Err(Error::Unavailable {
+            what: "the microvm provider".into(),
+            reason: "it needs root (host cgroups around the VMM, a private mount namespace to build the root image)".into(),
+            fix: "run stockade as root, or use the native provider".into(),
+        })
+    }
+}
+
+/// SHA-256 of a file, as hex.
+fn sha256_file(path: &Path) -> Result<(String, u64)> {
+    let mut f = std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
+    let mut h = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut n_total = 0u64;
+    loop {
+        let n = f
+            .read(&mut buf)
+            .map_err(io(format!("cannot read {}", path.display())))?;
+        if n == 0 {
+            break;
+        }
+        n_total += n as u64;
+        h.update(&buf[..n]);
+    }
+    Ok((
+        h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
+        n_total,
+    ))
+}
+
+fn alive(pid: u32, ticks: u64) -> bool {
+    stockade_sys::process::start_ticks(pid) == Some(ticks)
+}
+
+impl MicrovmLauncher {
+    /// A launcher keeping sandboxes under the runtime directory `stockade-microvm`
+    /// (`/run/stockade-microvm` for root) and boot assets under [`DEFAULT_CACHE`]
+    /// (`$STOCKADE_MICROVM_CACHE` overrides), running `qemu-system-x86_64`.
+    pub fn new() -> MicrovmLauncher {
+        let cache = std::env::var_os("STOCKADE_MICROVM_CACHE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(DEFAULT_CACHE));
+        MicrovmLauncher {
+            state_root: stockade_core::host::runtime_dir("stockade-microvm"),
+            cache,
+            vmm: Arc::new(QemuMicrovm::default()),
+            qemu: PathBuf::from("qemu-system-x86_64"),
+            accel: Arc::default(),
+        }
+    }
+
+    /// Keeps sandboxes under `root`.
+    pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> MicrovmLauncher {
+        self.state_root = root.into();
+        self
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.state_root.join(id)
+    }
+
+    /// KVM when a guest boots with it, else TCG; and why. Probed once per host boot
+    /// (the answer is cached under the cache directory).
+    pub async fn accel(&self) -> Result<(Accel, String)> {
+        self.accel
+            .get_or_try_init(|| async {
+                std::fs::create_dir_all(&self.cache)
+                    .map_err(io(format!("cannot create {}", self.cache.display())))?;
+                let boot =
+                    std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+                let cached = self.cache.join(format!("kvm-probe-{}", boot.trim()));
+                if let Ok(text) = std::fs::read_to_string(&cached) {
+                    return Ok(match text.split_once('\n') {
+                        Some(("kvm", why)) => (Accel::Kvm, why.to_string()),
+                        Some((_, why)) => (Accel::Tcg, why.to_string()),
+                        None => (Accel::Tcg, text),
+                    });
+                }
+                let kernel = assets::find_kernel()?;
+                let r = match vmm::probe_kvm(&self.qemu, &kernel.image, &self.cache).await {
+                    Ok(()) => (Accel::Kvm, "a guest booted under KVM".to_string()),
+                    Err(why) => (Accel::Tcg, format!("KVM is unusable: {why}")),
+                };
+                let _ = std::fs::write(&cached, format!("{}\n{}", r.0.as_str(), r.1));
+                Ok(r)
+            })
+            .await
+            .cloned()
+    }
+
+    fn read_record(&self, id: &str) -> Result<Record> {
+        let p = self.dir(id).join("record.json");
+        let text = std::fs::read(&p).map_err(|e| match e.kind() {
+            std::io::ErrorKind::NotFound => not_found(id),
+            _ => Error::io(format!("cannot read {}", p.display()), e),
+        })?;
+        serde_json::from_slice(&text)
+            .map_err(|e| Error::Internal(format!("{} is not a record: {e}", p.display())))
+    }
+
+    fn write_record(&self, r: &Record) -> Result<()> {
+        let p = self.dir(&r.info.id).join("record.json");
+        let text = serde_json::to_vec(r)
+            .map_err(|e| Error::Internal(format!("cannot encode a record: {e}")))?;
+        std::fs::write(&p, text).map_err(io(format!("cannot write {}", p.display())))
+    }
+
+    fn is_paused(&self, id: &str) -> bool {
+        self.dir(id).join("paused").exists()
+    }
+
+    /// The supervisor's pid and start ticks, when it runs.
+    fn supervisor(&self, id: &str) -> Option<(u32, u64)> {
+        let text = std::fs::read_to_string(self.dir(id).join("host.pid")).ok()?;
+        let (p, t) = text.trim().split_once(' ')?;
+        let (p, t) = (p.parse().ok()?, t.parse().ok()?);
+        alive(p, t).then_some((p, t))
+    }
+
+    /// Starts the supervisor of the VM recorded in `dir` and waits for its agent.
+    async fn start(&self, record: &Record) -> Result<()> {
+        let id = &record.info.id;
+        let dir = self.dir(id);
+        for f in ["exit", "host.pid", "agent.sock", "serial.sock", "qmp.sock"] {
+            let _ = std::fs::remove_file(dir.join(f));
+        }
+        let host = serde_json::to_vec(&record.host)
+            .map_err(|e| Error::Internal(format!("cannot encode the VM host config: {e}")))?;
+        std::fs::write(dir.join("host.json"), host)
+            .map_err(io(format!("cannot write {}/host.json", dir.display())))?;
+        let agent = stockade_agent_host::find_static_agent()?;
+        let mut cmd = std::process::Command::new(&agent);
+        cmd.arg("vm-host")
+            .arg(&dir)
+            .env_clear()
+            .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+        let out = tokio::process::Command::from(cmd)
+            .output()
+            .await
+            .map_err(io(format!("cannot start {} vm-host", agent.display())))?;
+        if !out.status.success() {
+            return Err(Error::Internal(format!(
+                "the VM host of sandbox {id} failed to start: {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        if record.plan.incoming.is_some() {
+            self.vmm
+                .run_restored(&record.plan.control_socket, BOOT_TIMEOUT)
+                .await?;
+        }
+        let sock = UnixSocket::new(id.clone(), dir.join("agent.sock"));
+        let started = Instant::now();
+        loop {
+            if dir.join("agent.sock").exists()
+                && stockade_agent_host::client::ping(id, &sock).await.is_ok()
+            {
+                return Ok(());
+            }
+            if let Ok(why) = std::fs::read_to_string(dir.join("exit")) {
+                return Err(Error::Internal(format!(
+                    "the VM of sandbox {id} did not start: {why}; console: {}",
+                    self.console_tail(id)
+                )));
+            }
+            if started.elapsed() > BOOT_TIMEOUT {
+                return Err(Error::Timeout {
+                    operation: format!(
+                        "starting the VM of sandbox {id} (console: {})",
+                        self.console_tail(id)
+                    ),
+                    after_ms: BOOT_TIMEOUT.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn console_tail(&self, id: &str) -> String {
+        let dir = self.dir(id);
+        let mut text = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
+        text.push_str(&std::fs::read_to_string(dir.join("vmm.log")).unwrap_or_default());
+        // The agent's own words (why PID 1 failed) say more than the kernel's panic.
+        let ours: Vec<&str> = text
+            .lines()
+            .filter(|l| l.contains("stockade-agent"))
+            .collect();
+        if !ours.is_empty() {
+            return ours.join(" | ");
+        }
+        let lines: Vec<&str> = text.lines().rev().take(6).collect();
+        lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
+    }
+
+    fn make_dir(&self, id: &str) -> Result<PathBuf> {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::create_dir_all(&self.state_root)
+            .map_err(io(format!("cannot create {}", self.state_root.display())))?;
+        let _ = std::fs::set_permissions(&self.state_root, std::fs::Permissions::from_mode(0o700));
+        let dir = self.dir(id);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("cannot create {}", dir.display())))?;
+        Ok(dir)
+    }
+
+    async fn create_vm(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        need_root()?;
+        let spec = spec.into_inner();
+        let (accel, _) = self.accel().await?;
+        let kernel = assets::find_kernel()?;
+        let agent = stockade_agent_host::find_static_agent()?;
+        std::fs::create_dir_all(&self.cache)
+            .map_err(io(format!("cannot create {}", self.cache.display())))?;
+        let (base, modules) = assets::base_initramfs(&self.cache, &agent, &kernel)?;
+        let root = assets::root_image(&self.cache, &mut |_| {})?;
+        let id = stockade_core::host::new_sandbox_id();
+        let dir = self.make_dir(&id)?;
+        let r = async {
+            let now = now_ms();
+            let p = plan::plan(&spec, modules, now, accel);
+            let config = serde_json::to_vec(&p.guest)
+                .map_err(|e| Error::Internal(format!("cannot encode the VM config: {e}")))?;
+            assets::vm_initramfs(&base, &config, &dir.join("initrd"))?;
+            let vm = VmPlan {
+                accel,
+                memory_mib: p.memory_mib,
+                vcpus: p.vcpus,
+                kernel: kernel.image.clone(),
+                initrd: dir.join("initrd"),
+                cmdline: format!(
+                    "console=ttyS0 quiet panic=-1 rdinit=/init {} -- vm-init",
+                    vmm::kernel_args(accel)
+                ),
+                root_image: root.clone(),
+                serial_socket: dir.join("serial.sock"),
+                control_socket: dir.join("qmp.sock"),
+                console_log: dir.join("console.log"),
+                incoming: None,
+            };
+            let mut applied = p.applied.clone();
+            let cgroups = plan::host_cgroups(Path::new("/sys/fs/cgroup"), &id, p.memory_mib, spec.limits.cpus);
+            applied.push(if cgroups.is_empty() {
+                "host cgroup: none (no cgroup hierarchy found); the VM's size bounds it".into()
+            } else {
+                format!(
+                    "host cgroup around the VMM: {} (memory = guest RAM + {} MiB, CPU quota {} CPUs)",
+                    cgroups.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", "),
+                    plan::VMM_OVERHEAD_MIB,
+                    spec.limits.cpus
+                )
+            });
+            let host = VmHostConfig {
+                id: id.clone(),
+                vmm: self.vmm.command(&vm),
+                serial_socket: vm.serial_socket.display().to_string(),
+                owner_pid: opts.owner_pid,
+                owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
+                expires_at_ms: p.expires_at_ms,
+                cgroups,
+            };
+            let record = Record {
+                info: SandboxInfo {
+                    id: id.clone(),
+                    provider: "microvm".into(),
+                    created_at_ms: now,
+                    expires_at_ms: p.expires_at_ms,
+                    owner_pid: opts.owner_pid,
+                    spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+                    applied,
+                },
+                plan: vm,
+                host,
+            };
+            self.write_record(&record)?;
+            self.start(&record).await?;
+            Ok(record.info)
+        }
+        .await;
+        if r.is_err() {
+            let _ = self.remove(&id).await;
+        }
+        r
+    }
+
+    /// Kills the VM (its supervisor's process group) and removes everything of it.
+    async fn remove(&self, id: &str) -> Result<()> {
+        let dir = self.dir(id);
+        if let Some((pid, _)) = self.supervisor(id)
+            && let Some(p) = rustix::process::Pid::from_raw(pid as i32)
+        {
+            let _ = rustix::process::kill_process_group(p, rustix::process::Signal::KILL);
+            let until = Instant::now() + Duration::from_secs(10);
+            while self.supervisor(id).is_some() && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+        // The VMM may outlive a supervisor killed alone (a crash): by its pidfile-less
+        // command line, it is found through the record.
+        if let Ok(r) = self.read_record(id) {
+            kill_vmm_of(&r.plan.serial_socket);
+            for (cg, _) in &r.host.cgroups {
+                remove_cgroup(Path::new(cg)).await;
+            }
+        }
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("cannot remove {}", dir.display()), e)),
+        }
+    }
+
+    async fn pause_vm(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        let record = self.read_record(id)?;
+        if self.is_paused(id) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is already paused; resume it"
+            )));
+        }
+        let (pid, ticks) = self.supervisor(id).ok_or_else(|| self.dead(id))?;
+        let dir = self.dir(id);
+        let snap = dir.join("snapshot");
+        std::fs::create_dir_all(&snap).map_err(io(format!("cannot create {}", snap.display())))?;
+        let mem = snap.join("vm.state");
+        std::fs::write(dir.join("paused"), b"")
+            .map_err(io("cannot mark the sandbox paused".into()))?;
+        if let Err(e) = self.vmm.save(&record.plan.control_socket, &mem).await {
+            let _ = std::fs::remove_file(dir.join("paused"));
+            return Err(e);
+        }
+        let until = Instant::now() + Duration::from_secs(30);
+        while alive(pid, ticks) {
+            if Instant::now() > until {
+                return Err(Error::Timeout {
+                    operation: format!("stopping the VM of sandbox {id} after saving it"),
+                    after_ms: 30_000,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let (sha256, bytes) = tokio::task::spawn_blocking({
+            let mem = mem.clone();
+            move || sha256_file(&mem)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("digest task failed: {e}")))??;
+        let manifest = Manifest {
+            sha256,
+            bytes,
+            saved_at_ms: now_ms(),
+        };
+        std::fs::write(
+            snap.join("manifest.json"),
+            serde_json::to_vec(&manifest).unwrap_or_default(),
+        )
+        .map_err(io("cannot write the snapshot manifest".into()))
+    }
+
+    /// The verified state file of paused sandbox `id`.
+    async fn snapshot_of(&self, id: &str) -> Result<PathBuf> {
+        check_id(id)?;
+        self.read_record(id)?;
+        if !self.is_paused(id) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is not paused; pause it first (stockade pause {id})"
+            )));
+        }
+        let snap = self.dir(id).join("snapshot");
+        let manifest: Manifest = std::fs::read(snap.join("manifest.json"))
+            .ok()
+            .and_then(|t| serde_json::from_slice(&t).ok())
+            .ok_or_else(|| Error::Unavailable {
+                what: format!("the snapshot of sandbox {id}"),
+                reason: "its manifest is missing or unreadable (the pause did not finish)".into(),
+                fix: format!("destroy it (stockade rm {id})"),
+            })?;
+        let mem = snap.join("vm.state");
+        let (got, bytes) = tokio::task::spawn_blocking({
+            let mem = mem.clone();
+            move || sha256_file(&mem)
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("digest task failed: {e}")))??;
+        if got != manifest.sha256 || bytes != manifest.bytes {
+            return Err(Error::PolicyDenied(format!(
+                "the snapshot of sandbox {id} ({}) is corrupt: its SHA-256 is {got} ({bytes} bytes), \
+                 not {} ({} bytes) as saved; it was not restored. Destroy it (stockade rm {id})",
+                mem.display(),
+                manifest.sha256,
+                manifest.bytes
+            )));
+        }
+        Ok(mem)
+    }
+
+    async fn resume_vm(&self, id: &str) -> Result<()> {
+        let mem = self.snapshot_of(id).await?;
+        let mut record = self.read_record(id)?;
+        record.plan.incoming = Some(mem.clone());
+        record.host.vmm = self.vmm.command(&record.plan);
+        let dir = self.dir(id);
+        let _ = std::fs::remove_file(dir.join("paused"));
+        let r = self.start(&record).await;
+        record.plan.incoming = None;
+        record.host.vmm = self.vmm.command(&record.plan);
+        self.write_record(&record)?;
+        r?;
+        // The VM moved on from the saved state.
+        let _ = std::fs::remove_dir_all(dir.join("snapshot"));
+        Ok(())
+    }
+
+    async fn fork_vm(
+        &self,
+        id: &str,
+        count: u32,
+        opts: &CreateOptions,
+    ) -> Result<Vec<SandboxInfo>> {
+        need_root()?;
+        if count == 0 || count > 64 {
+            return Err(Error::InvalidRequest(format!(
+                "fork count {count} is out of range; give 1 to 64"
+            )));
+        }
+        let mem = self.snapshot_of(id).await?;
+        let source = self.read_record(id)?;
+        let mut made: Vec<Record> = Vec::new();
+        let mut result = Ok(());
+        for _ in 0..count {
+            let new = stockade_core::host::new_sandbox_id();
+            let r = async {
+                let dir = self.make_dir(&new)?;
+                let initrd = dir.join("initrd");
+                if std::fs::hard_link(&source.plan.initrd, &initrd).is_err() {
+                    std::fs::copy(&source.plan.initrd, &initrd)
+                        .map_err(io(format!("cannot copy the initrd of {id}")))?;
+                }
+                let now = now_ms();
+                let lifetime = source.info.expires_at_ms.saturating_sub(source.info.created_at_ms);
+                let plan = VmPlan {
+                    initrd,
+                    serial_socket: dir.join("serial.sock"),
+                    control_socket: dir.join("qmp.sock"),
+                    console_log: dir.join("console.log"),
+                    incoming: Some(mem.clone()),
+                    ..source.plan.clone()
+                };
+                let mut cgroups = plan::host_cgroups(
+                    Path::new("/sys/fs/cgroup"),
+                    &new,
+                    plan.memory_mib,
+                    plan.vcpus as f64,
+                );
+                if source.host.cgroups.is_empty() {
+                    cgroups.clear();
+                }
+                let host = VmHostConfig {
+                    id: new.clone(),
+                    vmm: self.vmm.command(&plan),
+                    serial_socket: plan.serial_socket.display().to_string(),
+                    owner_pid: opts.owner_pid,
+                    owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
+                    expires_at_ms: now + lifetime,
+                    cgroups,
+                };
+                let mut applied = source.info.applied.clone();
+                applied.push(format!(
+                    "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+                ));
+                let record = Record {
+                    info: SandboxInfo {
+                        id: new.clone(),
+                        provider: "microvm".into(),
+                        created_at_ms: now,
+                        expires_at_ms: now + lifetime,
+                        owner_pid: opts.owner_pid,
+                        spec: source.info.spec.clone(),
+                        applied,
+                    },
+                    plan,
+                    host,
+                };
+                self.write_record(&record)?;
+                Ok::<_, Error>(record)
+            }
+            .await;
+            match r {
+                Ok(rec) => made.push(rec),
+                Err(e) => {
+                    let _ = self.remove(&new).await;
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        if result.is_ok() {
+            let starts = made.iter().map(|r| self.start(r));
+            for r in futures_util::future::join_all(starts).await {
+                if let Err(e) = r {
+                    result = Err(e);
+                }
+            }
+        }
+        if let Err(e) = result {
+            for r in &made {
+                let _ = self.remove(&r.info.id).await;
+            }
+            return Err(e);
+        }
+        // Restored; later resumes boot from their own state.
+        let mut infos = Vec::new();
+        for mut r in made {
+            r.plan.incoming = None;
+            r.host.vmm = self.vmm.command(&r.plan);
+            self.write_record(&r)?;
+            infos.push(r.info);
+        }
+        Ok(infos)
+    }
+
+    /// Why sandbox `id` does not answer: it died under us, and how.
+    fn dead(&self, id: &str) -> Error {
+        let why = std::fs::read_to_string(self.dir(id).join("exit"))
+            .unwrap_or_else(|_| "its VM host is gone (killed, or the host rebooted)".into());
+        Error::Unavailable {
+            what: format!("sandbox {id}"),
+            reason: format!("it died under us: {why}"),
+            fix: format!("destroy it (stockade rm {id}) and create a new one"),
+        }
+    }
+}
+
+/// Kills a VMM left without its supervisor: the QEMU process whose command line
+/// names this sandbox's serial socket.
+fn kill_vmm_of(serial_socket: &Path) {
+    let needle = format!("path={},", serial_socket.display());
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if String::from_utf8_lossy(&cmdline).contains(&needle)
+            && let Some(p) = rustix::process::Pid::from_raw(pid)
+        {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+    }
+}
+
+async fn remove_cgroup(cg: &Path) {
+    for _ in 0..100 {
+        match std::fs::remove_dir(cg) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
+        }
+    }
+}
+
+#[async_trait]
+impl Launcher for MicrovmLauncher {
+    type Transport = UnixSocket;
+
+    fn name(&self) -> &'static str {
+        "microvm"
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // No OCI images yet: the root is the host-rootfs view.
+            images: false,
+            // No network device; egress through a filtered host tap is not built.
+            network_egress: false,
+            // No virtiofs: host paths are not shared into the guest.
+            mounts: false,
+            ..Capabilities::FULL_LINUX
+        }
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        let mut checks = Vec::new();
+        let qemu = std::process::Command::new(&self.qemu)
+            .arg("--version")
+            .output();
+        let (ok, detail) = match qemu {
+            Ok(o) if o.status.success() => (
+                true,
+                String::from_utf8_lossy(&o.stdout)
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+                    .to_string(),
+            ),
+            Ok(o) => (
+                false,
+                format!("{} --version failed ({})", self.qemu.display(), o.status),
+            ),
+            Err(e) => (false, format!("{} cannot run: {e}", self.qemu.display())),
+        };
+        checks.push(Check {
+            name: "qemu".into(),
+            ok,
+            detail,
+            fix: (!ok).then(|| "apt-get install qemu-system-x86".into()),
+        });
+        let kernel = assets::find_kernel();
+        checks.push(Check {
+            name: "guest kernel".into(),
+            ok: kernel.is_ok(),
+            detail: match &kernel {
+                Ok(k) => format!("{} ({})", k.image.display(), k.release),
+                Err(e) => e.to_string(),
+            },
+            fix: kernel
+                .is_err()
+                .then(|| "apt-get install linux-image-cloud-amd64".into()),
+        });
+        let erofs = std::process::Command::new("mkfs.erofs")
+            .arg("--help")
+            .output()
+            .is_ok();
+        checks.push(Check {
+            name: "mkfs.erofs".into(),
+            ok: erofs,
+            detail: if erofs {
+                "found".into()
+            } else {
+                "missing".into()
+            },
+            fix: (!erofs).then(|| "apt-get install erofs-utils".into()),
+        });
+        if ok && kernel.is_ok() {
+            let (accel, why) = self.accel().await?;
+            checks.push(Check {
+                name: "acceleration".into(),
+                ok: true,
+                detail: format!("{} ({why})", accel.as_str()),
+                fix: None,
+            });
+        }
+        let agent = stockade_agent_host::find_static_agent();
+        checks.push(Check {
+            name: "static agent".into(),
+            ok: agent.is_ok(),
+            detail: match &agent {
+                Ok(p) => p.display().to_string(),
+                Err(e) => e.to_string(),
+            },
+            fix: agent
+                .is_err()
+                .then(|| stockade_agent_host::BUILD_STATIC_AGENT.into()),
+        });
+        checks.push(Check {
+            name: "root".into(),
+            ok: stockade_core::host::is_root(),
+            detail: format!("euid {}", stockade_core::host::euid()),
+            fix: (!stockade_core::host::is_root()).then(|| "run as root".into()),
+        });
+        Ok(checks)
+    }
+
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        self.create_vm(spec, opts).await
+    }
+
+    async fn transport(&self, id: &str) -> Result<UnixSocket> {
+        check_id(id)?;
+        self.read_record(id)?;
+        if self.is_paused(id) {
+            return Err(Error::Unavailable {
+                what: format!("sandbox {id}"),
+                reason: "it is paused".into(),
+                fix: format!("resume it (stockade resume {id})"),
+            });
+        }
+        Ok(UnixSocket::new(id, self.dir(id).join("agent.sock")))
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        self.remove(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let mut v = Vec::new();
+        let Ok(entries) = std::fs::read_dir(&self.state_root) else {
+            return Ok(v);
+        };
+        for e in entries.flatten() {
+            let id = e.file_name().to_string_lossy().to_string();
+            if check_id(&id).is_ok()
+                && let Ok(info) = self.inspect(&id).await
+            {
+                v.push(info);
+            }
+        }
+        v.sort_by_key(|i| i.created_at_ms);
+        Ok(v)
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        check_id(id)?;
+        let r = self.read_record(id)?;
+        let mut info = r.info;
+        let state = if self.is_paused(id) {
+            let snap = self.dir(id).join("snapshot/vm.state");
+            let bytes = std::fs::metadata(&snap).map(|m| m.len()).unwrap_or(0);
+            format!("state: paused (memory and device state on disk, {bytes} bytes)")
+        } else if self.supervisor(id).is_some() {
+            "state: running".to_string()
+        } else {
+            match std::fs::read_to_string(self.dir(id).join("exit")) {
+                Ok(why) => format!("state: dead ({why})"),
+                Err(_) => "state: dead (its VM host is gone)".into(),
+            }
+        };
+        info.applied.push(state);
+        Ok(info)
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        let Ok(entries) = std::fs::read_dir(&self.state_root) else {
+            return Ok(report);
+        };
+        for e in entries.flatten() {
+            let id = e.file_name().to_string_lossy().to_string();
+            if check_id(&id).is_err() {
+                continue;
+            }
+            let reap = match self.read_record(&id) {
+                // Half-made by a crash (no record yet) once it is not fresh.
+                Err(_) => e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.elapsed().ok())
+                    .is_some_and(|age| age > Duration::from_secs(300)),
+                Ok(r) => {
+                    let expired = now_ms() >= r.info.expires_at_ms;
+                    let owner_gone = match (r.host.owner_pid, r.host.owner_ticks) {
+                        (Some(p), Some(t)) => stockade_sys::process::start_ticks(p) != Some(t),
+                        (Some(p), None) => stockade_sys::process::start_ticks(p).is_none(),
+                        (None, _) => false,
+                    };
+                    if self.is_paused(&id) {
+                        expired || owner_gone
+                    } else {
+                        expired || owner_gone || self.supervisor(&id).is_none()
+                    }
+                }
+            };
+            if reap {
+                match self.remove(&id).await {
+                    Ok(()) => report.reaped.push(id),
+                    Err(e) => report.errors.push(format!("{id}: {e}")),
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    async fn explain(&self, id: &str, error: Error) -> Error {
+        if self.read_record(id).is_err() {
+            return not_found(id);
+        }
+        if self.supervisor(id).is_none() && !self.is_paused(id) {
+            return self.dead(id);
+        }
+        error
+    }
+
+    async fn pause(&self, id: &str) -> Result<()> {
+        self.pause_vm(id).await
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        self.resume_vm(id).await
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        self.fork_vm(id, count, opts).await
+    }
+}

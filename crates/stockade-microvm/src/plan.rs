@@ -1,0 +1,212 @@
+//! From a spec to a VM: its size, the guest's config, the host cgroups around the
+//! VMM and the hardening lines `inspect` shows. Pure, so it is unit-tested.
+
+use std::path::Path;
+
+use stockade_agent_proto::launch::{ExecPolicy, VmConfig};
+use stockade_core::ValidatedSpec;
+
+use crate::vmm::{Accel, PORT_NAME};
+
+/// Guest RAM beyond the sandbox's own memory cap: the kernel, the agent in the
+/// initramfs and the page cache of the root image.
+pub const GUEST_OVERHEAD_MIB: u64 = 192;
+
+/// Host memory of the VMM beyond the guest's RAM (QEMU itself, TCG's code cache).
+pub const VMM_OVERHEAD_MIB: u64 = 320;
+
+/// TCG's translated-code cache (QEMU's default is 1 GiB per VM).
+pub const TCG_TB_MIB: u64 = 64;
+
+/// The agent's own threads, which count against the guest cgroup's pids cap.
+pub const AGENT_PIDS: u64 = 16;
+
+/// What the plan decides.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub memory_mib: u64,
+    pub vcpus: u32,
+    pub guest: VmConfig,
+    pub expires_at_ms: u64,
+    pub applied: Vec<String>,
+}
+
+/// The VM for `spec`; `modules` are the initramfs's module files, in load order.
+pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Accel) -> Plan {
+    let l = &spec.limits;
+    let h = spec.hardening;
+    let memory_mib = l.memory_bytes.div_ceil(1 << 20) + GUEST_OVERHEAD_MIB;
+    let vcpus = (l.cpus.ceil() as u32).max(1);
+    let workdir = spec.effective_workdir().display().to_string();
+    let exec = ExecPolicy {
+        uid: spec.user.uid,
+        gid: spec.user.gid,
+        env: spec.base_env(),
+        workdir: workdir.clone(),
+        no_new_privs: h.no_new_privileges,
+        drop_caps: h.drop_capabilities,
+        seccomp: h.seccomp,
+        landlock_writable: h.landlock.then(|| {
+            if spec.writable {
+                vec!["/".to_string()]
+            } else {
+                vec!["/tmp".to_string(), "/dev/shm".to_string()]
+            }
+        }),
+        idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
+        root_caps: false,
+        // Debian 12's kernel has landlock ABI 2 (see `assets::find_kernel`).
+        landlock_min_abi: Some(2),
+    };
+    let guest = VmConfig {
+        exec,
+        modules,
+        root_device: "/dev/vda".into(),
+        writable: spec.writable,
+        tmp_bytes: l.tmp_bytes,
+        overlay_bytes: l.memory_bytes,
+        memory_bytes: l.memory_bytes,
+        pids: u64::from(l.pids) + AGENT_PIDS,
+        port_name: PORT_NAME.into(),
+    };
+    let applied = vec![
+        format!(
+            "vm: QEMU microvm under {} ({}), {} MiB RAM, {vcpus} vCPU(s), no network device",
+            accel.as_str(),
+            match accel {
+                Accel::Kvm => "hardware virtualisation",
+                Accel::Tcg => "software emulation: KVM is unusable here",
+            },
+            memory_mib
+        ),
+        "guest: Debian cloud kernel; the static stockade agent as PID 1 (initramfs)".into(),
+        if spec.writable {
+            "root: the host-rootfs view (erofs image, read-only) under a writable overlay in guest RAM (discarded at destroy)".into()
+        } else {
+            "root: the host-rootfs view (erofs image of /usr and selected /etc), read-only".into()
+        },
+        format!("/tmp: tmpfs {} bytes in the guest", l.tmp_bytes),
+        format!(
+            "guest cgroup: memory {} bytes (no swap), pids {} (+{AGENT_PIDS} for the agent)",
+            l.memory_bytes, l.pids
+        ),
+        "agent channel: a virtio-serial port on a host unix socket in a root-only directory, multiplexed".into(),
+        format!(
+            "user: uid {} gid {}, workdir {workdir}; seccomp {}, landlock {}, no_new_privs {}",
+            spec.user.uid, spec.user.gid, h.seccomp, h.landlock, h.no_new_privileges
+        ),
+        format!("lifetime: {} s", spec.timeout_secs),
+    ];
+    Plan {
+        memory_mib,
+        vcpus,
+        guest,
+        expires_at_ms: now_ms + spec.timeout_secs * 1000,
+        applied,
+    }
+}
+
+/// The host cgroups of one VMM: memory (guest RAM + the VMM's own) and the CPU quota,
+/// under `stockade-microvm/ID` of each hierarchy (cgroup v2 when mounted, else v1).
+pub fn host_cgroups(
+    root: &Path,
+    id: &str,
+    memory_mib: u64,
+    cpus: f64,
+) -> Vec<(String, Vec<(String, String)>)> {
+    let memory = ((memory_mib + VMM_OVERHEAD_MIB) << 20).to_string();
+    let quota = ((cpus * 100_000.0) as u64).max(1000).to_string();
+    let s = |k: &str, v: &str| (k.to_string(), v.to_string());
+    if root.join("cgroup.controllers").exists() {
+        return vec![(
+            root.join("stockade-microvm").join(id).display().to_string(),
+            vec![
+                s("memory.max", &memory),
+                s("?memory.swap.max", "0"),
+                s("cpu.max", &format!("{quota} 100000")),
+            ],
+        )];
+    }
+    let mut v = Vec::new();
+    if root.join("memory").is_dir() {
+        v.push((
+            root.join("memory/stockade-microvm")
+                .join(id)
+                .display()
+                .to_string(),
+            vec![
+                s("memory.limit_in_bytes", &memory),
+                s("?memory.memsw.limit_in_bytes", &memory),
+            ],
+        ));
+    }
+    if root.join("cpu").is_dir() {
+        v.push((
+            root.join("cpu/stockade-microvm")
+                .join(id)
+                .display()
+                .to_string(),
+            vec![
+                s("cpu.cfs_period_us", "100000"),
+                s("cpu.cfs_quota_us", &quota),
+            ],
+        ));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_spec::SandboxSpec;
+
+    #[test]
+    fn the_vm_is_sized_from_the_spec_with_the_secure_defaults() {
+        let spec = SandboxSpec::default().validate().unwrap();
+        let p = plan(&spec, vec!["virtio.ko".into()], 1000, Accel::Tcg);
+        assert_eq!(p.memory_mib, 512 + GUEST_OVERHEAD_MIB);
+        assert_eq!(p.vcpus, 1);
+        assert!(!p.guest.writable);
+        assert_eq!(p.guest.pids, 64 + AGENT_PIDS);
+        assert_eq!(p.guest.memory_bytes, 512 << 20);
+        assert!(p.guest.exec.seccomp && p.guest.exec.no_new_privs);
+        assert_eq!(
+            p.guest.exec.landlock_writable.as_deref(),
+            Some(&["/tmp".to_string(), "/dev/shm".to_string()][..])
+        );
+        assert!(
+            p.applied[0].contains("software emulation"),
+            "{:?}",
+            p.applied
+        );
+        assert_eq!(p.expires_at_ms, 1000 + spec.timeout_secs * 1000);
+    }
+
+    #[test]
+    fn host_cgroups_cap_memory_and_cpu_on_v1_and_v2() {
+        let d = std::env::temp_dir().join(format!("mvcg-{}", std::process::id()));
+        std::fs::create_dir_all(d.join("memory")).unwrap();
+        std::fs::create_dir_all(d.join("cpu")).unwrap();
+        let v1 = host_cgroups(&d, "sb-1", 704, 0.5);
+        assert_eq!(v1.len(), 2);
+        assert!(v1[0].0.ends_with("memory/stockade-microvm/sb-1"));
+        assert!(v1[0].1.contains(&(
+            "memory.limit_in_bytes".into(),
+            ((704 + VMM_OVERHEAD_MIB) << 20).to_string()
+        )));
+        assert!(
+            v1[1]
+                .1
+                .contains(&("cpu.cfs_quota_us".into(), "50000".into()))
+        );
+        std::fs::write(d.join("cgroup.controllers"), "memory cpu").unwrap();
+        let v2 = host_cgroups(&d, "sb-1", 704, 2.0);
+        assert_eq!(v2.len(), 1);
+        assert!(
+            v2[0]
+                .1
+                .contains(&("cpu.max".into(), "200000 100000".into()))
+        );
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+}

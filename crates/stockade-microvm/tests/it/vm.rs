@@ -1,0 +1,195 @@
+//! One VM: boot, exec and files through the agent host, the attacks, a deadline,
+//! then the VM killed from the host and its cleanup.
+
+use std::time::{Duration, Instant};
+
+use stockade_core::{CreateOptions, Error, ExecRequest, Provider};
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_vm_boots_runs_code_and_holds_the_attacks() {
+    let Some(p) = provider().await else { return };
+    let started = Instant::now();
+    let sb = vm(&p, spec()).await;
+    eprintln!("booted {} in {:?}", sb.id(), started.elapsed());
+    let id = sb.id().to_string();
+
+    // Exec and files through the agent host.
+    let out = py(&sb, "print(6 * 7)", 60_000).await;
+    assert_eq!(
+        (out.exit_code, text(&out.stdout)),
+        (0, "42\n".into()),
+        "{out:?}"
+    );
+    sb.write("/tmp/in.txt", b"hello vm".to_vec()).await.unwrap();
+    assert_eq!(sb.read("/tmp/in.txt").await.unwrap(), b"hello vm");
+    let out = sh(&sb, "cat /tmp/in.txt; hostname; cat /proc/cmdline", 30_000).await;
+    let o = text(&out.stdout);
+    assert!(o.starts_with("hello vm"), "{o}");
+    // The code runs under the guest's own kernel, booted by us, named by its id.
+    assert!(o.contains(&id) && o.contains("vm-init"), "{o}");
+    let info = p.inspect(&id).await.unwrap();
+    assert!(
+        info.applied
+            .iter()
+            .any(|l| l.contains("QEMU microvm under")),
+        "{:?}",
+        info.applied
+    );
+    assert!(
+        info.applied.iter().any(|l| l == "state: running"),
+        "{:?}",
+        info.applied
+    );
+
+    // No network: only loopback exists, and a connection out fails.
+    let out = sh(&sb, "ls /sys/class/net", 30_000).await;
+    assert_eq!(
+        text(&out.stdout).trim(),
+        "lo",
+        "a network device exists: {out:?}"
+    );
+    let out = py(
+        &sb,
+        "import socket\ntry:\n socket.create_connection(('10.0.2.2', 80), timeout=3); print('CONNECTED')\nexcept OSError as e: print('refused', e)",
+        30_000,
+    )
+    .await;
+    assert!(!text(&out.stdout).contains("CONNECTED"), "{out:?}");
+
+    // Writes outside /tmp fail; /tmp works.
+    let out = sh(
+        &sb,
+        "for p in /usr/bin/x /etc/x /x /root/x /.stockade/x; do if touch $p 2>/dev/null; then echo WROTE $p; fi; done; touch /tmp/ok && echo tmp-ok",
+        30_000,
+    )
+    .await;
+    let o = text(&out.stdout);
+    assert!(!o.contains("WROTE"), "a write outside /tmp succeeded: {o}");
+    assert!(o.contains("tmp-ok"), "{o}");
+
+    // The host beyond the read-only view is not there: the host's secrets, its
+    // other directories, the agent's private directory.
+    let secret = format!("/etc/stockade-microvm-secret-{}", std::process::id());
+    std::fs::write(&secret, "SECRET").unwrap();
+    let out = sh(
+        &sb,
+        &format!(
+            "cat {secret} /etc/shadow /root/.bashrc 2>&1; ls /work /home /var/lib/dpkg 2>&1; ls /.stockade 2>&1"
+        ),
+        30_000,
+    )
+    .await;
+    std::fs::remove_file(&secret).unwrap();
+    let o = text(&out.stdout);
+    assert!(!o.contains("SECRET") && !o.contains("root:"), "{o}");
+    assert!(o.contains("'/work': No such file"), "{o}");
+    assert!(o.contains("'/.stockade': Permission denied"), "{o}");
+
+    // A fork bomb and a memory bomb are contained: the VM still answers.
+    let out = sh(&sb, "f() { f | f & }; f; sleep 5", 60_000).await;
+    eprintln!("fork bomb: {:?}", out.exit_code);
+    let out = py(
+        &sb,
+        "b = bytearray(1 << 30); print('ALLOCATED', len(b))",
+        60_000,
+    )
+    .await;
+    assert!(!text(&out.stdout).contains("ALLOCATED"), "{out:?}");
+    assert!(out.oom_killed || out.exit_code != 0, "{out:?}");
+    let out = sh(&sb, "echo alive", 60_000).await;
+    assert_eq!(text(&out.stdout), "alive\n", "{out:?}");
+
+    // A deadline kills the exec.
+    let t = Instant::now();
+    let out = sh(&sb, "sleep 60", 2_000).await;
+    assert!(out.timed_out, "{out:?}");
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
+
+    // Native-only verbs are refused with the reason; fork needs a paused sandbox.
+    let e = p.fork(&id, 1, CreateOptions::default()).await.unwrap_err();
+    assert!(e.to_string().contains("is not paused"), "{e}");
+
+    // The VM killed from the host is reported as such.
+    let pid = qemu_pid(&id).expect("the VM's QEMU process");
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(pid).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let e = loop {
+        let mut req = ExecRequest::new(["true"]);
+        req.timeout_ms = Some(10_000);
+        match sb.exec(req).await {
+            Err(e) => break e,
+            Ok(_) if Instant::now() < until => tokio::time::sleep(Duration::from_millis(100)).await,
+            Ok(o) => panic!("the killed VM still answers: {o:?}"),
+        }
+    };
+    assert!(
+        matches!(e, Error::Unavailable { .. } | Error::Gone { .. }),
+        "{e:?}"
+    );
+    let e = loop {
+        let mut req = ExecRequest::new(["true"]);
+        req.timeout_ms = Some(10_000);
+        let e = sb.exec(req).await.unwrap_err();
+        if e.to_string().contains("killed by signal 9") || Instant::now() > until {
+            break e;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(
+        e.to_string()
+            .contains("died under us: the VM process was killed by signal 9"),
+        "{e}"
+    );
+
+    // Nothing is left after destroy.
+    sb.destroy().await.unwrap();
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+    assert!(matches!(p.inspect(&id).await, Err(Error::NotFound { .. })));
+}
+
+/// The QEMU process of sandbox `id`.
+fn qemu_pid(id: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid = e.file_name().to_str()?.parse::<i32>().ok()?;
+        let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+        let cmd = String::from_utf8_lossy(&cmd);
+        (cmd.starts_with("qemu-system") && cmd.contains(id)).then_some(pid)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_vm_dies_with_its_owner() {
+    let Some(p) = provider().await else { return };
+    let mut owner = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let sb = stockade_core::Sandbox::create(
+        p.clone() as std::sync::Arc<dyn Provider>,
+        spec(),
+        CreateOptions {
+            owner_pid: Some(owner.id()),
+        },
+    )
+    .await
+    .unwrap();
+    let id = sb.id().to_string();
+    assert!(qemu_pid(&id).is_some());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !leftovers(&id).is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(
+        leftovers(&id),
+        Vec::<String>::new(),
+        "the owner died, the VM lives"
+    );
+}
