@@ -40,6 +40,11 @@ impl Serve {
     /// A daemon; with `token`, callers need [`TOKEN`] and may mount only below the
     /// system temp directory.
     pub fn start_with(token: bool, home: Home<'_>) -> Serve {
+        Serve::start_full(token, home, &[])
+    }
+
+    /// Like [`Serve::start_with`], with `extra` flags for `stockade serve`.
+    pub fn start_full(token: bool, home: Home<'_>, extra: &[String]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("d.sock");
         let mut cmd = Command::new("setpriv");
@@ -53,7 +58,8 @@ impl Serve {
         .arg(format!(
             "--state-dir={}",
             dir.path().join("daemon").display()
-        ));
+        ))
+        .args(extra);
         if token {
             let file = dir.path().join("tokens");
             std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
@@ -113,6 +119,12 @@ impl Serve {
             cmd.env("STOCKADE_TOKEN", TOKEN);
         }
         cmd
+    }
+
+    /// `kill -9` of the daemon: no draining, its sandboxes stay (drop destroys them).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 
     pub fn cli(&self, args: &[&str]) -> Output {

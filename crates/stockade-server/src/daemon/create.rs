@@ -138,6 +138,7 @@ impl Daemon {
             expires_at_ms: req.expires_at_ms(),
             idle_timeout_ms: req.idle_timeout_ms(),
             owner_pid: req.owner_pid,
+            destroying: false,
         };
         self.lock().entries.insert(
             rec.id.clone(),
