@@ -71,8 +71,7 @@ class Daemon:
     def warm(self, size):
         self.cli("pool", "warm", "--size", str(size), "--max", "256", "--timeout", "3600")
         until = time.time() + 120
-        while sum(json.loads(l)["idle"] for l in self.cli("pool", "ls", "--json").splitlines()
-                  if l.strip()) < size:
+        while sum(p["idle"] for p in json.loads(self.cli("pool", "ls", "--json"))) < size:
             if time.time() > until:
                 sys.exit("the pool did not fill")
             time.sleep(0.05)
@@ -149,9 +148,12 @@ def main():
     ap.add_argument("--only", default="cli,exec,creates,burst,idle")
     a = ap.parse_args()
     only = set(a.only.split(","))
-    harness = os.path.join(a.after, "stockade")
+    # AFTER_DIR "-": the first build alone (its own `bench burst` as the load).
+    harness = os.path.join(a.after if a.after != "-" else a.before, "stockade")
     tmp = tempfile.mkdtemp(prefix="stockade-it-b24-")
     builds = {"before": a.before, "after": a.after}
+    if a.after == "-":
+        del builds["after"]
     daemons = {k: Daemon(k, v, tmp) for k, v in builds.items()}
     try:
         for d in daemons.values():
@@ -183,7 +185,7 @@ def main():
                          rep["ops_per_sec"], rep["errors"], rep["pooled"]))
 
         for rnd in range(2):
-            for k in (["before", "after"] if rnd == 0 else ["after", "before"]):
+            for k in (list(builds) if rnd == 0 else list(reversed(builds))):
                 d = daemons[k]
                 if "exec" in only:
                     row(f"exec `true` in a held sandbox, 1 client (round {rnd + 1})", k,
@@ -208,7 +210,7 @@ def main():
             print("| build | held | tasks each | MemAvailable drop each MiB | agent PSS each MiB "
                   "| agent fds each | acquisition p50 ms | p99 ms | errors |")
             print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-            for k in ["before", "after"]:
+            for k in builds:
                 d = daemons[k]
                 t0, m0 = tasks_and_mem()
                 p0, f0, _ = agent_pss()
