@@ -73,6 +73,11 @@ const REFILL_AFTER_HANDOVER: Duration = Duration::from_millis(5);
 const WARM_LIFETIME_MARGIN_SECS: u64 = 60;
 /// How long shutdown waits for pool creations in progress.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// How long a create refused by a quota waits for destroys answered but still
+/// tearing down (their slots come back when they are done).
+const QUOTA_WAIT_FOR_DESTROYS: Duration = Duration::from_secs(10);
+/// How often such a create looks again.
+const QUOTA_POLL: Duration = Duration::from_millis(2);
 /// How often shutdown looks whether those creations are done.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(50);
 
@@ -121,7 +126,8 @@ pub struct Daemon {
     pub metrics: Metrics,
     started: Instant,
     stopping: AtomicBool,
-    /// Destroys answered whose teardown still runs (shutdown waits for them).
+    /// Destroys answered whose teardown still runs (shutdown and creates refused
+    /// by a quota wait for them).
     destroys_in_flight: AtomicUsize,
     /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
     staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
