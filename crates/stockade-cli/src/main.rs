@@ -175,9 +175,7 @@ fn main() {
             | Command::Mcp(_)
             | Command::Bench(_)
             | Command::Completions(_)
-            | Command::Man(_) => {
-                Ok(0)
-            }
+            | Command::Man(_) => Ok(0),
         };
         match result {
             Ok(code) => code,

@@ -79,7 +79,11 @@ pub struct BurstArgs {
     #[arg(long, default_value_t = 300, value_name = "SECS")]
     pub timeout: u64,
     /// The command each operation runs (default: /bin/true).
-    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "COMMAND")]
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
     pub command: Vec<String>,
 }
 
@@ -260,7 +264,16 @@ async fn one_client(
                     true
                 }
             },
-            None => one_shot(&client, &spec, (mode == Mode::OneShot).then_some(&*req), &mut t, t0).await,
+            None => {
+                one_shot(
+                    &client,
+                    &spec,
+                    (mode == Mode::OneShot).then_some(&*req),
+                    &mut t,
+                    t0,
+                )
+                .await
+            }
         };
         if failed {
             tokio::time::sleep(ERROR_PAUSE).await;
@@ -429,12 +442,7 @@ async fn wait_warm(r: &RemoteProvider, n: u32) -> Result<()> {
 
 /// `stockade bench burst` on a runtime of its own (a worker per core); returns the
 /// exit code: 0 when every operation succeeded, 1 when some failed.
-pub fn main(
-    mut ctx: Ctx,
-    direct: bool,
-    tls_ca: Option<&std::path::Path>,
-    a: BurstArgs,
-) -> i32 {
+pub fn main(mut ctx: Ctx, direct: bool, tls_ca: Option<&std::path::Path>, a: BurstArgs) -> i32 {
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -454,7 +462,10 @@ pub fn main(
                 Ok(addr) => RemoteProvider::connect_with(&addr, &opts).await.map(Some),
                 Err(e) => Err(e),
             },
-            None => ctx.connect(direct, tls_ca).await.map(|()| ctx.remote.take()),
+            None => ctx
+                .connect(direct, tls_ca)
+                .await
+                .map(|()| ctx.remote.take()),
         };
         let result = match found {
             Ok(remote) => {
@@ -510,8 +521,12 @@ async fn burst(
                     .into(),
             ));
         };
-        r.pool_warm(&spec, a.warm, a.warm.saturating_mul(2).max(a.clients as u32))
-            .await?;
+        r.pool_warm(
+            &spec,
+            a.warm,
+            a.warm.saturating_mul(2).max(a.clients as u32),
+        )
+        .await?;
         wait_warm(r, a.warm).await?;
     }
     // Connections are opened and held sandboxes made before the clock starts; every
@@ -542,7 +557,8 @@ async fn burst(
     // Until the last operation in flight at the end finished.
     let elapsed = start.elapsed().as_secs_f64().max(f64::EPSILON);
     all.errors.extend(held_idle.errors);
-    all.errors.extend(release_idle(&target, held_idle.ids).await);
+    all.errors
+        .extend(release_idle(&target, held_idle.ids).await);
     let completed = all.total.len();
     let mut examples: Vec<String> = Vec::new();
     for e in &all.errors {

@@ -30,6 +30,16 @@ fn metric(port: u16, name: &str) -> u64 {
         .unwrap_or_else(|| panic!("no metric {name} in:\n{body}"))
 }
 
+/// Waits (up to 15 s) until the daemon holds no handed-out sandbox: a destroy is
+/// answered before its teardown ends, and the gauge counts it until then.
+fn none_live(port: u16) {
+    let until = std::time::Instant::now() + Duration::from_secs(15);
+    while metric(port, "stockade_sandboxes_live") != 0 {
+        assert!(std::time::Instant::now() < until, "sandboxes still live");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn burst(d: &Serve, args: &[&str]) -> (Option<i32>, Value) {
     let host = d.host();
     let mut all = vec!["bench", "burst", "--json", "--host", &host];
@@ -71,7 +81,7 @@ fn burst_reports_what_the_daemon_did_in_both_modes() {
     assert_eq!(v["pooled"].as_u64(), Some(hits), "{v}");
     assert!(hits >= 1, "the warm pool was used: {v}");
     // Every one-shot sandbox is gone; only the warm pool is left.
-    assert_eq!(metric(port, "stockade_sandboxes_live"), 0);
+    none_live(port);
     let ls = json(&d.cli(&["ls", "--json"]));
     assert_eq!(ls, serde_json::json!([]), "nothing is left handed out");
 
@@ -79,7 +89,17 @@ fn burst_reports_what_the_daemon_did_in_both_modes() {
     let before = metric(port, "stockade_execs_total");
     let (code, v) = burst(
         &d,
-        &["--clients", "2", "--secs", "1", "--mode", "held", "--", "/bin/echo", "hi"],
+        &[
+            "--clients",
+            "2",
+            "--secs",
+            "1",
+            "--mode",
+            "held",
+            "--",
+            "/bin/echo",
+            "hi",
+        ],
     );
     assert_eq!(code, Some(0), "{v}");
     let done = v["completed"].as_u64().unwrap();
@@ -87,7 +107,7 @@ fn burst_reports_what_the_daemon_did_in_both_modes() {
     assert_eq!(v["latency"]["operation"]["n"].as_u64(), Some(done));
     assert!(v["latency"].get("create").is_none(), "{v}");
     assert_eq!(metric(port, "stockade_execs_total") - before, done, "{v}");
-    assert_eq!(metric(port, "stockade_sandboxes_live"), 0, "held sandboxes destroyed");
+    none_live(port);
 }
 
 #[test]
@@ -98,7 +118,15 @@ fn burst_counts_errors_when_the_daemon_dies_mid_run() {
     let mut d = Serve::start();
     let host = d.host();
     let child = stockade(&[
-        "bench", "burst", "--json", "--host", &host, "--clients", "2", "--secs", "3",
+        "bench",
+        "burst",
+        "--json",
+        "--host",
+        &host,
+        "--clients",
+        "2",
+        "--secs",
+        "3",
     ])
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -108,8 +136,15 @@ fn burst_counts_errors_when_the_daemon_dies_mid_run() {
     d.kill9();
     let out = child.wait_with_output().unwrap();
     let v = json(&out);
-    assert_eq!(out.status.code(), Some(1), "errors make the exit code 1: {v}");
-    assert!(v["completed"].as_u64().unwrap() >= 1, "work before the kill: {v}");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "errors make the exit code 1: {v}"
+    );
+    assert!(
+        v["completed"].as_u64().unwrap() >= 1,
+        "work before the kill: {v}"
+    );
     let errors = v["errors"].as_u64().unwrap();
     assert!(errors >= 2, "every client saw the daemon go: {v}");
     assert!(
