@@ -98,14 +98,14 @@ enum Target {
 
 /// One client's provider.
 enum Client {
-    Daemon(RemoteProvider, bool),
+    Daemon(Box<RemoteProvider>, bool),
     Embedded(Arc<dyn Provider>),
 }
 
 impl Client {
     fn provider(&self) -> &dyn Provider {
         match self {
-            Client::Daemon(r, _) => r,
+            Client::Daemon(r, _) => r.as_ref(),
             Client::Embedded(p) => p.as_ref(),
         }
     }
@@ -155,9 +155,10 @@ impl Client {
 impl Target {
     async fn client(&self) -> Result<Client> {
         Ok(match self {
-            Target::Daemon(a, o, no_pool) => {
-                Client::Daemon(RemoteProvider::connect_with(a, o).await?, *no_pool)
-            }
+            Target::Daemon(a, o, no_pool) => Client::Daemon(
+                Box::new(RemoteProvider::connect_with(a, o).await?),
+                *no_pool,
+            ),
             Target::Embedded(p) => Client::Embedded(p.clone()),
         })
     }
