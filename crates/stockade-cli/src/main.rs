@@ -101,6 +101,9 @@ enum Command {
     /// One-time host setup, as root (`setup rootless --user NAME`).
     #[command(subcommand)]
     Setup(commands::setup::SetupCmd),
+    /// Measure a daemon (or this host in-process) under load: `bench burst`.
+    #[command(subcommand)]
+    Bench(commands::bench::BenchCmd),
     /// Print a shell completion script (bash, zsh, fish, elvish or powershell).
     Completions(commands::docs::CompletionsArgs),
     /// Print the manual page (roff), generated from this command line's definition.
@@ -132,6 +135,22 @@ fn main() {
         drop(rt);
         let code = commands::mcp::run(args, cli.provider, cli.home, cli.direct);
         std::process::exit(code);
+    }
+    if let Command::Bench(commands::bench::BenchCmd::Burst(args)) = cli.command {
+        // Many clients: a runtime with a worker per core, not the CLI's one thread.
+        drop(rt);
+        let ctx = commands::Ctx {
+            json: cli.json,
+            provider: cli.provider,
+            home: cli.home,
+            remote: None,
+        };
+        std::process::exit(commands::bench::main(
+            ctx,
+            cli.direct,
+            cli.tls_ca.as_deref(),
+            args,
+        ));
     }
     let mut ctx = commands::Ctx {
         json: cli.json,
@@ -168,9 +187,11 @@ fn main() {
             Command::Session(c) => commands::session::run(&ctx, c).await,
             Command::Pool(c) => commands::pool::run(&ctx, c).await,
             Command::Setup(c) => commands::setup::run(&ctx, c).await,
-            Command::Serve(_) | Command::Mcp(_) | Command::Completions(_) | Command::Man(_) => {
-                Ok(0)
-            }
+            Command::Serve(_)
+            | Command::Mcp(_)
+            | Command::Bench(_)
+            | Command::Completions(_)
+            | Command::Man(_) => Ok(0),
         };
         match result {
             Ok(code) => code,

@@ -267,7 +267,7 @@ impl Store {
             };
             let still_kept = refs.refs.values().any(|v| *v == d) || refs.unnamed.contains(&d);
             // The last reference of an image a running sandbox uses stays.
-            if !still_kept && self.in_use(&d) {
+            if !still_kept && self.in_use_after_teardowns(&d) {
                 return Err(in_use());
             }
             Ok(d)

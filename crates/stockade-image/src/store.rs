@@ -27,6 +27,8 @@ pub const DEFAULT_MAX_TOTAL_BYTES: u64 = 20 << 30;
 
 /// The largest JSON document (manifest, index, config) the store reads into memory.
 pub const MAX_DOCUMENT_BYTES: u64 = 4 << 20;
+/// How long removing an image in use waits for its holders' teardowns.
+pub const TEARDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// The image store. Cheap to clone paths around; every method is safe to call from
 /// several processes at once.
@@ -360,6 +362,21 @@ impl Store {
             .map_err(Error::io("open", &path))?;
         f.lock_shared().map_err(Error::io("lock", &path))?;
         Ok((path, f))
+    }
+
+    /// Like [`Store::in_use`], but waits up to [`TEARDOWN_GRACE`] for the holders to let
+    /// go: a sandbox whose destroy was answered holds its image until its teardown
+    /// ends (the daemon answers a destroy before that), so `run` then `image rm`
+    /// waits for it instead of being refused.
+    pub fn in_use_after_teardowns(&self, digest: &Digest) -> bool {
+        let until = std::time::Instant::now() + TEARDOWN_GRACE;
+        while self.in_use(digest) {
+            if std::time::Instant::now() > until {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        false
     }
 
     /// Whether a sandbox holds `digest` (see [`Store::hold`]).

@@ -52,6 +52,10 @@ pub struct SandboxRecord {
     pub idle_timeout_ms: Option<u64>,
     /// A process on this host whose death destroys it.
     pub owner_pid: Option<u32>,
+    /// Its destroy was answered and its teardown runs in the background: it is
+    /// shown to nobody, and a daemon that starts and finds it destroys it.
+    #[serde(default)]
+    pub destroying: bool,
 }
 
 /// A warm pool.
@@ -238,6 +242,7 @@ mod tests {
             expires_at_ms: 2,
             idle_timeout_ms: Some(3),
             owner_pid: Some(4),
+            destroying: false,
         }
     }
 

@@ -1,5 +1,6 @@
 //! One module per command.
 
+pub mod bench;
 pub mod cp;
 pub mod create;
 pub mod docs;

@@ -7,6 +7,7 @@ use serde_json::Value;
 
 #[macro_use]
 mod via;
+mod bench;
 mod daemon;
 mod docker_user;
 mod idrange;

@@ -40,6 +40,11 @@ impl Serve {
     /// A daemon; with `token`, callers need [`TOKEN`] and may mount only below the
     /// system temp directory.
     pub fn start_with(token: bool, home: Home<'_>) -> Serve {
+        Serve::start_full(token, home, &[])
+    }
+
+    /// Like [`Serve::start_with`], with `extra` flags for `stockade serve`.
+    pub fn start_full(token: bool, home: Home<'_>, extra: &[String]) -> Serve {
         let dir = tempfile::tempdir().unwrap();
         let sock = dir.path().join("d.sock");
         let mut cmd = Command::new("setpriv");
@@ -53,7 +58,8 @@ impl Serve {
         .arg(format!(
             "--state-dir={}",
             dir.path().join("daemon").display()
-        ));
+        ))
+        .args(extra);
         if token {
             let file = dir.path().join("tokens");
             std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
@@ -115,6 +121,12 @@ impl Serve {
         cmd
     }
 
+    /// `kill -9` of the daemon: no draining, its sandboxes stay (drop destroys them).
+    pub fn kill9(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn cli(&self, args: &[&str]) -> Output {
         self.through(stockade(args)).output().unwrap()
     }
@@ -141,6 +153,18 @@ impl Drop for Serve {
             for s in left {
                 if let Some(id) = s["id"].as_str() {
                     direct(&["rm", id]);
+                }
+            }
+        }
+        // A daemon killed with `kill -9` during a create (`kill9`) leaves that
+        // sandbox's directory with its plan and no state: its monitor never ran, so
+        // nothing lives and no cgroup exists (the leak check looks for those); gc
+        // would take the directory only after its 30 s grace, so it goes here.
+        if let Ok(dirs) = std::fs::read_dir(&self.root) {
+            for d in dirs.flatten() {
+                let p = d.path();
+                if !p.join("state.json").exists() && p.join("plan.json").exists() {
+                    let _ = std::fs::remove_dir_all(&p);
                 }
             }
         }

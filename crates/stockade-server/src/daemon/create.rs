@@ -9,7 +9,10 @@ use std::time::Instant;
 use stockade::{CheckedSpec, CreateOptions, Error, Provider, Result, SandboxInfo, SandboxSpec};
 
 use super::entry::{Entry, PoolKey, ReapReason, State};
-use super::{DAEMON_LABEL, Daemon, TENANT_LABEL, check_image, internal, now_ms, template_of};
+use super::{
+    DAEMON_LABEL, Daemon, QUOTA_POLL, QUOTA_WAIT_FOR_DESTROYS, TENANT_LABEL, check_image, internal,
+    now_ms, template_of,
+};
 use crate::store::SandboxRecord;
 
 /// Releases a creation slot on drop.
@@ -88,7 +91,7 @@ impl Daemon {
         }
         let (pname, p) = self.provider(provider)?;
         self.check_spec(p.as_ref(), &spec)?;
-        let _slot = self.reserve(tenant)?;
+        let _slot = self.reserve_after_destroys(tenant).await?;
         self.charge_image(tenant, &pname, &spec).await?;
         let (template, _) = template_of(&pname, &spec);
         let key = PoolKey::new(tenant, &template);
@@ -138,6 +141,7 @@ impl Daemon {
             expires_at_ms: req.expires_at_ms(),
             idle_timeout_ms: req.idle_timeout_ms(),
             owner_pid: req.owner_pid,
+            destroying: false,
         };
         self.lock().entries.insert(
             rec.id.clone(),
@@ -190,6 +194,25 @@ impl Daemon {
             .insert(DAEMON_LABEL.into(), self.daemon_id.clone());
         spec.labels.insert(TENANT_LABEL.into(), tenant.into());
         spec
+    }
+
+    /// Like [`Daemon::reserve`], but a create refused only because destroys already
+    /// answered still hold their slots waits for those teardowns (up to
+    /// [`QUOTA_WAIT_FOR_DESTROYS`]): destroy-then-create at the quota works as it
+    /// did when a destroy answered only after its teardown.
+    pub(super) async fn reserve_after_destroys(&self, tenant: &str) -> Result<Pending<'_>> {
+        let until = Instant::now() + QUOTA_WAIT_FOR_DESTROYS;
+        loop {
+            match self.reserve(tenant) {
+                Err(Error::LimitExceeded { .. })
+                    if self.destroys_in_flight.load(Ordering::SeqCst) > 0
+                        && Instant::now() < until =>
+                {
+                    tokio::time::sleep(QUOTA_POLL).await;
+                }
+                r => return r,
+            }
+        }
     }
 
     /// A creation slot of the tenant, refused past its quota or the daemon's.

@@ -304,6 +304,7 @@ mod tests {
             expires_at_ms: u64::MAX,
             idle_timeout_ms: None,
             owner_pid: None,
+            destroying: false,
         }
     }
 

@@ -21,7 +21,7 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,11 @@ const REFILL_AFTER_HANDOVER: Duration = Duration::from_millis(5);
 const WARM_LIFETIME_MARGIN_SECS: u64 = 60;
 /// How long shutdown waits for pool creations in progress.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(30);
+/// How long a create refused by a quota waits for destroys answered but still
+/// tearing down (their slots come back when they are done).
+const QUOTA_WAIT_FOR_DESTROYS: Duration = Duration::from_secs(10);
+/// How often such a create looks again.
+const QUOTA_POLL: Duration = Duration::from_millis(2);
 /// How often shutdown looks whether those creations are done.
 const SHUTDOWN_POLL: Duration = Duration::from_millis(50);
 
@@ -121,6 +126,9 @@ pub struct Daemon {
     pub metrics: Metrics,
     started: Instant,
     stopping: AtomicBool,
+    /// Destroys answered whose teardown still runs (shutdown and creates refused
+    /// by a quota wait for them).
+    destroys_in_flight: AtomicUsize,
     /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
     staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
     /// One budgeted image pull per tenant at a time.
@@ -152,16 +160,11 @@ pub fn template_of(provider: &str, spec: &SandboxSpec) -> (String, SandboxSpec) 
     (id, t)
 }
 
-/// Whether `inspect` and `list` show a sandbox in this state: handed out, or being
-/// destroyed after it was.
+/// Whether `inspect` and `list` show a sandbox in this state: handed out. One being
+/// destroyed is not shown: its destroy may have been answered already (teardown runs
+/// in the background), and nothing may show a sandbox that is half gone.
 fn shown(s: State) -> bool {
-    matches!(
-        s,
-        State::InUse
-            | State::Destroying {
-                from: entry::Claimable::InUse
-            }
-    )
+    s == State::InUse
 }
 
 impl Daemon {
@@ -191,6 +194,7 @@ impl Daemon {
             metrics: Metrics::default(),
             started: Instant::now(),
             stopping: AtomicBool::new(false),
+            destroys_in_flight: AtomicUsize::new(0),
             staging_in_flight: Arc::default(),
             image_locks: Mutex::default(),
         }))
@@ -347,7 +351,13 @@ impl Daemon {
     }
 
     /// Destroys a sandbox of the tenant. One being destroyed already is not found.
-    pub async fn destroy(&self, tenant: &str, id: &str) -> Result<()> {
+    ///
+    /// Answers once the sandbox is claimed (no call can reach it any more: execs,
+    /// file operations, `inspect` and `list` see it gone) and its destroy is durable
+    /// (a daemon that dies now destroys it at its next start); the provider's
+    /// teardown then runs in the background, off the caller's critical path. Its
+    /// quota slot is held until the teardown is done.
+    pub async fn destroy(self: &Arc<Self>, tenant: &str, id: &str) -> Result<()> {
         let claimed = self
             .lock()
             .claim(id, |e| e.state == State::InUse && e.record.tenant == tenant);
@@ -357,7 +367,35 @@ impl Daemon {
                 id: id.to_string(),
             });
         };
-        self.destroy_claimed(&rec).await
+        let marked = SandboxRecord {
+            destroying: true,
+            ..rec.clone()
+        };
+        if let Err(e) = self.save(&marked) {
+            self.lock().unclaim(id);
+            return Err(e);
+        }
+        self.destroys_in_flight.fetch_add(1, Ordering::SeqCst);
+        let d = self.clone();
+        tokio::spawn(async move {
+            if let Err(e) = d.destroy_claimed(&rec).await {
+                // The provider refused: it is back in use and in `list`, where the
+                // caller sees it and may destroy it again.
+                tracing::error!(sandbox = %rec.id, error = %e, "cannot destroy sandbox");
+                if let Err(e) = d.save(&rec) {
+                    tracing::error!(sandbox = %rec.id, error = %e, "cannot save sandbox");
+                }
+            }
+            d.destroys_in_flight.fetch_sub(1, Ordering::SeqCst);
+        });
+        Ok(())
+    }
+
+    /// Waits (up to `until`) for the destroys answered but still tearing down.
+    pub(super) async fn wait_destroys(&self, until: Instant) {
+        while self.destroys_in_flight.load(Ordering::SeqCst) > 0 && Instant::now() < until {
+            tokio::time::sleep(SHUTDOWN_POLL).await;
+        }
     }
 
     /// One sandbox of the tenant.

@@ -248,6 +248,7 @@ impl Daemon {
             expires_at_ms: info.expires_at_ms,
             idle_timeout_ms: None,
             owner_pid: None,
+            destroying: false,
         };
         self.lock().entries.insert(
             rec.id.clone(),

@@ -72,6 +72,13 @@ impl Daemon {
                     .and_then(|v| v.as_str())
                     == Some(self.daemon_id.as_str());
                 match known.remove(&info.id) {
+                    // Its destroy was answered before the daemon died: finish it.
+                    Some(rec) if rec.provider == name && rec.destroying => {
+                        self.destroy_quietly(&p, &rec.id, ReapReason::Recovery)
+                            .await;
+                        self.metrics.reaped(ReapReason::Recovery);
+                        report.reaped.push(rec.id);
+                    }
                     Some(rec) if rec.provider == name => {
                         let healthy = matches!(
                             tokio::time::timeout(RECOVERY_HEALTH_TIMEOUT, p.health(&rec.id)).await,
@@ -158,6 +165,7 @@ impl Daemon {
             .map(|e| e.record.tenant.clone())
             .collect();
         let until = Instant::now() + SHUTDOWN_WAIT;
+        self.wait_destroys(until).await;
         loop {
             let creating: usize = self
                 .lock()

@@ -20,7 +20,7 @@ impl Daemon {
     /// The session's sandbox (created on its workspace when none is live).
     pub async fn session_get(&self, tenant: &str, name: &str) -> Result<SandboxInfo> {
         check_session_name(name)?;
-        let _slot = self.reserve(tenant)?;
+        let _slot = self.reserve_after_destroys(tenant).await?;
         let sb = self.sessions(tenant)?.get_or_create(name).await?;
         let info = sb.info().clone();
         let known = self.lock().entries.contains_key(&info.id);
@@ -38,6 +38,7 @@ impl Daemon {
                 expires_at_ms: info.expires_at_ms,
                 idle_timeout_ms: None,
                 owner_pid: None,
+                destroying: false,
             };
             self.save(&rec)?;
             self.lock()

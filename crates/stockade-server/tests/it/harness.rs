@@ -187,6 +187,21 @@ impl TestDaemon {
         RemoteProvider::connect(&self.host, token).await.unwrap()
     }
 
+    /// Waits (up to 15 s) until no native sandbox is left in this daemon's state root,
+    /// and fails with the ones left. A destroy is answered before its teardown ends,
+    /// which the provider's own listing (not the daemon's) may still show briefly.
+    pub async fn assert_none_left(&self) {
+        let until = Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = self.live_ids();
+            if left.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < until, "sandboxes left: {left:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Ids of live native sandboxes in this daemon's state root.
     pub fn live_ids(&self) -> Vec<String> {
         let root = self.state_root();

@@ -169,5 +169,5 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     let e = refused(&a, &mid3, "a restart reset the tenant's image charge").await;
     assert_eq!(e.code(), ErrorCode::LimitExceeded, "{e}");
     assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
-    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+    d.assert_none_left().await;
 }

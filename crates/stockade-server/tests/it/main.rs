@@ -294,7 +294,7 @@ async fn every_rpc_works_over_the_unix_socket() {
         c.inspect(sb.id()).await.unwrap_err().code(),
         ErrorCode::NotFound
     );
-    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+    d.assert_none_left().await;
 }
 
 async fn http_get(port: u16, path: &str) -> String {
@@ -718,7 +718,7 @@ async fn after_kill_9_a_restart_adopts_healthy_sandboxes_and_reaps_the_rest() {
     c.destroy(&got.id).await.unwrap();
     c.destroy(keep.id()).await.unwrap();
     assert!(d.stop(), "clean exit");
-    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+    d.assert_none_left().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -798,7 +798,7 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
     for id in &sbs {
         c.destroy(id).await.unwrap();
     }
-    assert!(d.live_ids().is_empty());
+    d.assert_none_left().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -833,5 +833,58 @@ async fn a_sandbox_in_use_is_never_reaped_as_idle() {
         async move { c.inspect(&id).await.is_err() }
     })
     .await;
-    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+    d.assert_none_left().await;
+}
+
+/// Destroy answers before the teardown ends, but nothing the daemon shows ever has
+/// the sandbox again: not `list`, not `inspect`, not an exec; a daemon killed right
+/// after the answer finishes the destroy when it starts again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destroyed_sandbox_is_never_shown_again_and_a_restart_finishes_its_teardown() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let mut d = TestDaemon::start(&[]);
+    let c = d.client(None).await;
+    let p: Arc<dyn Provider> = Arc::new(c.clone());
+    for _ in 0..3 {
+        let (info, _) = c.create_spec(&spec(60), None, true).await.unwrap();
+        c.destroy(&info.id).await.unwrap();
+        let listed = p.list().await.unwrap();
+        assert!(
+            listed.iter().all(|i| i.id != info.id),
+            "listed after its destroy: {listed:?}"
+        );
+        assert_eq!(
+            p.inspect(&info.id).await.unwrap_err().code(),
+            ErrorCode::NotFound
+        );
+        let e = p
+            .exec(
+                &info.id,
+                stockade::CheckedRequest::new(sh("true")).unwrap(),
+                stockade::ExecIo::none(),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    }
+    d.assert_none_left().await;
+
+    // kill -9 at once after the answer: whatever the teardown had not done yet, the
+    // next start does; the sandbox is not adopted back.
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(c.create_spec(&spec(60), None, true).await.unwrap().0.id);
+    }
+    for id in &ids {
+        c.destroy(id).await.unwrap();
+    }
+    d.kill9();
+    d.restart();
+    let c = d.client(None).await;
+    let p: Arc<dyn Provider> = Arc::new(c.clone());
+    let listed = p.list().await.unwrap();
+    assert!(listed.is_empty(), "shown after a restart: {listed:?}");
+    d.assert_none_left().await;
 }

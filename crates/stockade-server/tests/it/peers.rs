@@ -280,7 +280,7 @@ async fn socket_group_members_use_the_daemon_each_uid_its_own_tenant() {
     );
     assert_eq!(a, ["ok ran", "ok destroyed", "ok "], "still uid 1000's");
     sb.destroy().await.unwrap();
-    assert!(d.live_ids().is_empty(), "{:?}", d.live_ids());
+    d.assert_none_left().await;
 }
 
 #[test]

@@ -179,6 +179,11 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
         0,
         "a normal destroy counted as gone"
     );
+    // `a`'s teardown ends in the background after its destroy was answered.
+    eventually(15, "a's teardown", || async {
+        d.pool_list("t")[0].stats.in_use == 1
+    })
+    .await;
     assert_eq!(
         d.pool_list("t")[0].stats.in_use,
         1,

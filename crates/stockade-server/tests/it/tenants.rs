@@ -260,7 +260,7 @@ async fn session_names_cannot_leave_the_daemons_home() {
         !std::path::Path::new(&target).exists(),
         "a session escaped to {target}"
     );
-    assert!(t.d.live_ids().is_empty());
+    t.d.assert_none_left().await;
 }
 
 // ----- before authentication -----
