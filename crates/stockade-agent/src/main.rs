@@ -13,6 +13,7 @@
 mod cgroup;
 mod cleanup;
 mod container;
+mod egress;
 mod fileop;
 mod ids;
 mod monitor;
