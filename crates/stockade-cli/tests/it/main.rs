@@ -9,6 +9,7 @@ use serde_json::Value;
 mod via;
 mod daemon;
 mod docker_user;
+mod egress;
 mod idrange;
 mod images;
 mod languages;

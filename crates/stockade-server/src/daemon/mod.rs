@@ -379,7 +379,19 @@ impl Daemon {
         let rec = self.record_shown(tenant, id)?;
         let (_, p) = self.provider(&rec.provider)?;
         let sb = stockade::Sandbox::attach(p, id).await?;
-        sb.set_network(network).await
+        sb.set_network(network).await?;
+        // What inspect shows (the daemon's record of the spec) follows.
+        let updated = {
+            let mut g = self.lock();
+            g.entries.get_mut(id).map(|e| {
+                e.record.spec["network"] = serde_json::to_value(network).unwrap_or_default();
+                e.record.clone()
+            })
+        };
+        if let Some(r) = updated {
+            self.save(&r)?;
+        }
+        Ok(())
     }
 
     /// What the egress policy of one sandbox of the tenant refused.
