@@ -206,7 +206,25 @@ fn answer(
             };
             addrs.push((ip, rec.ttl.max(MIN_ANSWER_TTL_SECS)));
         }
-        if !addrs.is_empty() {
+        // An address this name opened that stays open for more than half of the new
+        // TTL needs no nft run (most lookups repeat a recent one).
+        let fresh: Vec<(IpAddr, u32)> = match sh.resolved.lock() {
+            Ok(r) => {
+                let now = Instant::now();
+                addrs
+                    .iter()
+                    .filter(|(ip, ttl)| {
+                        !r.get(ip).is_some_and(|(n, until)| {
+                            *n == name && *until > now + Duration::from_secs(u64::from(*ttl) / 2)
+                        })
+                    })
+                    .copied()
+                    .collect()
+            }
+            Err(_) => addrs.clone(),
+        };
+        if !fresh.is_empty() {
+            let addrs = fresh;
             if let Err(e) = open_addresses(sh, &addrs, &allows) {
                 eprintln!("stockade monitor: {e}");
                 // Not opened: the answer would lead to a refusal; say so instead.
