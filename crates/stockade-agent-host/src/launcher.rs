@@ -4,7 +4,8 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    Capabilities, Check, CheckedSpec, CreateOptions, EgressDenial, Error, GcReport, Result,
+    SandboxInfo,
 };
 
 use crate::transport::Transport;
@@ -82,6 +83,26 @@ pub trait Launcher: Send + Sync + 'static {
             "fork",
             "this provider cannot copy a running sandbox's state",
         ))
+    }
+
+    /// What the egress policy of `id` refused at or after `since_ms`; the default:
+    /// nothing.
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        let _ = (id, since_ms);
+        Ok(Vec::new())
+    }
+
+    /// Replaces the egress policy of `id`; the default: not supported.
+    async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
+        let _ = (id, network);
+        Err(Error::Unavailable {
+            what: format!(
+                "changing the network policy live on the {} provider",
+                self.name()
+            ),
+            reason: "this provider does not implement it".into(),
+            fix: "use the native provider, or create a new sandbox with the policy".into(),
+        })
     }
 
     /// Explains a failure to talk to the agent of `id` (its connection was lost, it did

@@ -2,8 +2,8 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ExecIo, ExecOutcome,
-    FileOp, FileResult, GcReport, Provider, Result, SandboxInfo,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, EgressDenial, Error, ExecIo,
+    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo,
 };
 
 use crate::client;
@@ -66,10 +66,24 @@ impl<L: Launcher> Provider for AgentProvider<L> {
 
     async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
         let transport = self.launcher.transport(id).await?;
+        let started_ms = stockade_core::now_ms();
         match client::exec(id, &transport, req.into_inner(), io).await {
-            Ok(o) => Ok(o),
+            Ok(mut o) => {
+                // A denial is recorded by the time the code sees its refusal; one
+                // that ended the exec is therefore already here.
+                o.egress_denied = self.launcher.egress_denied(id, started_ms).await?;
+                Ok(o)
+            }
             Err(e) => Err(self.launcher.explain(id, e).await),
         }
+    }
+
+    async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
+        self.launcher.set_network(id, network).await
+    }
+
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        self.launcher.egress_denied(id, since_ms).await
     }
 
     async fn health(&self, id: &str) -> Result<()> {

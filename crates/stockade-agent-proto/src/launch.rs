@@ -139,7 +139,89 @@ pub enum NetworkPlan {
         resolv_conf: String,
         nft: String,
         firewall: String,
+        /// An egress policy: the monitor serves the sandbox's only resolver (see
+        /// [`EgressPlan`]) and its control socket `net.sock`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        policy: Option<EgressPlan>,
     },
+}
+
+/// The resolver side of an egress policy, executed by the monitor.
+///
+/// The resolver listens on port 53 of the sandbox's network namespace (every
+/// address, so `127.0.0.1` inside) and forwards from the host's namespace to
+/// `upstreams`; names are checked against `deny` then `allow` first, and a name that
+/// is not allowed is answered NXDOMAIN without any packet leaving. The addresses of
+/// each answer go into the nftables sets `allow4`/`allow6` (address . protocol .
+/// port) and `allowany4`/`allowany6` (address . protocol) of table `inet stockade`
+/// for the record's TTL (at least [`MIN_ANSWER_TTL_SECS`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressPlan {
+    /// Names never answered (checked first).
+    pub deny: Vec<NameRule>,
+    /// Names answered, and what their addresses open.
+    pub allow: Vec<NameRule>,
+    /// Resolvers the answers come from, `IP:PORT`, tried in order.
+    pub upstreams: Vec<String>,
+}
+
+/// Shortest time an answer's addresses stay open: a record with a TTL of 0 or 1 s
+/// must still let the connection that follows it through.
+pub const MIN_ANSWER_TTL_SECS: u32 = 30;
+
+/// A name rule of an [`EgressPlan`].
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameRule {
+    /// The name, or the suffix of a wildcard, lowercase without a trailing dot.
+    pub name: String,
+    /// `*.name`: names below `name`, not `name` itself.
+    pub wildcard: bool,
+    /// Ports opened; `None`: every port.
+    pub ports: Option<Vec<u16>>,
+    /// Protocols opened (`tcp`, `udp`).
+    pub protocols: Vec<String>,
+    /// The entry as the user wrote it.
+    pub text: String,
+}
+
+impl NameRule {
+    /// Whether `name` (lowercase, no trailing dot) is covered.
+    pub fn matches(&self, name: &str) -> bool {
+        if self.wildcard {
+            name.len() > self.name.len() + 1
+                && name.ends_with(self.name.as_str())
+                && name.as_bytes()[name.len() - self.name.len() - 1] == b'.'
+        } else {
+            name == self.name
+        }
+    }
+}
+
+/// A request on a policy sandbox's control socket (`net.sock` in its state dir), one
+/// JSON line; answered with one [`NetReply`] line.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetRequest {
+    /// The denials recorded at or after `since_ms` (unix ms).
+    Denials { since_ms: u64 },
+    /// Replace the policy: the new ruleset (loaded in one transaction), the new name
+    /// rules, and the spec's new `network` value (for `inspect`).
+    SetPolicy {
+        firewall: String,
+        policy: EgressPlan,
+        network: serde_json::Value,
+    },
+}
+
+/// The answer to a [`NetRequest`].
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NetReply {
+    Denials(Vec<crate::EgressDenial>),
+    Done,
+    Failed(String),
 }
 
 /// A cgroup directory to create, configure and join.

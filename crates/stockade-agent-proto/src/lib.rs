@@ -142,6 +142,51 @@ pub struct ExecOutcome {
     pub stdout_dropped: u64,
     /// Bytes of stderr dropped between head and tail.
     pub stderr_dropped: u64,
+    /// What the sandbox's egress policy refused during the exec (names not answered,
+    /// connections rejected), oldest first. Filled by the host side, not the agent.
+    pub egress_denied: Vec<EgressDenial>,
+}
+
+/// One thing a sandbox's egress policy refused.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EgressDenial {
+    /// When (unix ms): for connections, the latest attempt to that destination.
+    pub at_ms: u64,
+    /// `tcp`, `udp`, or `dns` for a lookup that was not answered.
+    pub protocol: String,
+    /// The address connected to, or the name looked up.
+    pub destination: String,
+    /// The port connected to (none for lookups).
+    pub port: Option<u16>,
+    /// The name the address was resolved from, when known.
+    pub name: Option<String>,
+    /// What decided: `denylist`, `not in the allowlist`, `host or private range`.
+    pub rule: String,
+}
+
+impl std::fmt::Display for EgressDenial {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.protocol == "dns" {
+            return write!(
+                f,
+                "lookup of {} was refused by the sandbox's network policy ({})",
+                self.destination, self.rule
+            );
+        }
+        write!(f, "connection to ")?;
+        match &self.name {
+            Some(n) => write!(f, "{n} ({})", self.destination)?,
+            None => write!(f, "{}", self.destination)?,
+        }
+        if let Some(p) = self.port {
+            write!(f, ":{p}")?;
+        }
+        write!(
+            f,
+            "/{} was blocked by the sandbox's network policy ({})",
+            self.protocol, self.rule
+        )
+    }
 }
 
 impl ExecOutcome {

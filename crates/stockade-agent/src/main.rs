@@ -16,6 +16,7 @@
 mod cgroup;
 mod cleanup;
 mod container;
+mod egress;
 mod fileop;
 mod ids;
 mod monitor;

@@ -26,7 +26,7 @@ use stockade_agent_proto::launch::{
 use stockade_sys::process::{Forked, fork_into};
 
 use crate::ids::{self, Ids};
-use crate::{cgroup, rootfs, server};
+use crate::{cgroup, egress, rootfs, server};
 use stockade_agent_proto::now_ms;
 
 fn report(out: &mut impl Write, r: &LaunchReport) {
@@ -67,7 +67,7 @@ pub fn main() -> i32 {
     // We stay a child of the process that created the sandbox (started in a session of
     // our own), which reaps us; we outlive it if it exits first.
     let launched = launch(&plan);
-    let (child, helper, ids) = match launched {
+    let (child, helper, ids, resolver) = match launched {
         Ok(v) => v,
         Err((code, message)) => {
             let _ = fs::remove_dir_all(&plan.state_dir);
@@ -121,6 +121,23 @@ pub fn main() -> i32 {
         report(&mut stdout, &fail(ErrorCode::Internal, e));
         return 1;
     }
+    // Threads from here on: they inherit the mask, so SIGTERM still reaches only
+    // `supervise`'s signalfd.
+    let _ = supervised_signals().thread_block();
+    if let (
+        Some(sockets),
+        NetworkPlan::UserModeNat {
+            nft,
+            policy: Some(policy),
+            ..
+        },
+    ) = (resolver, &plan.network)
+        && let Err(e) = egress::start(sockets, policy.clone(), nft.clone(), plan.state_dir.clone())
+    {
+        teardown(&plan, child, helper.as_ref());
+        report(&mut stdout, &fail(ErrorCode::Internal, e));
+        return 1;
+    }
     report(&mut stdout, &LaunchReport::Ready(state));
     // The children that made the namespaces exited long ago: reaped now, after the
     // answer, not on the way to it.
@@ -157,7 +174,7 @@ fn write_state(dir: &Path, state: &SandboxState) -> Result<(), String> {
         .map_err(|e| format!("cannot write {}/state.json: {e}", dir.display()))
 }
 
-type Launched = (Pid, Option<Helper>, Option<Ids>);
+type Launched = (Pid, Option<Helper>, Option<Ids>, Option<egress::Sockets>);
 
 /// Everything up to a listening agent. On error nothing is left but the state dir.
 fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
@@ -233,12 +250,14 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
     if let Err(m) = cgroup::join(&plan.cgroups, child.as_raw() as u32) {
         return Err(abort(internal(m), None));
     }
+    let mut resolver = None;
     let helper = match &plan.network {
         NetworkPlan::LoopbackOnly => None,
         NetworkPlan::UserModeNat {
             argv,
             nft,
             firewall,
+            policy,
             ..
         } => {
             // The firewall goes in before there is any route out.
@@ -250,6 +269,21 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
                     ),
                     None,
                 ));
+            }
+            if policy.is_some() {
+                if rootless.is_some() {
+                    return Err(abort(
+                        (
+                            ErrorCode::Unavailable,
+                            "an egress policy needs root (its resolver runs in the sandbox's network namespace)".into(),
+                        ),
+                        None,
+                    ));
+                }
+                match egress::prepare(&plan.state_dir, child) {
+                    Ok(s) => resolver = Some(s),
+                    Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
+                }
             }
             match start_helper(plan, argv, child, rootless.is_some()) {
                 Ok(h) => Some(h),
@@ -285,7 +319,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         };
         return Err(abort(internal(msg), helper.as_ref()));
     }
-    Ok((child, helper, ids))
+    Ok((child, helper, ids, resolver))
 }
 
 /// Loads the nftables ruleset inside the sandbox's network namespace: this thread
@@ -533,11 +567,16 @@ fn become_userns_root(sync: &fs::File) -> Result<(), String> {
 }
 
 /// Waits until the sandbox must end.
-fn supervise(plan: &LaunchPlan, child: Pid) {
+fn supervised_signals() -> SigSet {
     let mut mask = SigSet::empty();
     for s in [Signal::SIGTERM, Signal::SIGINT, Signal::SIGHUP] {
         mask.add(s);
     }
+    mask
+}
+
+fn supervise(plan: &LaunchPlan, child: Pid) {
+    let mask = supervised_signals();
     let _ = mask.thread_block();
     let sigfd = SignalFd::new(&mask).ok();
     let child_fd = rustix::process::Pid::from_raw(child.as_raw())

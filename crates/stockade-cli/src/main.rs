@@ -51,6 +51,9 @@ enum Command {
         /// Sandbox id.
         id: String,
     },
+    /// Replace a running sandbox's egress policy (--allow, --deny), or show it and
+    /// what it refused.
+    Net(commands::net::NetArgs),
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
     /// Pause a sandbox, keeping its processes and memory (microvm: on disk; native:
@@ -173,6 +176,7 @@ fn main() {
             Command::Exec(a) => commands::exec::run(&ctx, a).await,
             Command::Ls => commands::ls::run(&ctx).await,
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
+            Command::Net(a) => commands::net::run(&ctx, a).await,
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Pause { id } => commands::snapshot::pause(&ctx, &id).await,

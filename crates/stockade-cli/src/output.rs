@@ -17,6 +17,7 @@ pub fn outcome_json(id: &str, o: &ExecOutcome) -> Value {
         "stdout_dropped_bytes": o.stdout_dropped,
         "stderr_dropped_bytes": o.stderr_dropped,
         "duration_ms": o.duration_ms,
+        "egress_denied": o.egress_denied,
     })
 }
 

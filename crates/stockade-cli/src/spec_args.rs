@@ -8,9 +8,19 @@ use stockade::spec::{Mount, Network, SandboxSpec, SpecError, SpecErrors, User, p
 /// Sandbox spec flags. Unset flags keep the secure defaults.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SpecArgs {
-    /// Give the sandbox network egress (default: none, loopback only).
+    /// Give the sandbox all of the public internet (default: none, loopback only);
+    /// the host's own addresses, its LAN and cloud metadata stay unreachable.
     #[arg(long)]
     pub network: bool,
+    /// Allow only this egress (repeatable): NAME, *.SUFFIX, IP or CIDR, with optional
+    /// :PORTS (443, 80,443, *) and /tcp, /udp or /any (default tcp 80,443), e.g.
+    /// pypi.org, 10.1.2.0/24:5432. Names resolve only through Stockade's resolver.
+    #[arg(long = "allow-net", value_name = "ENTRY")]
+    pub allow_net: Vec<String>,
+    /// Never allow this egress, even when --allow-net does (repeatable; same form,
+    /// default every port and protocol).
+    #[arg(long = "deny-net", value_name = "ENTRY")]
+    pub deny_net: Vec<String>,
     /// Make the root writable (a tmpfs overlay, discarded at destroy).
     #[arg(long)]
     pub writable: bool,
@@ -61,6 +71,16 @@ pub struct SpecArgs {
     pub no_landlock: bool,
 }
 
+/// The policy of `--allow-net`/`--deny-net` flags, when any is given.
+pub fn policy_of(allow: &[String], deny: &[String]) -> Option<Network> {
+    (!allow.is_empty() || !deny.is_empty()).then(|| {
+        Network::Policy(stockade::spec::EgressPolicy {
+            allow: allow.to_vec(),
+            deny: deny.to_vec(),
+        })
+    })
+}
+
 impl SpecArgs {
     /// Builds the spec, listing every problem with the flags at once.
     pub fn to_spec(&self) -> Result<SandboxSpec, SpecErrors> {
@@ -72,7 +92,16 @@ impl SpecArgs {
             });
         };
         let mut s = SandboxSpec::default();
-        if self.network {
+        if let Some(policy) = policy_of(&self.allow_net, &self.deny_net) {
+            if self.network {
+                bad(
+                    "--network",
+                    "--network opens all of the public internet; give it or --allow-net, not both"
+                        .into(),
+                );
+            }
+            s.network = policy;
+        } else if self.network {
             s.network = Network::Egress;
         }
         s.writable = self.writable;

@@ -2,8 +2,8 @@
 //! [`ErrorCode`] and gRPC status codes (both ways, message kept).
 
 use stockade_core::{
-    Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp, FileResult, GcReport,
-    GrepMatch, SandboxInfo, SessionInfo,
+    EgressDenial, Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp,
+    FileResult, GcReport, GrepMatch, SandboxInfo, SessionInfo,
 };
 use tonic::{Code, Status};
 
@@ -104,6 +104,29 @@ pub fn outcome(o: ExecOutcome) -> pb::ExecOutcome {
         stderr: o.stderr,
         stdout_dropped: o.stdout_dropped,
         stderr_dropped: o.stderr_dropped,
+        egress_denied: o.egress_denied.into_iter().map(denial).collect(),
+    }
+}
+
+pub fn denial(d: EgressDenial) -> pb::EgressDenial {
+    pb::EgressDenial {
+        at_ms: d.at_ms,
+        protocol: d.protocol,
+        destination: d.destination,
+        port: d.port.map(u32::from),
+        name: d.name,
+        rule: d.rule,
+    }
+}
+
+pub fn from_denial(d: pb::EgressDenial) -> EgressDenial {
+    EgressDenial {
+        at_ms: d.at_ms,
+        protocol: d.protocol,
+        destination: d.destination,
+        port: d.port.and_then(|p| u16::try_from(p).ok()),
+        name: d.name,
+        rule: d.rule,
     }
 }
 
@@ -118,6 +141,7 @@ pub fn from_outcome(o: pb::ExecOutcome) -> ExecOutcome {
         stderr: o.stderr,
         stdout_dropped: o.stdout_dropped,
         stderr_dropped: o.stderr_dropped,
+        egress_denied: o.egress_denied.into_iter().map(from_denial).collect(),
     }
 }
 

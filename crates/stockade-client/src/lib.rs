@@ -481,6 +481,37 @@ impl Provider for RemoteProvider {
         convert::from_sandbox_info(r.into_inner())
     }
 
+    async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
+        self.client()
+            .set_network(self.req(pb::SetNetworkRequest {
+                sandbox_id: id.into(),
+                network_json: serde_json::to_string(network).unwrap_or_default(),
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        Ok(())
+    }
+
+    async fn egress_denied(
+        &self,
+        id: &str,
+        since_ms: u64,
+    ) -> Result<Vec<stockade_core::EgressDenial>> {
+        let r = self
+            .client()
+            .egress_denied(self.req(pb::EgressDeniedRequest {
+                sandbox_id: id.into(),
+                since_ms,
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        Ok(r.into_inner()
+            .denied
+            .into_iter()
+            .map(convert::from_denial)
+            .collect())
+    }
+
     async fn gc(&self) -> Result<GcReport> {
         let r = self
             .client()

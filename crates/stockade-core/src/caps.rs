@@ -13,6 +13,10 @@ pub struct Capabilities {
     pub images: bool,
     /// Gives egress when `network` is on.
     pub network_egress: bool,
+    /// Enforces an egress policy (`network` as an allowlist): its own resolver,
+    /// firewall sets, and recorded denials.
+    #[serde(default)]
+    pub network_policy: bool,
     /// Writable root overlay.
     pub writable_root: bool,
     /// Host path mounts.
@@ -44,6 +48,7 @@ impl Capabilities {
         host_rootfs: true,
         images: true,
         network_egress: true,
+        network_policy: true,
         writable_root: true,
         mounts: true,
         memory_limit: true,
@@ -76,11 +81,16 @@ impl Capabilities {
             "image",
             "run OCI images",
         );
-        need(
-            spec.network == Network::None || self.network_egress,
-            "network",
-            "give network egress",
-        );
+        match &spec.network {
+            Network::None => {}
+            Network::Egress => need(self.network_egress, "network", "give network egress"),
+            Network::Policy(_) => need(
+                self.network_policy,
+                "network",
+                "enforce an egress allowlist (it needs Stockade's own resolver and firewall \
+                 in the sandbox's network namespace; use the native provider as root)",
+            ),
+        }
         need(
             !spec.writable || self.writable_root,
             "writable",
@@ -135,5 +145,22 @@ mod tests {
             "{errs}"
         );
         Capabilities::FULL_LINUX.check("full", &spec).unwrap();
+        let spec = SandboxSpec {
+            network: Network::allow(["pypi.org"]),
+            ..Default::default()
+        }
+        .validate()
+        .unwrap();
+        let docker = Capabilities {
+            network_egress: false,
+            network_policy: false,
+            ..Capabilities::FULL_LINUX
+        };
+        let errs = docker.check("docker", &spec).unwrap_err();
+        assert!(
+            errs.to_string()
+                .contains("cannot enforce an egress allowlist"),
+            "{errs}"
+        );
     }
 }

@@ -22,7 +22,9 @@ pub use error::{Error, ErrorCode, Result};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
 pub use session::{SessionConfig, SessionInfo, SessionManager, check_session_name};
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
-pub use stockade_agent_proto::{BoundedCapture, ExecOutcome, ExecRequest, Stream, now_ms};
+pub use stockade_agent_proto::{
+    BoundedCapture, EgressDenial, ExecOutcome, ExecRequest, Stream, now_ms,
+};
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
 /// A chunk of live output of an exec.
@@ -270,6 +272,27 @@ pub trait Provider: Send + Sync + 'static {
     /// Reaps what expired, lost its owner, or was left half-made by a crash.
     async fn gc(&self) -> Result<GcReport>;
 
+    /// Replaces the egress policy of a running sandbox that has one, effective for new
+    /// connections and lookups at once. The default: not supported.
+    async fn set_network(&self, id: &str, network: &spec::Network) -> Result<()> {
+        let _ = (id, network);
+        Err(Error::Unavailable {
+            what: format!(
+                "changing the network policy live on the {} provider",
+                self.name()
+            ),
+            reason: "this provider does not implement it".into(),
+            fix: "use the native provider, or create a new sandbox with the policy".into(),
+        })
+    }
+
+    /// What the egress policy of sandbox `id` refused at or after `since_ms` (unix
+    /// ms), oldest first. The default: nothing (no policy to refuse anything).
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        let _ = (id, since_ms);
+        Ok(Vec::new())
+    }
+
     /// Runs one file operation inside the sandbox as the sandbox user, so it can touch
     /// only what the code itself could. Providers without file operations say so.
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
@@ -411,6 +434,30 @@ impl Sandbox {
         let req = CheckedRequest::new(req)?;
         self.approve(Action::Exec(&req))?;
         self.provider.exec(&self.info.id, req, io).await
+    }
+
+    /// Replaces the sandbox's egress policy (only a sandbox created with one has a
+    /// policy to replace); every problem of the new policy is listed at once.
+    pub async fn set_network(&self, network: &spec::Network) -> Result<()> {
+        let problems = match network {
+            spec::Network::Policy(p) => p.problems(),
+            _ => Vec::new(),
+        };
+        if !problems.is_empty() {
+            return Err(Error::InvalidSpec(spec::SpecErrors(
+                problems
+                    .into_iter()
+                    .map(|(field, message)| spec::SpecError { field, message })
+                    .collect(),
+            )));
+        }
+        self.provider.set_network(&self.info.id, network).await
+    }
+
+    /// What the sandbox's egress policy refused at or after `since_ms` (0: all that
+    /// is still recorded), oldest first.
+    pub async fn egress_denied(&self, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        self.provider.egress_denied(&self.info.id, since_ms).await
     }
 
     /// Runs a file operation (writes are checked by the approval policy first).

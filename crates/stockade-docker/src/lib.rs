@@ -611,6 +611,8 @@ impl Launcher for DockerLauncher {
         Capabilities {
             host_rootfs: false,
             network_egress: false,
+            // Its resolver and firewall are not set up in a container's namespace yet.
+            network_policy: false,
             ..Capabilities::FULL_LINUX
         }
     }

@@ -200,7 +200,8 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         network_mode: Some(
             match spec.network {
                 Network::None => "none",
-                Network::Egress => "bridge",
+                // Refused by the capability check before a plan is made.
+                Network::Egress | Network::Policy(_) => "bridge",
             }
             .to_string(),
         ),
@@ -283,7 +284,7 @@ fn applied(spec: &ValidatedSpec, user: stockade_spec::User, workdir: &str) -> Ve
         ),
         match spec.network {
             Network::None => "network: none (docker network mode none, loopback only)".to_string(),
-            Network::Egress => "network: docker bridge".to_string(),
+            Network::Egress | Network::Policy(_) => "network: docker bridge".to_string(),
         },
         format!(
             "cgroups: memory {} (swap = memory: no swap), cpu {} CPUs, pids {}",

@@ -12,6 +12,7 @@
 //! agent's unix socket in the sandbox's state directory (the code inside cannot see it).
 
 mod doctor;
+pub mod egress;
 pub mod idpool;
 mod image;
 pub mod layout;
@@ -24,7 +25,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
-use stockade_agent_proto::launch::{LaunchReport, SandboxState};
+use stockade_agent_proto::EgressDenial;
+use stockade_agent_proto::launch::{LaunchReport, NetReply, NetRequest, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
@@ -85,6 +87,8 @@ pub struct NativeLauncher {
     image_store: Option<PathBuf>,
     /// The pool of host ids; `None`: `$STOCKADE_ID_RANGE` or the default, at create.
     id_pool: Option<idpool::IdPool>,
+    /// Resolvers an egress policy's allowed lookups go to; empty: the host's.
+    dns_upstreams: Vec<String>,
 }
 
 impl Default for NativeLauncher {
@@ -113,6 +117,7 @@ impl NativeLauncher {
             state_root: default_state_root(),
             image_store: None,
             id_pool: None,
+            dns_upstreams: Vec::new(),
         }
     }
 
@@ -122,6 +127,7 @@ impl NativeLauncher {
             state_root: root.into(),
             image_store: None,
             id_pool: None,
+            dns_upstreams: Vec::new(),
         }
     }
 
@@ -131,7 +137,13 @@ impl NativeLauncher {
         self
     }
 
-    /// Where sandbox state lives.
+    /// Forwards the allowed lookups of sandboxes with an egress policy to these
+    /// resolvers instead of the host's (`/etc/resolv.conf`).
+    pub fn with_dns_upstreams(mut self, upstreams: &[std::net::SocketAddr]) -> NativeLauncher {
+        self.dns_upstreams = upstreams.iter().map(ToString::to_string).collect();
+        self
+    }
+
     /// Sandboxes' host ids come from `pool` (checked against the host's accounts at
     /// each create).
     pub fn with_id_pool(mut self, pool: idpool::IdPool) -> NativeLauncher {
@@ -226,6 +238,7 @@ impl NativeLauncher {
             image,
             userns,
             rootless: rootless.clone(),
+            dns_upstreams: self.dns_upstreams.clone(),
         });
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
         let planned = planned.and_then(|p| match &rootless {
@@ -400,5 +413,86 @@ impl Launcher for NativeLauncher {
         tokio::task::spawn_blocking(move || state::gc(&root))
             .await
             .map_err(|e| Error::Internal(e.to_string()))
+    }
+
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        let sock = self.dir(id)?.join("net.sock");
+        if !sock.exists() {
+            return Ok(Vec::new());
+        }
+        match net_request(&sock, &NetRequest::Denials { since_ms }).await? {
+            NetReply::Denials(d) => Ok(d),
+            NetReply::Failed(m) => Err(Error::Internal(m)),
+            NetReply::Done => Ok(Vec::new()),
+        }
+    }
+
+    async fn set_network(&self, id: &str, network: &stockade_spec::Network) -> Result<()> {
+        let dir = self.dir(id)?;
+        let st = state::read_live(&dir).ok_or_else(|| Error::NotFound {
+            kind: "sandbox",
+            id: id.to_string(),
+        })?;
+        let sock = dir.join("net.sock");
+        let policy = match (network, sock.exists()) {
+            (stockade_spec::Network::Policy(p), true) => p,
+            (_, true) => {
+                return Err(Error::InvalidRequest(format!(
+                    "sandbox {id} has an egress policy; it can be replaced by another policy, \
+                     not by network \"none\" or \"egress\" (an empty allowlist denies everything)"
+                )));
+            }
+            (_, false) => {
+                let now = st.spec.get("network").cloned().unwrap_or_default();
+                return Err(Error::InvalidRequest(format!(
+                    "sandbox {id} was created with network {now}; only a sandbox created with \
+                     an egress policy (an allowlist) can change its policy live"
+                )));
+            }
+        };
+        let host = layout::detect();
+        let upstreams = if self.dns_upstreams.is_empty() {
+            egress::upstreams_from(&host.nameservers)
+        } else {
+            self.dns_upstreams.clone()
+        };
+        let req = NetRequest::SetPolicy {
+            firewall: egress::policy_firewall(policy, &host.host_addresses, &host.host_networks),
+            policy: egress::egress_plan(policy, upstreams),
+            network: serde_json::to_value(network).unwrap_or_default(),
+        };
+        match net_request(&sock, &req).await? {
+            NetReply::Failed(m) => Err(Error::Internal(m)),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One request to a policy sandbox's monitor over its control socket.
+async fn net_request(sock: &Path, req: &NetRequest) -> Result<NetReply> {
+    use tokio::io::AsyncReadExt;
+    let talk = async {
+        let mut s = tokio::net::UnixStream::connect(sock).await?;
+        let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
+        line.push(b'\n');
+        s.write_all(&line).await?;
+        let mut out = Vec::new();
+        s.read_to_end(&mut out).await?;
+        serde_json::from_slice::<NetReply>(&out).map_err(std::io::Error::other)
+    };
+    match tokio::time::timeout(Duration::from_secs(10), talk).await {
+        Ok(r) => r.map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot talk to the sandbox's network monitor at {}",
+                    sock.display()
+                ),
+                e,
+            )
+        }),
+        Err(_) => Err(Error::Timeout {
+            operation: "asking the sandbox's network monitor".into(),
+            after_ms: 10_000,
+        }),
     }
 }

@@ -35,6 +35,9 @@ pub struct PlanContext {
     pub userns: Option<UsernsPlan>,
     /// Rootless: the caller's ids, from which the sandbox's user namespace is made.
     pub rootless: Option<crate::rootless::RootlessHost>,
+    /// Resolvers (`IP:PORT`) an egress policy's lookups go to; empty: the host's
+    /// resolv.conf.
+    pub dns_upstreams: Vec<String>,
 }
 
 fn has_userns(ctx: &PlanContext) -> bool {
@@ -247,9 +250,9 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         root_caps: has_userns(ctx) && effective_user(spec, ctx).uid == 0,
         landlock_min_abi: None,
     };
-    let network = match spec.network {
+    let network = match &spec.network {
         Network::None => NetworkPlan::LoopbackOnly,
-        Network::Egress => {
+        Network::Egress | Network::Policy(_) => {
             let slirp = ctx.slirp.as_ref().ok_or_else(|| Error::Unavailable {
                 what: "network egress".into(),
                 reason: "the user-mode NAT helper slirp4netns is not installed".into(),
@@ -260,6 +263,43 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                 reason: "nft is not installed; it keeps the host's own network out of the sandbox's reach".into(),
                 fix: "apt-get install nftables".into(),
             })?;
+            let (firewall, policy, resolv_conf) = match &spec.network {
+                Network::Policy(p) => {
+                    if ctx.rootless.is_some() {
+                        return Err(Error::Unavailable {
+                            what: "an egress allowlist on a rootless native sandbox".into(),
+                            reason: "the policy's resolver is served by the monitor inside the sandbox's network namespace, which needs root".into(),
+                            fix: "run as root, or use network \"egress\" (all of the public internet)".into(),
+                        });
+                    }
+                    let upstreams = if ctx.dns_upstreams.is_empty() {
+                        crate::egress::upstreams_from(&ctx.host.nameservers)
+                    } else {
+                        ctx.dns_upstreams.clone()
+                    };
+                    if upstreams.is_empty() {
+                        return Err(Error::Unavailable {
+                            what: "an egress allowlist".into(),
+                            reason: "the host's /etc/resolv.conf names no resolver to forward allowed names to".into(),
+                            fix: "add a nameserver line to /etc/resolv.conf".into(),
+                        });
+                    }
+                    (
+                        crate::egress::policy_firewall(
+                            p,
+                            &ctx.host.host_addresses,
+                            &ctx.host.host_networks,
+                        ),
+                        Some(crate::egress::egress_plan(p, upstreams)),
+                        POLICY_RESOLV_CONF,
+                    )
+                }
+                _ => (
+                    firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
+                    None,
+                    RESOLV_CONF,
+                ),
+            };
             NetworkPlan::UserModeNat {
                 argv: slirp_argv(slirp)
                     .into_iter()
@@ -267,9 +307,10 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                     // as root of ours) cannot be set up from outside our namespace.
                     .filter(|a| ctx.rootless.is_none() || a != "--enable-sandbox")
                     .collect(),
-                resolv_conf: RESOLV_CONF.into(),
+                resolv_conf: resolv_conf.into(),
                 nft: nft.display().to_string(),
-                firewall: firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
+                firewall,
+                policy,
             }
         }
     };
@@ -307,6 +348,10 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
 /// resolver, so a host resolver on loopback works too).
 const RESOLV_CONF: &str = "nameserver 10.0.2.3\n";
 
+/// Stockade's resolver, served by the monitor on port 53 of the sandbox's own
+/// network namespace (see `crate::egress`).
+const POLICY_RESOLV_CONF: &str = "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n";
+
 /// Destinations a sandbox with egress may not reach: the host's own addresses (added
 /// per host), private and shared address space (the host's LAN, other machines'
 /// services), link-local (cloud metadata at 169.254.169.254), loopback, multicast and
@@ -314,7 +359,7 @@ const RESOLV_CONF: &str = "nameserver 10.0.2.3\n";
 /// Documentation and benchmarking ranges are not listed: they are not routable on the
 /// internet, and some egress proxies hand them out as stand-in addresses for public
 /// hosts (this project's own machines do).
-const DENIED_V4: &[&str] = &[
+pub(crate) const DENIED_V4: &[&str] = &[
     "0.0.0.0/8",
     "10.0.0.0/8",
     "100.64.0.0/10",
@@ -326,7 +371,7 @@ const DENIED_V4: &[&str] = &[
     "224.0.0.0/4",
     "240.0.0.0/4",
 ];
-const DENIED_V6: &[&str] = &["::1/128", "fc00::/7", "fe80::/10", "ff00::/8"];
+pub(crate) const DENIED_V6: &[&str] = &["::1/128", "fc00::/7", "fe80::/10", "ff00::/8"];
 
 /// The nftables ruleset for a sandbox with egress (see [`DENIED_V4`]): also the host's
 /// own addresses and its LAN (connected networks, gateways, resolvers).
@@ -413,8 +458,10 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
         "/etc/nsswitch.conf",
         "passwd: files\ngroup: files\nhosts: files dns\n".into(),
     ));
-    if spec.network == Network::Egress {
-        ops.push(file("/etc/resolv.conf", RESOLV_CONF.into()));
+    match &spec.network {
+        Network::None => {}
+        Network::Egress => ops.push(file("/etc/resolv.conf", RESOLV_CONF.into())),
+        Network::Policy(_) => ops.push(file("/etc/resolv.conf", POLICY_RESOLV_CONF.into())),
     }
     for (source, path, entry) in sources(ctx, |i| &i.etc, &ctx.host.etc) {
         ops.push(match entry {
@@ -678,6 +725,10 @@ fn applied(
         format!("/tmp: tmpfs {} (nosuid, nodev)", format_size(l.tmp_bytes)),
         match net {
             NetworkPlan::LoopbackOnly => "network: none (own namespace, loopback only)".to_string(),
+            NetworkPlan::UserModeNat { policy: Some(_), .. } => match spec.network.policy() {
+                Some(p) => crate::egress::describe(p),
+                None => "network: egress policy".to_string(),
+            },
             NetworkPlan::UserModeNat { .. } => {
                 "network: egress through slirp4netns (no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string()
             }
@@ -760,6 +811,7 @@ mod tests {
             },
             slirp: Some("/usr/bin/slirp4netns".into()),
             nft: Some("/usr/sbin/nft".into()),
+            dns_upstreams: Vec::new(),
             now_ms: 1_000_000,
             owner_pid: Some(42),
             mount_is_file: vec![false],

@@ -57,6 +57,9 @@ pub struct Outcome {
     stderr_dropped: u64,
     #[pyo3(get)]
     duration_ms: u64,
+    /// The egress policy's refusals, as a JSON list.
+    #[pyo3(get)]
+    egress_denied_json: String,
 }
 
 impl From<ExecOutcome> for Outcome {
@@ -71,6 +74,8 @@ impl From<ExecOutcome> for Outcome {
             stdout_dropped: o.stdout_dropped,
             stderr_dropped: o.stderr_dropped,
             duration_ms: o.duration_ms,
+            egress_denied_json: serde_json::to_string(&o.egress_denied)
+                .unwrap_or_else(|_| "[]".into()),
         }
     }
 }

@@ -192,6 +192,38 @@ impl pb::stockade_server::Stockade for Service {
         Ok(Response::new(convert::sandbox_info(&i, pooled)))
     }
 
+    async fn set_network(&self, r: Request<pb::SetNetworkRequest>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let network: stockade::spec::Network =
+            serde_json::from_str(&r.network_json).map_err(|e| {
+                st(Error::InvalidRequest(format!(
+                    "network_json is not a network policy: {e}"
+                )))
+            })?;
+        self.daemon
+            .set_network(&tenant, &r.sandbox_id, &network)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn egress_denied(
+        &self,
+        r: Request<pb::EgressDeniedRequest>,
+    ) -> Reply<pb::EgressDeniedReply> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let d = self
+            .daemon
+            .egress_denied(&tenant, &r.sandbox_id, r.since_ms)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::EgressDeniedReply {
+            denied: d.into_iter().map(convert::denial).collect(),
+        }))
+    }
+
     async fn gc(&self, r: Request<pb::GcRequest>) -> Reply<pb::GcReply> {
         self.tenant(&r)?;
         let rep = self.daemon.gc().await.map_err(st)?;

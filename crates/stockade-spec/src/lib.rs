@@ -9,6 +9,7 @@
 //! This crate does no I/O.
 
 mod language;
+mod network;
 mod size;
 mod validate;
 
@@ -18,6 +19,10 @@ use std::path::PathBuf;
 use serde::{Deserialize, Serialize};
 
 pub use language::{Language, LanguagePreset, PRESETS};
+pub use network::{
+    DEFAULT_ALLOW_PORTS, EgressPolicy, MAX_ENTRY_PORTS, MAX_POLICY_ENTRIES, NetRule, NetTarget,
+    Network, Ports, Protocol,
+};
 pub use size::{format_size, parse_size};
 pub use validate::{SpecError, SpecErrors, ValidatedSpec};
 
@@ -41,18 +46,6 @@ pub const DEFAULT_WORKDIR: &str = "/tmp";
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 /// Default cap on each captured output stream of an exec: 1 MiB.
 pub const DEFAULT_OUTPUT_LIMIT_BYTES: u64 = 1 << 20;
-
-/// Network access of a sandbox.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Network {
-    /// Own network namespace with loopback only (default).
-    #[default]
-    None,
-    /// Outbound access to the internet through a user-mode NAT; nothing of the host's
-    /// own network (its loopback, its services) is reachable.
-    Egress,
-}
 
 /// Resource limits. Defaults are the secure defaults.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -188,7 +181,7 @@ impl Default for Hardening {
 pub struct SandboxSpec {
     /// Image reference; `None` runs on read-only views of the host's `/usr` (host rootfs).
     pub image: Option<String>,
-    /// Network access (default none: loopback only).
+    /// Network access (default none: loopback only); see [`Network`].
     pub network: Network,
     /// Writable root: a tmpfs overlay over the root, discarded at destroy (default false).
     pub writable: bool,

@@ -227,6 +227,11 @@ impl SandboxSpec {
                 format!("image reference {img:?} is empty or has whitespace"),
             );
         }
+        if let Some(p) = self.network.policy() {
+            for (field, message) in p.problems() {
+                bad(field, message);
+            }
+        }
         if errs.is_empty() {
             Ok(ValidatedSpec(self))
         } else {
@@ -265,6 +270,10 @@ mod tests {
         });
         s.workdir = Some("tmp".into());
         s.hostname = "bad host".into();
+        s.network = crate::Network::Policy(crate::EgressPolicy {
+            allow: vec!["pypi.org".into(), "10.1.2.3/24:0".into(), "*.".into()],
+            deny: vec!["nope/ftp".into()],
+        });
         let errs = s.validate().unwrap_err();
         let fields: Vec<_> = errs.0.iter().map(|e| e.field.as_str()).collect();
         assert_eq!(
@@ -279,7 +288,11 @@ mod tests {
                 "mounts[0].target",
                 "mounts[1].target",
                 "workdir",
-                "hostname"
+                "hostname",
+                "network.allow[1]",
+                "network.allow[1]",
+                "network.allow[2]",
+                "network.deny[0]"
             ]
         );
         insta::assert_snapshot!(errs.to_string());

@@ -106,6 +106,7 @@ impl Provider for WasmProvider {
             host_rootfs: false,
             images: true,
             network_egress: false,
+            network_policy: false,
             writable_root: false,
             mounts: true,
             memory_limit: true,

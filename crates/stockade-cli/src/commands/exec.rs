@@ -138,6 +138,9 @@ fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
     if o.oom_killed {
         eprintln!("stockade: the command ran out of memory and was killed");
     }
+    for d in &o.egress_denied {
+        eprintln!("stockade: {d}");
+    }
 }
 
 pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {

@@ -5,12 +5,13 @@ use stockade::Result;
 use super::{Ctx, until};
 
 pub async fn run(ctx: &Ctx, id: &str) -> Result<i32> {
-    let info = ctx.provider()?.inspect(id).await?;
+    let provider = ctx.provider()?;
+    let info = provider.inspect(id).await?;
+    let denied = provider.egress_denied(id, 0).await?;
     if ctx.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&info).unwrap_or_default()
-        );
+        let mut v = serde_json::to_value(&info).unwrap_or_default();
+        v["egress_denied"] = serde_json::to_value(&denied).unwrap_or_default();
+        println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
         return Ok(0);
     }
     println!("id:         {}", info.id);
@@ -27,5 +28,11 @@ pub async fn run(ctx: &Ctx, id: &str) -> Result<i32> {
         "spec:\n{}",
         serde_json::to_string_pretty(&info.spec).unwrap_or_default()
     );
+    if !denied.is_empty() {
+        println!("egress denied:");
+        for d in &denied {
+            println!("  {d}");
+        }
+    }
     Ok(0)
 }

@@ -13,6 +13,7 @@ pub mod inspect;
 pub mod languages;
 pub mod ls;
 pub mod mcp;
+pub mod net;
 pub mod pool;
 pub mod rm;
 pub mod run;

@@ -10,6 +10,7 @@ mod via;
 mod bench;
 mod daemon;
 mod docker_user;
+mod egress;
 mod idrange;
 mod images;
 mod languages;

@@ -183,9 +183,45 @@ impl Daemon {
         if self.limits.tenants_untrusted {
             check_image(provider.name(), spec.image.as_deref())?;
         }
+        self.check_network(&spec.network)?;
         let v = spec.clone().validate()?;
         provider.capabilities().check(provider.name(), &v)?;
         Ok(())
+    }
+
+    /// With tenants, an egress policy may not open the daemon host's private ranges
+    /// (its LAN, its metadata service) to a sandbox: only names and public ranges.
+    pub(super) fn check_network(&self, network: &stockade::spec::Network) -> Result<()> {
+        let Some(p) = network.policy() else {
+            return Ok(());
+        };
+        if !self.limits.tenants_untrusted {
+            return Ok(());
+        }
+        let errs: Vec<stockade::spec::SpecError> = p
+            .allow
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                stockade::spec::NetRule::parse(e)
+                    .ok()
+                    .filter(stockade::spec::NetRule::opens_private)
+                    .map(|r| (i, r))
+            })
+            .map(|(i, r)| stockade::spec::SpecError {
+                field: format!("network.allow[{i}]"),
+                message: format!(
+                    "{} reaches private, link-local or loopback addresses, which tenants of \
+                     this daemon may not open; allow names or public ranges",
+                    r.text
+                ),
+            })
+            .collect();
+        if errs.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::InvalidSpec(stockade::spec::SpecErrors(errs)))
+        }
     }
 
     /// The spec with the labels naming this daemon and the tenant.

@@ -405,6 +405,45 @@ impl Daemon {
         Ok((self.info_of(&p, &rec).await?, rec.template.is_some()))
     }
 
+    /// Replaces the egress policy of one sandbox of the tenant. With tenants, an
+    /// allow entry may not open the daemon host's own or private ranges.
+    pub async fn set_network(
+        &self,
+        tenant: &str,
+        id: &str,
+        network: &stockade::spec::Network,
+    ) -> Result<()> {
+        self.check_network(network)?;
+        let rec = self.record_shown(tenant, id)?;
+        let (_, p) = self.provider(&rec.provider)?;
+        let sb = stockade::Sandbox::attach(p, id).await?;
+        sb.set_network(network).await?;
+        // What inspect shows (the daemon's record of the spec) follows.
+        let updated = {
+            let mut g = self.lock();
+            g.entries.get_mut(id).map(|e| {
+                e.record.spec["network"] = serde_json::to_value(network).unwrap_or_default();
+                e.record.clone()
+            })
+        };
+        if let Some(r) = updated {
+            self.save(&r)?;
+        }
+        Ok(())
+    }
+
+    /// What the egress policy of one sandbox of the tenant refused.
+    pub async fn egress_denied(
+        &self,
+        tenant: &str,
+        id: &str,
+        since_ms: u64,
+    ) -> Result<Vec<stockade::EgressDenial>> {
+        let rec = self.record_shown(tenant, id)?;
+        let (_, p) = self.provider(&rec.provider)?;
+        p.egress_denied(id, since_ms).await
+    }
+
     /// The tenant's sandboxes.
     pub async fn list(&self, tenant: &str) -> Result<Vec<(SandboxInfo, bool)>> {
         let mine: Vec<SandboxRecord> = self

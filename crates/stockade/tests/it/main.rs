@@ -7,6 +7,7 @@
 mod attacks;
 mod behaviour;
 mod conformance;
+mod egress;
 mod files;
 mod kernel;
 mod lifecycle;

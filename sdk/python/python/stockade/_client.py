@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Literal, Union
 
 from . import _native
-from ._spec import MountLike, Size, build_spec, spec_json
+from ._spec import MountLike, NetworkLike, Size, build_spec, spec_json
 from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
 from .errors import InvalidSpecError, UnavailableError
 
@@ -374,7 +374,7 @@ class Stockade(_Client):
         self,
         image: str | None = None,
         language: str | None = None,
-        network: bool = False,
+        network: NetworkLike = False,
         writable: bool = False,
         timeout_secs: int = 300,
         memory: Size = "512m",
@@ -604,7 +604,7 @@ class AsyncStockade(_Client):
         self,
         image: str | None = None,
         language: str | None = None,
-        network: bool = False,
+        network: NetworkLike = False,
         writable: bool = False,
         timeout_secs: int = 300,
         memory: Size = "512m",

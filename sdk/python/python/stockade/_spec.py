@@ -71,10 +71,37 @@ def _number_problems(**values: Any) -> list[str]:
     return problems
 
 
+NetworkLike = Union[bool, str, Sequence[str], Mapping[str, Sequence[str]]]
+
+
+def network_value(network: NetworkLike) -> Any:
+    """The spec's ``network``: ``False``/``"none"`` (default), ``True``/``"all"`` (the
+    public internet), a list of allow entries (``["pypi.org", "10.1.2.0/24:5432"]``),
+    or ``{"allow": [...], "deny": [...]}``. The core checks every entry."""
+    if isinstance(network, bool):
+        return "egress" if network else "none"
+    if isinstance(network, str):
+        if network in ("none", "egress", "all"):
+            return network
+        raise InvalidSpecError(
+            f"network={network!r} is not 'none' or 'all'; an allowlist is a list: network=[{network!r}]"
+        )
+    if isinstance(network, Mapping):
+        unknown = set(network) - {"allow", "deny"}
+        if unknown:
+            raise InvalidSpecError(f"network policy has unknown keys {sorted(unknown)}; use 'allow' and 'deny'")
+        return {"allow": list(network.get("allow", [])), "deny": list(network.get("deny", []))}
+    entries = list(network)
+    bad = [e for e in entries if not isinstance(e, str)]
+    if bad:
+        raise InvalidSpecError(f"network entries must be strings, not {bad!r}")
+    return entries
+
+
 def build_spec(
     *,
     image: str | None = None,
-    network: bool = False,
+    network: NetworkLike = False,
     writable: bool = False,
     timeout_secs: int = 300,
     memory: Size = "512m",
@@ -106,7 +133,7 @@ def build_spec(
         workdir = workdir or WORKSPACE
     spec: dict[str, Any] = {
         "image": image,
-        "network": "egress" if network else "none",
+        "network": network_value(network),
         "writable": bool(writable),
         "timeout_secs": timeout_secs,
         "idle_timeout_secs": idle_timeout_secs,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -26,6 +27,10 @@ class ExecResult:
     stderr_dropped: int = 0
     duration: float = 0.0
     """Wall time in seconds."""
+    egress_denied: list[dict[str, Any]] = field(default_factory=list)
+    """What the sandbox's egress policy refused during the command: dicts with
+    ``at_ms``, ``protocol`` (tcp, udp, dns), ``destination``, ``port``, ``name`` and
+    ``rule``."""
 
     @property
     def stdout(self) -> str:
@@ -57,6 +62,7 @@ class ExecResult:
             "stdout_dropped_bytes": self.stdout_dropped,
             "stderr_dropped_bytes": self.stderr_dropped,
             "duration_ms": round(self.duration * 1000),
+            "egress_denied": self.egress_denied,
         }
 
     @classmethod
@@ -72,6 +78,7 @@ class ExecResult:
             stdout_dropped=o.stdout_dropped,
             stderr_dropped=o.stderr_dropped,
             duration=o.duration_ms / 1000,
+            egress_denied=json.loads(o.egress_denied_json),
         )
 
 

@@ -1,0 +1,663 @@
+//! The monitor's side of an egress policy: the sandbox's only resolver, and the
+//! control socket (`net.sock`) through which the host reads denials and replaces the
+//! policy.
+//!
+//! The resolver listens on port 53 of the sandbox's network namespace (a socket made
+//! there while the monitor briefly entered it) and forwards allowed lookups from a
+//! socket made in the host's namespace, so its upstream traffic never crosses the
+//! sandbox's firewall: nothing there needs an exemption that code could use. Names
+//! that are not allowed are answered NXDOMAIN at once and nothing is sent. Each
+//! answer's addresses are added to the sandbox's nftables sets before the answer is
+//! passed on, for the record's TTL (at least `MIN_ANSWER_TTL_SECS`).
+
+use std::collections::{HashMap, VecDeque};
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::unix::net::UnixListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hickory_proto::op::{Message, MessageType, OpCode, ResponseCode};
+use hickory_proto::rr::RData;
+use nix::sched::CloneFlags;
+use nix::unistd::Pid;
+use stockade_agent_proto::launch::{
+    EgressPlan, MIN_ANSWER_TTL_SECS, NameRule, NetReply, NetRequest,
+};
+use stockade_agent_proto::{EgressDenial, now_ms};
+
+/// Lookup denials kept (the oldest go first).
+const MAX_DNS_DENIALS: usize = 1024;
+/// The deny sets' element timeout (`timeout 1h` in the ruleset).
+const DENY_SET_TIMEOUT_MS: u64 = 3_600_000;
+/// How long one upstream resolver gets to answer.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// The deny chains of the ruleset (see `stockade-native`'s `egress` module) and the
+/// rule each reports.
+const DENY_CHAINS: &[(&str, &str)] = &[
+    ("deny_list", "denylist"),
+    ("deny_host", "host or private range"),
+    ("deny_other", "not in the allowlist"),
+];
+
+/// The sockets of a policy sandbox, made while the monitor is single-threaded.
+pub struct Sockets {
+    listen: UdpSocket,
+    upstream4: UdpSocket,
+    upstream6: Option<UdpSocket>,
+    control: UnixListener,
+    netns: fs::File,
+}
+
+/// Makes the resolver's sockets: the listener inside the sandbox's network namespace
+/// (entered and left by this thread), the upstream ones and the control socket here.
+pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
+    let upstream4 = UdpSocket::bind("0.0.0.0:0")
+        .map_err(|e| format!("cannot open the resolver's upstream socket: {e}"))?;
+    let upstream6 = UdpSocket::bind("[::]:0").ok();
+    let ours = fs::File::open("/proc/self/ns/net")
+        .map_err(|e| format!("cannot open our network namespace: {e}"))?;
+    let netns = fs::File::open(format!("/proc/{}/ns/net", child.as_raw()))
+        .map_err(|e| format!("cannot open the sandbox's network namespace: {e}"))?;
+    nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
+    let listen = UdpSocket::bind("0.0.0.0:53");
+    nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
+        .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
+    let listen =
+        listen.map_err(|e| format!("cannot listen on port 53 in the sandbox's namespace: {e}"))?;
+    let path = state_dir.join("net.sock");
+    let _ = fs::remove_file(&path);
+    let control = UnixListener::bind(&path)
+        .map_err(|e| format!("cannot listen on {}: {e}", path.display()))?;
+    Ok(Sockets {
+        listen,
+        upstream4,
+        upstream6,
+        control,
+        netns,
+    })
+}
+
+struct Shared {
+    policy: Mutex<EgressPlan>,
+    /// Address -> the allowed name it was last resolved from.
+    resolved: Mutex<HashMap<IpAddr, (String, Instant)>>,
+    dns_denials: Mutex<VecDeque<EgressDenial>>,
+    /// Serializes nft runs (a policy swap replaces the table the resolver adds to).
+    nft_lock: Mutex<()>,
+    nft: String,
+    state_dir: PathBuf,
+}
+
+/// Starts the resolver and control threads (the caller has blocked the signals it
+/// handles, so these threads inherit the mask).
+pub fn start(
+    s: Sockets,
+    policy: EgressPlan,
+    nft: String,
+    state_dir: PathBuf,
+) -> Result<(), String> {
+    let shared = Arc::new(Shared {
+        policy: Mutex::new(policy),
+        resolved: Mutex::new(HashMap::new()),
+        dns_denials: Mutex::new(VecDeque::new()),
+        nft_lock: Mutex::new(()),
+        nft,
+        state_dir,
+    });
+    let netns2 = s
+        .netns
+        .try_clone()
+        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+    let sh = shared.clone();
+    let (listen, up4, up6, netns) = (s.listen, s.upstream4, s.upstream6, s.netns);
+    std::thread::Builder::new()
+        .name("resolver".into())
+        .spawn(move || {
+            if nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET).is_ok() {
+                serve_dns(&sh, &listen, &up4, up6.as_ref());
+            }
+        })
+        .map_err(|e| format!("cannot start the resolver: {e}"))?;
+    let control = s.control;
+    std::thread::Builder::new()
+        .name("net-control".into())
+        .spawn(move || {
+            if nix::sched::setns(&netns2, CloneFlags::CLONE_NEWNET).is_ok() {
+                serve_control(&shared, &control);
+            }
+        })
+        .map_err(|e| format!("cannot start the network control thread: {e}"))?;
+    Ok(())
+}
+
+fn serve_dns(sh: &Shared, listen: &UdpSocket, up4: &UdpSocket, up6: Option<&UdpSocket>) {
+    let mut buf = vec![0u8; 4096];
+    // Upstream ids are ours (the client's is put back in the answer), so a late answer
+    // to an earlier query is never taken for the current one.
+    let mut next_id = (now_ms() & 0xffff) as u16;
+    loop {
+        let Ok((n, from)) = listen.recv_from(&mut buf) else {
+            continue;
+        };
+        next_id = next_id.wrapping_add(1);
+        if let Some(reply) = answer(sh, &buf[..n], up4, up6, next_id) {
+            let _ = listen.send_to(&reply, from);
+        }
+    }
+}
+
+fn normalize(name: &str) -> String {
+    name.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// The answer to one query: refused locally, or forwarded and passed back.
+fn answer(
+    sh: &Shared,
+    query: &[u8],
+    up4: &UdpSocket,
+    up6: Option<&UdpSocket>,
+    upstream_id: u16,
+) -> Option<Vec<u8>> {
+    let q = Message::from_vec(query).ok()?;
+    if q.metadata.message_type != MessageType::Query {
+        return None;
+    }
+    let refuse = |code: ResponseCode| {
+        let mut r = Message::error_msg(q.metadata.id, q.metadata.op_code, code);
+        r.metadata.recursion_desired = q.metadata.recursion_desired;
+        r.metadata.recursion_available = true;
+        r.add_queries(q.queries.clone());
+        r.to_vec().ok()
+    };
+    if q.metadata.op_code != OpCode::Query || q.queries.len() != 1 {
+        return refuse(ResponseCode::Refused);
+    }
+    let name = normalize(&q.queries[0].name().to_ascii());
+    let policy = sh.policy.lock().map(|p| p.clone()).ok()?;
+    let rule = if let Some(d) = policy.deny.iter().find(|r| r.matches(&name)) {
+        Some(format!("denylist: {}", d.text))
+    } else if !policy.allow.iter().any(|r| r.matches(&name)) {
+        Some("not in the allowlist".to_string())
+    } else {
+        None
+    };
+    if let Some(rule) = rule {
+        record_dns(sh, &name, rule);
+        return refuse(ResponseCode::NXDomain);
+    }
+    let allows: Vec<&NameRule> = policy.allow.iter().filter(|r| r.matches(&name)).collect();
+    let mut out = query.to_vec();
+    out[..2].copy_from_slice(&upstream_id.to_be_bytes());
+    let Some(mut reply) = forward(&out, &policy.upstreams, up4, up6, upstream_id) else {
+        return refuse(ResponseCode::ServFail);
+    };
+    if let Ok(m) = Message::from_vec(&reply) {
+        let mut addrs = Vec::new();
+        for rec in &m.answers {
+            let ip = match &rec.data {
+                RData::A(a) => IpAddr::V4(a.0),
+                RData::AAAA(a) => IpAddr::V6(a.0),
+                _ => continue,
+            };
+            addrs.push((ip, rec.ttl.max(MIN_ANSWER_TTL_SECS)));
+        }
+        // An address this name opened that stays open for more than half of the new
+        // TTL needs no nft run (most lookups repeat a recent one).
+        let fresh: Vec<(IpAddr, u32)> = match sh.resolved.lock() {
+            Ok(r) => {
+                let now = Instant::now();
+                addrs
+                    .iter()
+                    .filter(|(ip, ttl)| {
+                        !r.get(ip).is_some_and(|(n, until)| {
+                            *n == name && *until > now + Duration::from_secs(u64::from(*ttl) / 2)
+                        })
+                    })
+                    .copied()
+                    .collect()
+            }
+            Err(_) => addrs.clone(),
+        };
+        if !fresh.is_empty() {
+            let addrs = fresh;
+            if let Err(e) = open_addresses(sh, &addrs, &allows) {
+                eprintln!("stockade monitor: {e}");
+                // Not opened: the answer would lead to a refusal; say so instead.
+                return refuse(ResponseCode::ServFail);
+            }
+            if let Ok(mut r) = sh.resolved.lock() {
+                let now = Instant::now();
+                r.retain(|_, (_, until)| *until > now);
+                for (ip, ttl) in &addrs {
+                    r.insert(
+                        *ip,
+                        (name.clone(), now + Duration::from_secs(u64::from(*ttl))),
+                    );
+                }
+            }
+        }
+    }
+    reply[..2].copy_from_slice(&q.metadata.id.to_be_bytes());
+    Some(reply)
+}
+
+fn forward(
+    query: &[u8],
+    upstreams: &[String],
+    up4: &UdpSocket,
+    up6: Option<&UdpSocket>,
+    id: u16,
+) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; 4096];
+    for up in upstreams {
+        let Ok(addr) = up.parse::<SocketAddr>() else {
+            continue;
+        };
+        let sock = match addr {
+            SocketAddr::V4(_) => up4,
+            SocketAddr::V6(_) => match up6 {
+                Some(s) => s,
+                None => continue,
+            },
+        };
+        if sock.send_to(query, addr).is_err() {
+            continue;
+        }
+        let deadline = Instant::now() + UPSTREAM_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
+                break;
+            }
+            match sock.recv_from(&mut buf) {
+                Ok((n, from)) if from == addr && n >= 2 && buf[..2] == id.to_be_bytes() => {
+                    return Some(buf[..n].to_vec());
+                }
+                Ok(_) => continue,
+                Err(_) => break,
+            }
+        }
+    }
+    None
+}
+
+fn record_dns(sh: &Shared, name: &str, rule: String) {
+    if let Ok(mut d) = sh.dns_denials.lock() {
+        if d.len() >= MAX_DNS_DENIALS {
+            d.pop_front();
+        }
+        d.push_back(EgressDenial {
+            at_ms: now_ms(),
+            protocol: "dns".into(),
+            destination: name.to_string(),
+            port: None,
+            name: Some(name.to_string()),
+            rule,
+        });
+    }
+}
+
+/// Adds resolved addresses to the allow sets with their TTL. An element already there
+/// is deleted and added again in the same transaction, so its timeout starts anew.
+fn open_addresses(sh: &Shared, addrs: &[(IpAddr, u32)], rules: &[&NameRule]) -> Result<(), String> {
+    let mut elems: HashMap<&'static str, Vec<(String, u32)>> = HashMap::new();
+    for (ip, ttl) in addrs {
+        let v6 = ip.is_ipv6();
+        for r in rules {
+            for proto in &r.protocols {
+                match &r.ports {
+                    None => elems
+                        .entry(if v6 { "allowany6" } else { "allowany4" })
+                        .or_default()
+                        .push((format!("{ip} . {proto}"), *ttl)),
+                    Some(ports) => {
+                        for p in ports {
+                            elems
+                                .entry(if v6 { "allow6" } else { "allow4" })
+                                .or_default()
+                                .push((format!("{ip} . {proto} . {p}"), *ttl));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let mut batch = String::new();
+    for (set, list) in &elems {
+        let with: Vec<String> = list
+            .iter()
+            .map(|(e, t)| format!("{e} timeout {t}s"))
+            .collect();
+        let bare: Vec<&str> = list.iter().map(|(e, _)| e.as_str()).collect();
+        batch.push_str(&format!(
+            "add element inet stockade {set} {{ {} }}\n",
+            with.join(", ")
+        ));
+        batch.push_str(&format!(
+            "delete element inet stockade {set} {{ {} }}\n",
+            bare.join(", ")
+        ));
+        batch.push_str(&format!(
+            "add element inet stockade {set} {{ {} }}\n",
+            with.join(", ")
+        ));
+    }
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let _g = sh.nft_lock.lock();
+    run_nft(&sh.nft, &["-f", "-"], Some(&batch)).map(drop)
+}
+
+fn run_nft(nft: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+    let mut child = Command::new(nft)
+        .args(args)
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot run {nft}: {e}"))?;
+    if let (Some(text), Some(mut i)) = (stdin, child.stdin.take()) {
+        let _ = i.write_all(text.as_bytes());
+    }
+    let out = child
+        .wait_with_output()
+        .map_err(|e| format!("cannot run {nft}: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "{nft} {} failed: {}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+fn serve_control(sh: &Shared, control: &UnixListener) {
+    for conn in control.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(Duration::from_secs(10)));
+        let mut line = String::new();
+        if BufReader::new(&conn).read_line(&mut line).is_err() {
+            continue;
+        }
+        let reply = match serde_json::from_str::<NetRequest>(&line) {
+            Ok(NetRequest::Denials { since_ms }) => match denials(sh, since_ms) {
+                Ok(d) => NetReply::Denials(d),
+                Err(e) => NetReply::Failed(e),
+            },
+            Ok(NetRequest::SetPolicy {
+                firewall,
+                policy,
+                network,
+            }) => match set_policy(sh, &firewall, policy, network) {
+                Ok(()) => NetReply::Done,
+                Err(e) => NetReply::Failed(e),
+            },
+            Err(e) => NetReply::Failed(format!("bad request: {e}")),
+        };
+        let _ = conn.write_all(&serde_json::to_vec(&reply).unwrap_or_default());
+    }
+}
+
+/// Every denial at or after `since_ms`: lookups from memory, connections from the
+/// deny chains' sets.
+fn denials(sh: &Shared, since_ms: u64) -> Result<Vec<EgressDenial>, String> {
+    let text = {
+        let _g = sh.nft_lock.lock();
+        run_nft(&sh.nft, &["list", "table", "inet", "stockade"], None)?
+    };
+    let now = now_ms();
+    let resolved = sh.resolved.lock().map(|r| r.clone()).unwrap_or_default();
+    let mut out: Vec<EgressDenial> = sh
+        .dns_denials
+        .lock()
+        .map(|d| d.iter().filter(|d| d.at_ms >= since_ms).cloned().collect())
+        .unwrap_or_default();
+    for (set, elems) in parse_set_elements(&text) {
+        let Some((_, rule)) = DENY_CHAINS
+            .iter()
+            .find(|(c, _)| set.strip_prefix(c).is_some_and(|f| f == "4" || f == "6"))
+        else {
+            continue;
+        };
+        for e in elems {
+            let at_ms = now.saturating_sub(e.timeout_ms.saturating_sub(e.expires_ms));
+            if at_ms < since_ms {
+                continue;
+            }
+            let name = e
+                .addr
+                .parse::<IpAddr>()
+                .ok()
+                .and_then(|ip| resolved.get(&ip).map(|(n, _)| n.clone()));
+            out.push(EgressDenial {
+                at_ms,
+                protocol: e.proto,
+                destination: e.addr,
+                port: Some(e.port),
+                name,
+                rule: (*rule).to_string(),
+            });
+        }
+    }
+    out.sort_by_key(|d| d.at_ms);
+    // One entry per destination and rule (a lookup asks for A and AAAA): the latest.
+    let mut seen = std::collections::HashSet::new();
+    let mut dedup: Vec<EgressDenial> = out
+        .into_iter()
+        .rev()
+        .filter(|d| {
+            seen.insert((
+                d.protocol.clone(),
+                d.destination.clone(),
+                d.port,
+                d.rule.clone(),
+            ))
+        })
+        .collect();
+    dedup.reverse();
+    Ok(dedup)
+}
+
+/// One element of a deny set as `nft list` prints it.
+#[derive(Debug, PartialEq, Eq)]
+struct DeniedElem {
+    addr: String,
+    proto: String,
+    port: u16,
+    timeout_ms: u64,
+    expires_ms: u64,
+}
+
+/// The elements of each set in `nft list table` output.
+fn parse_set_elements(text: &str) -> Vec<(String, Vec<DeniedElem>)> {
+    let mut out = Vec::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("set ") {
+        rest = &rest[i + 4..];
+        let name: String = rest.chars().take_while(|c| !c.is_whitespace()).collect();
+        let end = rest
+            .find("\n\t}")
+            .or_else(|| rest.find("\n  }"))
+            .unwrap_or(rest.len());
+        let body = &rest[..end];
+        let mut elems = Vec::new();
+        if let Some(j) = body.find("elements = {") {
+            let list = &body[j + "elements = {".len()..];
+            let list = list.split('}').next().unwrap_or("");
+            for e in list.split(',') {
+                if let Some(d) = parse_elem(e) {
+                    elems.push(d);
+                }
+            }
+        }
+        out.push((name, elems));
+        rest = &rest[end..];
+    }
+    out
+}
+
+fn parse_elem(e: &str) -> Option<DeniedElem> {
+    let words: Vec<&str> = e.split_whitespace().collect();
+    // ADDR . PROTO . PORT timeout T expires E
+    if words.len() < 5 || words[1] != "." || words[3] != "." {
+        return None;
+    }
+    let proto = match words[2] {
+        "6" => "tcp",
+        "17" => "udp",
+        p => p,
+    }
+    .to_string();
+    let port = words[4].parse().ok()?;
+    let field = |k: &str| {
+        words
+            .iter()
+            .position(|w| *w == k)
+            .and_then(|i| words.get(i + 1))
+            .and_then(|v| parse_duration_ms(v))
+    };
+    Some(DeniedElem {
+        addr: words[0].to_string(),
+        proto,
+        port,
+        // Printed only when it differs from the set's own (one hour).
+        timeout_ms: field("timeout").unwrap_or(DENY_SET_TIMEOUT_MS),
+        expires_ms: field("expires").unwrap_or(0),
+    })
+}
+
+/// nft's durations: `1h`, `59m59s987ms`, `3d2h`.
+fn parse_duration_ms(s: &str) -> Option<u64> {
+    let mut total = 0u64;
+    let mut num = String::new();
+    let mut chars = s.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c.is_ascii_digit() {
+            num.push(c);
+            continue;
+        }
+        let n: u64 = num.parse().ok()?;
+        num.clear();
+        let unit = match c {
+            'd' => 86_400_000,
+            'h' => 3_600_000,
+            'm' if chars.peek() == Some(&'s') => {
+                chars.next();
+                1
+            }
+            'm' => 60_000,
+            's' => 1000,
+            _ => return None,
+        };
+        total += n * unit;
+    }
+    num.is_empty().then_some(total)
+}
+
+/// Replaces the ruleset in one transaction, the resolver's rules, and the spec's
+/// `network` in `state.json`. Addresses resolved before stay open only where the new
+/// policy still allows their name.
+fn set_policy(
+    sh: &Shared,
+    firewall: &str,
+    policy: EgressPlan,
+    network: serde_json::Value,
+) -> Result<(), String> {
+    let mut batch = String::from("add table inet stockade\ndelete table inet stockade\n");
+    batch.push_str(firewall);
+    {
+        let _g = sh.nft_lock.lock();
+        run_nft(&sh.nft, &["-f", "-"], Some(&batch))?;
+        if let Ok(mut p) = sh.policy.lock() {
+            *p = policy.clone();
+        }
+    }
+    let now = Instant::now();
+    let kept: Vec<(IpAddr, String, u32)> = sh
+        .resolved
+        .lock()
+        .map(|r| {
+            r.iter()
+                .filter(|(_, (_, until))| *until > now)
+                .map(|(ip, (n, until))| (*ip, n.clone(), (*until - now).as_secs().max(1) as u32))
+                .collect()
+        })
+        .unwrap_or_default();
+    for (ip, name, ttl) in kept {
+        if policy.deny.iter().any(|r| r.matches(&name)) {
+            continue;
+        }
+        let rules: Vec<&NameRule> = policy.allow.iter().filter(|r| r.matches(&name)).collect();
+        if !rules.is_empty() {
+            open_addresses(sh, &[(ip, ttl)], &rules)?;
+        }
+    }
+    let path = sh.state_dir.join("state.json");
+    if let Ok(text) = fs::read_to_string(&path)
+        && let Ok(mut st) = serde_json::from_str::<serde_json::Value>(&text)
+    {
+        st["spec"]["network"] = network;
+        let tmp = sh.state_dir.join("state.json.net");
+        if fs::write(&tmp, serde_json::to_vec_pretty(&st).unwrap_or_default()).is_ok() {
+            let _ = fs::rename(&tmp, &path);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_nft_durations() {
+        assert_eq!(parse_duration_ms("1h"), Some(3_600_000));
+        assert_eq!(parse_duration_ms("59m59s987ms"), Some(3_599_987));
+        assert_eq!(parse_duration_ms("2s"), Some(2000));
+        assert_eq!(parse_duration_ms("1x"), None);
+    }
+
+    #[test]
+    fn parses_deny_sets_from_nft_list() {
+        let text = "table inet stockade {\n\tset allow4 {\n\t\ttype ipv4_addr . inet_proto . inet_service\n\t\tflags timeout\n\t}\n\tset deny_other4 {\n\t\ttype ipv4_addr . inet_proto . inet_service\n\t\tsize 4096\n\t\tflags dynamic,timeout\n\t\ttimeout 1h\n\t\telements = { 104.16.1.34 . tcp . 443 expires 59m58s500ms,\n\t\t\t     192.0.2.1 . udp . 53 timeout 1h expires 59m59s }\n\t}\n}\n";
+        let sets = parse_set_elements(text);
+        let other = sets.iter().find(|(n, _)| n == "deny_other4").unwrap();
+        assert_eq!(
+            other.1,
+            vec![
+                DeniedElem {
+                    addr: "104.16.1.34".into(),
+                    proto: "tcp".into(),
+                    port: 443,
+                    timeout_ms: 3_600_000,
+                    expires_ms: 3_598_500
+                },
+                DeniedElem {
+                    addr: "192.0.2.1".into(),
+                    proto: "udp".into(),
+                    port: 53,
+                    timeout_ms: 3_600_000,
+                    expires_ms: 3_599_000
+                }
+            ]
+        );
+        assert!(
+            sets.iter()
+                .find(|(n, _)| n == "allow4")
+                .unwrap()
+                .1
+                .is_empty()
+        );
+    }
+}

@@ -1,0 +1,425 @@
+//! Egress policy (issue 18), with real traffic: an allowlist opens its names and
+//! nothing else, lookups of other names never leave the host, refusals are immediate
+//! and recorded, and the policy of a running sandbox can be replaced.
+
+use std::net::{SocketAddr, UdpSocket};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use stockade::spec::{EgressPolicy, Network};
+use stockade::{CreateOptions, EgressDenial, NativeProvider, Sandbox, SandboxSpec};
+
+use crate::*;
+
+/// Root, slirp4netns and nft, or a loud skip (a failure in CI).
+fn require_egress(test: &str) -> bool {
+    if !require_root(test) {
+        return false;
+    }
+    for (tool, pkg) in [("slirp4netns", "slirp4netns"), ("nft", "nftables")] {
+        let found = ["/usr/bin", "/usr/sbin", "/bin", "/sbin"]
+            .iter()
+            .any(|d| std::path::Path::new(d).join(tool).exists());
+        if !found {
+            let msg = format!("{test} needs {tool}: apt-get install {pkg}");
+            assert!(std::env::var_os("CI").is_none(), "{msg}");
+            eprintln!("SKIPPED: {msg}");
+            return false;
+        }
+    }
+    true
+}
+
+/// A resolver on the host's loopback that forwards to the host's own and writes
+/// down every name it is asked: what reaches "upstream" is what it saw.
+struct FakeUpstream {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl FakeUpstream {
+    fn start() -> FakeUpstream {
+        let real: SocketAddr = std::fs::read_to_string("/etc/resolv.conf")
+            .unwrap()
+            .lines()
+            .find_map(|l| l.strip_prefix("nameserver "))
+            .map(|a| format!("{}:53", a.trim()).parse().unwrap())
+            .expect("a nameserver in /etc/resolv.conf");
+        let sock = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let addr = sock.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = seen.clone();
+        std::thread::spawn(move || {
+            let up = UdpSocket::bind("0.0.0.0:0").unwrap();
+            up.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut buf = [0u8; 4096];
+            let mut ans = [0u8; 4096];
+            loop {
+                let Ok((n, from)) = sock.recv_from(&mut buf) else {
+                    return;
+                };
+                log.lock().unwrap().push(qname(&buf[..n]));
+                if up.send_to(&buf[..n], real).is_ok()
+                    && let Ok((m, _)) = up.recv_from(&mut ans)
+                {
+                    let _ = sock.send_to(&ans[..m], from);
+                }
+            }
+        });
+        FakeUpstream { addr, seen }
+    }
+
+    fn saw(&self, name: &str) -> bool {
+        self.seen
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|n| n.eq_ignore_ascii_case(name))
+    }
+}
+
+/// The question name of a DNS query (labels from offset 12).
+fn qname(msg: &[u8]) -> String {
+    let mut labels = Vec::new();
+    let mut i = 12;
+    while let Some(&len) = msg.get(i) {
+        if len == 0 || len & 0xc0 != 0 {
+            break;
+        }
+        let l = usize::from(len);
+        labels.push(
+            String::from_utf8_lossy(msg.get(i + 1..i + 1 + l).unwrap_or_default()).into_owned(),
+        );
+        i += 1 + l;
+    }
+    labels.join(".")
+}
+
+async fn policy_sandbox(upstream: &FakeUpstream, policy: EgressPolicy) -> Sandbox {
+    let provider = Arc::new(NativeProvider::from(
+        stockade::NativeLauncher::with_state_root(state_root())
+            .with_dns_upstreams(&[upstream.addr]),
+    ));
+    let spec = SandboxSpec {
+        network: Network::Policy(policy),
+        ..Default::default()
+    };
+    Sandbox::create(
+        provider,
+        spec,
+        CreateOptions {
+            owner_pid: Some(std::process::id()),
+        },
+    )
+    .await
+    .expect("create a sandbox with an egress policy")
+}
+
+fn host_ip(name: &str) -> String {
+    use std::net::ToSocketAddrs;
+    (name, 443)
+        .to_socket_addrs()
+        .unwrap_or_else(|e| panic!("the host cannot resolve {name}: {e}"))
+        .find(SocketAddr::is_ipv4)
+        .unwrap()
+        .ip()
+        .to_string()
+}
+
+/// One of the host's own addresses, not loopback.
+fn host_address() -> String {
+    let fib = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
+    fib.lines()
+        .zip(fib.lines().skip(1))
+        .filter(|(_, b)| b.contains("/32 host LOCAL"))
+        .map(|(a, _)| a.trim().trim_start_matches("|-- ").to_string())
+        .find(|a| !a.starts_with("127."))
+        .expect("the host has an address besides loopback")
+}
+
+fn find<'a>(
+    d: &'a [EgressDenial],
+    proto: &str,
+    dest: &str,
+    port: Option<u16>,
+) -> Option<&'a EgressDenial> {
+    d.iter()
+        .find(|x| x.protocol == proto && x.destination == dest && x.port == port)
+}
+
+#[tokio::test]
+async fn an_allowlist_opens_its_names_and_refuses_everything_else_at_once() {
+    if !require_egress("an_allowlist_opens_its_names_and_refuses_everything_else_at_once") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+        },
+    )
+    .await;
+    // npm's address as the host sees it: reachable from the host, not allowed here.
+    let npm_ip = host_ip("registry.npmjs.org");
+    let host = host_address();
+    let code = format!(
+        r#"
+import socket, time, urllib.request
+def refused(addr, port):
+    t = time.monotonic()
+    try:
+        socket.create_connection((addr, port), timeout=5).close(); return 'connected'
+    except OSError as e:
+        return '%s %d' % (e.errno, (time.monotonic() - t) * 1000)
+try:
+    socket.getaddrinfo('registry.npmjs.org', 443); print('npm name: resolved')
+except socket.gaierror as e:
+    print('npm name: nxdomain', e.errno)
+print('npm ip:', refused('{npm_ip}', 443))
+print('metadata:', refused('169.254.169.254', 80))
+print('host:', refused('{host}', 22))
+print('other ip:', refused('1.1.1.1', 443))
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); u.settimeout(2)
+u.connect(('1.1.1.1', 53))
+try:
+    u.send(b'x'); u.recv(16); print('udp: answered')
+except OSError as e:
+    print('udp:', e.errno)
+r = urllib.request.urlopen('https://pypi.org/simple/six/', timeout=30)
+print('pypi:', r.status, len(r.read()) > 0)
+"#
+    );
+    let out = py(&sb, &code, 60_000).await;
+    let s = text(&out.stdout);
+    let report = format!(
+        "{s}\n{}\n{:#?}\nall: {:#?}",
+        text(&out.stderr),
+        out.egress_denied,
+        sb.egress_denied(0).await
+    );
+    assert!(
+        s.contains("npm name: nxdomain"),
+        "a disallowed name resolved: {report}"
+    );
+    assert!(
+        s.contains("pypi: 200 True"),
+        "the allowed name is not reachable: {report}"
+    );
+    // Every refusal is ECONNREFUSED (111) well within 100 ms, never a hang.
+    for what in ["npm ip:", "metadata:", "host:", "other ip:"] {
+        let line = s
+            .lines()
+            .find(|l| l.starts_with(what))
+            .unwrap_or_else(|| panic!("{what} missing: {report}"));
+        let mut f = line[what.len()..].split_whitespace();
+        assert_eq!(f.next(), Some("111"), "{what} not refused: {report}");
+        let ms: u64 = f.next().unwrap().parse().unwrap();
+        assert!(ms < 100, "{what} took {ms} ms to be refused: {report}");
+    }
+    // Refused at once: EPERM from the send (the kernel reports a packet rejected on
+    // its way out), or ECONNREFUSED when the ICMP answer comes first.
+    assert!(
+        s.contains("udp: 1\n") || s.contains("udp: 111"),
+        "udp to another resolver was not refused: {report}"
+    );
+    // Nothing about the disallowed name reached the upstream resolver.
+    assert!(
+        upstream.saw("pypi.org"),
+        "the allowed name did not go upstream: {report}"
+    );
+    assert!(
+        !upstream.saw("registry.npmjs.org"),
+        "a disallowed lookup left the host: {:?}",
+        upstream.seen.lock().unwrap()
+    );
+    // And the exec result says what was refused, by which rule.
+    let d = &out.egress_denied;
+    let dns = find(d, "dns", "registry.npmjs.org", None).unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(dns.rule, "not in the allowlist");
+    assert!(dns.to_string().contains("registry.npmjs.org"), "{dns}");
+    assert_eq!(
+        find(d, "tcp", &npm_ip, Some(443)).map(|x| x.rule.as_str()),
+        Some("not in the allowlist"),
+        "{report}"
+    );
+    assert_eq!(
+        find(d, "tcp", "169.254.169.254", Some(80)).map(|x| x.rule.as_str()),
+        Some("host or private range"),
+        "{report}"
+    );
+    assert_eq!(
+        find(d, "tcp", &host, Some(22)).map(|x| x.rule.as_str()),
+        Some("host or private range"),
+        "{report}"
+    );
+    assert!(find(d, "udp", "1.1.1.1", Some(53)).is_some(), "{report}");
+    // A later exec does not inherit them; the sandbox's record keeps them all.
+    let quiet = sh(&sb, "true", 10_000).await;
+    assert!(quiet.egress_denied.is_empty(), "{:?}", quiet.egress_denied);
+    assert!(sb.egress_denied(0).await.unwrap().len() >= 5);
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn a_denied_name_wins_and_an_ip_literal_is_not_a_way_around() {
+    if !require_egress("a_denied_name_wins_and_an_ip_literal_is_not_a_way_around") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            // Port 443 only on both: on hosts where every name shares one proxy
+            // address, a port 80 entry for one would open port 80 for all.
+            allow: vec!["*.debian.org:443".into(), "pypi.org:443".into()],
+            deny: vec!["security.debian.org".into()],
+        },
+    )
+    .await;
+    let code = "import socket\n\
+                for n in ['deb.debian.org', 'security.debian.org', 'debian.org']:\n\
+                \x20   try:\n        socket.getaddrinfo(n, 443); print(n, 'resolved')\n\
+                \x20   except socket.gaierror: print(n, 'nxdomain')\n\
+                s = socket.create_connection(('pypi.org', 443), timeout=10); print('pypi 443 ok'); s.close()\n\
+                try:\n    socket.create_connection(('pypi.org', 80), timeout=5); print('pypi 80 open')\n\
+                except OSError as e: print('pypi 80', e.errno)\n";
+    let out = py(&sb, code, 30_000).await;
+    let s = text(&out.stdout);
+    let report = format!("{s}\n{}\n{:#?}", text(&out.stderr), out.egress_denied);
+    assert!(s.contains("deb.debian.org resolved"), "{report}");
+    assert!(
+        s.contains("security.debian.org nxdomain"),
+        "the denylist did not win: {report}"
+    );
+    assert!(
+        s.contains("debian.org nxdomain"),
+        "*.debian.org must not cover debian.org: {report}"
+    );
+    assert!(s.contains("pypi 443 ok"), "{report}");
+    assert!(
+        s.contains("pypi 80 111"),
+        "a port the entry does not name is open: {report}"
+    );
+    assert!(
+        !upstream.saw("security.debian.org"),
+        "a denied lookup left the host"
+    );
+    let denied = find(&out.egress_denied, "dns", "security.debian.org", None).expect("recorded");
+    assert_eq!(denied.rule, "denylist: security.debian.org");
+    // The refused port of an allowed name is reported with that name.
+    let port80 = out
+        .egress_denied
+        .iter()
+        .find(|d| d.protocol == "tcp" && d.port == Some(80))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(port80.name.as_deref(), Some("pypi.org"), "{report}");
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn a_running_sandboxs_policy_is_replaced_both_ways() {
+    if !require_egress("a_running_sandboxs_policy_is_replaced_both_ways") {
+        return;
+    }
+    // A service on one of the host's own addresses: refused under every policy
+    // unless a CIDR names it.
+    let host = host_address();
+    let service = std::net::TcpListener::bind((host.as_str(), 0)).unwrap();
+    let port = service.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in service.incoming() {
+            let _ = std::io::Write::write_all(&mut c.unwrap(), b"HOST SECRET\n");
+        }
+    });
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+        },
+    )
+    .await;
+    let code = format!(
+        "import socket\ntry:\n    c = socket.create_connection(('{host}', {port}), timeout=5); print('got', c.recv(64))\n\
+         except OSError as e: print('refused', e.errno)"
+    );
+    let before = py(&sb, &code, 20_000).await;
+    assert!(
+        text(&before.stdout).contains("refused 111"),
+        "{}",
+        text(&before.stdout)
+    );
+    // A host address opened on purpose, by a CIDR with its port.
+    let open = Network::Policy(EgressPolicy {
+        allow: vec!["pypi.org".into(), format!("{host}/32:{port}")],
+        deny: Vec::new(),
+    });
+    sb.set_network(&open).await.expect("replace the policy");
+    let during = py(&sb, &code, 20_000).await;
+    assert!(
+        text(&during.stdout).contains("HOST SECRET"),
+        "the new policy did not open the range: {} {}",
+        text(&during.stdout),
+        text(&during.stderr)
+    );
+    let info = provider().inspect(sb.id()).await.unwrap();
+    assert_eq!(
+        info.spec["network"]["allow"][1],
+        format!("{host}/32:{port}")
+    );
+    // And closed again.
+    sb.set_network(&Network::allow(["pypi.org"])).await.unwrap();
+    let after = py(&sb, &code, 20_000).await;
+    assert!(
+        text(&after.stdout).contains("refused 111"),
+        "{}",
+        text(&after.stdout)
+    );
+    // A bad policy is refused with every problem, and the old one stays.
+    let bad = Network::Policy(EgressPolicy {
+        allow: vec!["10.0.0.1/8".into(), "pypi.org:0".into()],
+        deny: vec!["*.".into()],
+    });
+    let err = sb.set_network(&bad).await.unwrap_err().to_string();
+    for needle in ["network.allow[0]", "network.allow[1]", "network.deny[0]"] {
+        assert!(err.contains(needle), "{needle} missing: {err}");
+    }
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
+async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
+    let spec = SandboxSpec {
+        network: Network::Policy(EgressPolicy {
+            allow: vec![
+                "10.1.2.3/24".into(),
+                "pypi.org:0".into(),
+                "*.".into(),
+                "example.com:70000/sctp".into(),
+            ],
+            deny: vec!["".into()],
+        }),
+        ..Default::default()
+    };
+    let err = Sandbox::create(provider(), spec, CreateOptions::default())
+        .await
+        .unwrap_err()
+        .to_string();
+    for needle in [
+        "network.allow[0]",
+        "bits set past its /24",
+        "network.allow[1]",
+        "port 0",
+        "network.allow[2]",
+        "names no domain",
+        "network.allow[3]",
+        "70000",
+        "sctp",
+        "network.deny[0]",
+    ] {
+        assert!(err.contains(needle), "{needle} missing: {err}");
+    }
+}
