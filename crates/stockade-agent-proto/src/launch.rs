@@ -286,6 +286,15 @@ pub struct ExecPolicy {
     /// the sandbox's own ids own) instead of dropping every capability.
     #[serde(default)]
     pub root_caps: bool,
+    /// `RLIMIT_AS` of the code's processes, in bytes (the gVisor provider: an
+    /// allocation past it fails inside, where a host cgroup limit would end the whole
+    /// sandbox); `None` = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rlimit_as_bytes: Option<u64>,
+    /// `RLIMIT_NPROC` of the code's uid (the gVisor provider's pids cap, enforced by
+    /// gVisor's own kernel); `None` = unlimited.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rlimit_nproc: Option<u64>,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a

@@ -8,6 +8,8 @@
 //! - `ipc-clean`: removes the shared memory the execs left (started by PID 1).
 //! - `container`: PID 1 of a docker sandbox (the docker provider's entrypoint).
 //! - `docker-watch`: host-side watcher of a docker sandbox's owner and lifetime.
+//! - `gvisor-watch`: the same for a gVisor sandbox (`runsc delete --force`).
+//! - `container` is also PID 1 of a gVisor sandbox (inside gVisor's kernel).
 //! - `--version`.
 
 mod cgroup;
@@ -38,7 +40,8 @@ fn main() {
         Some("fileop") => fileop::main(),
         Some("ipc-clean") => cleanup::ipc_clean_main(),
         Some("container") => container::main(),
-        Some("docker-watch") => watch::main(args.collect()),
+        Some("docker-watch") => watch::main(false, args.collect()),
+        Some("gvisor-watch") => watch::main(true, args.collect()),
         Some("--version") | Some("-V") => {
             println!(
                 "stockade-agent {} (protocol {})",
@@ -49,7 +52,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: stockade-agent monitor|shim|container|docker-watch|--version\n\nThis program is started by Stockade; run `stockade` instead."
+                "usage: stockade-agent monitor|shim|container|docker-watch|gvisor-watch|--version\n\nThis program is started by Stockade; run `stockade` instead."
             );
             2
         }

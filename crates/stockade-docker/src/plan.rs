@@ -162,6 +162,8 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         landlock_writable: h.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
         root_caps: false,
+        rlimit_as_bytes: None,
+        rlimit_nproc: None,
     };
 
     let mut mounts = vec![
