@@ -291,7 +291,9 @@ pub fn bundle(
     exec.landlock_writable = None;
     exec.root_caps = false;
     exec.rlimit_as_bytes = Some(l.memory_bytes);
-    exec.rlimit_nproc = Some(u64::from(l.pids));
+    // gVisor (2022) lets a uid reach one task past RLIMIT_NPROC (measured: a limit of
+    // 16 let 17 processes run), so the limit is one below the spec's cap.
+    exec.rlimit_nproc = Some(u64::from(l.pids.saturating_sub(1).max(1)));
 
     let caps: Vec<&str> = if h.drop_capabilities {
         AGENT_CAPS.to_vec()
@@ -545,7 +547,7 @@ mod tests {
         );
         assert_eq!(b.exec.landlock_writable, None, "no landlock in gVisor");
         assert_eq!(b.exec.rlimit_as_bytes, Some(512 << 20));
-        assert_eq!(b.exec.rlimit_nproc, Some(64));
+        assert_eq!(b.exec.rlimit_nproc, Some(63), "gVisor allows one past it");
         assert_eq!((b.exec.uid, b.exec.gid), (1000, 1000));
         assert!(b.applied.iter().any(|l| l == "platform: ptrace"));
     }

@@ -153,23 +153,19 @@ async fn sigkill_of_the_owner_leaves_nothing() {
         return;
     }
     // The owner: a process of its own, killed with SIGKILL (it cannot clean up).
-    let mut owner = std::process::Command::new("/bin/sleep")
-        .arg("600")
-        .spawn()
-        .unwrap();
+    let mut owner = Owner::spawn();
     let sb = Sandbox::create(
         provider(),
         SandboxSpec::default(),
         CreateOptions {
-            owner_pid: Some(owner.id()),
+            owner_pid: Some(owner.pid()),
         },
     )
     .await
     .unwrap();
     let id = sb.id().to_string();
     assert_eq!(text(&sh(&sb, "echo up", 10_000).await.stdout), "up\n");
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    owner.kill();
     assert!(
         eventually(15, || processes_of(&id).is_empty()
             && !state_root().join(&id).exists())
@@ -185,15 +181,12 @@ async fn gc_reaps_a_sandbox_whose_watcher_and_owner_died() {
     if !ready() {
         return;
     }
-    let mut owner = std::process::Command::new("/bin/sleep")
-        .arg("600")
-        .spawn()
-        .unwrap();
+    let mut owner = Owner::spawn();
     let sb = Sandbox::create(
         provider(),
         SandboxSpec::default(),
         CreateOptions {
-            owner_pid: Some(owner.id()),
+            owner_pid: Some(owner.pid()),
         },
     )
     .await
@@ -209,8 +202,7 @@ async fn gc_reaps_a_sandbox_whose_watcher_and_owner_died() {
                 .unwrap();
         }
     }
-    owner.kill().unwrap();
-    owner.wait().unwrap();
+    owner.kill();
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         state_root().join(&id).exists(),
@@ -220,4 +212,37 @@ async fn gc_reaps_a_sandbox_whose_watcher_and_owner_died() {
     assert!(report.reaped.contains(&id), "{report:?}");
     assert!(eventually(10, || processes_of(&id).is_empty()).await);
     assert_no_trace(&id);
+}
+
+/// An owner process for a sandbox: `sleep`, killed with SIGKILL by the test or when
+/// the test ends (a failing test must not leave it holding the test's output).
+struct Owner(std::process::Child);
+
+impl Owner {
+    fn spawn() -> Owner {
+        Owner(
+            std::process::Command::new("/bin/sleep")
+                .arg("600")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn()
+                .unwrap(),
+        )
+    }
+
+    fn pid(&self) -> u32 {
+        self.0.id()
+    }
+
+    fn kill(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.kill();
+    }
 }

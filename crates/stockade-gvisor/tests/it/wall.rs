@@ -111,7 +111,8 @@ show('ptrace pid 1', libc.ptrace(PTRACE_ATTACH, 1, None, None) == 0)
 try:
     os.kill(1, 9); show('kill pid 1', True)
 except OSError: show('kill pid 1', False)
-for path in ['/.stockade', '/.stockade/agent.sock', '/.stockade/config.json', '/proc/1/environ', '/proc/1/root/.stockade']:
+print('environ of pid 1:', repr(open('/proc/1/environ', 'rb').read()) if os.access('/proc/1/environ', os.R_OK) else 'unreadable')
+for path in ['/.stockade', '/.stockade/agent.sock', '/.stockade/config.json', '/proc/1/root/.stockade', '/proc/1/mem', '/proc/1/cwd/.stockade', '/proc/1/fd/3', '/proc/1/fd/4', '/proc/1/fd/5']:
     try:
         if os.path.isdir(path): os.listdir(path)
         else: open(path, 'rb').read(1)
@@ -137,9 +138,18 @@ print('uid', os.getuid(), os.geteuid(), 'caps', [l for l in open('/proc/self/sta
     let out = py(&sb, code, 20_000).await;
     let s = text(&out.stdout);
     assert!(!s.contains("ESCAPED"), "{s} {}", text(&out.stderr));
+    // gVisor (2022) lets another uid read PID 1's environ, maps and fd names, where
+    // Linux asks for ptrace access: the agent's environment is empty by design (only
+    // what gVisor adds), and its descriptors cannot be opened (probed above).
+    assert!(
+        s.contains("environ of pid 1: b'HOME=/root\\x00'")
+            || s.contains("environ of pid 1: unreadable")
+            || s.contains("environ of pid 1: b''"),
+        "PID 1's environment holds more than gVisor's HOME: {s}"
+    );
     assert_eq!(
         s.lines().filter(|l| l.starts_with("blocked")).count(),
-        17,
+        21,
         "every probe ran: {s} {}",
         text(&out.stderr)
     );
@@ -167,7 +177,7 @@ async fn limits_hold_inside_gvisor() {
     // A fork bomb stops at the pids cap; the sandbox stays usable.
     let bomb = py(
         &sb,
-        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError as e:\n    print('stopped', n, e.errno)",
+        "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n            time.sleep(30); os._exit(0)\n        n += 1\nexcept OSError as e:\n    mine = [p for p in os.listdir('/proc') if p.isdigit() and os.stat('/proc/' + p).st_uid == os.getuid()]\n    print('stopped', len(mine), e.errno)",
         20_000,
     )
     .await;
@@ -177,7 +187,10 @@ async fn limits_hold_inside_gvisor() {
         .nth(1)
         .and_then(|n| n.parse().ok())
         .unwrap_or_else(|| panic!("{s} {}", text(&bomb.stderr)));
-    assert!(n < 16, "forked {n} processes past a cap of 16: {s}");
+    assert!(
+        n <= 16,
+        "{n} processes of the code's uid past a cap of 16: {s}"
+    );
     // Memory: an allocation past the cap fails inside; the sandbox lives on.
     let mem = py(
         &sb,
