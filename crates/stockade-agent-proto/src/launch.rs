@@ -288,12 +288,13 @@ pub struct ExecPolicy {
     pub root_caps: bool,
     /// `RLIMIT_AS` of the code's processes, in bytes (the gVisor provider: an
     /// allocation past it fails inside, where a host cgroup limit would end the whole
-    /// sandbox); `None` = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// sandbox); `None` = unlimited. (Never skipped when serializing: the policy also
+    /// travels as postcard, which has no field names.)
+    #[serde(default)]
     pub rlimit_as_bytes: Option<u64>,
     /// `RLIMIT_NPROC` of the code's uid (the gVisor provider's pids cap, enforced by
     /// gVisor's own kernel); `None` = unlimited.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[serde(default)]
     pub rlimit_nproc: Option<u64>,
 }
 
