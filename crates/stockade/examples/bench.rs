@@ -231,7 +231,7 @@ fn print_rows(rows: Vec<(String, Vec<Duration>)>, anchor: usize, anchor_name: &s
 /// then, in the library, the exec round trip of `true`, create + destroy, and the
 /// host memory an idle sandbox holds (its cgroup's usage).
 async fn gvisor(n: usize) {
-    use stockade::{GvisorLauncher, GvisorProvider, Provider as _};
+    use stockade::{GvisorLauncher, GvisorProvider};
     let provider = std::sync::Arc::new(GvisorProvider::from(GvisorLauncher::new()));
     let setup = provider.launcher().setup().await.expect("runsc").clone();
     let platform = format!("--platform={}", setup.platform.as_str());
