@@ -23,9 +23,9 @@ pub fn ready() -> bool {
         && require("runsc (gVisor)", runsc(), GVISOR_FIX).is_some()
 }
 
-/// A state root of this test binary's own, so leftovers can be checked.
+/// A state root of these tests' own, so leftovers can be checked.
 pub fn state_root() -> PathBuf {
-    PathBuf::from(format!("/run/stockade-gvisor-it-{}", std::process::id()))
+    PathBuf::from("/run/stockade-gvisor-it")
 }
 
 pub fn launcher() -> GvisorLauncher {
