@@ -39,6 +39,15 @@ dirs=$(find /run/stockade-docker -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/nul
 [ -z "$dirs" ] || report "docker sandbox dirs left: $dirs"
 watchers=$(live 'stockade-agent docker-watch')
 [ -z "$watchers" ] || report "docker watchers left: $watchers"
+# gVisor sandboxes: their state dirs, runsc's sandbox and gofer processes, watchers.
+for _ in $(seq 50); do
+  live 'runsc-sandbox|runsc-gofer|gvisor-watch' >/dev/null || break
+  sleep 0.1
+done
+dirs=$(find /run/stockade-gvisor /run/stockade-gvisor-it -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/null)
+[ -z "$dirs" ] || report "gvisor sandbox dirs left: $dirs"
+gv=$(live 'runsc-sandbox|runsc-gofer|stockade-agent gvisor-watch')
+[ -z "$gv" ] || report "gvisor processes left: $gv"
 # Remove the (empty) per-run state roots of the test binaries.
 rmdir /tmp/stockade-it-* /tmp/stockade-cli-it-* 2>/dev/null || true
 [ $leaks = 0 ] && echo "leak-check: nothing left"

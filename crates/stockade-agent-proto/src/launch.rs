@@ -371,9 +371,19 @@ pub struct ExecPolicy {
     /// The oldest landlock ABI the exec accepts (default: 3, which handles
     /// truncate). A microVM whose guest kernel has ABI 2 sets 2: everything the
     /// ruleset leaves read-only is also on a read-only mount there, where truncate
-    /// fails anyway.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
+    /// fails anyway. (Never skipped when serializing: postcard has no field names.)
+    #[serde(default)]
     pub landlock_min_abi: Option<u8>,
+    /// `RLIMIT_AS` of the code's processes, in bytes (the gVisor provider: an
+    /// allocation past it fails inside, where a host cgroup limit would end the whole
+    /// sandbox); `None` = unlimited. (Never skipped when serializing: the policy also
+    /// travels as postcard, which has no field names.)
+    #[serde(default)]
+    pub rlimit_as_bytes: Option<u64>,
+    /// `RLIMIT_NPROC` of the code's uid (the gVisor provider's pids cap, enforced by
+    /// gVisor's own kernel); `None` = unlimited.
+    #[serde(default)]
+    pub rlimit_nproc: Option<u64>,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a

@@ -66,8 +66,14 @@ fn setup() -> Result<
     // 0660: when the caller is not root, the directory is its and the docker group's
     // (setgid), so the socket is the group's and the caller connects through it. As
     // root, the directory is root's alone.
-    fs::set_permissions(&sock, fs::Permissions::from_mode(0o660))
-        .map_err(|e| format!("cannot restrict {}: {e}", sock.display()))?;
+    if let Err(e) = fs::set_permissions(&sock, fs::Permissions::from_mode(0o660)) {
+        // A host socket made through gVisor (`--host-uds=create`) refuses chmod; in a
+        // directory only its owner enters, the socket's own mode guards nothing.
+        let private = fs::metadata(dir).is_ok_and(|m| m.permissions().mode() & 0o077 == 0);
+        if !private {
+            return Err(format!("cannot restrict {}: {e}", sock.display()));
+        }
+    }
     Ok((listener, config, oom))
 }
 

@@ -11,6 +11,8 @@
 //! - `vm-init`: PID 1 of a microVM.
 //! - `vm-host`: host-side supervisor of a microVM (its VMM, serial multiplexer,
 //!   owner and lifetime).
+//! - `gvisor-watch`: the same for a gVisor sandbox (`runsc delete --force`).
+//! - `container` is also PID 1 of a gVisor sandbox (inside gVisor's kernel).
 //! - `--version`.
 
 mod cgroup;
@@ -44,7 +46,8 @@ fn main() {
         Some("fileop") => fileop::main(),
         Some("ipc-clean") => cleanup::ipc_clean_main(),
         Some("container") => container::main(),
-        Some("docker-watch") => watch::main(args.collect()),
+        Some("docker-watch") => watch::main(false, args.collect()),
+        Some("gvisor-watch") => watch::main(true, args.collect()),
         Some("vm-init") => vm::main(),
         Some("vm-host") => vmhost::main(args.collect()),
         Some("--version") | Some("-V") => {
@@ -57,7 +60,7 @@ fn main() {
         }
         _ => {
             eprintln!(
-                "usage: stockade-agent monitor|shim|container|docker-watch|vm-init|vm-host|--version\n\nThis program is started by Stockade; run `stockade` instead."
+                "usage: stockade-agent monitor|shim|container|docker-watch|gvisor-watch|vm-init|vm-host|--version\n\nThis program is started by Stockade; run `stockade` instead."
             );
             2
         }

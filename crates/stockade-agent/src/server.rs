@@ -173,10 +173,11 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
     // drives the agent. Code inside that reaches the socket (docker with --user 0
     // can open its directory) is refused before a byte is read. In a microVM the
     // provider's connections arrive through the serial multiplexer, a thread of this
-    // very process (PID 1, which no code inside can be).
+    // very process (PID 1, which no code inside can be); gVisor reports a peer on the
+    // host (a host socket it created) as the listener's own task, PID 1, too.
     match stockade_sys::net::peer_pid(stream.as_fd()) {
         Ok(0) => {}
-        Ok(pid) if pid == std::process::id() as i32 => {}
+        Ok(pid) if pid as u32 == std::process::id() => {}
         Ok(pid) => return Err(format!("refused a connection from pid {pid} inside")),
         Err(e) => return Err(e.to_string()),
     }

@@ -396,6 +396,7 @@ pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
             stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
         }
     }
+    set_rlimits(p)?;
     let gid = Gid::from_raw(p.gid);
     if let Err(e) = nix::unistd::setgroups(&[gid]) {
         // A rootless sandbox without subordinate ids: the kernel denies setgroups there
@@ -414,6 +415,21 @@ pub fn become_sandbox_user(p: &ExecPolicy) -> Result<(), String> {
     }
     if p.no_new_privs {
         nix::sys::prctl::set_no_new_privs().map_err(|e| format!("cannot set no_new_privs: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Sets the policy's resource limits (before dropping to the sandbox user, so the
+/// code cannot raise them again).
+fn set_rlimits(p: &ExecPolicy) -> Result<(), String> {
+    use nix::sys::resource::{Resource, setrlimit};
+    for (resource, name, value) in [
+        (Resource::RLIMIT_AS, "RLIMIT_AS", p.rlimit_as_bytes),
+        (Resource::RLIMIT_NPROC, "RLIMIT_NPROC", p.rlimit_nproc),
+    ] {
+        if let Some(v) = value {
+            setrlimit(resource, v, v).map_err(|e| format!("cannot set {name} to {v}: {e}"))?;
+        }
     }
     Ok(())
 }

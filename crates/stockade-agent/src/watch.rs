@@ -1,5 +1,7 @@
 //! `stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR`:
-//! the host-side watcher of one docker sandbox.
+//! the host-side watcher of one docker sandbox; `stockade-agent gvisor-watch RUNSC
+//! RUNSC_ROOT ID INIT_PID OWNER_PID|- EXPIRES_MS STATE_DIR`: the same for a gVisor
+//! sandbox, removed with `runsc delete --force`.
 //!
 //! The docker provider starts it after the container is up. It detaches at once and
 //! waits on pidfds of the container's PID 1 and of the owner process, and on the
@@ -17,22 +19,56 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use stockade_agent_proto::now_ms;
 use stockade_sys::process::{Forked, exit_now, fork};
 
+/// How the watched sandbox is removed.
+enum Engine {
+    /// Through the Engine API on this socket.
+    Docker { socket: String },
+    /// `RUNSC --root ROOT delete --force`; the watcher holds the image store's in-use
+    /// lock of the sandbox's image (shared `flock`) for the sandbox's life.
+    Runsc {
+        runsc: String,
+        root: String,
+        image_lock: Option<String>,
+    },
+}
+
 struct Args {
+    engine: Engine,
     container: String,
     init_pid: i32,
     owner_pid: Option<i32>,
     expires_at_ms: u64,
-    docker_socket: String,
     state_dir: String,
 }
 
-fn parse(args: &[String]) -> Result<Args, String> {
-    let [container, init, owner, expires, socket, state] = args else {
-        return Err(
-            "usage: stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR"
-                .into(),
-        );
-    };
+const DOCKER_USAGE: &str = "usage: stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR";
+const GVISOR_USAGE: &str = "usage: stockade-agent gvisor-watch RUNSC RUNSC_ROOT ID INIT_PID OWNER_PID|- EXPIRES_MS STATE_DIR IMAGE_LOCK|-";
+
+fn parse(gvisor: bool, args: &[String]) -> Result<Args, String> {
+    let (engine, [container, init, owner, expires, state]) = (if gvisor {
+        match args {
+            [runsc, root, id, init, owner, expires, state, lock] => Some((
+                Engine::Runsc {
+                    runsc: runsc.clone(),
+                    root: root.clone(),
+                    image_lock: (lock != "-").then(|| lock.clone()),
+                },
+                [id, init, owner, expires, state],
+            )),
+            _ => None,
+        }
+    } else {
+        match args {
+            [container, init, owner, expires, socket, state] => Some((
+                Engine::Docker {
+                    socket: socket.clone(),
+                },
+                [container, init, owner, expires, state],
+            )),
+            _ => None,
+        }
+    })
+    .ok_or(if gvisor { GVISOR_USAGE } else { DOCKER_USAGE })?;
     let num = |what: &str, s: &str| {
         s.parse::<i64>()
             .map_err(|_| format!("{what} {s:?} is not a number"))
@@ -45,6 +81,7 @@ fn parse(args: &[String]) -> Result<Args, String> {
         return Err(format!("container name {container:?} is not valid"));
     }
     Ok(Args {
+        engine,
         container: container.clone(),
         init_pid: num("init pid", init)? as i32,
         owner_pid: if owner == "-" {
@@ -53,7 +90,6 @@ fn parse(args: &[String]) -> Result<Args, String> {
             Some(num("owner pid", owner)? as i32)
         },
         expires_at_ms: num("expiry", expires)? as u64,
-        docker_socket: socket.clone(),
         state_dir: state.clone(),
     })
 }
@@ -63,12 +99,17 @@ fn pidfd(pid: i32) -> Option<std::os::fd::OwnedFd> {
     rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
-/// Entry point of `stockade-agent docker-watch`.
-pub fn main(args: Vec<String>) -> i32 {
-    let args = match parse(&args) {
+/// Entry point of `stockade-agent docker-watch` (`gvisor`: `gvisor-watch`).
+pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
+    let role = if gvisor {
+        "gvisor-watch"
+    } else {
+        "docker-watch"
+    };
+    let args = match parse(gvisor, &args) {
         Ok(a) => a,
         Err(e) => {
-            eprintln!("stockade-agent docker-watch: {e}");
+            eprintln!("stockade-agent {role}: {e}");
             return 2;
         }
     };
@@ -77,12 +118,22 @@ pub fn main(args: Vec<String>) -> i32 {
         Ok(Forked::Parent(_)) => return 0,
         Ok(Forked::Child) => {}
         Err(e) => {
-            eprintln!("stockade-agent docker-watch: cannot fork: {e}");
+            eprintln!("stockade-agent {role}: cannot fork: {e}");
             return 1;
         }
     }
     let _ = nix::unistd::setsid();
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
+    // Held (never closed) until this process exits with the sandbox.
+    let _image_in_use = match &args.engine {
+        Engine::Runsc {
+            image_lock: Some(lock),
+            ..
+        } => std::fs::File::open(lock)
+            .and_then(|f| f.lock_shared().map(|()| f))
+            .ok(),
+        _ => None,
+    };
     let Some(init) = pidfd(args.init_pid) else {
         exit_now(0)
     };
@@ -123,8 +174,10 @@ pub fn main(args: Vec<String>) -> i32 {
             exit_now(0);
         }
         if fired(0) {
-            // The container ended; its lifetime passing is ours to clean up.
-            if now_ms() >= args.expires_at_ms {
+            // The container ended. Its lifetime passing is ours to clean up; a gVisor
+            // sandbox that ended (its agent's idle timeout, killed) leaves runsc state
+            // that nothing else would remove until gc.
+            if now_ms() >= args.expires_at_ms || matches!(args.engine, Engine::Runsc { .. }) {
                 remove(&args);
             }
             exit_now(0);
@@ -134,12 +187,27 @@ pub fn main(args: Vec<String>) -> i32 {
 
 /// Force-removes the container (killing everything in it) and the state directory.
 fn remove(args: &Args) {
+    match &args.engine {
+        Engine::Docker { socket } => remove_docker(socket, &args.container),
+        Engine::Runsc { runsc, root, .. } => {
+            let _ = std::process::Command::new(runsc)
+                .args(["--root", root, "delete", "--force", &args.container])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+    let _ = std::fs::remove_dir_all(&args.state_dir);
+}
+
+fn remove_docker(socket: &str, container: &str) {
     let request = format!(
         "DELETE /containers/{}?force=1&v=1 HTTP/1.0\r\nHost: docker\r\n\r\n",
-        args.container
+        container
     );
     for _ in 0..3 {
-        if let Ok(mut s) = UnixStream::connect(&args.docker_socket) {
+        if let Ok(mut s) = UnixStream::connect(socket) {
             let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
             if s.write_all(request.as_bytes()).is_ok() {
                 let mut answer = Vec::new();
@@ -155,5 +223,4 @@ fn remove(args: &Args) {
         }
         std::thread::sleep(Duration::from_millis(500));
     }
-    let _ = std::fs::remove_dir_all(&args.state_dir);
 }

@@ -163,6 +163,8 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
         root_caps: false,
         landlock_min_abi: None,
+        rlimit_as_bytes: None,
+        rlimit_nproc: None,
     };
 
     let mut mounts = vec![

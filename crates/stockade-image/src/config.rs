@@ -14,6 +14,9 @@
 //! max_image_bytes = "4G"     # one image unpacked (env STOCKADE_IMAGE_MAX_BYTES)
 //! max_image_entries = 1000000 #                (env STOCKADE_IMAGE_MAX_ENTRIES)
 //! max_total_bytes = "20G"    # the whole store (env STOCKADE_IMAGE_STORE_MAX_BYTES)
+//!
+//! [gvisor]
+//! runsc = "/usr/local/bin/runsc"  # the gVisor provider's runsc (env STOCKADE_RUNSC)
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,6 +39,18 @@ pub struct Config {
     /// The image store's caps.
     #[serde(default)]
     pub store: StoreConfig,
+    /// The gVisor provider's settings.
+    #[serde(default)]
+    pub gvisor: GvisorConfig,
+}
+
+/// The `[gvisor]` table.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GvisorConfig {
+    /// The `runsc` binary; default: `$STOCKADE_RUNSC`, else `runsc` in `PATH`.
+    #[serde(default)]
+    pub runsc: Option<PathBuf>,
 }
 
 /// The `[store]` table: caps on what the image store keeps. Sizes are bytes, as an
@@ -192,6 +207,13 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn parses_the_gvisor_table() {
+        let c = Config::parse("[gvisor]\nrunsc = \"/opt/runsc\"\n").unwrap();
+        assert_eq!(c.gvisor.runsc.as_deref(), Some(Path::new("/opt/runsc")));
+        assert!(Config::parse("[gvisor]\nrunc = \"/x\"\n").is_err());
+    }
 
     #[test]
     fn parses_registries_and_languages() {

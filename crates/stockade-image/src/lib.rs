@@ -24,8 +24,8 @@ mod store;
 mod unpack;
 
 pub use config::{
-    Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, Registries,
-    StoreConfig, parse_size,
+    Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, GvisorConfig,
+    Registries, StoreConfig, parse_size,
 };
 pub use digest::Digest;
 pub use error::{Error, Result};

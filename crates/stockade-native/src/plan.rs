@@ -249,6 +249,8 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
         root_caps: has_userns(ctx) && effective_user(spec, ctx).uid == 0,
         landlock_min_abi: None,
+        rlimit_as_bytes: None,
+        rlimit_nproc: None,
     };
     let network = match &spec.network {
         Network::None => NetworkPlan::LoopbackOnly,

@@ -12,15 +12,21 @@ pub fn drop_bounding() -> Result<()> {
 }
 
 /// Clears the ambient, inheritable, effective and permitted sets.
+///
+/// A kernel without ambient capabilities (gVisor answers `PR_CAP_AMBIENT` with
+/// `EINVAL`) has no ambient set to clear: ambient is by definition a subset of
+/// permitted and inheritable, so once both are empty (checked) there is none.
 pub fn clear_all() -> Result<()> {
-    for set in [
-        CapSet::Ambient,
-        CapSet::Inheritable,
-        CapSet::Effective,
-        CapSet::Permitted,
-    ] {
+    let ambient = caps::clear(None, CapSet::Ambient);
+    for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
         caps::clear(None, set)
             .map_err(|e| SysError::other("capset", format!("clear {set:?}"), e))?;
+    }
+    if let Err(e) = ambient {
+        let empty = |set| caps::read(None, set).is_ok_and(|c| c.is_empty());
+        if !(empty(CapSet::Permitted) && empty(CapSet::Inheritable)) {
+            return Err(SysError::other("capset", "clear Ambient", e));
+        }
     }
     Ok(())
 }

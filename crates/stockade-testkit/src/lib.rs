@@ -381,6 +381,35 @@ pub fn oci_layout_entries(
     std::fs::write(dir.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
 }
 
+/// How to get runsc for the gvisor provider.
+pub const GVISOR_FIX: &str = "run crates/stockade-gvisor/ci-setup.sh as root (installs Debian's runsc, \
+     builds the static agent)";
+
+/// The runsc the gvisor provider will use (`$STOCKADE_RUNSC`, else `runsc` in `PATH`
+/// or `/usr/bin`), when it answers `--version`.
+pub fn runsc() -> Result<std::path::PathBuf, String> {
+    let path = match std::env::var_os("STOCKADE_RUNSC") {
+        Some(p) => std::path::PathBuf::from(p),
+        None => std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+            .unwrap_or_default()
+            .into_iter()
+            .chain([std::path::PathBuf::from("/usr/bin")])
+            .map(|d| d.join("runsc"))
+            .find(|p| p.is_file())
+            .ok_or("runsc is not in PATH")?,
+    };
+    let out = Command::new(&path)
+        .arg("--version")
+        .output()
+        .map_err(|e| format!("cannot run {}: {e}", path.display()))?;
+    if out.status.success() {
+        Ok(path)
+    } else {
+        Err(format!("{} --version failed", path.display()))
+    }
+}
+
 /// How to get dockerd and the docker test image.
 pub const DOCKER_FIX: &str = "run crates/stockade-docker/ci-setup.sh as root (installs docker.io, \
      starts dockerd, builds the static agent, imports the test image)";

@@ -3,6 +3,10 @@
 //! `cargo run --release -p stockade --example bench [-- ITERATIONS]` as root, with the
 //! release `stockade` binary built (`cargo build --release --bins`).
 //!
+//! `... --example bench -- ITERATIONS gvisor`: the gvisor provider instead (see
+//! [`gvisor`]): bare python, `runsc do` itself, `stockade run` on native and on
+//! gvisor, the exec round trip, create + destroy, idle memory per sandbox.
+//!
 //! Rows: bare `/usr/bin/python3 -c pass`; the same under `bwrap` with equivalent
 //! isolation (all namespaces, read-only /usr, fresh /proc, /dev and /tmp, all
 //! capabilities dropped); `stockade run` of it (create + exec + destroy); and, in an
@@ -62,6 +66,9 @@ async fn main() {
         .nth(1)
         .and_then(|a| a.parse().ok())
         .unwrap_or(50);
+    if std::env::args().nth(2).as_deref() == Some("gvisor") {
+        return gvisor(n).await;
+    }
     let py = ["/usr/bin/python3", "-c", "pass"];
     let mut rows: Vec<(String, Vec<Duration>)> = Vec::new();
     rows.push(("bare `python3 -c pass`".into(), time_cmd(n, &py)));
@@ -204,4 +211,128 @@ async fn main() {
 fn which(name: &str) -> bool {
     std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
         .any(|d| d.join(name).is_file())
+}
+
+fn print_rows(rows: Vec<(String, Vec<Duration>)>, anchor: usize, anchor_name: &str) {
+    let base = stats(rows[anchor].1.clone()).0;
+    println!("| what | p50 ms | p90 ms | mean ms | p50 vs {anchor_name} |");
+    println!("|---|---:|---:|---:|---:|");
+    for (name, v) in rows {
+        let (p50, p90, mean) = stats(v);
+        println!(
+            "| {name} | {p50:.2} | {p90:.2} | {mean:.2} | {:.2}x |",
+            p50 / base
+        );
+    }
+}
+
+/// The gvisor provider against its anchors, in one run: bare python, `runsc do` of the
+/// same command (gVisor alone, no Stockade), `stockade run` on native and on gvisor;
+/// then, in the library, the exec round trip of `true`, create + destroy, and the
+/// host memory an idle sandbox holds (its cgroup's usage).
+async fn gvisor(n: usize) {
+    use stockade::{GvisorLauncher, GvisorProvider};
+    let provider = std::sync::Arc::new(GvisorProvider::from(GvisorLauncher::new()));
+    let setup = provider.launcher().setup().await.expect("runsc").clone();
+    let platform = format!("--platform={}", setup.platform.as_str());
+    let runsc = setup.runsc.path.to_str().unwrap().to_string();
+    let scratch = std::env::temp_dir().join("stockade-bench-runsc");
+    std::fs::create_dir_all(&scratch).unwrap();
+    let root = format!("--root={}", scratch.display());
+    let py = ["/usr/bin/python3", "-c", "pass"];
+    let bin = stockade_bin();
+    let bin = bin.to_str().unwrap();
+    let mut rows: Vec<(String, Vec<Duration>)> = Vec::new();
+    rows.push(("bare `python3 -c pass`".into(), time_cmd(n, &py)));
+    let mut argv = vec![
+        runsc.as_str(),
+        root.as_str(),
+        platform.as_str(),
+        "--network=none",
+        "do",
+    ];
+    argv.extend(py);
+    rows.push((
+        format!("`runsc do` (gVisor alone, {})", setup.platform.as_str()),
+        time_cmd(n, &argv),
+    ));
+    let mut argv = vec![bin, "run", "--provider", "native", "--"];
+    argv.extend(py);
+    rows.push((
+        "`stockade run --provider native -- python3 -c pass`".into(),
+        time_cmd(n, &argv),
+    ));
+    let mut argv = vec![bin, "run", "--provider", "gvisor", "--"];
+    argv.extend(py);
+    rows.push((
+        "`stockade run --provider gvisor -- python3 -c pass`".into(),
+        time_cmd(n, &argv),
+    ));
+
+    let sb = Sandbox::create(
+        provider.clone(),
+        SandboxSpec::default(),
+        CreateOptions::default(),
+    )
+    .await
+    .expect("create");
+    let mut exec_true = Vec::new();
+    for i in 0..=(n * 4) {
+        let t = Instant::now();
+        let o = sb.exec(ExecRequest::new(["/bin/true"])).await.unwrap();
+        assert_eq!(o.exit_code, 0);
+        if i > 0 {
+            exec_true.push(t.elapsed());
+        }
+    }
+    rows.push((
+        "gvisor: exec round trip of `true` in a live sandbox".into(),
+        exec_true,
+    ));
+    // Idle memory: the sandbox's host cgroup (sentry, gofer, agent) after a second idle.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let usage = std::fs::read_to_string(format!(
+        "/sys/fs/cgroup/memory/stockade/{}/memory.usage_in_bytes",
+        sb.id()
+    ))
+    .or_else(|_| {
+        std::fs::read_to_string(format!(
+            "/sys/fs/cgroup/stockade/{}/memory.current",
+            sb.id()
+        ))
+    })
+    .ok()
+    .and_then(|s| s.trim().parse::<u64>().ok());
+    sb.destroy().await.unwrap();
+    let mut times = Vec::new();
+    for i in 0..=n {
+        let t = Instant::now();
+        let sb = Sandbox::create(
+            provider.clone(),
+            SandboxSpec::default(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+        sb.destroy().await.unwrap();
+        if i > 0 {
+            times.push(t.elapsed());
+        }
+    }
+    rows.push(("gvisor: create + destroy (library, no exec)".into(), times));
+    print_rows(rows, 1, "runsc do");
+    println!(
+        "\n{n} iterations each ({}x for `true`), after one warm-up run; runsc: {}, platform {}.",
+        4,
+        setup.runsc.version,
+        setup.platform.as_str()
+    );
+    match usage {
+        Some(b) => println!(
+            "Idle gvisor sandbox: {:.1} MiB of host memory (its cgroup's usage: sentry, gofer, agent, page cache).",
+            b as f64 / 1048576.0
+        ),
+        None => println!("Idle gvisor sandbox: its cgroup's memory usage could not be read."),
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
 }

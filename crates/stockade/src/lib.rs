@@ -23,12 +23,13 @@ pub mod languages;
 pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
 pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
+pub use stockade_gvisor::{self as gvisor, GvisorLauncher, GvisorProvider};
 pub use stockade_microvm::{self as microvm, MicrovmLauncher, MicrovmProvider};
 pub use stockade_native::{NativeLauncher, NativeProvider, idpool, rootless, setup_rootless};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
-pub const PROVIDERS: &[&str] = &["native", "wasm", "docker", "microvm"];
+pub const PROVIDERS: &[&str] = &["native", "wasm", "docker", "gvisor", "microvm"];
 
 /// The default provider name: `$STOCKADE_PROVIDER`, else `native`.
 pub fn default_provider_name() -> String {
@@ -100,6 +101,10 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
             }
             None => DockerProvider::new(),
         })),
+        "gvisor" => Ok(Arc::new(GvisorProvider::from(match home {
+            Some(h) => GvisorLauncher::new().with_image_store(h.join("images")),
+            None => GvisorLauncher::new(),
+        }))),
         "microvm" => Ok(Arc::new(MicrovmProvider::new())),
         other => Err(Error::InvalidRequest(format!(
             "unknown provider {other:?}; known: {}",

@@ -1,6 +1,7 @@
 //! One conformance suite for every provider: the same cases, written in Python so
 //! they run unchanged on the native provider (the host's python3), on the wasm
-//! provider (python.wasm) and on the docker provider (a Debian python image). Where a provider lacks a capability, the case checks that
+//! provider (python.wasm), on the docker provider (a Debian python image) and on the
+//! gvisor provider (the host's python3 under gVisor's kernel). Where a provider lacks a capability, the case checks that
 //! a spec needing it is refused with a clear error, instead of skipping.
 
 use std::sync::Arc;
@@ -102,6 +103,24 @@ fn targets(test: &str) -> Vec<Target> {
             provider: stockade::provider(Some("docker")).expect("docker provider"),
             python: "/usr/bin/python3",
             image: Some(Box::leak(image.into_boxed_str())),
+        });
+    }
+    // gVisor: a real runsc (Debian's), on the host's read-only view.
+    let gvisor = crate::require_root(test)
+        .then(|| {
+            stockade_testkit::require(
+                "runsc (gVisor)",
+                stockade_testkit::runsc(),
+                stockade_testkit::GVISOR_FIX,
+            )
+        })
+        .flatten();
+    if gvisor.is_some() {
+        v.push(Target {
+            name: "gvisor",
+            provider: stockade::provider(Some("gvisor")).expect("gvisor provider"),
+            python: "/usr/bin/python3",
+            image: None,
         });
     }
     v

@@ -1,0 +1,833 @@
+//! The gVisor provider: each sandbox is a gVisor sandbox started with `runsc` (no
+//! dockerd), so the code's system calls are served by gVisor's user-space kernel and
+//! a kernel bug on the host is no longer one step away. No KVM needed: the ptrace (or
+//! systrap) platform runs anywhere; kvm is used only where a real probe boots.
+//!
+//! `create` plans the root exactly as the native provider does
+//! (`stockade_native::plan`: the host's read-only view or an image's flattened
+//! rootfs), turns the plan into an OCI bundle ([`bundle`]), and starts it with `runsc
+//! run --detach`: PID 1 is the static Stockade agent (`stockade-agent container`, as in
+//! a docker sandbox), which listens on `/.stockade/agent.sock`, a *host* unix socket
+//! that gVisor creates in the sandbox's private state directory because runsc runs
+//! with `--host-uds=create`. The host connects to it directly, so exec, streaming,
+//! stdin, deadlines, output caps and file operations are the agent host's
+//! ([`AgentProvider`]), the same code as native and docker. A detached
+//! `stockade-agent gvisor-watch` runs `runsc delete --force` when the owner dies, the
+//! lifetime passes or the sandbox ends; [`GvisorLauncher::reap`] (`gc`) removes what
+//! a crash left.
+
+pub mod bundle;
+pub mod runsc;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
+use stockade_agent_proto::launch::ContainerConfig;
+use stockade_agent_proto::now_ms;
+use stockade_core::{
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    ValidatedSpec,
+};
+use tokio::sync::OnceCell;
+
+pub use runsc::{Platform, Runsc};
+
+/// The gVisor provider: the gVisor launcher with the agent host.
+pub type GvisorProvider = AgentProvider<GvisorLauncher>;
+
+/// Default state root (root only): one directory per sandbox, and runsc's own state
+/// in `runsc/`.
+pub const DEFAULT_STATE_ROOT: &str = "/run/stockade-gvisor";
+
+/// How long `runsc run` and the agent's first answer may take.
+const START_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A state directory this young may belong to a creation in progress: gc leaves it.
+const YOUNG: Duration = Duration::from_secs(60);
+
+/// What a sandbox's directory records (`sandbox.json`), for list, inspect and gc.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+struct Record {
+    info: SandboxInfo,
+    /// The `runsc-sandbox` process (gVisor's kernel) and its start time.
+    init_pid: u32,
+    init_ticks: u64,
+    owner_ticks: Option<u64>,
+    /// The sandbox's host memory limit (for explaining an OOM death).
+    host_memory_bytes: u64,
+}
+
+/// The runsc this launcher uses and the platform it picked.
+#[derive(Clone, Debug)]
+pub struct Setup {
+    /// The runsc binary.
+    pub runsc: Runsc,
+    /// The platform sandboxes run on.
+    pub platform: Platform,
+    /// Why kvm is not used, when it is not.
+    pub kvm: std::result::Result<(), String>,
+}
+
+/// Launches gVisor sandboxes with runsc.
+#[derive(Debug)]
+pub struct GvisorLauncher {
+    state_root: PathBuf,
+    image_store: Option<PathBuf>,
+    runsc: Option<PathBuf>,
+    setup: OnceCell<Setup>,
+}
+
+impl Default for GvisorLauncher {
+    fn default() -> Self {
+        GvisorLauncher::new()
+    }
+}
+
+fn not_found(id: &str) -> Error {
+    Error::NotFound {
+        kind: "sandbox",
+        id: id.to_string(),
+    }
+}
+
+fn check_id(id: &str) -> Result<()> {
+    let ok =
+        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
+        )))
+    }
+}
+
+fn io(what: &str, p: &Path) -> impl FnOnce(std::io::Error) -> Error {
+    let msg = format!("cannot {what} {}", p.display());
+    move |e| Error::io(msg, e)
+}
+
+fn need_root() -> Result<()> {
+    if stockade_core::host::is_root() {
+        Ok(())
+    } else {
+        Err(Error::Unavailable {
+            what: "the gvisor provider".into(),
+            reason: "it runs runsc as root (its cgroups and its gofer need it)".into(),
+            fix: "run as root, or use the native provider (rootless mode) or a daemon run by root"
+                .into(),
+        })
+    }
+}
+
+impl GvisorLauncher {
+    /// A launcher keeping its state in [`DEFAULT_STATE_ROOT`], reading images from
+    /// `$STOCKADE_HOME/images`, with runsc from `$STOCKADE_RUNSC`, the config file or
+    /// `PATH` (found on first use).
+    pub fn new() -> GvisorLauncher {
+        GvisorLauncher {
+            state_root: PathBuf::from(DEFAULT_STATE_ROOT),
+            image_store: None,
+            runsc: None,
+            setup: OnceCell::new(),
+        }
+    }
+
+    /// Keeps the state under `root`.
+    pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> GvisorLauncher {
+        self.state_root = root.into();
+        self
+    }
+
+    /// Reads images from the store at `root`.
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> GvisorLauncher {
+        self.image_store = Some(root.into());
+        self
+    }
+
+    /// Uses the runsc at `path`.
+    pub fn with_runsc(mut self, path: impl Into<PathBuf>) -> GvisorLauncher {
+        self.runsc = Some(path.into());
+        self
+    }
+
+    fn runsc_root(&self) -> PathBuf {
+        self.state_root.join("runsc")
+    }
+
+    fn dir(&self, id: &str) -> PathBuf {
+        self.state_root.join(id)
+    }
+
+    /// The runsc and the platform (found and probed once; the kvm probe's answer is
+    /// kept in the state root for this runsc, since a hanging kvm costs the probe's
+    /// whole timeout).
+    pub async fn setup(&self) -> Result<&Setup> {
+        self.setup
+            .get_or_try_init(|| async {
+                let path = match &self.runsc {
+                    Some(p) => p.clone(),
+                    None => runsc::locate()?,
+                };
+                let runsc = Runsc::open(&path).await?;
+                let kvm = self.kvm_works(&runsc).await;
+                Ok(Setup {
+                    platform: runsc::choose(kvm.is_ok(), runsc.has_systrap),
+                    runsc,
+                    kvm,
+                })
+            })
+            .await
+    }
+
+    async fn kvm_works(&self, runsc: &Runsc) -> std::result::Result<(), String> {
+        if let Err(e) = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/kvm")
+        {
+            return Err(format!("/dev/kvm cannot be opened: {e}"));
+        }
+        // One answer per host and runsc, whatever the state root.
+        let cache_dir = stockade_core::host::runtime_dir("stockade-gvisor");
+        let cache = cache_dir.join("kvm-probe.json");
+        let key = format!("{} {}", runsc.path.display(), runsc.version);
+        if let Ok(text) = std::fs::read_to_string(&cache)
+            && let Ok((k, answer)) =
+                serde_json::from_str::<(String, std::result::Result<(), String>)>(&text)
+            && k == key
+        {
+            return answer;
+        }
+        let answer = runsc
+            .platform_works(Platform::Kvm)
+            .await
+            .map_err(|e| format!("runsc does not boot on it: {e}"));
+        if std::fs::create_dir_all(&cache_dir).is_ok()
+            && let Ok(text) = serde_json::to_string(&(key, &answer))
+        {
+            let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+            if std::fs::write(&tmp, text).is_ok() {
+                let _ = std::fs::rename(&tmp, &cache);
+            }
+        }
+        answer
+    }
+
+    /// `runsc --root R ARGS`, waited for with a deadline.
+    async fn runsc(&self, args: &[&str]) -> Result<std::process::Output> {
+        let setup = self.setup().await?;
+        let mut cmd = tokio::process::Command::new(&setup.runsc.path);
+        cmd.arg(format!("--root={}", self.runsc_root().display()))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let what = format!("runsc {}", args.join(" "));
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
+        match tokio::time::timeout(START_TIMEOUT, child.wait_with_output()).await {
+            Ok(r) => r.map_err(|e| Error::io(format!("cannot run {what}"), e)),
+            Err(_) => Err(Error::Timeout {
+                operation: what,
+                after_ms: START_TIMEOUT.as_millis() as u64,
+            }),
+        }
+    }
+
+    fn record(&self, id: &str) -> Option<Record> {
+        let text = std::fs::read(self.dir(id).join("sandbox.json")).ok()?;
+        serde_json::from_slice(&text).ok()
+    }
+
+    fn alive(r: &Record) -> bool {
+        stockade_sys::process::is_same_process(r.init_pid, r.init_ticks)
+    }
+
+    /// Kills the sandbox (its gVisor kernel first: everything inside goes with it),
+    /// has runsc delete its state and cgroups, and removes the state directory.
+    async fn remove(&self, id: &str) -> Result<()> {
+        if let Some(r) = self.record(id)
+            && Self::alive(&r)
+        {
+            let _ = rustix::process::Pid::from_raw(r.init_pid as i32)
+                .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL));
+        }
+        let out = self.runsc(&["delete", "--force", id]).await?;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !out.status.success() && !stderr.contains("does not exist") {
+            return Err(Error::Internal(format!(
+                "runsc delete --force {id} failed ({}): {}",
+                out.status,
+                stderr.trim()
+            )));
+        }
+        let dir = self.dir(id);
+        match std::fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("remove", &dir)(e)),
+        }
+    }
+
+    /// Why sandbox `id`, whose agent stopped answering, is gone.
+    fn gone(&self, id: &str, cause: Error) -> Error {
+        let Some(r) = self.record(id) else {
+            return not_found(id);
+        };
+        if Self::alive(&r) {
+            return cause;
+        }
+        let how = if now_ms() >= r.info.expires_at_ms {
+            "its lifetime passed".to_string()
+        } else {
+            format!(
+                "its gVisor kernel (runsc-sandbox, pid {}) was killed: by a signal, or by the host's OOM killer at the sandbox's host memory limit of {}",
+                r.init_pid,
+                stockade_spec::format_size(r.host_memory_bytes)
+            )
+        };
+        Error::Unavailable {
+            what: format!("sandbox {id}"),
+            reason: format!("it died under us: {how}"),
+            fix: format!("destroy it (stockade rm {id}) and create a new one"),
+        }
+    }
+
+    async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        need_root()?;
+        let setup = self.setup().await?.clone();
+        let agent = stockade_agent_host::find_static_agent().map_err(|e| match e {
+            Error::Unavailable { reason, fix, .. } => Error::Unavailable {
+                what: "the gvisor provider's agent".into(),
+                reason,
+                fix,
+            },
+            e => e,
+        })?;
+        let id = stockade_core::host::new_sandbox_id();
+        let dir = self.dir(&id);
+        make_dirs(&self.state_root, &dir)?;
+        let r = self.start_in(spec, opts, &setup, &agent, &id, &dir).await;
+        if r.is_err() {
+            let _ = self.remove(&id).await;
+        }
+        r
+    }
+
+    async fn start_in(
+        &self,
+        spec: &ValidatedSpec,
+        opts: &CreateOptions,
+        setup: &Setup,
+        agent: &Path,
+        id: &str,
+        dir: &Path,
+    ) -> Result<SandboxInfo> {
+        let mount_is_file = spec
+            .mounts
+            .iter()
+            .map(|m| match std::fs::metadata(&m.host) {
+                Ok(md) => Ok(md.is_file()),
+                Err(e) => Err(Error::InvalidRequest(format!(
+                    "mount source {} cannot be used: {e}",
+                    m.host.display()
+                ))),
+            })
+            .collect::<Result<Vec<bool>>>()?;
+        let (image, image_guard) = match spec.image.clone() {
+            Some(r) => {
+                let store = self.image_store.clone();
+                stockade_native::ensure_image(&r, store.as_deref()).await?;
+                let (root, guard) = tokio::task::spawn_blocking(move || {
+                    stockade_native::image_root(&r, store.as_deref())
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("image task failed: {e}")))??;
+                (Some(root), Some(guard))
+            }
+            None => (None, None),
+        };
+        let created = now_ms();
+        let in_use_lock = image.as_ref().and_then(|i| i.in_use_lock.clone());
+        let image_rootfs = image.as_ref().map(|i| i.rootfs.clone());
+        let ctx = stockade_native::plan::PlanContext {
+            id: id.to_string(),
+            state_dir: dir.to_path_buf(),
+            host: stockade_native::layout::detect(),
+            slirp: None,
+            nft: None,
+            now_ms: created,
+            owner_pid: opts.owner_pid,
+            mount_is_file,
+            image,
+            userns: None,
+            rootless: None,
+        };
+        let plan = stockade_native::plan::plan(spec, &ctx)?;
+        let input = bundle::BundleInput {
+            agent: agent.to_path_buf(),
+            agent_dir: dir.join("agent"),
+            root_dir: dir.join("rootfs"),
+            files_dir: dir.join("files"),
+            image_rootfs,
+            runsc_version: setup.runsc.version.clone(),
+            platform: setup.platform,
+            cgroup_parent: stockade_native::plan::CGROUP_PARENT.into(),
+        };
+        let b = bundle::bundle(spec, &plan, &input)?;
+        let base = if input.image_rootfs.is_some() {
+            &input.files_dir
+        } else {
+            &input.root_dir
+        };
+        write_root(base, &b.root_ops)?;
+        make_private(&input.agent_dir)?;
+        let config = ContainerConfig {
+            exec: b.exec.clone(),
+            expires_at_ms: plan.expires_at_ms,
+        };
+        write_json(&input.agent_dir.join("config.json"), &config)?;
+        std::fs::write(input.agent_dir.join("agent"), b"")
+            .map_err(io("create", &input.agent_dir))?;
+        write_json(&dir.join("config.json"), &b.config)?;
+
+        let console = std::fs::File::create(dir.join("console.log"))
+            .map_err(io("create", &dir.join("console.log")))?;
+        let pid_file = dir.join("init.pid");
+        let mut cmd = tokio::process::Command::new(&setup.runsc.path);
+        cmd.arg(format!("--root={}", self.runsc_root().display()))
+            .arg(format!("--platform={}", setup.platform.as_str()))
+            .args(["--network=none", "--host-uds=create"]);
+        if input.image_rootfs.is_some() {
+            // Mount points the image lacks are made in memory, never in the store.
+            cmd.arg("--overlay2=root:memory");
+        }
+        cmd.arg("run")
+            .arg("--detach")
+            .arg(format!("--bundle={}", dir.display()))
+            .arg(format!("--pid-file={}", pid_file.display()))
+            .arg(id)
+            .stdin(std::process::Stdio::null())
+            .stdout(
+                console
+                    .try_clone()
+                    .map_err(|e| Error::io("cannot dup console log", e))?,
+            )
+            .stderr(console)
+            .kill_on_drop(true);
+        let status = tokio::time::timeout(START_TIMEOUT, cmd.status())
+            .await
+            .map_err(|_| Error::Timeout {
+                operation: format!("runsc run {id}"),
+                after_ms: START_TIMEOUT.as_millis() as u64,
+            })?
+            .map_err(|e| Error::io(format!("cannot start {}", setup.runsc.path.display()), e))?;
+        if !status.success() {
+            return Err(Error::Internal(format!(
+                "runsc run {id} failed ({status}): {}",
+                console_tail(dir)
+            )));
+        }
+        let init_pid: u32 = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .ok_or_else(|| Error::Internal(format!("runsc run {id} wrote no pid file")))?;
+        let init_ticks = stockade_sys::process::start_ticks(init_pid).ok_or_else(|| {
+            Error::Internal(format!(
+                "the sandbox {id} ended at once: {}",
+                console_tail(dir)
+            ))
+        })?;
+        let transport = UnixSocket::new(id, input.agent_dir.join("agent.sock"));
+        let started = Instant::now();
+        loop {
+            if stockade_agent_host::client::ping(id, &transport)
+                .await
+                .is_ok()
+            {
+                break;
+            }
+            if !stockade_sys::process::is_same_process(init_pid, init_ticks) {
+                return Err(Error::Internal(format!(
+                    "the agent of sandbox {id} did not start: {}",
+                    console_tail(dir)
+                )));
+            }
+            if started.elapsed() > START_TIMEOUT {
+                return Err(Error::Timeout {
+                    operation: format!("starting sandbox {id}"),
+                    after_ms: START_TIMEOUT.as_millis() as u64,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let info = SandboxInfo {
+            id: id.to_string(),
+            provider: "gvisor".into(),
+            created_at_ms: created,
+            expires_at_ms: plan.expires_at_ms,
+            owner_pid: opts.owner_pid,
+            spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+            applied: b.applied,
+        };
+        let record = Record {
+            info: info.clone(),
+            init_pid,
+            init_ticks,
+            owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
+            host_memory_bytes: spec.limits.memory_bytes + bundle::SENTRY_OVERHEAD_BYTES,
+        };
+        write_json(&dir.join("sandbox.json"), &record)?;
+        self.watch(setup, agent, &record, dir, in_use_lock.as_deref())
+            .await?;
+        drop(image_guard);
+        Ok(info)
+    }
+
+    /// Starts the detached watcher: `runsc delete --force` when the owner dies, the
+    /// lifetime passes or the sandbox ends; it also holds the image in use.
+    async fn watch(
+        &self,
+        setup: &Setup,
+        agent: &Path,
+        r: &Record,
+        dir: &Path,
+        in_use_lock: Option<&Path>,
+    ) -> Result<()> {
+        let mut cmd = std::process::Command::new(agent);
+        cmd.arg("gvisor-watch")
+            .arg(&setup.runsc.path)
+            .arg(self.runsc_root())
+            .arg(&r.info.id)
+            .arg(r.init_pid.to_string())
+            .arg(
+                r.info
+                    .owner_pid
+                    .map(|p| p.to_string())
+                    .unwrap_or("-".into()),
+            )
+            .arg(r.info.expires_at_ms.to_string())
+            .arg(dir)
+            .arg(in_use_lock.map(Path::as_os_str).unwrap_or("-".as_ref()))
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null());
+        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
+        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+        let status = tokio::process::Command::from(cmd)
+            .status()
+            .await
+            .map_err(|e| Error::io(format!("cannot start {} gvisor-watch", agent.display()), e))?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(Error::Internal(format!(
+                "the watcher of sandbox {} failed to start ({status})",
+                r.info.id
+            )))
+        }
+    }
+
+    /// Reaps every sandbox whose gVisor kernel ended, whose owner died or whose
+    /// lifetime passed, state directories left half-made, and runsc containers with
+    /// no state directory. The daemon calls this too.
+    pub async fn reap(&self) -> Result<GcReport> {
+        let mut report = GcReport::default();
+        if !self.state_root.exists() {
+            return Ok(report);
+        }
+        let now = now_ms();
+        let mut known = Vec::new();
+        for e in std::fs::read_dir(&self.state_root)
+            .map_err(io("read", &self.state_root))?
+            .flatten()
+        {
+            let id = e.file_name().to_string_lossy().into_owned();
+            if check_id(&id).is_err() {
+                continue;
+            }
+            known.push(id.clone());
+            let stale = match self.record(&id) {
+                Some(r) => {
+                    let owner_dead = match (r.info.owner_pid, r.owner_ticks) {
+                        (Some(p), Some(t)) => !stockade_sys::process::is_same_process(p, t),
+                        (Some(p), None) => !Path::new(&format!("/proc/{p}")).exists(),
+                        _ => false,
+                    };
+                    !Self::alive(&r) || owner_dead || now >= r.info.expires_at_ms
+                }
+                None => !e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|t| t.elapsed().unwrap_or_default() < YOUNG),
+            };
+            if stale {
+                match self.remove(&id).await {
+                    Ok(()) => report.reaped.push(id),
+                    Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
+                }
+            }
+        }
+        // Containers runsc knows that have no directory (a crash between the two).
+        if self.runsc_root().exists() {
+            let out = self.runsc(&["list", "-quiet"]).await?;
+            for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim) {
+                if check_id(id).is_ok() && !known.iter().any(|k| k == id) {
+                    match self.remove(id).await {
+                        Ok(()) => report.reaped.push(id.to_string()),
+                        Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}
+
+fn console_tail(dir: &Path) -> String {
+    let text = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
+    let text = text.trim();
+    if text.is_empty() {
+        "it exited without a message".into()
+    } else {
+        let start = text.len().saturating_sub(2000);
+        let start = (start..text.len())
+            .find(|i| text.is_char_boundary(*i))
+            .unwrap_or(0);
+        text[start..].to_string()
+    }
+}
+
+fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec(value)
+        .map_err(|e| Error::Internal(format!("cannot encode {}: {e}", path.display())))?;
+    std::fs::write(path, bytes).map_err(io("write", path))
+}
+
+fn make_private(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(dir)
+        .map_err(io("create", dir))
+}
+
+/// The state root (0711, root's) and the sandbox's directory (0700).
+fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(root).map_err(io("create", root))?;
+    let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
+    make_private(dir)
+}
+
+/// Applies `ops` below `base` (a directory of ours, just made: nothing in it is a
+/// link we did not make, so joining paths is safe).
+fn write_root(base: &Path, ops: &[bundle::RootOp]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::create_dir_all(base).map_err(io("create", base))?;
+    std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o755))
+        .map_err(io("chmod", base))?;
+    for op in ops {
+        match op {
+            bundle::RootOp::Dir { path, mode } => {
+                let p = base.join(path);
+                if std::fs::symlink_metadata(&p).is_err() {
+                    std::fs::create_dir_all(&p).map_err(io("create", &p))?;
+                    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))
+                        .map_err(io("chmod", &p))?;
+                }
+            }
+            bundle::RootOp::EmptyFile { path } => {
+                let p = base.join(path);
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+                }
+                if std::fs::symlink_metadata(&p).is_err() {
+                    std::fs::write(&p, b"").map_err(io("create", &p))?;
+                }
+            }
+            bundle::RootOp::Symlink { to, path } => {
+                let p = base.join(path);
+                if std::fs::symlink_metadata(&p).is_err() {
+                    std::os::unix::fs::symlink(to, &p).map_err(io("link", &p))?;
+                }
+            }
+            bundle::RootOp::File {
+                path,
+                contents,
+                mode,
+            } => {
+                let p = base.join(path);
+                if let Some(parent) = p.parent() {
+                    std::fs::create_dir_all(parent).map_err(io("create", parent))?;
+                }
+                std::fs::write(&p, contents).map_err(io("write", &p))?;
+                std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode))
+                    .map_err(io("chmod", &p))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Launcher for GvisorLauncher {
+    type Transport = UnixSocket;
+
+    fn name(&self) -> &'static str {
+        "gvisor"
+    }
+
+    /// Everything but network egress (runsc's own network stack would need the
+    /// host-side filtering the native provider does with slirp4netns and nftables,
+    /// not wired here: refused rather than weakened) and a writable root.
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            network_egress: false,
+            writable_root: false,
+            local_images: true,
+            ..Capabilities::FULL_LINUX
+        }
+    }
+
+    async fn probe(&self) -> Result<Vec<Check>> {
+        let mut checks = Vec::new();
+        checks.push(Check {
+            name: "root".into(),
+            ok: stockade_core::host::is_root(),
+            detail: format!("running as uid {}", stockade_core::host::euid()),
+            fix: need_root().err().map(|e| e.to_string()),
+        });
+        match self.setup().await {
+            Ok(s) => {
+                let today = (now_ms() / 86_400_000) as i64;
+                let age = s.runsc.age_days(today);
+                let stale = age.is_some_and(|a| a > runsc::STALE_AFTER_DAYS);
+                checks.push(Check {
+                    name: "runsc".into(),
+                    ok: true,
+                    detail: format!(
+                        "{}: {}{}",
+                        s.runsc.path.display(),
+                        s.runsc.version,
+                        match age {
+                            Some(a) if stale => format!(
+                                " (WARNING: built {a} days ago, more than a year: gVisor fixes security bugs in newer releases; update it)"
+                            ),
+                            Some(a) => format!(" (built {a} days ago)"),
+                            None => String::new(),
+                        }
+                    ),
+                    fix: stale.then(|| "install a newer runsc from gVisor's releases and point STOCKADE_RUNSC at it".into()),
+                });
+                checks.push(Check {
+                    name: "gvisor platform".into(),
+                    ok: true,
+                    detail: format!(
+                        "{}{}",
+                        s.platform.as_str(),
+                        match &s.kvm {
+                            Ok(()) => String::new(),
+                            Err(why) => format!(" (kvm not used: {why})"),
+                        }
+                    ),
+                    fix: None,
+                });
+            }
+            Err(Error::Unavailable { reason, fix, .. }) => checks.push(Check {
+                name: "runsc".into(),
+                ok: false,
+                detail: reason,
+                fix: Some(fix),
+            }),
+            Err(e) => return Err(e),
+        }
+        match stockade_agent_host::find_static_agent() {
+            Ok(p) => checks.push(Check {
+                name: "static agent".into(),
+                ok: true,
+                detail: format!("{} (statically linked)", p.display()),
+                fix: None,
+            }),
+            Err(e) => checks.push(Check {
+                name: "static agent".into(),
+                ok: false,
+                detail: e.to_string(),
+                fix: Some(stockade_agent_host::BUILD_STATIC_AGENT.into()),
+            }),
+        }
+        Ok(checks)
+    }
+
+    async fn prepare_image(
+        &self,
+        reference: &str,
+        progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
+    ) -> Result<()> {
+        progress(&format!("checking image {reference}"));
+        stockade_native::ensure_image(reference, self.image_store.as_deref()).await
+    }
+
+    async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
+        self.start(&spec, opts).await
+    }
+
+    async fn transport(&self, id: &str) -> Result<UnixSocket> {
+        check_id(id)?;
+        let sock = self.dir(id).join("agent").join("agent.sock");
+        if !sock.exists() {
+            return Err(self.gone(id, not_found(id)));
+        }
+        Ok(UnixSocket::new(id, sock))
+    }
+
+    async fn destroy(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        if !self.dir(id).exists() {
+            return Ok(());
+        }
+        self.remove(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SandboxInfo>> {
+        let Ok(dir) = std::fs::read_dir(&self.state_root) else {
+            return Ok(Vec::new());
+        };
+        let mut v: Vec<SandboxInfo> = dir
+            .flatten()
+            .filter_map(|e| self.record(&e.file_name().to_string_lossy()))
+            .filter(Self::alive)
+            .map(|r| r.info)
+            .collect();
+        v.sort_by_key(|i| i.created_at_ms);
+        Ok(v)
+    }
+
+    async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
+        check_id(id)?;
+        let r = self.record(id).ok_or_else(|| not_found(id))?;
+        if Self::alive(&r) {
+            Ok(r.info)
+        } else {
+            Err(self.gone(id, not_found(id)))
+        }
+    }
+
+    async fn gc(&self) -> Result<GcReport> {
+        if !stockade_core::host::is_root() {
+            return Ok(GcReport::default());
+        }
+        self.reap().await
+    }
+
+    async fn explain(&self, id: &str, error: Error) -> Error {
+        self.gone(id, error)
+    }
+}
