@@ -450,6 +450,7 @@ mod tests {
             host,
             slirp: None,
             nft: None,
+            dns_upstreams: Vec::new(),
             now_ms: 1000,
             owner_pid: None,
             mount_is_file: vec![false; spec.mounts.len()],

@@ -362,6 +362,7 @@ impl GvisorLauncher {
             host: stockade_native::layout::detect(),
             slirp: None,
             nft: None,
+            dns_upstreams: Vec::new(),
             now_ms: created,
             owner_pid: opts.owner_pid,
             mount_is_file,

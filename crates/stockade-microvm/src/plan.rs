@@ -57,6 +57,8 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         root_caps: false,
         // Debian 12's kernel has landlock ABI 2 (see `assets::find_kernel`).
         landlock_min_abi: Some(2),
+        rlimit_as_bytes: None,
+        rlimit_nproc: None,
     };
     let guest = VmConfig {
         exec,

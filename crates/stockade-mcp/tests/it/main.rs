@@ -544,6 +544,9 @@ impl Daemon {
             max_connections: 256,
             max_streams_per_connection: 64,
             e2b_listen: None,
+            e2b_domain: None,
+            e2b_tls_cert: None,
+            e2b_tls_key: None,
             tenant_image_bytes: 8 << 30,
         };
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
