@@ -23,8 +23,18 @@ pub struct ManArgs {
 /// Prints the completion script; returns the exit code.
 pub fn completions(a: CompletionsArgs) -> i32 {
     let mut cmd = crate::Cli::command();
-    clap_complete::generate(a.shell, &mut cmd, "stockade", &mut std::io::stdout());
-    0
+    // Into a buffer first: clap_complete panics when its writer fails, and a reader
+    // that stops early (`| head`) is not an error.
+    let mut out = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "stockade", &mut out);
+    match std::io::stdout().write_all(&out) {
+        Ok(()) => 0,
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => 0,
+        Err(e) => {
+            eprintln!("stockade: error: cannot write the completions: {e}");
+            74
+        }
+    }
 }
 
 /// Prints the man page of `stockade` or of one of its subcommands; returns the exit code.

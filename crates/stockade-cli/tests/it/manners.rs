@@ -167,6 +167,24 @@ fn bash_loads_the_completion_script() {
         let out = stockade(&["completions", shell]).output().unwrap();
         assert!(out.status.success() && !out.stdout.is_empty(), "{shell}");
     }
+    // A reader that stops early is not an error (it was a panic with a backtrace).
+    for words in ["completions bash", "man"] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!(
+                "'{}' {words} | head -c 1 >/dev/null; echo \"${{PIPESTATUS[0]}}\"",
+                env!("CARGO_BIN_EXE_stockade")
+            ))
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{words}: {stderr}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "0",
+            "{words}: {stderr}"
+        );
+    }
 }
 
 fn man_present() -> Result<(), String> {
