@@ -84,8 +84,10 @@ impl Capabilities {
         match &spec.network {
             Network::None => {}
             Network::Egress => need(self.network_egress, "network", "give network egress"),
+            // A provider that gives no egress at all enforces no allowlist either,
+            // whatever its `network_policy` says.
             Network::Policy(_) => need(
-                self.network_policy,
+                self.network_egress && self.network_policy,
                 "network",
                 "enforce an egress allowlist (it needs Stockade's own resolver and firewall \
                  in the sandbox's network namespace; use the native provider as root)",
@@ -160,6 +162,18 @@ mod tests {
         assert!(
             errs.to_string()
                 .contains("cannot enforce an egress allowlist"),
+            "{errs}"
+        );
+        // A provider that forgot to say it cannot enforce a policy (no egress at all)
+        // still refuses one.
+        let no_egress = Capabilities {
+            network_egress: false,
+            ..Capabilities::FULL_LINUX
+        };
+        let errs = no_egress.check("gvisor", &spec).unwrap_err();
+        assert!(
+            errs.to_string()
+                .contains("the gvisor provider cannot enforce an egress allowlist"),
             "{errs}"
         );
     }

@@ -692,6 +692,7 @@ impl Launcher for GvisorLauncher {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             network_egress: false,
+            network_policy: false,
             writable_root: false,
             local_images: true,
             ..Capabilities::FULL_LINUX

@@ -699,6 +699,7 @@ impl Launcher for MicrovmLauncher {
             images: false,
             // No network device; egress through a filtered host tap is not built.
             network_egress: false,
+            network_policy: false,
             // No virtiofs: host paths are not shared into the guest.
             mounts: false,
             ..Capabilities::FULL_LINUX
