@@ -2,7 +2,7 @@
 //! exec round trip, pause, resume, snapshot size, fork of 3. Needs root and what
 //! `ci-setup.sh` installs.
 //!
-//! cargo run --release -p stockade-microvm --example bench
+//! cargo run --release -p stockade-microvm --example bench_microvm
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
