@@ -10,7 +10,7 @@ use super::Ctx;
 pub struct ForkArgs {
     /// The paused sandbox to copy.
     pub id: String,
-    /// How many copies to start (default 1).
+    /// How many copies to start.
     #[arg(short = 'n', long, default_value_t = 1)]
     pub count: u32,
 }
