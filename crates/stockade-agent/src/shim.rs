@@ -221,7 +221,7 @@ fn wait_child(
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return (kill_descendants(child), true);
+                    return (kill_main_first(child), true);
                 }
                 PollTimeout::try_from(left).unwrap_or(PollTimeout::MAX)
             }
@@ -256,7 +256,7 @@ fn wait_child(
                         .map(|n| n == 0 || line.trim() == "kill")
                         .unwrap_or(true)
                     {
-                        return (kill_descendants(child), false);
+                        return (kill_main_first(child), false);
                     }
                 }
             }
@@ -294,6 +294,18 @@ fn descendants() -> Vec<i32> {
 
 fn has_descendants() -> bool {
     !descendants().is_empty()
+}
+
+/// At a deadline or a kill: SIGKILL to the main child's process group (its own, made
+/// with `setpgid` before exec; the child is not reaped yet, so neither its pid nor its
+/// group can belong to anyone else) and to the child, before the rest. Killed one by
+/// one in any order, a shell could see its child die and exit by itself (137,
+/// "Killed") before its own signal came, and the exec would look as if it ended on
+/// its own instead of killed.
+fn kill_main_first(child: Pid) -> WaitStatus {
+    let _ = kill(Pid::from_raw(-child.as_raw()), Signal::SIGKILL);
+    let _ = kill(child, Signal::SIGKILL);
+    kill_descendants(child)
 }
 
 /// Kills every descendant and reaps them, until none is left (bounded to 5 s for
