@@ -13,6 +13,8 @@ use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
 use std::os::fd::AsFd;
+
+use crate::watch::Ending;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
@@ -21,7 +23,6 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use stockade_agent_proto::launch::VmHostConfig;
 use stockade_agent_proto::mux::{self, Identity, Kind};
 use stockade_agent_proto::now_ms;
@@ -167,45 +168,28 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
     let vmm = rustix::process::Pid::from_raw(child.id() as i32)
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok())
         .ok_or("cannot watch the VMM process")?;
-    loop {
-        let left = config.expires_at_ms.saturating_sub(now_ms());
-        if left == 0 {
-            return end(dir, config, Some(&mut child), "its lifetime passed");
-        }
-        let mut fds = vec![PollFd::new(vmm.as_fd(), PollFlags::POLLIN)];
-        if let Some(o) = &owner {
-            fds.push(PollFd::new(o.as_fd(), PollFlags::POLLIN));
-        }
-        let timeout = PollTimeout::try_from(Duration::from_millis(left.min(60_000)))
-            .unwrap_or(PollTimeout::MAX);
-        if poll(&mut fds, timeout).is_err() {
-            std::thread::sleep(Duration::from_millis(100));
-            continue;
-        }
-        let fired = |i: usize| {
-            fds.get(i)
-                .and_then(|f| f.revents())
-                .is_some_and(|r| !r.is_empty())
-        };
-        if fired(1) {
-            return end(dir, config, Some(&mut child), "its owner died");
-        }
-        if fired(0) {
-            let status = child.wait().map_err(|e| e.to_string())?;
-            let _ = fs::remove_file(&sock);
-            if !dir.join("paused").exists() {
-                let how = match (status.code(), status.signal()) {
-                    (_, Some(sig)) => format!("the VM process was killed by signal {sig}"),
-                    (Some(0), _) => "the VM powered off".to_string(),
-                    (Some(c), _) => format!("the VM process exited with code {c}"),
-                    _ => format!("the VM process ended ({status})"),
-                };
-                let _ = fs::write(dir.join("exit"), how);
-            }
-            remove_cgroups(config);
-            return Ok(());
-        }
+    match crate::watch::wait_for(
+        vmm.as_fd(),
+        owner.as_ref().map(AsFd::as_fd),
+        config.expires_at_ms,
+    ) {
+        Ending::Lifetime => return end(dir, config, Some(&mut child), "its lifetime passed"),
+        Ending::OwnerDied => return end(dir, config, Some(&mut child), "its owner died"),
+        Ending::Watched => {}
     }
+    let status = child.wait().map_err(|e| e.to_string())?;
+    let _ = fs::remove_file(&sock);
+    if !dir.join("paused").exists() {
+        let how = match (status.code(), status.signal()) {
+            (_, Some(sig)) => format!("the VM process was killed by signal {sig}"),
+            (Some(0), _) => "the VM powered off".to_string(),
+            (Some(c), _) => format!("the VM process exited with code {c}"),
+            _ => format!("the VM process ended ({status})"),
+        };
+        let _ = fs::write(dir.join("exit"), how);
+    }
+    remove_cgroups(config);
+    Ok(())
 }
 
 /// Kills the VM (when running) and removes everything of the sandbox.

@@ -11,7 +11,7 @@
 //! us) it exits and leaves the rest to the provider and to `stockade gc`.
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
@@ -148,15 +148,50 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
         },
         None => None,
     };
-    loop {
-        let left = args.expires_at_ms.saturating_sub(now_ms());
-        if left == 0 {
-            remove(&args);
-            exit_now(0);
+    match wait_for(
+        init.as_fd(),
+        owner.as_ref().map(AsFd::as_fd),
+        args.expires_at_ms,
+    ) {
+        Ending::Lifetime | Ending::OwnerDied => remove(&args),
+        Ending::Watched => {
+            // The container ended. Its lifetime passing is ours to clean up; a gVisor
+            // sandbox that ended (its agent's idle timeout, killed) leaves runsc state
+            // that nothing else would remove until gc.
+            if now_ms() >= args.expires_at_ms || matches!(args.engine, Engine::Runsc { .. }) {
+                remove(&args);
+            }
         }
-        let mut fds = vec![PollFd::new(init.as_fd(), PollFlags::POLLIN)];
-        if let Some(o) = &owner {
-            fds.push(PollFd::new(o.as_fd(), PollFlags::POLLIN));
+    }
+    exit_now(0)
+}
+
+/// Why [`wait_for`] returned.
+pub(crate) enum Ending {
+    /// `expires_at_ms` passed.
+    Lifetime,
+    /// The owner's pidfd fired.
+    OwnerDied,
+    /// The watched process's pidfd fired.
+    Watched,
+}
+
+/// Waits until the watched process (a pidfd) ends, the owner (a pidfd) dies, or the
+/// lifetime passes; the one loop of every host-side watcher (docker-watch,
+/// gvisor-watch, vm-host).
+pub(crate) fn wait_for(
+    watched: BorrowedFd<'_>,
+    owner: Option<BorrowedFd<'_>>,
+    expires_at_ms: u64,
+) -> Ending {
+    loop {
+        let left = expires_at_ms.saturating_sub(now_ms());
+        if left == 0 {
+            return Ending::Lifetime;
+        }
+        let mut fds = vec![PollFd::new(watched, PollFlags::POLLIN)];
+        if let Some(o) = owner {
+            fds.push(PollFd::new(o, PollFlags::POLLIN));
         }
         let timeout = PollTimeout::try_from(Duration::from_millis(left.min(60_000)))
             .unwrap_or(PollTimeout::MAX);
@@ -170,17 +205,10 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
                 .is_some_and(|r| !r.is_empty())
         };
         if fired(1) {
-            remove(&args);
-            exit_now(0);
+            return Ending::OwnerDied;
         }
         if fired(0) {
-            // The container ended. Its lifetime passing is ours to clean up; a gVisor
-            // sandbox that ended (its agent's idle timeout, killed) leaves runsc state
-            // that nothing else would remove until gc.
-            if now_ms() >= args.expires_at_ms || matches!(args.engine, Engine::Runsc { .. }) {
-                remove(&args);
-            }
-            exit_now(0);
+            return Ending::Watched;
         }
     }
 }
