@@ -166,6 +166,11 @@ pub struct EgressPlan {
     pub upstreams: Vec<String>,
 }
 
+/// The port of a policy sandbox's SNI/Host proxy on its loopback (IPv4 and IPv6):
+/// connections to addresses an allowed name opened are redirected there. Below
+/// 1024, so code in the sandbox could not have bound it.
+pub const EGRESS_PROXY_PORT: u16 = 1023;
+
 /// Shortest time an answer's addresses stay open: a record with a TTL of 0 or 1 s
 /// must still let the connection that follows it through.
 pub const MIN_ANSWER_TTL_SECS: u32 = 30;

@@ -29,12 +29,19 @@ use stockade_agent_proto::launch::{
 };
 use stockade_agent_proto::{EgressDenial, now_ms};
 
+use crate::proxy;
+
 /// Lookup denials kept (the oldest go first).
 const MAX_DNS_DENIALS: usize = 1024;
 /// The deny sets' element timeout (`timeout 1h` in the ruleset).
 const DENY_SET_TIMEOUT_MS: u64 = 3_600_000;
-/// How long one upstream resolver gets to answer.
-const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long one upstream resolver gets to answer each send of a query (sent again
+/// after each wait): 3.5 s in all, under the 5 s a stub resolver waits for us.
+const UPSTREAM_WAITS: [Duration; 3] = [
+    Duration::from_millis(500),
+    Duration::from_secs(1),
+    Duration::from_secs(2),
+];
 /// The deny chains of the ruleset (see `stockade-native`'s `egress` module) and the
 /// rule each reports.
 const DENY_CHAINS: &[(&str, &str)] = &[
@@ -50,6 +57,7 @@ pub struct Sockets {
     upstream6: Option<UdpSocket>,
     control: UnixListener,
     netns: fs::File,
+    proxy: proxy::Listeners,
 }
 
 /// Makes the resolver's sockets: the listener inside the sandbox's network namespace
@@ -65,10 +73,12 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
     nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
     let listen = UdpSocket::bind("0.0.0.0:53");
+    let proxy = proxy::bind();
     nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
     let listen =
         listen.map_err(|e| format!("cannot listen on port 53 in the sandbox's namespace: {e}"))?;
+    let proxy = proxy?;
     let path = state_dir.join("net.sock");
     let _ = fs::remove_file(&path);
     let control = UnixListener::bind(&path)
@@ -79,6 +89,7 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
         upstream6,
         control,
         netns,
+        proxy,
     })
 }
 
@@ -86,6 +97,8 @@ struct Shared {
     policy: Mutex<EgressPlan>,
     /// Address -> the allowed name it was last resolved from.
     resolved: Mutex<HashMap<IpAddr, (String, Instant)>>,
+    /// Refusals of lookups and of the proxy's checks (connection refusals are in
+    /// the ruleset's deny sets).
     dns_denials: Mutex<VecDeque<EgressDenial>>,
     /// Serializes nft runs (a policy swap replaces the table the resolver adds to).
     nft_lock: Mutex<()>,
@@ -123,6 +136,8 @@ pub fn start(
             }
         })
         .map_err(|e| format!("cannot start the resolver: {e}"))?;
+    // The proxy's threads stay in the host's namespace: they connect from there.
+    proxy::start(s.proxy, shared.clone())?;
     let control = s.control;
     std::thread::Builder::new()
         .name("net-control".into())
@@ -265,21 +280,25 @@ fn forward(
                 None => continue,
             },
         };
-        if sock.send_to(query, addr).is_err() {
-            continue;
-        }
-        let deadline = Instant::now() + UPSTREAM_TIMEOUT;
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
+        // UDP loses queries (a busy resolver drops some): sent again after each
+        // wait, as the stub resolvers do, and any copy's answer is taken.
+        for wait in UPSTREAM_WAITS {
+            if sock.send_to(query, addr).is_err() {
                 break;
             }
-            match sock.recv_from(&mut buf) {
-                Ok((n, from)) if from == addr && n >= 2 && buf[..2] == id.to_be_bytes() => {
-                    return Some(buf[..n].to_vec());
+            let deadline = Instant::now() + wait;
+            loop {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() || sock.set_read_timeout(Some(left)).is_err() {
+                    break;
                 }
-                Ok(_) => continue,
-                Err(_) => break,
+                match sock.recv_from(&mut buf) {
+                    Ok((n, from)) if from == addr && n >= 2 && buf[..2] == id.to_be_bytes() => {
+                        return Some(buf[..n].to_vec());
+                    }
+                    Ok(_) => continue,
+                    Err(_) => break,
+                }
             }
         }
     }
@@ -287,18 +306,45 @@ fn forward(
 }
 
 fn record_dns(sh: &Shared, name: &str, rule: String) {
-    if let Ok(mut d) = sh.dns_denials.lock() {
-        if d.len() >= MAX_DNS_DENIALS {
-            d.pop_front();
-        }
-        d.push_back(EgressDenial {
+    keep(
+        sh,
+        EgressDenial {
             at_ms: now_ms(),
             protocol: "dns".into(),
             destination: name.to_string(),
             port: None,
             name: Some(name.to_string()),
             rule,
-        });
+        },
+    );
+}
+
+fn keep(sh: &Shared, denial: EgressDenial) {
+    if let Ok(mut d) = sh.dns_denials.lock() {
+        if d.len() >= MAX_DNS_DENIALS {
+            d.pop_front();
+        }
+        d.push_back(denial);
+    }
+}
+
+impl proxy::Policy for Shared {
+    fn plan(&self) -> Option<EgressPlan> {
+        self.policy.lock().ok().map(|p| p.clone())
+    }
+
+    fn record(&self, protocol: &str, dest: SocketAddr, name: Option<&str>, rule: String) {
+        keep(
+            self,
+            EgressDenial {
+                at_ms: now_ms(),
+                protocol: protocol.into(),
+                destination: dest.ip().to_string(),
+                port: Some(dest.port()),
+                name: name.map(str::to_string),
+                rule,
+            },
+        );
     }
 }
 
@@ -451,7 +497,8 @@ fn denials(sh: &Shared, since_ms: u64) -> Result<Vec<EgressDenial>, String> {
         }
     }
     out.sort_by_key(|d| d.at_ms);
-    // One entry per destination and rule (a lookup asks for A and AAAA): the latest.
+    // One entry per destination, name and rule (a lookup asks for A and AAAA): the
+    // latest.
     let mut seen = std::collections::HashSet::new();
     let mut dedup: Vec<EgressDenial> = out
         .into_iter()
@@ -461,6 +508,7 @@ fn denials(sh: &Shared, since_ms: u64) -> Result<Vec<EgressDenial>, String> {
                 d.protocol.clone(),
                 d.destination.clone(),
                 d.port,
+                d.name.clone(),
                 d.rule.clone(),
             ))
         })

@@ -22,6 +22,7 @@ mod egress;
 mod fileop;
 mod ids;
 mod monitor;
+mod proxy;
 mod rootfs;
 mod server;
 mod shim;

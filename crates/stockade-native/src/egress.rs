@@ -14,11 +14,15 @@
 //!    the record's TTL runs out (sets filled by the resolver);
 //! 7. everything else is refused.
 //!
+//! TCP connections let through by step 6 are then redirected (nat output) to the
+//! monitor's SNI/Host proxy on loopback, which checks the name the code asks the
+//! server for (see the agent's `proxy` module).
+//!
 //! Refusals reset TCP (`ECONNREFUSED` at once) and answer anything else with ICMP
 //! port unreachable, and are recorded per rule in a dynamic set (address . protocol .
 //! port, one hour) that the monitor reads back for `egress_denied`.
 
-use stockade_agent_proto::launch::{EgressPlan, NameRule};
+use stockade_agent_proto::launch::{EGRESS_PROXY_PORT, EgressPlan, NameRule};
 use stockade_spec::{EgressPolicy, NetRule, NetTarget, Ports};
 
 use crate::plan::{DENIED_V4, DENIED_V6};
@@ -60,7 +64,9 @@ pub fn policy_firewall(
             ));
         }
     }
-    r.push_str("  chain output {\n    type filter hook output priority 0; policy accept;\n");
+    // Before the nat chain (-100): it decides on the address the code asked for, and
+    // only what it let through is redirected to the proxy.
+    r.push_str("  chain output {\n    type filter hook output priority -150; policy accept;\n");
     r.push_str("    oifname \"lo\" accept\n    ct state established,related accept\n");
     r.push_str("    ip daddr { 10.0.2.2, 10.0.2.3 } jump deny_host\n");
     for rule in policy.deny_rules() {
@@ -86,6 +92,26 @@ pub fn policy_firewall(
     r.push_str("    ip daddr . meta l4proto @allowany4 accept\n");
     r.push_str("    ip6 daddr . meta l4proto @allowany6 accept\n");
     r.push_str("    jump deny_other\n  }\n");
+    // TCP to an address an allowed name opened goes through the SNI/Host proxy; the
+    // allowlist's ranges are opened by address alone and go straight out.
+    r.push_str("  chain proxy {\n    type nat hook output priority -100; policy accept;\n");
+    r.push_str("    oifname \"lo\" return\n");
+    for rule in policy.allow_rules() {
+        if let Some(m) = cidr_match(&rule) {
+            r.push_str(&format!("    {m} return\n"));
+        }
+    }
+    for m in [
+        "ip daddr . meta l4proto . th dport @allow4",
+        "ip6 daddr . meta l4proto . th dport @allow6",
+        "ip daddr . meta l4proto @allowany4",
+        "ip6 daddr . meta l4proto @allowany6",
+    ] {
+        r.push_str(&format!(
+            "    meta l4proto tcp {m} redirect to :{EGRESS_PROXY_PORT}\n"
+        ));
+    }
+    r.push_str("  }\n");
     for (chain, _) in DENY_CHAINS {
         r.push_str(&format!(
             "  chain {chain} {{\n    meta l4proto {{ tcp, udp }} update @{chain}4 {{ ip daddr . meta l4proto . th dport }}\n    meta l4proto {{ tcp, udp }} update @{chain}6 {{ ip6 daddr . meta l4proto . th dport }}\n    meta l4proto tcp reject with tcp reset\n    reject\n  }}\n"

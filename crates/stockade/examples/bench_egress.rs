@@ -4,7 +4,9 @@
 //! `scripts/build-agent.sh` (same profile). Rows, all in one run:
 //!
 //! - connection setup to pypi.org:443 from Python (`socket.create_connection`, name
-//!   lookup included, and connect alone to the address looked up once): on the bare
+//!   lookup included; and connect plus a TLS handshake with SNI `pypi.org` to the
+//!   address looked up once, which under the allowlist crosses the monitor's SNI
+//!   check and its upstream connection): on the bare
 //!   host, in a sandbox with `network: egress` (all), and in one with the allowlist
 //!   `["pypi.org:443"]` (every lookup through the monitor's resolver, which opens the
 //!   answer in nftables before passing it on); median and p90 of ITERATIONS each;
@@ -25,11 +27,14 @@ fn pct(mut v: Vec<f64>, q: f64) -> f64 {
 fn probe(n: usize) -> String {
     format!(
         "import socket, time\n\
+import ssl\n\
          ip = socket.getaddrinfo('pypi.org', 443, socket.AF_INET)[0][4][0]\n\
-         for kind in ('lookup+connect', 'connect'):\n\
+         ctx = ssl.create_default_context()\n\
+         for kind in ('lookup+connect', 'tls'):\n\
          \x20   for _ in range({n}):\n\
          \x20       t = time.perf_counter()\n\
          \x20       s = socket.create_connection(('pypi.org' if kind == 'lookup+connect' else ip, 443), timeout=10)\n\
+         \x20       if kind == 'tls': s = ctx.wrap_socket(s, server_hostname='pypi.org')\n\
          \x20       print(kind, (time.perf_counter() - t) * 1000)\n\
          \x20       s.close()\n"
     )
@@ -40,7 +45,7 @@ fn parse(out: &str) -> (Vec<f64>, Vec<f64>) {
     for l in out.lines() {
         if let Some(v) = l.strip_prefix("lookup+connect ") {
             a.push(v.parse().unwrap());
-        } else if let Some(v) = l.strip_prefix("connect ") {
+        } else if let Some(v) = l.strip_prefix("tls ") {
             b.push(v.parse().unwrap());
         }
     }
@@ -71,7 +76,7 @@ async fn main() {
         .unwrap_or(50);
     let policy = || Network::allow(["pypi.org:443"]);
     println!("connection setup to pypi.org:443, {n} each, ms\n");
-    println!("| where | lookup+connect p50 | p90 | connect p50 | p90 |");
+    println!("| where | lookup+connect p50 | p90 | connect+TLS handshake p50 | p90 |");
     println!("|---|---:|---:|---:|---:|");
     let host = Command::new("python3")
         .arg("-c")
@@ -87,7 +92,12 @@ async fn main() {
         let mut req = ExecRequest::new(["python3", "-c", &probe(n)]);
         req.timeout_ms = Some(120_000);
         let out = sb.exec(req).await.unwrap();
-        assert_eq!(out.exit_code, 0, "{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.exit_code,
+            0,
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         rows.push((name, parse(&String::from_utf8_lossy(&out.stdout))));
         sb.destroy().await.unwrap();
     }

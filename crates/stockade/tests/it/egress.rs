@@ -391,6 +391,150 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
 }
 
 #[tokio::test]
+async fn an_allowed_address_opens_only_the_allowed_names_sni_and_host_checked() {
+    if !require_egress("an_allowed_address_opens_only_the_allowed_names_sni_and_host_checked") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+        },
+    )
+    .await;
+    // Everything below goes to pypi.org's own address, which the allowlist opened:
+    // only the name asked for (TLS SNI, HTTP Host) differs.
+    let code = r#"
+import socket, ssl, time
+ip = socket.gethostbyname('pypi.org')
+def tls(name, verify=True):
+    ctx = ssl.create_default_context()
+    if not verify:
+        ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+    t = time.monotonic()
+    try:
+        s = ctx.wrap_socket(socket.create_connection((ip, 443), timeout=10), server_hostname=name)
+        s.close(); return 'ok'
+    except (OSError, ssl.SSLError) as e:
+        return 'refused %d %s' % ((time.monotonic() - t) * 1000, getattr(e, 'reason', e))
+print('sni pypi:', tls('pypi.org'))
+print('sni npm:', tls('registry.npmjs.org'))
+print('sni none:', tls(None, verify=False))
+def http(raw):
+    s = socket.create_connection((ip, 80), timeout=10)
+    s.sendall(raw)
+    out = b''
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            out += b
+    except OSError as e:
+        out += b' <%s>' % e.__class__.__name__.encode()
+    s.close()
+    return out
+r = http(b'GET / HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n')
+print('host npm:', r.split(b'\r\n')[0].decode(), b'network policy' in r)
+r = http(b'GET http://registry.npmjs.org/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')
+print('absolute npm:', r.split(b'\r\n')[0].decode())
+r = http(b'POST / HTTP/1.1\r\nHost: pypi.org\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n')
+print('smuggle:', r.split(b'\r\n')[0].decode())
+# Keep-alive: an allowed request, then one for another name on the same connection.
+r = http(b'HEAD / HTTP/1.1\r\nHost: pypi.org\r\n\r\nGET / HTTP/1.1\r\nHost: registry.npmjs.org\r\n\r\n')
+print('second request answered:', r.count(b'HTTP/1.1 '), b'network policy' in r)
+s = socket.create_connection((ip, 443), timeout=10)
+s.sendall(b'hello there\r\n\r\n')
+try:
+    print('not tls:', s.recv(100))
+except OSError as e:
+    print('not tls:', e.errno)
+try:
+    c = socket.create_connection(('127.0.0.1', 1023), timeout=5)
+    c.sendall(b'GET / HTTP/1.1\r\nHost: pypi.org\r\n\r\n')
+    print('proxy port direct:', c.recv(100))
+except OSError as e:
+    print('proxy port direct:', e.errno)
+"#;
+    let out = py(&sb, code, 60_000).await;
+    let s = text(&out.stdout);
+    let report = format!("{s}\n{}\n{:#?}", text(&out.stderr), out.egress_denied);
+    assert!(
+        s.contains("sni pypi: ok"),
+        "the allowed name's TLS failed: {report}"
+    );
+    let line = |p: &str| {
+        s.lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("{p} missing: {report}"))
+            .to_string()
+    };
+    for (what, reason) in [
+        ("sni npm:", "ACCESS_DENIED"),
+        ("sni none:", "ACCESS_DENIED"),
+    ] {
+        let l = line(what);
+        assert!(
+            l.contains("refused") && l.contains(reason),
+            "{what} got through: {report}"
+        );
+        let ms: u64 = l.split_whitespace().nth(3).unwrap().parse().unwrap();
+        assert!(ms < 1000, "{what} took {ms} ms: {report}");
+    }
+    assert!(
+        s.contains("host npm: HTTP/1.1 403 Forbidden True"),
+        "a Host not allowed was passed on: {report}"
+    );
+    assert!(s.contains("absolute npm: HTTP/1.1 403"), "{report}");
+    assert!(s.contains("smuggle: HTTP/1.1 403"), "{report}");
+    // The HEAD is answered; the request for the other name is not (the connection
+    // ends instead).
+    assert!(
+        s.contains("second request answered: 1 False"),
+        "a second request for another name went through: {report}"
+    );
+    assert!(
+        !line("not tls:").contains("HTTP"),
+        "non-TLS bytes on 443 reached the server: {report}"
+    );
+    assert!(
+        !line("proxy port direct:").contains("HTTP"),
+        "the proxy's own port is a way out: {report}"
+    );
+    let d = &out.egress_denied;
+    let ip = host_ip("pypi.org");
+    let tls = find(d, "tls", &ip, Some(443)).unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(tls.name.as_deref(), Some("registry.npmjs.org"), "{report}");
+    assert_eq!(tls.rule, "name not in the allowlist");
+    assert!(
+        d.iter()
+            .any(|x| x.protocol == "tls" && x.rule == "TLS without a server name (SNI)"),
+        "{report}"
+    );
+    let http = d
+        .iter()
+        .find(|x| x.protocol == "http" && x.name.as_deref() == Some("registry.npmjs.org"))
+        .unwrap_or_else(|| panic!("{report}"));
+    assert_eq!(
+        (http.destination.as_str(), http.port, http.rule.as_str()),
+        (ip.as_str(), Some(80), "name not in the allowlist"),
+        "{report}"
+    );
+    assert!(
+        d.iter()
+            .any(|x| x.rule == "HTTP request with both Content-Length and Transfer-Encoding"),
+        "{report}"
+    );
+    assert!(
+        d.iter()
+            .any(|x| x.rule == "neither TLS nor HTTP on port 443"),
+        "{report}"
+    );
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
 async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
     let spec = SandboxSpec {
         network: Network::Policy(EgressPolicy {

@@ -1,0 +1,724 @@
+//! The SNI/Host check of a policy sandbox: a transparent proxy for the TCP
+//! connections that an allowed *name* opened.
+//!
+//! The sandbox's ruleset lets a connection to an address in the resolver's allow sets
+//! through its filter chain and then redirects it (nat output) to this proxy's
+//! listener on loopback of the sandbox's namespace (made while the monitor entered
+//! it); the proxy runs in the monitor, host side, and connects to the original
+//! destination from the host's namespace, as the resolver forwards lookups. Before
+//! connecting it reads the first bytes the code sends:
+//!
+//! - a TLS ClientHello (parsed by rustls's `Acceptor`): its server name (SNI) must be
+//!   allowed on that port, else the code gets a TLS `access_denied` alert;
+//! - an HTTP/1 request (parsed by httparse): its `Host` (and an absolute target's
+//!   host) must be allowed, else the code gets a `403` saying why; every later request
+//!   on the same connection is checked too (bodies are framed by `Content-Length` or
+//!   chunked encoding; a request with both is refused), and one that is not allowed
+//!   ends the connection;
+//! - nothing within `SERVER_FIRST_WAIT` on a port other than 80/443 (a protocol where
+//!   the server speaks first), or bytes of another protocol there: passed through,
+//!   checked by address only; on 80 and 443 anything else than TLS or HTTP is refused.
+//!
+//! So allowing `pypi.org` does not open every site behind the same CDN or proxy
+//! address. Every refusal is recorded like the resolver's (`tls` or `http`, the
+//! address, the port, the name asked for, the rule). Not checked: what travels inside
+//! an allowed TLS session (a `Host` different from the SNI, "domain fronting", is
+//! the server's to refuse).
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use nix::sys::socket::{getsockopt, sockopt};
+use stockade_agent_proto::launch::{EGRESS_PROXY_PORT, EgressPlan, NameRule};
+
+/// How long the proxy waits for the code's first bytes before taking the protocol
+/// for one where the server speaks first (not on ports 80 and 443).
+const SERVER_FIRST_WAIT: Duration = Duration::from_millis(300);
+/// How long a client gets to send a whole ClientHello or request head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The largest request head or ClientHello read before deciding.
+const MAX_HEAD: usize = 64 * 1024;
+/// Connections proxied at once for one sandbox (two threads each).
+const MAX_CONNECTIONS: usize = 256;
+/// How long connecting to the original destination may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What the proxy needs of the monitor's egress state.
+pub trait Policy: Send + Sync + 'static {
+    /// The current name rules.
+    fn plan(&self) -> Option<EgressPlan>;
+    /// Records a refusal.
+    fn record(&self, protocol: &str, dest: SocketAddr, name: Option<&str>, rule: String);
+}
+
+/// The proxy's listeners, bound inside the sandbox's namespace.
+pub struct Listeners {
+    v4: TcpListener,
+    v6: Option<TcpListener>,
+}
+
+/// Binds the listeners; the caller is inside the sandbox's network namespace.
+pub fn bind() -> Result<Listeners, String> {
+    let v4 = TcpListener::bind(("127.0.0.1", EGRESS_PROXY_PORT)).map_err(|e| {
+        format!("cannot listen on port {EGRESS_PROXY_PORT} in the sandbox's namespace: {e}")
+    })?;
+    // No IPv6 loopback when the namespace has IPv6 disabled: IPv4 only then.
+    let v6 = TcpListener::bind(("::1", EGRESS_PROXY_PORT)).ok();
+    Ok(Listeners { v4, v6 })
+}
+
+/// Starts the accept threads (from the host's namespace: upstream connections are
+/// made where the thread runs).
+pub fn start(l: Listeners, policy: Arc<dyn Policy>) -> Result<(), String> {
+    let live = Arc::new(AtomicUsize::new(0));
+    for listener in std::iter::once(l.v4).chain(l.v6) {
+        let policy = policy.clone();
+        let live = live.clone();
+        std::thread::Builder::new()
+            .name("egress-proxy".into())
+            .spawn(move || accept_loop(&listener, &policy, &live))
+            .map_err(|e| format!("cannot start the egress proxy: {e}"))?;
+    }
+    Ok(())
+}
+
+fn accept_loop(listener: &TcpListener, policy: &Arc<dyn Policy>, live: &Arc<AtomicUsize>) {
+    for conn in listener.incoming() {
+        let Ok(conn) = conn else { continue };
+        let Some(dest) = original_destination(&conn) else {
+            // Connected to the proxy's own address: nothing was redirected.
+            reset(&conn);
+            continue;
+        };
+        if live.fetch_add(1, Ordering::SeqCst) >= MAX_CONNECTIONS {
+            live.fetch_sub(1, Ordering::SeqCst);
+            policy.record(
+                "tcp",
+                dest,
+                None,
+                format!("more than {MAX_CONNECTIONS} connections through the proxy at once"),
+            );
+            reset(&conn);
+            continue;
+        }
+        let policy = policy.clone();
+        let live2 = live.clone();
+        let spawned = std::thread::Builder::new()
+            .name("egress-conn".into())
+            .spawn(move || {
+                handle(conn, dest, &*policy);
+                live2.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            live.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+/// Where the code meant to connect (the address before the redirect), or `None` for
+/// a connection made to the proxy itself.
+fn original_destination(conn: &TcpStream) -> Option<SocketAddr> {
+    let local = conn.local_addr().ok()?;
+    let dest = if local.is_ipv4() {
+        let a = getsockopt(conn, sockopt::OriginalDst).ok()?;
+        SocketAddr::new(
+            IpAddr::V4(u32::from_be(a.sin_addr.s_addr).into()),
+            u16::from_be(a.sin_port),
+        )
+    } else {
+        let a = getsockopt(conn, sockopt::Ip6tOriginalDst).ok()?;
+        SocketAddr::new(
+            IpAddr::V6(a.sin6_addr.s6_addr.into()),
+            u16::from_be(a.sin6_port),
+        )
+    };
+    (dest != local && !dest.ip().is_loopback()).then_some(dest)
+}
+
+/// Closes with a reset: the code sees ECONNRESET, not a clean end of stream.
+fn reset(conn: &TcpStream) {
+    let _ = nix::sys::socket::setsockopt(
+        conn,
+        sockopt::Linger,
+        &nix::libc::linger {
+            l_onoff: 1,
+            l_linger: 0,
+        },
+    );
+}
+
+/// What the first bytes of a connection are.
+#[derive(Debug, PartialEq, Eq)]
+enum Head {
+    NeedMore,
+    /// A TLS ClientHello and its server name.
+    Tls(Option<String>),
+    /// An HTTP/1 request head.
+    Http,
+    Other,
+}
+
+fn classify(buf: &[u8]) -> Head {
+    if buf.is_empty() {
+        return Head::NeedMore;
+    }
+    if buf[0] == 0x16 {
+        let mut acceptor = rustls::server::Acceptor::default();
+        let mut r = buf;
+        while !r.is_empty() {
+            if acceptor.read_tls(&mut r).is_err() {
+                return Head::Other;
+            }
+        }
+        return match acceptor.accept() {
+            Ok(Some(hello)) => Head::Tls(
+                hello
+                    .client_hello()
+                    .server_name()
+                    .map(str::to_ascii_lowercase),
+            ),
+            Ok(None) => Head::NeedMore,
+            Err(_) => Head::Other,
+        };
+    }
+    let token = buf.iter().take_while(|b| b.is_ascii_uppercase()).count();
+    if token == 0 || token > 16 {
+        return Head::Other;
+    }
+    if token == buf.len() {
+        return Head::NeedMore;
+    }
+    if buf[token] != b' ' {
+        return Head::Other;
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    match httparse::Request::new(&mut headers).parse(buf) {
+        Ok(httparse::Status::Partial) => Head::NeedMore,
+        Ok(httparse::Status::Complete(_)) => Head::Http,
+        Err(_) => Head::Other,
+    }
+}
+
+/// The decision on a name for `port`: `None` allows, `Some(rule)` says why not.
+pub fn refusal(plan: &EgressPlan, name: &str, port: u16) -> Option<String> {
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    if let Some(d) = plan.deny.iter().find(|r| r.matches(&name)) {
+        return Some(format!("denylist: {}", d.text));
+    }
+    let opens = |r: &&NameRule| {
+        r.matches(&name)
+            && r.protocols.iter().any(|p| p == "tcp")
+            && r.ports.as_ref().is_none_or(|p| p.contains(&port))
+    };
+    if plan.allow.iter().any(|r| opens(&r)) {
+        None
+    } else {
+        Some("name not in the allowlist".into())
+    }
+}
+
+fn handle(client: TcpStream, dest: SocketAddr, policy: &dyn Policy) {
+    let web = matches!(dest.port(), 80 | 443);
+    let mut head = Vec::new();
+    let Ok(kind) = read_head(&client, &mut head, web) else {
+        return;
+    };
+    let Some(plan) = policy.plan() else {
+        reset(&client);
+        return;
+    };
+    match kind {
+        Head::Tls(sni) => {
+            let why = match &sni {
+                Some(name) => refusal(&plan, name, dest.port()),
+                None => Some("TLS without a server name (SNI)".into()),
+            };
+            if let Some(rule) = why {
+                policy.record("tls", dest, sni.as_deref(), rule);
+                // A fatal `access_denied` alert: what TLS clients report as such.
+                let _ = (&client).write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+                let _ = client.shutdown(Shutdown::Both);
+                return;
+            }
+            let Some(up) = connect(&client, dest) else {
+                return;
+            };
+            pass_through(client, up, &head);
+        }
+        Head::Http => http(client, dest, head, policy),
+        Head::Other | Head::NeedMore if web => {
+            policy.record(
+                "tcp",
+                dest,
+                None,
+                format!("neither TLS nor HTTP on port {}", dest.port()),
+            );
+            reset(&client);
+        }
+        Head::Other | Head::NeedMore => {
+            let Some(up) = connect(&client, dest) else {
+                return;
+            };
+            pass_through(client, up, &head);
+        }
+    }
+}
+
+/// Reads until the head is classified. Off ports 80/443, silence for
+/// `SERVER_FIRST_WAIT` is a server-first protocol (returns `Other` with no bytes).
+fn read_head(client: &TcpStream, head: &mut Vec<u8>, web: bool) -> io::Result<Head> {
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        let wait = if head.is_empty() && !web {
+            SERVER_FIRST_WAIT
+        } else {
+            HEAD_TIMEOUT
+        };
+        let left = wait.saturating_sub(started.elapsed());
+        if left.is_zero() {
+            return Ok(if head.is_empty() {
+                Head::Other
+            } else {
+                Head::NeedMore
+            });
+        }
+        client.set_read_timeout(Some(left))?;
+        match (&*client).read(&mut buf) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue;
+            }
+            Err(e) => return Err(e),
+        }
+        match classify(head) {
+            Head::NeedMore if head.len() < MAX_HEAD => continue,
+            Head::NeedMore => return Ok(Head::Other),
+            k => {
+                client.set_read_timeout(None)?;
+                return Ok(k);
+            }
+        }
+    }
+}
+
+fn connect(client: &TcpStream, dest: SocketAddr) -> Option<TcpStream> {
+    match TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT) {
+        Ok(up) => Some(up),
+        Err(_) => {
+            reset(client);
+            None
+        }
+    }
+}
+
+/// Copies both ways until both sides are done (`first` goes upstream first).
+fn pass_through(client: TcpStream, up: TcpStream, first: &[u8]) {
+    if (&up).write_all(first).is_err() {
+        reset(&client);
+        return;
+    }
+    let (Ok(c2), Ok(u2)) = (client.try_clone(), up.try_clone()) else {
+        return;
+    };
+    let back = std::thread::Builder::new()
+        .name("egress-back".into())
+        .spawn(move || copy_then_close(&u2, &c2));
+    copy_then_close(&client, &up);
+    if let Ok(t) = back {
+        let _ = t.join();
+    }
+}
+
+fn copy_then_close(from: &TcpStream, to: &TcpStream) {
+    let _ = io::copy(&mut &*from, &mut &*to);
+    let _ = to.shutdown(Shutdown::Write);
+}
+
+/// A cleartext HTTP connection: each request's host is checked before it goes on.
+fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy) {
+    let mut input = Input {
+        stream: &client,
+        buf: head,
+    };
+    let mut up: Option<TcpStream> = None;
+    let mut back = None;
+    loop {
+        let req = match input.request_head() {
+            Ok(Some(r)) => r,
+            Ok(None) => break,
+            Err(why) => {
+                policy.record("http", dest, None, why.clone());
+                refuse_http(&client, up.is_none(), &why);
+                break;
+            }
+        };
+        let Some(plan) = policy.plan() else {
+            reset(&client);
+            break;
+        };
+        if let Some((name, rule)) = req.refusal(&plan, dest.port()) {
+            policy.record("http", dest, name.as_deref(), rule.clone());
+            refuse_http(&client, up.is_none(), &rule);
+            break;
+        }
+        if up.is_none() {
+            let Some(u) = connect(&client, dest) else {
+                return;
+            };
+            let (Ok(c2), Ok(u2)) = (client.try_clone(), u.try_clone()) else {
+                return;
+            };
+            back = std::thread::Builder::new()
+                .name("egress-back".into())
+                .spawn(move || copy_then_close(&u2, &c2))
+                .ok();
+            up = Some(u);
+        }
+        let Some(u) = up.as_ref() else { break };
+        if (&*u).write_all(&req.raw).is_err() || input.body(&req.framing, u).is_err() {
+            break;
+        }
+        if req.upgrade {
+            // A protocol switch (e.g. websocket): what follows is no longer HTTP.
+            let _ = (&*u).write_all(&input.buf);
+            copy_then_close(&client, u);
+            up = None;
+            break;
+        }
+    }
+    if let Some(u) = up {
+        let _ = u.shutdown(Shutdown::Write);
+    }
+    if let Some(t) = back {
+        let _ = t.join();
+    }
+}
+
+/// A refusal the code can read: a 403 before anything went upstream, else a reset
+/// (a response is already on its way to the client).
+fn refuse_http(client: &TcpStream, first: bool, why: &str) {
+    if first {
+        let body = format!("blocked by the sandbox's network policy: {why}\n");
+        let _ = (&*client).write_all(
+            format!(
+                "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nx-stockade-egress: denied\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let _ = client.shutdown(Shutdown::Both);
+    } else {
+        reset(client);
+    }
+}
+
+/// How a request's body ends.
+#[derive(Debug, PartialEq, Eq)]
+enum Framing {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+#[derive(Debug)]
+struct Request {
+    raw: Vec<u8>,
+    host: Option<String>,
+    /// The host of an absolute target (`GET http://x/ HTTP/1.1`), when different.
+    target_host: Option<String>,
+    framing: Framing,
+    upgrade: bool,
+    connect: bool,
+}
+
+impl Request {
+    /// Why the request may not go on, and the name that was refused.
+    fn refusal(&self, plan: &EgressPlan, port: u16) -> Option<(Option<String>, String)> {
+        if self.connect {
+            return Some((self.host.clone(), "CONNECT requests are not proxied".into()));
+        }
+        let Some(host) = &self.host else {
+            return Some((None, "HTTP request without a Host header".into()));
+        };
+        for h in std::iter::once(host).chain(&self.target_host) {
+            if let Some(r) = refusal(plan, h, port) {
+                return Some((Some(h.clone()), r));
+            }
+        }
+        None
+    }
+}
+
+/// The host part of a `Host` value or an authority: no port, no brackets, lowercase.
+fn host_of(authority: &str) -> String {
+    let a = authority.trim();
+    let a = a.rsplit_once('@').map_or(a, |(_, h)| h);
+    let h = if let Some(rest) = a.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        a.split(':').next().unwrap_or("")
+    };
+    h.trim_end_matches('.').to_ascii_lowercase()
+}
+
+/// Parses one request head (all of it in `buf`).
+fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
+    let mut headers = [httparse::EMPTY_HEADER; 128];
+    let mut req = httparse::Request::new(&mut headers);
+    let n = match req.parse(buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        Ok(httparse::Status::Partial) => return Ok(None),
+        Err(e) => return Err(format!("malformed HTTP request ({e})")),
+    };
+    let method = req.method.unwrap_or_default();
+    let target = req.path.unwrap_or_default();
+    let mut hosts = Vec::new();
+    let mut lengths = Vec::new();
+    let mut chunked = false;
+    let mut te = false;
+    let mut upgrade = false;
+    for h in req.headers.iter() {
+        let v = String::from_utf8_lossy(h.value);
+        match h.name.to_ascii_lowercase().as_str() {
+            "host" => hosts.push(host_of(&v)),
+            "content-length" => lengths.push(v.trim().to_string()),
+            "transfer-encoding" => {
+                te = true;
+                chunked = v
+                    .rsplit(',')
+                    .next()
+                    .is_some_and(|l| l.trim().eq_ignore_ascii_case("chunked"));
+            }
+            "upgrade" => upgrade = true,
+            _ => {}
+        }
+    }
+    if hosts.len() > 1 {
+        return Err("HTTP request with more than one Host header".into());
+    }
+    let framing = match (te, lengths.as_slice()) {
+        (true, []) if chunked => Framing::Chunked,
+        (true, []) => return Err("HTTP request with a transfer coding other than chunked".into()),
+        (true, _) => {
+            return Err("HTTP request with both Content-Length and Transfer-Encoding".into());
+        }
+        (false, []) => Framing::None,
+        (false, [one, rest @ ..]) => {
+            if rest.iter().any(|r| r != one) {
+                return Err("HTTP request with conflicting Content-Length headers".into());
+            }
+            Framing::Length(
+                one.parse()
+                    .map_err(|_| format!("HTTP request with a bad Content-Length: {one}"))?,
+            )
+        }
+    };
+    let target_host = target
+        .split_once("://")
+        .map(|(_, rest)| host_of(rest.split(['/', '?', '#']).next().unwrap_or("")));
+    Ok(Some((
+        n,
+        Request {
+            raw: buf[..n].to_vec(),
+            host: hosts.pop(),
+            target_host,
+            framing,
+            upgrade,
+            connect: method.eq_ignore_ascii_case("CONNECT"),
+        },
+    )))
+}
+
+/// The client's side of a cleartext connection, with what was read ahead.
+struct Input<'a> {
+    stream: &'a TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Input<'_> {
+    fn fill(&mut self) -> io::Result<usize> {
+        let mut b = [0u8; 16 * 1024];
+        let n = (&*self.stream).read(&mut b)?;
+        self.buf.extend_from_slice(&b[..n]);
+        Ok(n)
+    }
+
+    /// The next request head, `None` at a clean end of stream.
+    fn request_head(&mut self) -> Result<Option<Request>, String> {
+        loop {
+            if !self.buf.is_empty() {
+                if let Some((n, req)) = parse_request(&self.buf)? {
+                    self.buf.drain(..n);
+                    return Ok(Some(req));
+                }
+                if self.buf.len() >= MAX_HEAD {
+                    return Err(format!("HTTP request head over {MAX_HEAD} bytes"));
+                }
+            }
+            match self.fill() {
+                Ok(0) if self.buf.is_empty() => return Ok(None),
+                Ok(0) => return Err("connection closed inside an HTTP request head".into()),
+                Ok(_) => {}
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// Copies exactly `n` bytes to `to`.
+    fn copy_exact(&mut self, mut n: u64, to: &TcpStream) -> io::Result<()> {
+        while n > 0 {
+            if self.buf.is_empty() && self.fill()? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+            let take = (self.buf.len() as u64).min(n) as usize;
+            (&*to).write_all(&self.buf[..take])?;
+            self.buf.drain(..take);
+            n -= take as u64;
+        }
+        Ok(())
+    }
+
+    /// One CRLF-ended line, copied to `to` and returned.
+    fn copy_line(&mut self, to: &TcpStream) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
+                let line: Vec<u8> = self.buf.drain(..i + 2).collect();
+                (&*to).write_all(&line)?;
+                return Ok(line);
+            }
+            if self.buf.len() > MAX_HEAD {
+                return Err(io::Error::other("chunk line too long"));
+            }
+            if self.fill()? == 0 {
+                return Err(io::ErrorKind::UnexpectedEof.into());
+            }
+        }
+    }
+
+    fn body(&mut self, framing: &Framing, to: &TcpStream) -> io::Result<()> {
+        match framing {
+            Framing::None => Ok(()),
+            Framing::Length(n) => self.copy_exact(*n, to),
+            Framing::Chunked => loop {
+                let line = self.copy_line(to)?;
+                let text = String::from_utf8_lossy(&line);
+                let size = text.trim().split(';').next().unwrap_or("").trim();
+                let size = u64::from_str_radix(size, 16)
+                    .map_err(|_| io::Error::other("bad chunk size"))?;
+                if size == 0 {
+                    // Trailers, up to the empty line.
+                    while self.copy_line(to)? != b"\r\n" {}
+                    return Ok(());
+                }
+                self.copy_exact(size + 2, to)?;
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> EgressPlan {
+        let rule = |name: &str, wildcard, ports: Option<Vec<u16>>| NameRule {
+            name: name.into(),
+            wildcard,
+            ports,
+            protocols: vec!["tcp".into()],
+            text: name.into(),
+        };
+        EgressPlan {
+            deny: vec![rule("bad.pypi.org", false, None)],
+            allow: vec![
+                rule("pypi.org", false, Some(vec![80, 443])),
+                rule("pythonhosted.org", true, Some(vec![443])),
+            ],
+            upstreams: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn names_are_checked_with_their_ports() {
+        let p = plan();
+        assert_eq!(refusal(&p, "PyPI.org.", 443), None);
+        assert_eq!(refusal(&p, "files.pythonhosted.org", 443), None);
+        assert!(refusal(&p, "files.pythonhosted.org", 80).is_some());
+        assert!(refusal(&p, "pythonhosted.org", 443).is_some());
+        assert_eq!(
+            refusal(&p, "bad.pypi.org", 443).as_deref(),
+            Some("denylist: bad.pypi.org")
+        );
+        assert_eq!(
+            refusal(&p, "registry.npmjs.org", 443).as_deref(),
+            Some("name not in the allowlist")
+        );
+    }
+
+    #[test]
+    fn heads_are_told_apart() {
+        assert_eq!(classify(b""), Head::NeedMore);
+        assert_eq!(classify(b"GE"), Head::NeedMore);
+        assert_eq!(classify(b"GET / HTTP/1.1\r\nHost: a\r\n"), Head::NeedMore);
+        assert_eq!(classify(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Head::Http);
+        assert_eq!(classify(b"SSH-2.0-OpenSSH\r\n"), Head::Other);
+        assert_eq!(classify(b"\x00\x00\x00\x08"), Head::Other);
+        assert_eq!(classify(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Head::Other);
+        // A TLS record header alone is not yet a ClientHello.
+        assert_eq!(classify(&[0x16, 0x03, 0x01]), Head::NeedMore);
+    }
+
+    #[test]
+    fn requests_are_framed_and_smuggling_is_refused() {
+        let (n, r) = parse_request(
+            b"POST http://Evil.example:80/x HTTP/1.1\r\nHost: pypi.org:80\r\nContent-Length: 5\r\n\r\nhello",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(n, r.raw.len());
+        assert_eq!(r.host.as_deref(), Some("pypi.org"));
+        assert_eq!(r.target_host.as_deref(), Some("evil.example"));
+        assert_eq!(r.framing, Framing::Length(5));
+        assert_eq!(
+            r.refusal(&plan(), 80),
+            Some((
+                Some("evil.example".into()),
+                "name not in the allowlist".into()
+            ))
+        );
+        let (_, r) = parse_request(
+            b"POST / HTTP/1.1\r\nHost: [::1]:8080\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(r.host.as_deref(), Some("::1"));
+        assert_eq!(r.framing, Framing::Chunked);
+        for bad in [
+            &b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n"[..],
+            b"POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            b"POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip\r\n\r\n",
+        ] {
+            assert!(parse_request(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+        }
+        let (_, r) = parse_request(b"GET / HTTP/1.0\r\n\r\n").unwrap().unwrap();
+        assert_eq!(
+            r.refusal(&plan(), 80),
+            Some((None, "HTTP request without a Host header".into()))
+        );
+        let (_, r) = parse_request(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(r.refusal(&plan(), 80).is_some());
+    }
+}
