@@ -164,6 +164,107 @@ pub struct EgressPlan {
     pub allow: Vec<NameRule>,
     /// Resolvers the answers come from, `IP:PORT`, tried in order.
     pub upstreams: Vec<String>,
+    /// The allowlist's address ranges: connections to them are allowed by address,
+    /// and the proxy does not check their names.
+    #[serde(default)]
+    pub cidrs: Vec<CidrRule>,
+    /// Credentials, and the sandbox's certificate authority to intercept TLS with
+    /// (fixed at create; a policy replaced live keeps them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Box<TlsIntercept>>,
+}
+
+/// What the proxy needs to set credentials on HTTPS requests: every allowed TLS
+/// connection of such a sandbox is terminated with a certificate the sandbox's own
+/// authority signs, and made again upstream, verified against `roots_pem`.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsIntercept {
+    /// The authority's private key (PKCS#8 PEM). Only the monitor holds it.
+    pub ca_key_pem: String,
+    /// The authority's common name (its certificate is rebuilt from it and the key).
+    pub ca_name: String,
+    /// Trusted roots for upstream servers (PEM certificates).
+    pub roots_pem: String,
+    pub credentials: Vec<CredentialRule>,
+}
+
+impl std::fmt::Debug for TlsIntercept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TlsIntercept")
+            .field("ca_name", &self.ca_name)
+            .field("credentials", &self.credentials)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An address range of the allowlist.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CidrRule {
+    pub addr: std::net::IpAddr,
+    pub len: u8,
+    /// `None`: every port.
+    pub ports: Option<Vec<u16>>,
+    /// `tcp`, `udp`.
+    pub protocols: Vec<String>,
+}
+
+impl CidrRule {
+    /// Whether a TCP connection to `dest` is opened by this range.
+    pub fn covers_tcp(&self, dest: std::net::SocketAddr) -> bool {
+        use std::net::IpAddr;
+        let inside = match (self.addr, dest.ip()) {
+            (IpAddr::V4(net), IpAddr::V4(ip)) => {
+                let mask = u32::MAX.checked_shl(32 - u32::from(self.len)).unwrap_or(0);
+                u32::from(net) & mask == u32::from(ip) & mask
+            }
+            (IpAddr::V6(net), IpAddr::V6(ip)) => {
+                let mask = u128::MAX
+                    .checked_shl(128 - u32::from(self.len))
+                    .unwrap_or(0);
+                u128::from(net) & mask == u128::from(ip) & mask
+            }
+            _ => false,
+        };
+        inside
+            && self.protocols.iter().any(|p| p == "tcp")
+            && self.ports.as_ref().is_none_or(|p| p.contains(&dest.port()))
+    }
+}
+
+/// The parameters of a sandbox's certificate authority named `name`: the launcher
+/// self-signs them at create, the monitor rebuilds them with the key to sign leaf
+/// certificates (an issuer is its name and key).
+#[cfg(feature = "ca")]
+pub fn sandbox_ca_params(name: &str) -> rcgen::CertificateParams {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyUsagePurpose};
+    let mut p = CertificateParams::default();
+    p.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    p.distinguished_name.push(DnType::CommonName, name);
+    p.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+    p
+}
+
+/// One credential as the proxy applies it.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CredentialRule {
+    /// Lowercase, no trailing dot.
+    pub host: String,
+    pub header: String,
+    pub value: String,
+    /// What the sandbox holds instead of the value.
+    pub placeholder: String,
+}
+
+impl std::fmt::Debug for CredentialRule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CredentialRule")
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The port of a policy sandbox's SNI/Host proxy on its loopback (IPv4 and IPv6):

@@ -95,6 +95,8 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
 
 struct Shared {
     policy: Mutex<EgressPlan>,
+    /// Credentials (fixed at create): the proxy intercepts TLS to set them.
+    intercept: Option<proxy::Intercept>,
     /// Address -> the allowed name it was last resolved from.
     resolved: Mutex<HashMap<IpAddr, (String, Instant)>>,
     /// Refusals of lookups and of the proxy's checks (connection refusals are in
@@ -114,8 +116,14 @@ pub fn start(
     nft: String,
     state_dir: PathBuf,
 ) -> Result<(), String> {
+    let intercept = policy
+        .tls
+        .as_deref()
+        .map(proxy::Intercept::new)
+        .transpose()?;
     let shared = Arc::new(Shared {
         policy: Mutex::new(policy),
+        intercept,
         resolved: Mutex::new(HashMap::new()),
         dns_denials: Mutex::new(VecDeque::new()),
         nft_lock: Mutex::new(()),
@@ -331,6 +339,10 @@ fn keep(sh: &Shared, denial: EgressDenial) {
 impl proxy::Policy for Shared {
     fn plan(&self) -> Option<EgressPlan> {
         self.policy.lock().ok().map(|p| p.clone())
+    }
+
+    fn intercept(&self) -> Option<&proxy::Intercept> {
+        self.intercept.as_ref()
     }
 
     fn record(&self, protocol: &str, dest: SocketAddr, name: Option<&str>, rule: String) {

@@ -21,7 +21,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use stockade_agent_proto::ErrorCode;
 use stockade_agent_proto::launch::{
-    LaunchPlan, LaunchReport, NetworkPlan, RootlessMaps, SandboxState, UsernsPlan,
+    LaunchPlan, LaunchReport, NetworkPlan, RootlessMaps, SandboxState, TlsIntercept, UsernsPlan,
 };
 use stockade_sys::process::{Forked, fork_into};
 
@@ -43,18 +43,67 @@ fn fail(code: ErrorCode, message: String) -> LaunchReport {
     LaunchReport::Failed { code, message }
 }
 
+/// Reads `LENGTH\n` and that many bytes from fd 0, unbuffered: what follows stays
+/// in the pipe.
+fn read_plan_bytes() -> Result<Vec<u8>, String> {
+    let mut len = Vec::new();
+    let mut b = [0u8; 1];
+    loop {
+        match nix::unistd::read(0, &mut b) {
+            Ok(1) if b[0] == b'\n' => break,
+            Ok(1) if b[0].is_ascii_digit() && len.len() < 12 => len.push(b[0]),
+            Ok(0) => return Err("stdin ended before the plan's length".into()),
+            Ok(_) => return Err("stdin does not start with the plan's length".into()),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let n: usize = String::from_utf8_lossy(&len)
+        .parse()
+        .map_err(|_| "bad plan length".to_string())?;
+    let mut plan = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        match nix::unistd::read(0, &mut plan[got..]) {
+            Ok(0) => return Err(format!("stdin ended after {got} of {n} bytes of the plan")),
+            Ok(k) => got += k,
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(plan)
+}
+
+/// The rest of stdin: an egress policy's credentials and authority, or nothing.
+fn read_secrets() -> Result<Option<TlsIntercept>, String> {
+    let mut rest = Vec::new();
+    std::io::stdin()
+        .read_to_end(&mut rest)
+        .map_err(|e| format!("cannot read the credentials: {e}"))?;
+    if rest.iter().all(u8::is_ascii_whitespace) {
+        return Ok(None);
+    }
+    serde_json::from_slice(&rest)
+        .map(Some)
+        .map_err(|e| format!("invalid credentials: {e}"))
+}
+
 /// Entry point of `stockade-agent monitor`.
 pub fn main() -> i32 {
-    let mut input = String::new();
     let mut stdout = std::io::stdout();
-    if let Err(e) = std::io::stdin().read_to_string(&mut input) {
-        report(
-            &mut stdout,
-            &fail(ErrorCode::Internal, format!("cannot read launch plan: {e}")),
-        );
-        return 2;
-    }
-    let plan: LaunchPlan = match serde_json::from_str(&input) {
+    // Stdin is `LENGTH\n`, the plan, then the credentials of an egress policy (if
+    // any), which are read only after the fork: PID 1's memory never holds them.
+    let input = match read_plan_bytes() {
+        Ok(b) => b,
+        Err(e) => {
+            report(
+                &mut stdout,
+                &fail(ErrorCode::Internal, format!("cannot read launch plan: {e}")),
+            );
+            return 2;
+        }
+    };
+    let plan: LaunchPlan = match serde_json::from_slice(&input) {
         Ok(p) => p,
         Err(e) => {
             report(
@@ -132,7 +181,11 @@ pub fn main() -> i32 {
             ..
         },
     ) = (resolver, &plan.network)
-        && let Err(e) = egress::start(sockets, policy.clone(), nft.clone(), plan.state_dir.clone())
+        && let Err(e) = read_secrets().and_then(|tls| {
+            let mut policy = policy.clone();
+            policy.tls = tls.map(Box::new);
+            egress::start(sockets, policy, nft.clone(), plan.state_dir.clone())
+        })
     {
         teardown(&plan, child, helper.as_ref());
         report(&mut stdout, &fail(ErrorCode::Internal, e));

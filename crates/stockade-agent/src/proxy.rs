@@ -25,14 +25,19 @@
 //! an allowed TLS session (a `Host` different from the SNI, "domain fronting", is
 //! the server's to refuse).
 
+use std::collections::HashMap;
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use nix::sys::socket::{getsockopt, sockopt};
-use stockade_agent_proto::launch::{EGRESS_PROXY_PORT, EgressPlan, NameRule};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use stockade_agent_proto::launch::{
+    CredentialRule, EGRESS_PROXY_PORT, EgressPlan, NameRule, TlsIntercept, sandbox_ca_params,
+};
 
 /// How long the proxy waits for the code's first bytes before taking the protocol
 /// for one where the server speaks first (not on ports 80 and 443).
@@ -52,6 +57,8 @@ pub trait Policy: Send + Sync + 'static {
     fn plan(&self) -> Option<EgressPlan>;
     /// Records a refusal.
     fn record(&self, protocol: &str, dest: SocketAddr, name: Option<&str>, rule: String);
+    /// Credentials and the authority to intercept TLS with, when the sandbox has any.
+    fn intercept(&self) -> Option<&Intercept>;
 }
 
 /// The proxy's listeners, bound inside the sandbox's namespace.
@@ -230,25 +237,44 @@ fn handle(client: TcpStream, dest: SocketAddr, policy: &dyn Policy) {
         reset(&client);
         return;
     };
+    // An address the allowlist's ranges open is allowed whatever name is asked for.
+    let by_address = plan.cidrs.iter().any(|c| c.covers_tcp(dest));
     match kind {
         Head::Tls(sni) => {
             let why = match &sni {
+                _ if by_address => None,
                 Some(name) => refusal(&plan, name, dest.port()),
                 None => Some("TLS without a server name (SNI)".into()),
             };
             if let Some(rule) = why {
                 policy.record("tls", dest, sni.as_deref(), rule);
-                // A fatal `access_denied` alert: what TLS clients report as such.
-                let _ = (&client).write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
-                let _ = client.shutdown(Shutdown::Both);
+                tls_refuse(&client);
                 return;
             }
-            let Some(up) = connect(&client, dest) else {
-                return;
-            };
-            pass_through(client, up, &head);
+            match (policy.intercept(), sni) {
+                (Some(i), Some(sni)) => {
+                    if let Err(why) = i.serve(client, dest, &head, &sni) {
+                        policy.record("tls", dest, Some(&sni), why);
+                    }
+                }
+                (Some(_), None) => {
+                    policy.record(
+                        "tls",
+                        dest,
+                        None,
+                        "TLS without a server name (SNI) in a sandbox with credentials".into(),
+                    );
+                    tls_refuse(&client);
+                }
+                (None, _) => {
+                    let Some(up) = connect(&client, dest) else {
+                        return;
+                    };
+                    pass_through(client, up, &head);
+                }
+            }
         }
-        Head::Http => http(client, dest, head, policy),
+        Head::Http => http(client, dest, head, policy, by_address),
         Head::Other | Head::NeedMore if web => {
             policy.record(
                 "tcp",
@@ -265,6 +291,12 @@ fn handle(client: TcpStream, dest: SocketAddr, policy: &dyn Policy) {
             pass_through(client, up, &head);
         }
     }
+}
+
+/// A fatal TLS `access_denied` alert (what TLS clients report as such), then the end.
+fn tls_refuse(client: &TcpStream) {
+    let _ = (&*client).write_all(&[0x15, 0x03, 0x03, 0x00, 0x02, 0x02, 0x31]);
+    let _ = client.shutdown(Shutdown::Both);
 }
 
 /// Reads until the head is classified. Off ports 80/443, silence for
@@ -345,15 +377,12 @@ fn copy_then_close(from: &TcpStream, to: &TcpStream) {
 }
 
 /// A cleartext HTTP connection: each request's host is checked before it goes on.
-fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy) {
-    let mut input = Input {
-        stream: &client,
-        buf: head,
-    };
+fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy, by_address: bool) {
+    let mut input = Input { buf: head };
     let mut up: Option<TcpStream> = None;
     let mut back = None;
     loop {
-        let req = match input.request_head() {
+        let req = match input.request_head(&mut &client) {
             Ok(Some(r)) => r,
             Ok(None) => break,
             Err(why) => {
@@ -366,7 +395,20 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy)
             reset(&client);
             break;
         };
-        if let Some((name, rule)) = req.refusal(&plan, dest.port()) {
+        let why = req
+            .refusal(&plan, dest.port())
+            .filter(|_| !by_address || req.connect)
+            .or_else(|| {
+                let i = policy.intercept()?;
+                // Credentials go over TLS only; in clear text a placeholder goes nowhere.
+                i.placeholder_in(&req.raw).map(|c| {
+                    (
+                        req.host.clone(),
+                        format!("the placeholder of the credential for {c} sent in clear text"),
+                    )
+                })
+            });
+        if let Some((name, rule)) = why {
             policy.record("http", dest, name.as_deref(), rule.clone());
             refuse_http(&client, up.is_none(), &rule);
             break;
@@ -385,7 +427,9 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy)
             up = Some(u);
         }
         let Some(u) = up.as_ref() else { break };
-        if (&*u).write_all(&req.raw).is_err() || input.body(&req.framing, u).is_err() {
+        if (&*u).write_all(&req.raw).is_err()
+            || input.body(&mut &client, &req.framing, &mut &*u).is_err()
+        {
             break;
         }
         if req.upgrade {
@@ -402,6 +446,356 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy)
     if let Some(t) = back {
         let _ = t.join();
     }
+}
+
+/// A sandbox's credentials and what intercepting its TLS needs.
+pub struct Intercept {
+    issuer: rcgen::Issuer<'static, rcgen::KeyPair>,
+    /// One key for every leaf certificate (made once; signing a certificate per name
+    /// is then cheap).
+    leaf_key: rcgen::KeyPair,
+    /// Server configurations by name, made on first use.
+    servers: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
+    client: Arc<rustls::ClientConfig>,
+    credentials: Vec<CredentialRule>,
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl Intercept {
+    pub fn new(t: &TlsIntercept) -> Result<Intercept, String> {
+        let key = rcgen::KeyPair::from_pem(&t.ca_key_pem)
+            .map_err(|e| format!("the sandbox's authority key: {e}"))?;
+        let issuer = rcgen::Issuer::new(sandbox_ca_params(&t.ca_name), key);
+        let leaf_key =
+            rcgen::KeyPair::generate().map_err(|e| format!("a key for intercepted TLS: {e}"))?;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(t.roots_pem.as_bytes()).flatten() {
+            // A root rustls cannot use (an old or odd certificate) is skipped.
+            let _ = roots.add(cert);
+        }
+        if roots.is_empty() {
+            return Err("no usable trusted roots for upstream servers".into());
+        }
+        let mut client = rustls::ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS client configuration: {e}"))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        Ok(Intercept {
+            issuer,
+            leaf_key,
+            servers: Mutex::new(HashMap::new()),
+            client: Arc::new(client),
+            credentials: t.credentials.clone(),
+        })
+    }
+
+    fn server_config(&self, name: &str) -> Result<Arc<rustls::ServerConfig>, String> {
+        if let Some(c) = self.servers.lock().ok().and_then(|m| m.get(name).cloned()) {
+            return Ok(c);
+        }
+        let mut params = rcgen::CertificateParams::new(vec![name.to_string()])
+            .map_err(|e| format!("a certificate for {name}: {e}"))?;
+        params
+            .distinguished_name
+            .push(rcgen::DnType::CommonName, name);
+        let leaf = params
+            .signed_by(&self.leaf_key, &self.issuer)
+            .map_err(|e| format!("signing a certificate for {name}: {e}"))?;
+        let key = PrivateKeyDer::try_from(self.leaf_key.serialize_der())
+            .map_err(|e| format!("the leaf key: {e}"))?;
+        let mut config = rustls::ServerConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| format!("TLS server configuration: {e}"))?
+            .with_no_client_auth()
+            .with_single_cert(vec![leaf.der().clone()], key)
+            .map_err(|e| format!("TLS server configuration: {e}"))?;
+        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = Arc::new(config);
+        if let Ok(mut m) = self.servers.lock() {
+            m.insert(name.to_string(), config.clone());
+        }
+        Ok(config)
+    }
+
+    /// The host of the credential whose placeholder appears in `bytes`.
+    fn placeholder_in(&self, bytes: &[u8]) -> Option<String> {
+        self.credentials
+            .iter()
+            .find(|c| {
+                bytes
+                    .windows(c.placeholder.len())
+                    .any(|w| w == c.placeholder.as_bytes())
+            })
+            .map(|c| c.host.clone())
+    }
+
+    /// Terminates the code's TLS session with a certificate for `sni` signed by the
+    /// sandbox's authority, makes one to the server (verified), and relays HTTP/1.1
+    /// requests one at a time: each must name `sni` as its host (no fronting), may
+    /// carry a placeholder only to its own credential's host, and gets that host's
+    /// credential header. `Err` is a refusal to record (already answered).
+    fn serve(
+        &self,
+        client: TcpStream,
+        dest: SocketAddr,
+        head: &[u8],
+        sni: &str,
+    ) -> Result<(), String> {
+        let config = match self.server_config(sni) {
+            Ok(c) => c,
+            Err(e) => {
+                tls_refuse(&client);
+                return Err(e);
+            }
+        };
+        let mut server = rustls::ServerConnection::new(config).map_err(|e| e.to_string())?;
+        let mut rest = head;
+        while !rest.is_empty() {
+            server.read_tls(&mut rest).map_err(|e| e.to_string())?;
+        }
+        server
+            .process_new_packets()
+            .map_err(|e| format!("TLS from the sandbox: {e}"))?;
+        let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+        let mut down = rustls::StreamOwned::new(server, client);
+        let mut input = Input { buf: Vec::new() };
+        let mut up: Option<(
+            rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
+            Input,
+        )> = None;
+        loop {
+            let req = match input.request_head(&mut down) {
+                Ok(Some(r)) => r,
+                Ok(None) => return Ok(()),
+                Err(why) => {
+                    refuse_tls_http(&mut down, up.is_none(), &why);
+                    return Err(why);
+                }
+            };
+            let host = req.host.clone().unwrap_or_default();
+            let why = if req.connect || req.upgrade {
+                Some(format!(
+                    "{} in an intercepted TLS session (not relayed)",
+                    if req.connect {
+                        "CONNECT"
+                    } else {
+                        "a protocol upgrade"
+                    }
+                ))
+            } else if host != sni || req.target_host.as_ref().is_some_and(|t| t != sni) {
+                Some(format!(
+                    "HTTP host {host:?} differs from the TLS server name {sni:?}"
+                ))
+            } else {
+                self.credentials
+                    .iter()
+                    .find(|c| {
+                        c.host != sni
+                            && req
+                                .raw
+                                .windows(c.placeholder.len())
+                                .any(|w| w == c.placeholder.as_bytes())
+                    })
+                    .map(|c| {
+                        format!(
+                            "the placeholder of the credential for {} sent to {sni}",
+                            c.host
+                        )
+                    })
+            };
+            if let Some(why) = why {
+                refuse_tls_http(&mut down, up.is_none(), &why);
+                return Err(why);
+            }
+            let raw = self.with_credential(&req, sni);
+            if up.is_none() {
+                let tcp = TcpStream::connect_timeout(&dest, CONNECT_TIMEOUT)
+                    .map_err(|e| format!("cannot connect upstream: {e}"));
+                let name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string());
+                let conn = match (tcp, name) {
+                    (Ok(tcp), Ok(name)) => rustls::ClientConnection::new(self.client.clone(), name)
+                        .map(|c| rustls::StreamOwned::new(c, tcp))
+                        .map_err(|e| e.to_string()),
+                    (Err(e), _) | (_, Err(e)) => Err(e),
+                };
+                match conn {
+                    Ok(c) => up = Some((c, Input { buf: Vec::new() })),
+                    Err(e) => {
+                        let why = format!("upstream {sni}: {e}");
+                        refuse_tls_http_status(&mut down, "502 Bad Gateway", &why);
+                        return Err(why);
+                    }
+                }
+            }
+            let Some((u, uin)) = up.as_mut() else {
+                return Ok(());
+            };
+            if req.expect_continue && req.framing != Framing::None {
+                // The server never sees `Expect`: the client is told to go on here.
+                let _ = down
+                    .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                    .and_then(|()| down.flush());
+            }
+            if let Err(e) = u
+                .write_all(&raw)
+                .and_then(|()| input.body(&mut down, &req.framing, u))
+                .and_then(|()| u.flush())
+            {
+                let why = format!("upstream {sni}: {e}");
+                if e.kind() == io::ErrorKind::InvalidData {
+                    // The server's certificate did not verify.
+                    refuse_tls_http_status(&mut down, "502 Bad Gateway", &why);
+                    return Err(why);
+                }
+                return Ok(());
+            }
+            match relay_response(uin, u, &mut down, req.head_request) {
+                Ok(true) => {}
+                Ok(false) => {
+                    let _ = down.flush();
+                    down.conn.send_close_notify();
+                    let _ = down.flush();
+                    return Ok(());
+                }
+                Err(e) => {
+                    let why = format!("upstream {sni}: {e}");
+                    if e.kind() == io::ErrorKind::InvalidData {
+                        refuse_tls_http_status(&mut down, "502 Bad Gateway", &why);
+                        return Err(why);
+                    }
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// The request head with this host's credential header set (others removed), and
+    /// `Expect` dropped (the proxy relays whole bodies).
+    fn with_credential(&self, req: &Request, host: &str) -> Vec<u8> {
+        let cred = self.credentials.iter().find(|c| c.host == host);
+        let text = String::from_utf8_lossy(&req.raw);
+        let mut out = String::new();
+        let mut lines = text.split("\r\n");
+        if let Some(first) = lines.next() {
+            out.push_str(first);
+            out.push_str("\r\n");
+        }
+        for line in lines {
+            if line.is_empty() {
+                break;
+            }
+            let name = line.split(':').next().unwrap_or("").trim();
+            if name.eq_ignore_ascii_case("expect")
+                || cred.is_some_and(|c| name.eq_ignore_ascii_case(&c.header))
+            {
+                continue;
+            }
+            out.push_str(line);
+            out.push_str("\r\n");
+        }
+        if let Some(c) = cred {
+            out.push_str(&format!("{}: {}\r\n", c.header, c.value));
+        }
+        out.push_str("\r\n");
+        out.into_bytes()
+    }
+}
+
+/// Relays one response (and any interim 1xx before it) from the server; `Ok(false)`
+/// when the connection ends with it.
+fn relay_response(
+    uin: &mut Input,
+    up: &mut impl ReadWrite,
+    down: &mut impl Write,
+    head_request: bool,
+) -> io::Result<bool> {
+    loop {
+        let (n, status, framing, close) = loop {
+            let mut headers = [httparse::EMPTY_HEADER; 128];
+            let mut resp = httparse::Response::new(&mut headers);
+            match resp.parse(&uin.buf) {
+                Ok(httparse::Status::Complete(n)) => {
+                    let status = resp.code.unwrap_or(0);
+                    let mut length = None;
+                    let mut chunked = false;
+                    let mut close = resp.version == Some(0);
+                    for h in resp.headers.iter() {
+                        let v = String::from_utf8_lossy(h.value);
+                        match h.name.to_ascii_lowercase().as_str() {
+                            "content-length" => length = v.trim().parse::<u64>().ok(),
+                            "transfer-encoding" => {
+                                chunked = v
+                                    .rsplit(',')
+                                    .next()
+                                    .is_some_and(|l| l.trim().eq_ignore_ascii_case("chunked"));
+                            }
+                            "connection" => {
+                                close = v.to_ascii_lowercase().contains("close");
+                            }
+                            _ => {}
+                        }
+                    }
+                    let framing = if head_request
+                        || (100..200).contains(&status)
+                        || status == 204
+                        || status == 304
+                    {
+                        Framing::None
+                    } else if chunked {
+                        Framing::Chunked
+                    } else if let Some(l) = length {
+                        Framing::Length(l)
+                    } else {
+                        Framing::ToEnd
+                    };
+                    break (n, status, framing, close);
+                }
+                Ok(httparse::Status::Partial) if uin.buf.len() < MAX_HEAD => {
+                    if uin.fill(up)? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                _ => return Err(io::Error::other("malformed HTTP response")),
+            }
+        };
+        let head: Vec<u8> = uin.buf.drain(..n).collect();
+        down.write_all(&head)?;
+        if (100..200).contains(&status) && status != 101 {
+            down.flush()?;
+            continue;
+        }
+        let to_end = framing == Framing::ToEnd;
+        uin.body(up, &framing, down)?;
+        down.flush()?;
+        return Ok(!close && !to_end && status != 101);
+    }
+}
+
+/// Read and write on one value (a TLS session).
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
+
+fn refuse_tls_http(down: &mut impl Write, first: bool, why: &str) {
+    if first {
+        refuse_tls_http_status(down, "403 Forbidden", why);
+    }
+}
+
+fn refuse_tls_http_status(down: &mut impl Write, status: &str, why: &str) {
+    let body = format!("blocked by the sandbox's network policy: {why}\n");
+    let _ = down.write_all(
+        format!(
+            "HTTP/1.1 {status}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nx-stockade-egress: denied\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let _ = down.flush();
 }
 
 /// A refusal the code can read: a 403 before anything went upstream, else a reset
@@ -422,12 +816,14 @@ fn refuse_http(client: &TcpStream, first: bool, why: &str) {
     }
 }
 
-/// How a request's body ends.
+/// How a message's body ends.
 #[derive(Debug, PartialEq, Eq)]
 enum Framing {
     None,
     Length(u64),
     Chunked,
+    /// At the end of the stream (a response without a length).
+    ToEnd,
 }
 
 #[derive(Debug)]
@@ -439,6 +835,9 @@ struct Request {
     framing: Framing,
     upgrade: bool,
     connect: bool,
+    /// `HEAD`: the response has no body whatever its headers say.
+    head_request: bool,
+    expect_continue: bool,
 }
 
 impl Request {
@@ -487,6 +886,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
     let mut chunked = false;
     let mut te = false;
     let mut upgrade = false;
+    let mut expect_continue = false;
     for h in req.headers.iter() {
         let v = String::from_utf8_lossy(h.value);
         match h.name.to_ascii_lowercase().as_str() {
@@ -500,6 +900,7 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
                     .is_some_and(|l| l.trim().eq_ignore_ascii_case("chunked"));
             }
             "upgrade" => upgrade = true,
+            "expect" => expect_continue = v.trim().eq_ignore_ascii_case("100-continue"),
             _ => {}
         }
     }
@@ -535,26 +936,28 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
             framing,
             upgrade,
             connect: method.eq_ignore_ascii_case("CONNECT"),
+            head_request: method.eq_ignore_ascii_case("HEAD"),
+            expect_continue,
         },
     )))
 }
 
-/// The client's side of a cleartext connection, with what was read ahead.
-struct Input<'a> {
-    stream: &'a TcpStream,
+/// What was read ahead of one side of a connection; the stream is passed to each
+/// call (a TLS session both reads and writes through one value).
+struct Input {
     buf: Vec<u8>,
 }
 
-impl Input<'_> {
-    fn fill(&mut self) -> io::Result<usize> {
+impl Input {
+    fn fill(&mut self, r: &mut impl Read) -> io::Result<usize> {
         let mut b = [0u8; 16 * 1024];
-        let n = (&*self.stream).read(&mut b)?;
+        let n = r.read(&mut b)?;
         self.buf.extend_from_slice(&b[..n]);
         Ok(n)
     }
 
     /// The next request head, `None` at a clean end of stream.
-    fn request_head(&mut self) -> Result<Option<Request>, String> {
+    fn request_head(&mut self, r: &mut impl Read) -> Result<Option<Request>, String> {
         loop {
             if !self.buf.is_empty() {
                 if let Some((n, req)) = parse_request(&self.buf)? {
@@ -565,7 +968,7 @@ impl Input<'_> {
                     return Err(format!("HTTP request head over {MAX_HEAD} bytes"));
                 }
             }
-            match self.fill() {
+            match self.fill(r) {
                 Ok(0) if self.buf.is_empty() => return Ok(None),
                 Ok(0) => return Err("connection closed inside an HTTP request head".into()),
                 Ok(_) => {}
@@ -575,52 +978,71 @@ impl Input<'_> {
     }
 
     /// Copies exactly `n` bytes to `to`.
-    fn copy_exact(&mut self, mut n: u64, to: &TcpStream) -> io::Result<()> {
+    fn copy_exact(&mut self, r: &mut impl Read, mut n: u64, to: &mut impl Write) -> io::Result<()> {
         while n > 0 {
-            if self.buf.is_empty() && self.fill()? == 0 {
+            if self.buf.is_empty() && self.fill(r)? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
             let take = (self.buf.len() as u64).min(n) as usize;
-            (&*to).write_all(&self.buf[..take])?;
+            to.write_all(&self.buf[..take])?;
             self.buf.drain(..take);
             n -= take as u64;
         }
         Ok(())
     }
 
+    /// Copies everything to `to` until the end of the stream.
+    fn copy_to_end(&mut self, r: &mut impl Read, to: &mut impl Write) -> io::Result<()> {
+        loop {
+            if !self.buf.is_empty() {
+                to.write_all(&self.buf)?;
+                self.buf.clear();
+            }
+            if self.fill(r)? == 0 {
+                return Ok(());
+            }
+        }
+    }
+
     /// One CRLF-ended line, copied to `to` and returned.
-    fn copy_line(&mut self, to: &TcpStream) -> io::Result<Vec<u8>> {
+    fn copy_line(&mut self, r: &mut impl Read, to: &mut impl Write) -> io::Result<Vec<u8>> {
         loop {
             if let Some(i) = self.buf.windows(2).position(|w| w == b"\r\n") {
                 let line: Vec<u8> = self.buf.drain(..i + 2).collect();
-                (&*to).write_all(&line)?;
+                to.write_all(&line)?;
                 return Ok(line);
             }
             if self.buf.len() > MAX_HEAD {
                 return Err(io::Error::other("chunk line too long"));
             }
-            if self.fill()? == 0 {
+            if self.fill(r)? == 0 {
                 return Err(io::ErrorKind::UnexpectedEof.into());
             }
         }
     }
 
-    fn body(&mut self, framing: &Framing, to: &TcpStream) -> io::Result<()> {
+    fn body(
+        &mut self,
+        r: &mut impl Read,
+        framing: &Framing,
+        to: &mut impl Write,
+    ) -> io::Result<()> {
         match framing {
             Framing::None => Ok(()),
-            Framing::Length(n) => self.copy_exact(*n, to),
+            Framing::Length(n) => self.copy_exact(r, *n, to),
+            Framing::ToEnd => self.copy_to_end(r, to),
             Framing::Chunked => loop {
-                let line = self.copy_line(to)?;
+                let line = self.copy_line(r, to)?;
                 let text = String::from_utf8_lossy(&line);
                 let size = text.trim().split(';').next().unwrap_or("").trim();
                 let size = u64::from_str_radix(size, 16)
                     .map_err(|_| io::Error::other("bad chunk size"))?;
                 if size == 0 {
                     // Trailers, up to the empty line.
-                    while self.copy_line(to)? != b"\r\n" {}
+                    while self.copy_line(r, to)? != b"\r\n" {}
                     return Ok(());
                 }
-                self.copy_exact(size + 2, to)?;
+                self.copy_exact(r, size + 2, to)?;
             },
         }
     }
@@ -645,6 +1067,8 @@ mod tests {
                 rule("pythonhosted.org", true, Some(vec![443])),
             ],
             upstreams: Vec::new(),
+            cidrs: Vec::new(),
+            tls: None,
         }
     }
 

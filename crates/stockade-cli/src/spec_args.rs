@@ -21,6 +21,14 @@ pub struct SpecArgs {
     /// default every port and protocol).
     #[arg(long = "deny-net", value_name = "ENTRY")]
     pub deny_net: Vec<String>,
+    /// Bind a secret to a host (repeatable): HOST=VAR[:HEADER]. The secret is the
+    /// value of VAR in this command's environment (never on the command line); the
+    /// sandbox's VAR holds a placeholder, and the egress proxy sets
+    /// `Authorization: Bearer <secret>` (or `HEADER: <secret>`) on HTTPS requests to
+    /// HOST, which is allowed on 443. E.g. api.openai.com=OPENAI_API_KEY,
+    /// api.anthropic.com=ANTHROPIC_API_KEY:x-api-key.
+    #[arg(long = "credential", value_name = "HOST=VAR[:HEADER]")]
+    pub credential: Vec<String>,
     /// Make the root writable (a tmpfs overlay, discarded at destroy).
     #[arg(long)]
     pub writable: bool,
@@ -77,7 +85,36 @@ pub fn policy_of(allow: &[String], deny: &[String]) -> Option<Network> {
         Network::Policy(stockade::spec::EgressPolicy {
             allow: allow.to_vec(),
             deny: deny.to_vec(),
+            credentials: Vec::new(),
         })
+    })
+}
+
+/// One `--credential HOST=VAR[:HEADER]`, its secret read with `env`.
+pub fn credential_of(
+    arg: &str,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<stockade::spec::Credential, String> {
+    let Some((host, rest)) = arg.split_once('=') else {
+        return Err(format!(
+            "{arg:?} is not HOST=VAR[:HEADER] (e.g. api.openai.com=OPENAI_API_KEY)"
+        ));
+    };
+    let (var, header) = match rest.split_once(':') {
+        Some((v, h)) => (v, Some(h)),
+        None => (rest, None),
+    };
+    let secret = env(var).filter(|v| !v.is_empty()).ok_or_else(|| {
+        format!("{arg:?}: the variable {var} is not set (or empty) in this environment; export the secret in {var} first")
+    })?;
+    Ok(stockade::spec::Credential {
+        host: host.to_string(),
+        header: header.unwrap_or("Authorization").to_string(),
+        value: match header {
+            Some(_) => secret,
+            None => format!("Bearer {secret}"),
+        },
+        env: Some(var.to_string()),
     })
 }
 
@@ -92,7 +129,21 @@ impl SpecArgs {
             });
         };
         let mut s = SandboxSpec::default();
-        if let Some(policy) = policy_of(&self.allow_net, &self.deny_net) {
+        let mut allow = self.allow_net.clone();
+        let mut credentials = Vec::new();
+        for c in &self.credential {
+            match credential_of(c, |v| std::env::var(v).ok()) {
+                Ok(cred) => {
+                    allow.push(format!("{}:443", cred.host));
+                    credentials.push(cred);
+                }
+                Err(e) => bad("--credential", e),
+            }
+        }
+        if let Some(mut policy) = policy_of(&allow, &self.deny_net) {
+            if let Network::Policy(p) = &mut policy {
+                p.credentials = credentials;
+            }
             if self.network {
                 bad(
                     "--network",

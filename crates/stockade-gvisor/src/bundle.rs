@@ -451,6 +451,7 @@ mod tests {
             slirp: None,
             nft: None,
             dns_upstreams: Vec::new(),
+            egress_secrets: None,
             now_ms: 1000,
             owner_pid: None,
             mount_is_file: vec![false; spec.mounts.len()],

@@ -363,6 +363,7 @@ impl GvisorLauncher {
             slirp: None,
             nft: None,
             dns_upstreams: Vec::new(),
+            egress_secrets: None,
             now_ms: created,
             owner_pid: opts.owner_pid,
             mount_is_file,

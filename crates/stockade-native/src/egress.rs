@@ -22,7 +22,13 @@
 //! port unreachable, and are recorded per rule in a dynamic set (address . protocol .
 //! port, one hour) that the monitor reads back for `egress_denied`.
 
-use stockade_agent_proto::launch::{EGRESS_PROXY_PORT, EgressPlan, NameRule};
+use std::collections::BTreeMap;
+use std::io::Read;
+
+use stockade_agent_proto::launch::{
+    CidrRule, CredentialRule, EGRESS_PROXY_PORT, EgressPlan, NameRule, TlsIntercept,
+};
+use stockade_core::Error;
 use stockade_spec::{EgressPolicy, NetRule, NetTarget, Ports};
 
 use crate::plan::{DENIED_V4, DENIED_V6};
@@ -92,15 +98,10 @@ pub fn policy_firewall(
     r.push_str("    ip daddr . meta l4proto @allowany4 accept\n");
     r.push_str("    ip6 daddr . meta l4proto @allowany6 accept\n");
     r.push_str("    jump deny_other\n  }\n");
-    // TCP to an address an allowed name opened goes through the SNI/Host proxy; the
-    // allowlist's ranges are opened by address alone and go straight out.
+    // TCP to an address an allowed name opened goes through the SNI/Host proxy (which
+    // lets what the allowlist's ranges open through by address, and sets credentials).
     r.push_str("  chain proxy {\n    type nat hook output priority -100; policy accept;\n");
     r.push_str("    oifname \"lo\" return\n");
-    for rule in policy.allow_rules() {
-        if let Some(m) = cidr_match(&rule) {
-            r.push_str(&format!("    {m} return\n"));
-        }
-    }
     for m in [
         "ip daddr . meta l4proto . th dport @allow4",
         "ip6 daddr . meta l4proto . th dport @allow6",
@@ -167,11 +168,158 @@ pub fn egress_plan(policy: &EgressPolicy, upstreams: Vec<String>) -> EgressPlan 
             })
             .collect()
     };
+    let cidrs = policy
+        .allow_rules()
+        .into_iter()
+        .filter_map(|r| match r.target {
+            NetTarget::Cidr(addr, len) => Some(CidrRule {
+                addr,
+                len,
+                ports: match &r.ports {
+                    Ports::Any => None,
+                    Ports::List(l) => Some(l.clone()),
+                },
+                protocols: r
+                    .protocol
+                    .names()
+                    .iter()
+                    .map(|s| (*s).to_string())
+                    .collect(),
+            }),
+            _ => None,
+        })
+        .collect();
     EgressPlan {
         deny: names(policy.deny_rules()),
         allow: names(policy.allow_rules()),
         upstreams,
+        cidrs,
+        tls: None,
     }
+}
+
+/// The sandbox's copy of its authority's certificate, and the host's bundle with it
+/// appended (what `SSL_CERT_FILE` and the other variables of [`sandbox_env`] name).
+pub const SANDBOX_CA: &str = "/etc/stockade-ca.pem";
+pub const SANDBOX_CA_BUNDLE: &str = "/etc/stockade-ca-bundle.pem";
+/// The host's bundle of trusted roots (Debian's `ca-certificates`).
+const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// What a sandbox with credentials is made with, besides its policy: a certificate
+/// authority of its own (the key goes to the monitor only), and a placeholder per
+/// credential.
+#[derive(Clone)]
+pub struct EgressSecrets {
+    pub ca_cert_pem: String,
+    pub ca_key_pem: String,
+    pub ca_name: String,
+    /// One per credential, in order.
+    pub placeholders: Vec<String>,
+    /// The host's roots: trusted in the sandbox beside its authority, and upstream.
+    pub host_bundle_pem: String,
+    /// Further roots trusted upstream (the launcher's, `$STOCKADE_UPSTREAM_CA`).
+    pub extra_roots_pem: String,
+}
+
+impl std::fmt::Debug for EgressSecrets {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressSecrets")
+            .field("ca_name", &self.ca_name)
+            .finish_non_exhaustive()
+    }
+}
+
+fn random_hex(bytes: usize) -> Result<String, Error> {
+    let mut b = vec![0u8; bytes];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .map_err(|e| Error::io("cannot read /dev/urandom", e))?;
+    Ok(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Makes the authority and placeholders of a policy with credentials.
+pub fn secrets(policy: &EgressPolicy, extra_roots: Option<&str>) -> Result<EgressSecrets, Error> {
+    use rcgen::KeyPair;
+    let unavailable = |reason: String| Error::Unavailable {
+        what: "credentials (the sandbox's certificate authority)".into(),
+        reason,
+        fix: "see `stockade doctor`".into(),
+    };
+    let ca_name = format!("Stockade sandbox CA {}", random_hex(8)?);
+    let key = KeyPair::generate().map_err(|e| unavailable(format!("key generation: {e}")))?;
+    let cert = stockade_agent_proto::launch::sandbox_ca_params(&ca_name)
+        .self_signed(&key)
+        .map_err(|e| unavailable(format!("signing: {e}")))?;
+    let host_bundle_pem = std::fs::read_to_string(HOST_BUNDLE).map_err(|e| Error::Unavailable {
+        what: "credentials".into(),
+        reason: format!("cannot read the host's trusted roots {HOST_BUNDLE}: {e}"),
+        fix: "apt-get install ca-certificates".into(),
+    })?;
+    let mut extra_roots_pem = extra_roots.unwrap_or_default().to_string();
+    if let Ok(path) = std::env::var("STOCKADE_UPSTREAM_CA") {
+        let pem = std::fs::read_to_string(&path).map_err(|e| Error::Unavailable {
+            what: "credentials".into(),
+            reason: format!("cannot read STOCKADE_UPSTREAM_CA {path}: {e}"),
+            fix: "point STOCKADE_UPSTREAM_CA at a PEM file of trusted roots, or unset it".into(),
+        })?;
+        extra_roots_pem.push('\n');
+        extra_roots_pem.push_str(&pem);
+    }
+    let placeholders = policy
+        .credentials
+        .iter()
+        .map(|_| random_hex(24).map(|h| format!("stockade-placeholder-{h}")))
+        .collect::<Result<_, _>>()?;
+    Ok(EgressSecrets {
+        ca_cert_pem: cert.pem(),
+        ca_key_pem: key.serialize_pem(),
+        ca_name,
+        placeholders,
+        host_bundle_pem,
+        extra_roots_pem,
+    })
+}
+
+/// The proxy's part of the secrets.
+pub fn tls_intercept(policy: &EgressPolicy, s: &EgressSecrets) -> TlsIntercept {
+    TlsIntercept {
+        ca_key_pem: s.ca_key_pem.clone(),
+        ca_name: s.ca_name.clone(),
+        roots_pem: format!("{}\n{}", s.host_bundle_pem, s.extra_roots_pem),
+        credentials: policy
+            .credentials
+            .iter()
+            .zip(&s.placeholders)
+            .map(|(c, ph)| CredentialRule {
+                host: c.host.trim_end_matches('.').to_ascii_lowercase(),
+                header: c.header.clone(),
+                value: c.value.clone(),
+                placeholder: ph.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// The environment a sandbox with credentials gets: each credential's placeholder in
+/// its variable, and the trust of the sandbox's authority for the usual TLS stacks
+/// (OpenSSL and Python's `ssl`, requests and pip, curl, Node).
+pub fn sandbox_env(policy: &EgressPolicy, s: &EgressSecrets) -> BTreeMap<String, String> {
+    let mut env = BTreeMap::new();
+    for (c, ph) in policy.credentials.iter().zip(&s.placeholders) {
+        if let Some(name) = &c.env {
+            env.insert(name.clone(), ph.clone());
+        }
+    }
+    for var in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "PIP_CERT",
+    ] {
+        env.insert(var.into(), SANDBOX_CA_BUNDLE.into());
+    }
+    env.insert("NODE_EXTRA_CA_CERTS".into(), SANDBOX_CA.into());
+    env
 }
 
 /// The resolvers a policy sandbox's lookups are forwarded to: `IP:53` of each
@@ -213,6 +361,7 @@ mod tests {
                 "[2001:db8::/32]:*/udp".into(),
             ],
             deny: vec!["203.0.113.7".into(), "bad.pypi.org".into()],
+            credentials: Vec::new(),
         }
     }
 

@@ -26,7 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
 use stockade_agent_proto::EgressDenial;
-use stockade_agent_proto::launch::{LaunchReport, NetReply, NetRequest, SandboxState};
+use stockade_agent_proto::launch::{LaunchReport, NetReply, NetRequest, NetworkPlan, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
@@ -89,6 +89,9 @@ pub struct NativeLauncher {
     id_pool: Option<idpool::IdPool>,
     /// Resolvers an egress policy's allowed lookups go to; empty: the host's.
     dns_upstreams: Vec<String>,
+    /// Roots (PEM) trusted for the upstream servers of intercepted TLS, besides the
+    /// host's bundle and `$STOCKADE_UPSTREAM_CA`.
+    upstream_roots: Option<String>,
 }
 
 impl Default for NativeLauncher {
@@ -118,6 +121,7 @@ impl NativeLauncher {
             image_store: None,
             id_pool: None,
             dns_upstreams: Vec::new(),
+            upstream_roots: None,
         }
     }
 
@@ -128,6 +132,7 @@ impl NativeLauncher {
             image_store: None,
             id_pool: None,
             dns_upstreams: Vec::new(),
+            upstream_roots: None,
         }
     }
 
@@ -141,6 +146,13 @@ impl NativeLauncher {
     /// resolvers instead of the host's (`/etc/resolv.conf`).
     pub fn with_dns_upstreams(mut self, upstreams: &[std::net::SocketAddr]) -> NativeLauncher {
         self.dns_upstreams = upstreams.iter().map(ToString::to_string).collect();
+        self
+    }
+
+    /// Trusts these roots (PEM certificates) too for the servers that sandboxes with
+    /// credentials reach through the egress proxy (an internal CA; tests).
+    pub fn with_upstream_roots(mut self, pem: impl Into<String>) -> NativeLauncher {
+        self.upstream_roots = Some(pem.into());
         self
     }
 
@@ -239,6 +251,15 @@ impl NativeLauncher {
             userns,
             rootless: rootless.clone(),
             dns_upstreams: self.dns_upstreams.clone(),
+            egress_secrets: None,
+        });
+        let ctx = ctx.and_then(|mut ctx| {
+            if let Some(p) = spec.network.policy()
+                && !p.credentials.is_empty()
+            {
+                ctx.egress_secrets = Some(egress::secrets(p, self.upstream_roots.as_deref())?);
+            }
+            Ok(ctx)
         });
         let planned = ctx.and_then(|ctx| plan::plan(spec, &ctx));
         let planned = planned.and_then(|p| match &rootless {
@@ -262,8 +283,26 @@ impl NativeLauncher {
                 return Err(e);
             }
         };
+        // The credentials and the authority's key go to the monitor after the plan, as
+        // their own document: never in plan.json, never in PID 1's memory.
+        let mut plan = plan;
+        let secrets = match &mut plan.network {
+            NetworkPlan::UserModeNat {
+                policy: Some(policy),
+                ..
+            } => policy.tls.take(),
+            _ => None,
+        };
         let json = serde_json::to_vec(&plan)
             .map_err(|e| Error::Internal(format!("cannot encode launch plan: {e}")))?;
+        let mut input = format!("{}\n", json.len()).into_bytes();
+        input.extend_from_slice(&json);
+        if let Some(s) = &secrets {
+            input.extend(
+                serde_json::to_vec(s)
+                    .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
+            );
+        }
         // Kept for gc: a monitor that crashed before state.json still names its cgroups.
         std::fs::write(dir.join("plan.json"), &json)
             .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
@@ -299,7 +338,7 @@ impl NativeLauncher {
             return Err(Error::Internal("monitor stdio missing".into()));
         };
         stdin
-            .write_all(&json)
+            .write_all(&input)
             .await
             .map_err(|e| Error::io("cannot send the launch plan", e))?;
         drop(stdin);
@@ -434,6 +473,14 @@ impl Launcher for NativeLauncher {
             id: id.to_string(),
         })?;
         let sock = dir.join("net.sock");
+        if network.policy().is_some_and(|p| !p.credentials.is_empty()) {
+            return Err(Error::InvalidRequest(
+                "credentials are fixed when the sandbox is created (its environment holds \
+                 their placeholders); replace allow and deny only, and keep credentials out \
+                 of the new policy (the sandbox keeps the ones it has)"
+                    .into(),
+            ));
+        }
         let policy = match (network, sock.exists()) {
             (stockade_spec::Network::Policy(p), true) => p,
             (_, true) => {

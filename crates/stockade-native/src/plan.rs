@@ -38,6 +38,8 @@ pub struct PlanContext {
     /// Resolvers (`IP:PORT`) an egress policy's lookups go to; empty: the host's
     /// resolv.conf.
     pub dns_upstreams: Vec<String>,
+    /// An egress policy's credentials: the sandbox's authority and placeholders.
+    pub egress_secrets: Option<crate::egress::EgressSecrets>,
 }
 
 fn has_userns(ctx: &PlanContext) -> bool {
@@ -286,13 +288,18 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
                             fix: "add a nameserver line to /etc/resolv.conf".into(),
                         });
                     }
+                    let mut names = crate::egress::egress_plan(p, upstreams);
+                    names.tls = ctx
+                        .egress_secrets
+                        .as_ref()
+                        .map(|s| Box::new(crate::egress::tls_intercept(p, s)));
                     (
                         crate::egress::policy_firewall(
                             p,
                             &ctx.host.host_addresses,
                             &ctx.host.host_networks,
                         ),
-                        Some(crate::egress::egress_plan(p, upstreams)),
+                        Some(names),
                         POLICY_RESOLV_CONF,
                     )
                 }
@@ -329,7 +336,12 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         expires_at_ms: ctx.now_ms + spec.timeout_secs * 1000,
         owner_pid: ctx.owner_pid,
         exec,
-        spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+        spec: {
+            // Credential values stay out of the state file and `inspect`.
+            let mut v = serde_json::to_value(spec.spec()).unwrap_or_default();
+            v["network"] = serde_json::to_value(spec.network.redacted()).unwrap_or_default();
+            v
+        },
         applied,
         hold_locks: ctx
             .image
@@ -465,6 +477,13 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
         Network::Egress => ops.push(file("/etc/resolv.conf", RESOLV_CONF.into())),
         Network::Policy(_) => ops.push(file("/etc/resolv.conf", POLICY_RESOLV_CONF.into())),
     }
+    if let Some(s) = &ctx.egress_secrets {
+        ops.push(file(crate::egress::SANDBOX_CA, s.ca_cert_pem.clone()));
+        ops.push(file(
+            crate::egress::SANDBOX_CA_BUNDLE,
+            format!("{}\n{}", s.host_bundle_pem.trim_end(), s.ca_cert_pem),
+        ));
+    }
     for (source, path, entry) in sources(ctx, |i| &i.etc, &ctx.host.etc) {
         ops.push(match entry {
             Entry::Symlink(to) => MountOp::Symlink {
@@ -510,6 +529,9 @@ fn exec_env(spec: &ValidatedSpec, ctx: &PlanContext) -> std::collections::BTreeM
                 env.insert(k.to_string(), v.to_string());
             }
         }
+    }
+    if let (Some(p), Some(s)) = (spec.network.policy(), &ctx.egress_secrets) {
+        env.extend(crate::egress::sandbox_env(p, s));
     }
     env
 }
@@ -814,6 +836,7 @@ mod tests {
             slirp: Some("/usr/bin/slirp4netns".into()),
             nft: Some("/usr/sbin/nft".into()),
             dns_upstreams: Vec::new(),
+            egress_secrets: None,
             now_ms: 1_000_000,
             owner_pid: Some(42),
             mount_is_file: vec![false],

@@ -20,8 +20,8 @@ use serde::{Deserialize, Serialize};
 
 pub use language::{Language, LanguagePreset, PRESETS};
 pub use network::{
-    DEFAULT_ALLOW_PORTS, EgressPolicy, MAX_ENTRY_PORTS, MAX_POLICY_ENTRIES, NetRule, NetTarget,
-    Network, Ports, Protocol,
+    Credential, DEFAULT_ALLOW_PORTS, EgressPolicy, MAX_CREDENTIALS, MAX_ENTRY_PORTS,
+    MAX_POLICY_ENTRIES, NetRule, NetTarget, Network, Ports, Protocol, REDACTED,
 };
 pub use size::{format_size, parse_size};
 pub use validate::{SpecError, SpecErrors, ValidatedSpec};

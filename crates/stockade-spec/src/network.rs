@@ -60,13 +60,21 @@ impl Network {
     {
         Network::Policy(EgressPolicy {
             allow: entries.into_iter().map(Into::into).collect(),
-            deny: Vec::new(),
+            ..Default::default()
         })
     }
 
     /// Whether any traffic can leave the sandbox's namespace.
     pub fn has_egress(&self) -> bool {
         !matches!(self, Network::None)
+    }
+
+    /// This network with credential values redacted (see [`EgressPolicy::redacted`]).
+    pub fn redacted(&self) -> Network {
+        match self {
+            Network::Policy(p) => Network::Policy(p.redacted()),
+            other => other.clone(),
+        }
     }
 
     /// The policy, when this is one.
@@ -88,6 +96,139 @@ pub struct EgressPolicy {
     pub allow: Vec<String>,
     /// What may never be reached, even when allowed (default: every port and protocol).
     pub deny: Vec<String>,
+    /// Secrets bound to a host: set as a header on the sandbox's HTTPS requests to
+    /// that host by the egress proxy, never inside the sandbox (see [`Credential`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub credentials: Vec<Credential>,
+}
+
+/// Most credentials one policy may hold.
+pub const MAX_CREDENTIALS: usize = 16;
+/// What `inspect` and the state file show instead of a credential's value.
+pub const REDACTED: &str = "<redacted>";
+
+/// A secret bound to a host. Code in the sandbox sees only a placeholder (in `env`,
+/// when named); the egress proxy, outside the sandbox, sets `header: value` on each
+/// HTTPS request to `host` (through a certificate authority made for the sandbox,
+/// which the sandbox trusts and whose key it never sees), and refuses any request
+/// that carries the placeholder to another host.
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credential {
+    /// The host whose requests get the secret: a name (not a wildcard) the allowlist
+    /// opens on TCP (the secret is set on HTTPS requests to it, on any port opened).
+    pub host: String,
+    /// The request header set to `value` (default `Authorization`).
+    #[serde(default = "default_credential_header")]
+    pub header: String,
+    /// The header's value, e.g. `Bearer sk-...`: the secret.
+    pub value: String,
+    /// An environment variable that holds the placeholder inside the sandbox (for
+    /// clients that refuse to start without a key), e.g. `OPENAI_API_KEY`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<String>,
+}
+
+fn default_credential_header() -> String {
+    "Authorization".into()
+}
+
+impl fmt::Debug for Credential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Credential")
+            .field("host", &self.host)
+            .field("header", &self.header)
+            .field("value", &REDACTED)
+            .field("env", &self.env)
+            .finish()
+    }
+}
+
+impl Credential {
+    /// Every problem of this credential against the policy's allow rules, as messages.
+    fn problems(&self, allow: &[NetRule]) -> Vec<String> {
+        let mut out = Vec::new();
+        let host = self.host.trim_end_matches('.').to_ascii_lowercase();
+        match NetRule::parse_with(&host, Defaults::ALLOW) {
+            Ok(NetRule {
+                target: NetTarget::Name(_),
+                ports: Ports::List(p),
+                ..
+            }) if p == DEFAULT_ALLOW_PORTS => {
+                let opened = allow.iter().any(|r| {
+                    r.protocol != Protocol::Udp
+                        && match &r.target {
+                            NetTarget::Name(n) => *n == host,
+                            NetTarget::Wildcard(sfx) => {
+                                host.len() > sfx.len() + 1
+                                    && host.ends_with(sfx.as_str())
+                                    && host.as_bytes()[host.len() - sfx.len() - 1] == b'.'
+                            }
+                            NetTarget::Cidr(..) => false,
+                        }
+                });
+                if !opened {
+                    out.push(format!(
+                        "host {:?} is not opened on tcp by the allowlist; add \"{host}:443\" to allow",
+                        self.host
+                    ));
+                }
+            }
+            _ => out.push(format!(
+                "host {:?} must be a plain name like api.openai.com (no wildcard, address, port or protocol)",
+                self.host
+            )),
+        }
+        let token = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+        if self.header.is_empty() || !self.header.chars().all(token) {
+            out.push(format!(
+                "header {:?} is not an HTTP header name",
+                self.header
+            ));
+        } else if [
+            "host",
+            "content-length",
+            "transfer-encoding",
+            "connection",
+            "upgrade",
+            "te",
+            "trailer",
+        ]
+        .contains(&self.header.to_ascii_lowercase().as_str())
+        {
+            out.push(format!(
+                "header {:?} frames or routes the request; a credential cannot set it",
+                self.header
+            ));
+        }
+        if self.value.is_empty() {
+            out.push("value is empty".into());
+        } else if self.value.len() > 8192 {
+            out.push(format!(
+                "value is {} bytes, more than 8192",
+                self.value.len()
+            ));
+        } else if self
+            .value
+            .bytes()
+            .any(|b| b < 0x20 && b != b'\t' || b == 0x7f)
+        {
+            out.push(
+                "value holds a control character (a line break would split the request)".into(),
+            );
+        }
+        if let Some(env) = &self.env {
+            let ok = !env.is_empty()
+                && !env.starts_with(|c: char| c.is_ascii_digit())
+                && env.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            if !ok {
+                out.push(format!(
+                    "env {env:?} is not an environment variable name (letters, digits, _)"
+                ));
+            }
+        }
+        out
+    }
 }
 
 impl EgressPolicy {
@@ -113,7 +254,37 @@ impl EgressPolicy {
                 }
             }
         }
+        if self.credentials.len() > MAX_CREDENTIALS {
+            out.push((
+                "network.credentials".into(),
+                format!(
+                    "{} credentials is more than the {MAX_CREDENTIALS} allowed",
+                    self.credentials.len()
+                ),
+            ));
+        }
+        let allow = self.allow_rules();
+        let mut envs = std::collections::HashSet::new();
+        for (i, c) in self.credentials.iter().enumerate() {
+            let field = format!("network.credentials[{i}]");
+            out.extend(c.problems(&allow).into_iter().map(|p| (field.clone(), p)));
+            if let Some(e) = &c.env
+                && !envs.insert(e.clone())
+            {
+                out.push((field, format!("env {e:?} is named by two credentials")));
+            }
+        }
         out
+    }
+
+    /// The policy with each credential's value replaced by [`REDACTED`]: what is
+    /// written to state files and shown by `inspect`.
+    pub fn redacted(&self) -> EgressPolicy {
+        let mut p = self.clone();
+        for c in &mut p.credentials {
+            c.value = REDACTED.into();
+        }
+        p
     }
 
     /// The parsed allow rules (entries that do not parse are skipped: validate first).
@@ -462,7 +633,7 @@ impl<'de> Deserialize<'de> for Network {
         let r = NetworkRepr::deserialize(d).map_err(|_| {
             serde::de::Error::custom(
                 "network must be \"none\", \"egress\" (or \"all\"), a list of allow entries, \
-                 or {\"allow\": [...], \"deny\": [...]}",
+                 or {\"allow\": [...], \"deny\": [...], \"credentials\": [{\"host\", \"header\", \"value\", \"env\"}]}",
             )
         })?;
         Ok(match r {
@@ -480,7 +651,7 @@ impl<'de> Deserialize<'de> for Network {
             },
             NetworkRepr::List(allow) => Network::Policy(EgressPolicy {
                 allow,
-                deny: Vec::new(),
+                ..Default::default()
             }),
             NetworkRepr::Policy(p) => Network::Policy(p),
         })
@@ -590,5 +761,57 @@ mod tests {
         assert_eq!(serde_json::to_string(&Network::None).unwrap(), "\"none\"");
         let e = serde_json::from_str::<Network>("\"pypi.org\"").unwrap_err();
         assert!(e.to_string().contains("allowlist is a list"), "{e}");
+    }
+
+    #[test]
+    fn credentials_are_checked_and_never_shown() {
+        let json = r#"{"allow": ["api.openai.com:443", "*.example.com"],
+            "credentials": [
+              {"host": "api.openai.com", "value": "Bearer sk-real", "env": "OPENAI_API_KEY"},
+              {"host": "x.example.com", "header": "x-api-key", "value": "k"},
+              {"host": "pypi.org", "value": "v"},
+              {"host": "*.example.com", "header": "Host", "value": "a\r\nb", "env": "1X"},
+              {"host": "api.openai.com", "header": "bad header", "value": "", "env": "OPENAI_API_KEY"}
+            ]}"#;
+        let net: Network = serde_json::from_str(json).unwrap();
+        let p = net.policy().unwrap();
+        assert_eq!(p.credentials[0].header, "Authorization");
+        let problems = p.problems();
+        let of = |i: usize| -> Vec<&str> {
+            problems
+                .iter()
+                .filter(|(f, _)| *f == format!("network.credentials[{i}]"))
+                .map(|(_, m)| m.as_str())
+                .collect()
+        };
+        assert!(of(0).is_empty() && of(1).is_empty(), "{problems:?}");
+        assert!(of(2)[0].contains("not opened on tcp"), "{problems:?}");
+        let three = of(3).join(" | ");
+        for needle in [
+            "plain name",
+            "frames or routes",
+            "control character",
+            "not an environment variable",
+        ] {
+            assert!(three.contains(needle), "{needle}: {three}");
+        }
+        let four = of(4).join(" | ");
+        for needle in [
+            "not an HTTP header name",
+            "value is empty",
+            "named by two credentials",
+        ] {
+            assert!(four.contains(needle), "{needle}: {four}");
+        }
+        // Never in what is written down or printed.
+        let shown = serde_json::to_string(&net.redacted()).unwrap();
+        assert!(
+            !shown.contains("sk-real") && shown.contains(REDACTED),
+            "{shown}"
+        );
+        assert!(!format!("{net:?}").contains("sk-real"));
+        // A plain list or a policy without credentials serializes as before.
+        let plain = serde_json::to_string(&Network::allow(["pypi.org"])).unwrap();
+        assert_eq!(plain, r#"{"allow":["pypi.org"],"deny":[]}"#);
     }
 }

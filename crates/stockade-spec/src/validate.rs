@@ -273,6 +273,7 @@ mod tests {
         s.network = crate::Network::Policy(crate::EgressPolicy {
             allow: vec!["pypi.org".into(), "10.1.2.3/24:0".into(), "*.".into()],
             deny: vec!["nope/ftp".into()],
+            credentials: Vec::new(),
         });
         let errs = s.validate().unwrap_err();
         let fields: Vec<_> = errs.0.iter().map(|e| e.field.as_str()).collect();

@@ -39,6 +39,11 @@ struct FakeUpstream {
 
 impl FakeUpstream {
     fn start() -> FakeUpstream {
+        FakeUpstream::start_with(Vec::new())
+    }
+
+    /// Also answers `names` itself (A records; no AAAA), as a zone of its own would.
+    fn start_with(names: Vec<(String, std::net::Ipv4Addr)>) -> FakeUpstream {
         let real: SocketAddr = std::fs::read_to_string("/etc/resolv.conf")
             .unwrap()
             .lines()
@@ -58,7 +63,12 @@ impl FakeUpstream {
                 let Ok((n, from)) = sock.recv_from(&mut buf) else {
                     return;
                 };
-                log.lock().unwrap().push(qname(&buf[..n]));
+                let name = qname(&buf[..n]);
+                log.lock().unwrap().push(name.clone());
+                if let Some((_, ip)) = names.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name)) {
+                    let _ = sock.send_to(&answer_a(&buf[..n], *ip), from);
+                    continue;
+                }
                 if up.send_to(&buf[..n], real).is_ok()
                     && let Ok((m, _)) = up.recv_from(&mut ans)
                 {
@@ -76,6 +86,26 @@ impl FakeUpstream {
             .iter()
             .any(|n| n.eq_ignore_ascii_case(name))
     }
+}
+
+/// An answer to `query` (one question): its A record is `ip` (TTL 60), an AAAA
+/// question gets no record.
+fn answer_a(query: &[u8], ip: std::net::Ipv4Addr) -> Vec<u8> {
+    let mut end = 12;
+    while query[end] != 0 {
+        end += 1 + usize::from(query[end]);
+    }
+    end += 5;
+    let qtype = u16::from_be_bytes([query[end - 4], query[end - 3]]);
+    let mut r = query[..end].to_vec();
+    r[2] = 0x81;
+    r[3] = 0x80;
+    r[6..12].copy_from_slice(&[0, u8::from(qtype == 1), 0, 0, 0, 0]);
+    if qtype == 1 {
+        r.extend_from_slice(&[0xc0, 0x0c, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4]);
+        r.extend_from_slice(&ip.octets());
+    }
+    r
 }
 
 /// The question name of a DNS query (labels from offset 12).
@@ -158,6 +188,7 @@ async fn an_allowlist_opens_its_names_and_refuses_everything_else_at_once() {
         EgressPolicy {
             allow: vec!["pypi.org".into()],
             deny: Vec::new(),
+            credentials: Vec::new(),
         },
     )
     .await;
@@ -275,6 +306,7 @@ async fn a_denied_name_wins_and_an_ip_literal_is_not_a_way_around() {
             // address, a port 80 entry for one would open port 80 for all.
             allow: vec!["*.debian.org:443".into(), "pypi.org:443".into()],
             deny: vec!["security.debian.org".into()],
+            credentials: Vec::new(),
         },
     )
     .await;
@@ -339,6 +371,7 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
         EgressPolicy {
             allow: vec!["pypi.org".into()],
             deny: Vec::new(),
+            credentials: Vec::new(),
         },
     )
     .await;
@@ -356,6 +389,7 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
     let open = Network::Policy(EgressPolicy {
         allow: vec!["pypi.org".into(), format!("{host}/32:{port}")],
         deny: Vec::new(),
+        credentials: Vec::new(),
     });
     sb.set_network(&open).await.expect("replace the policy");
     let during = py(&sb, &code, 20_000).await;
@@ -382,6 +416,7 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
     let bad = Network::Policy(EgressPolicy {
         allow: vec!["10.0.0.1/8".into(), "pypi.org:0".into()],
         deny: vec!["*.".into()],
+        credentials: Vec::new(),
     });
     let err = sb.set_network(&bad).await.unwrap_err().to_string();
     for needle in ["network.allow[0]", "network.allow[1]", "network.deny[0]"] {
@@ -401,6 +436,7 @@ async fn an_allowed_address_opens_only_the_allowed_names_sni_and_host_checked() 
         EgressPolicy {
             allow: vec!["pypi.org".into()],
             deny: Vec::new(),
+            credentials: Vec::new(),
         },
     )
     .await;
@@ -534,6 +570,277 @@ except OSError as e:
     destroy_clean(sb).await;
 }
 
+/// An HTTPS server on one of the host's addresses standing in for an API: its
+/// certificate (for `name`) comes from a CA of the test's; it logs each request's
+/// Authorization header host-side and answers only whether it matched `expected`.
+struct FakeApi {
+    port: u16,
+    log: std::path::PathBuf,
+    ca_pem: String,
+    child: std::process::Child,
+    _dir: tempfile::TempDir,
+}
+
+impl FakeApi {
+    fn start(host: &str, name: &str, expected: &str) -> FakeApi {
+        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+        let dir = tempfile::tempdir().unwrap();
+        let ca_key = KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        ca.distinguished_name
+            .push(DnType::CommonName, "fake API CA");
+        let ca_cert = ca.self_signed(&ca_key).unwrap();
+        let issuer = Issuer::new(ca, ca_key);
+        let key = KeyPair::generate().unwrap();
+        let leaf = CertificateParams::new(vec![name.to_string()])
+            .unwrap()
+            .signed_by(&key, &issuer)
+            .unwrap();
+        std::fs::write(dir.path().join("cert.pem"), leaf.pem()).unwrap();
+        std::fs::write(dir.path().join("key.pem"), key.serialize_pem()).unwrap();
+        let log = dir.path().join("requests.log");
+        let server = r#"
+import http.server, json, ssl, sys, os
+host, cert, key, log = sys.argv[1:5]
+expected = os.environ['EXPECTED']
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = 'HTTP/1.1'
+    def log_message(self, *a): pass
+    def do_GET(self): self.reply(b'')
+    def do_POST(self):
+        self.reply(self.rfile.read(int(self.headers.get('Content-Length', 0))))
+    def reply(self, body):
+        auth = self.headers.get_all('Authorization') or []
+        with open(log, 'a') as f:
+            f.write(json.dumps({'path': self.path, 'auth': auth, 'body': len(body)}) + '\n')
+        out = ('auth=%s body=%d\n' % ('match' if auth == [expected] else 'mismatch', len(body))).encode()
+        self.send_response(200)
+        self.send_header('Content-Length', str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+s = http.server.ThreadingHTTPServer((host, 0), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER); ctx.load_cert_chain(cert, key)
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+        let mut child = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(server)
+            .arg(host)
+            .arg(dir.path().join("cert.pem"))
+            .arg(dir.path().join("key.pem"))
+            .arg(&log)
+            .env("EXPECTED", expected)
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        FakeApi {
+            port: line.trim().parse().expect("the fake API's port"),
+            log,
+            ca_pem: ca_cert.pem(),
+            child,
+            _dir: dir,
+        }
+    }
+
+    fn requests(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(&self.log)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for FakeApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test]
+async fn a_credential_reaches_its_host_and_never_the_sandbox() {
+    if !require_egress("a_credential_reaches_its_host_and_never_the_sandbox") {
+        return;
+    }
+    let host = host_address();
+    let name = "api.stockade.test";
+    // The secret, made here and never written into the sandbox's code.
+    let secret = format!("sk-live-{}", std::process::id() * 7919);
+    let api = FakeApi::start(&host, name, &format!("Bearer {secret}"));
+    let upstream = FakeUpstream::start_with(vec![(name.to_string(), host.parse().unwrap())]);
+    let launcher = Arc::new(NativeProvider::from(
+        stockade::NativeLauncher::with_state_root(state_root())
+            .with_dns_upstreams(&[upstream.addr])
+            .with_upstream_roots(api.ca_pem.clone()),
+    ));
+    let port = api.port;
+    let spec = SandboxSpec {
+        network: Network::Policy(EgressPolicy {
+            // The fake API lives on a host address: opened on purpose, by a CIDR.
+            allow: vec![
+                format!("{name}:{port}"),
+                format!("{host}/32:{port}"),
+                "pypi.org:443".into(),
+            ],
+            deny: Vec::new(),
+            credentials: vec![stockade::spec::Credential {
+                host: name.into(),
+                header: "Authorization".into(),
+                value: format!("Bearer {secret}"),
+                env: Some("API_KEY".into()),
+            }],
+        }),
+        ..Default::default()
+    };
+    let sb = Sandbox::create(
+        launcher,
+        spec,
+        CreateOptions {
+            owner_pid: Some(std::process::id()),
+        },
+    )
+    .await
+    .expect("create a sandbox with a credential");
+    let code = format!(
+        r#"
+import os, urllib.request, urllib.error
+key = os.environ['API_KEY']
+print('placeholder:', key.startswith('stockade-placeholder-'))
+def call(url, data=None, extra=None):
+    h = {{'Authorization': 'Bearer ' + key}}
+    h.update(extra or {{}})
+    try:
+        r = urllib.request.urlopen(urllib.request.Request(url, data=data, headers=h), timeout=20)
+        return '%d %s' % (r.status, r.read().decode().strip())
+    except urllib.error.HTTPError as e:
+        return '%d %s' % (e.code, e.read().decode().strip())
+    except Exception as e:
+        return 'error %r' % e
+print('get:', call('https://{name}:{port}/v1/models'))
+print('post:', call('https://{name}:{port}/v1/chat', data=b'x' * 100000))
+print('elsewhere:', call('https://pypi.org/simple/six/'))
+print('in a query:', call('https://pypi.org/simple/six/?k=' + key, extra={{'Authorization': 'none'}}))
+"#
+    );
+    let out = py(&sb, &code, 60_000).await;
+    let s = text(&out.stdout);
+    let report = format!(
+        "{s}\n{}\n{:#?}\nserver saw: {:?}",
+        text(&out.stderr),
+        out.egress_denied,
+        api.requests()
+    );
+    assert!(s.contains("placeholder: True"), "{report}");
+    assert!(
+        s.contains("get: 200 auth=match body=0"),
+        "the credential did not reach its host: {report}"
+    );
+    assert!(
+        s.contains("post: 200 auth=match body=100000"),
+        "a request body was not relayed whole: {report}"
+    );
+    // The server saw the real header, once per request, never the placeholder.
+    let seen = api.requests();
+    assert_eq!(seen.len(), 2, "{report}");
+    for r in &seen {
+        assert_eq!(
+            r["auth"],
+            serde_json::json!([format!("Bearer {secret}")]),
+            "{report}"
+        );
+    }
+    // The placeholder sent to another host is refused and recorded.
+    for what in ["elsewhere:", "in a query:"] {
+        let line = s
+            .lines()
+            .find(|l| l.starts_with(what))
+            .unwrap_or_else(|| panic!("{report}"));
+        assert!(
+            line.contains("403") && line.contains("placeholder"),
+            "{what} {report}"
+        );
+    }
+    assert!(
+        out.egress_denied
+            .iter()
+            .any(|d| d.name.as_deref() == Some("pypi.org")
+                && d.rule
+                    == format!("the placeholder of the credential for {name} sent to pypi.org")),
+        "{report}"
+    );
+    // Nowhere in the sandbox: every process's environment and command line, and
+    // every file it can write or that Stockade wrote for it. The secret is passed
+    // reversed, so this search's own command line does not hold it.
+    let rev: String = secret.chars().rev().collect();
+    let search = format!(
+        r#"
+import os
+needle = '{rev}'[::-1].encode()
+hits = []
+for pid in os.listdir('/proc'):
+    if pid.isdigit():
+        for f in ('environ', 'cmdline'):
+            try:
+                if needle in open('/proc/%s/%s' % (pid, f), 'rb').read(): hits.append(pid + '/' + f)
+            except OSError: pass
+for top in ('/etc', '/tmp', '/var', '/run', '/home', '/root', '/dev/shm'):
+    for d, _, files in os.walk(top):
+        for f in files:
+            p = os.path.join(d, f)
+            try:
+                if os.path.isfile(p) and needle in open(p, 'rb').read(): hits.append(p)
+            except OSError: pass
+print('hits:', hits)
+"#
+    );
+    let found = py(&sb, &search, 60_000).await;
+    let f = text(&found.stdout);
+    // The search's own process holds the secret (it rebuilt it) only in memory.
+    assert!(
+        f.contains("hits: []"),
+        "the secret is inside the sandbox: {f} {}",
+        text(&found.stderr)
+    );
+    // And not in what the host keeps about the sandbox.
+    let info = provider().inspect(sb.id()).await.unwrap();
+    assert!(!info.spec.to_string().contains(&secret), "{}", info.spec);
+    for f in ["state.json", "plan.json"] {
+        let p = state_root().join(sb.id()).join(f);
+        let text = std::fs::read_to_string(&p).unwrap_or_default();
+        assert!(!text.contains(&secret), "{} holds the secret", p.display());
+    }
+    // Credentials are fixed at create.
+    let err = sb
+        .set_network(&Network::Policy(EgressPolicy {
+            allow: vec![format!("{name}:{port}")],
+            deny: Vec::new(),
+            credentials: vec![stockade::spec::Credential {
+                host: name.into(),
+                header: "Authorization".into(),
+                value: "other".into(),
+                env: None,
+            }],
+        }))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("fixed when the sandbox is created"),
+        "{err}"
+    );
+    destroy_clean(sb).await;
+}
+
 #[tokio::test]
 async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
     let spec = SandboxSpec {
@@ -545,6 +852,7 @@ async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
                 "example.com:70000/sctp".into(),
             ],
             deny: vec!["".into()],
+            credentials: Vec::new(),
         }),
         ..Default::default()
     };
