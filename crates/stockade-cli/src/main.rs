@@ -54,6 +54,8 @@ enum Command {
     /// Replace a running sandbox's egress policy (--allow, --deny), or show it and
     /// what it refused.
     Net(commands::net::NetArgs),
+    /// What a sandbox's egress policy refused, as events (--follow streams them).
+    Events(commands::events::EventsArgs),
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
     /// Pause a sandbox, keeping its processes and memory (microvm: on disk; native:
@@ -177,6 +179,7 @@ fn main() {
             Command::Ls => commands::ls::run(&ctx).await,
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
             Command::Net(a) => commands::net::run(&ctx, a).await,
+            Command::Events(a) => commands::events::run(&ctx, a).await,
             Command::Rm(a) => commands::rm::run(&ctx, a).await,
             Command::Gc => commands::gc::run(&ctx).await,
             Command::Pause { id } => commands::snapshot::pause(&ctx, &id).await,

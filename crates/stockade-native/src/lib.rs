@@ -455,7 +455,14 @@ impl Launcher for NativeLauncher {
     }
 
     async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        let sock = self.dir(id)?.join("net.sock");
+        let dir = self.dir(id)?;
+        if state::read_live(&dir).is_none() {
+            return Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            });
+        }
+        let sock = dir.join("net.sock");
         if !sock.exists() {
             return Ok(Vec::new());
         }

@@ -5,6 +5,7 @@ pub mod cp;
 pub mod create;
 pub mod docs;
 pub mod doctor;
+pub mod events;
 pub mod exec;
 pub mod fs;
 pub mod gc;

@@ -50,3 +50,51 @@ both_ways! {
         assert!(via.run(&["rm", &id, &plain]).status.success());
     }
 }
+
+both_ways! {
+    fn events_follow_streams_refusals_and_ends_with_the_sandbox(via) {
+        if !require_root("events_follow_streams_refusals_and_ends_with_the_sandbox") {
+            return;
+        }
+        let out = via.run(&["create", "--json", "--allow-net", "pypi.org:443"]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let id = json(&out)["id"].as_str().unwrap().to_string();
+        let follower = via
+            .cmd(&["events", "--json", "--follow", &id])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        // Two refused connections a second apart (two events), then a lookup.
+        let code = "import socket, time\n\
+                    for _ in range(2):\n\
+                    \x20   try: socket.create_connection(('1.1.1.1', 443), timeout=3)\n\
+                    \x20   except OSError: pass\n\
+                    \x20   time.sleep(1)\n\
+                    try: socket.getaddrinfo('example.com', 443)\n\
+                    except OSError: pass\n";
+        assert!(via.run(&["exec", &id, "--", "python3", "-c", code]).status.success());
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        assert!(via.run(&["rm", &id]).status.success());
+        // The stream ends by itself once the sandbox is gone.
+        let out = follower.wait_with_output().unwrap();
+        assert!(out.status.success(), "{:?} {} {}", out.status, String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+        let events: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let conns = events
+            .iter()
+            .filter(|e| e["denial"]["destination"] == "1.1.1.1" && e["denial"]["port"] == 443)
+            .count();
+        assert_eq!(conns, 2, "one event per refused attempt: {events:#?}");
+        assert!(
+            events.iter().any(|e| e["type"] == "egress_denied"
+                && e["sandbox"] == id.as_str()
+                && e["denial"]["protocol"] == "dns"
+                && e["denial"]["destination"] == "example.com"),
+            "{events:#?}"
+        );
+    }
+}
