@@ -4,12 +4,16 @@
 //! `scripts/build-agent.sh` (same profile). Rows, all in one run:
 //!
 //! - connection setup to pypi.org:443 from Python (`socket.create_connection`, name
-//!   lookup included; and connect plus a TLS handshake with SNI `pypi.org` to the
-//!   address looked up once, which under the allowlist crosses the monitor's SNI
-//!   check and its upstream connection): on the bare
+//!   lookup included; and a `HEAD` over HTTPS on a new connection (connect, TLS
+//!   handshake with SNI `pypi.org`, request, response to its end) to the address
+//!   looked up once, which under the allowlist crosses the monitor's SNI check and
+//!   its upstream connection): on the bare
 //!   host, in a sandbox with `network: egress` (all), and in one with the allowlist
 //!   `["pypi.org:443"]` (every lookup through the monitor's resolver, which opens the
 //!   answer in nftables before passing it on); median and p90 of ITERATIONS each;
+//!   A fourth row adds a credential for pypi.org: the monitor's proxy then ends the
+//!   code's TLS session with a certificate of the sandbox's own authority and makes
+//!   its own to the server;
 //! - `run` (create + exec `true` + destroy) with no network, all, and the allowlist.
 
 use std::process::Command;
@@ -34,7 +38,10 @@ import ssl\n\
          \x20   for _ in range({n}):\n\
          \x20       t = time.perf_counter()\n\
          \x20       s = socket.create_connection(('pypi.org' if kind == 'lookup+connect' else ip, 443), timeout=10)\n\
-         \x20       if kind == 'tls': s = ctx.wrap_socket(s, server_hostname='pypi.org')\n\
+         \x20       if kind == 'tls':\n\
+         \x20           s = ctx.wrap_socket(s, server_hostname='pypi.org')\n\
+         \x20           s.sendall(b'HEAD /simple/six/ HTTP/1.1\\r\\nHost: pypi.org\\r\\nConnection: close\\r\\n\\r\\n')\n\
+         \x20           while s.recv(65536): pass\n\
          \x20       print(kind, (time.perf_counter() - t) * 1000)\n\
          \x20       s.close()\n"
     )
@@ -76,7 +83,7 @@ async fn main() {
         .unwrap_or(50);
     let policy = || Network::allow(["pypi.org:443"]);
     println!("connection setup to pypi.org:443, {n} each, ms\n");
-    println!("| where | lookup+connect p50 | p90 | connect+TLS handshake p50 | p90 |");
+    println!("| where | lookup+connect p50 | p90 | HTTPS HEAD, new connection p50 | p90 |");
     println!("|---|---:|---:|---:|---:|");
     let host = Command::new("python3")
         .arg("-c")
@@ -84,9 +91,23 @@ async fn main() {
         .output()
         .unwrap();
     let mut rows = vec![("bare host", parse(&String::from_utf8_lossy(&host.stdout)))];
+    let with_credential = Network::Policy(stockade::spec::EgressPolicy {
+        allow: vec!["pypi.org:443".into()],
+        deny: Vec::new(),
+        credentials: vec![stockade::spec::Credential {
+            host: "pypi.org".into(),
+            header: "X-Bench".into(),
+            value: "not-a-secret".into(),
+            env: None,
+        }],
+    });
     for (name, net) in [
         ("sandbox, network all", Network::Egress),
         ("sandbox, allowlist [pypi.org:443]", policy()),
+        (
+            "sandbox, same + a credential for pypi.org (TLS intercepted)",
+            with_credential,
+        ),
     ] {
         let sb = sandbox(net).await;
         let mut req = ExecRequest::new(["python3", "-c", &probe(n)]);
