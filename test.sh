@@ -36,6 +36,26 @@ for l in sys.stdin:
     m = json.loads(l)
     if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
 (cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle::)
+# The same suites on the gvisor provider (real runsc; crates/stockade-gvisor/ci-setup.sh
+# installs it): the conformance cases and the attacks. The attacks below are skipped BY
+# NAME because the gvisor provider does not meet them yet (ARCHITECTURE.md, gvisor
+# section, says why); behaviour::, files:: and lifecycle:: still assume native.
+if ! command -v runsc >/dev/null 2>&1; then
+  echo "test.sh: runsc is missing: run crates/stockade-gvisor/ci-setup.sh as root" >&2
+  exit 1
+fi
+gvisor_gaps=(
+  attacks::cpu_quota_holds_a_multi_threaded_spin
+  attacks::fork_bomb_is_contained_and_host_stays_responsive
+  attacks::memory_bomb_ends_with_oom_killed
+  attacks::orphaned_shared_memory_is_removed_after_the_exec
+  attacks::proc_sys_is_read_only_and_the_agent_is_out_of_reach
+  attacks::the_callers_open_descriptors_do_not_reach_the_code
+)
+echo "test.sh: gvisor: skipping known gaps: ${gvisor_gaps[*]}" >&2
+skips=()
+for t in "${gvisor_gaps[@]}"; do skips+=(--skip "$t"); done
+(cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
 sdk/python/test.sh

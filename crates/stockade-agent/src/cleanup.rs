@@ -106,33 +106,9 @@ pub fn kill_orphans(helpers: &Helpers, dead: u32) {
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
     h.remove(&dead);
-    let me = std::process::id();
     let until = Instant::now() + HELPER_DEADLINE;
     loop {
-        let procs = processes();
-        let parent: HashMap<u32, u32> = procs.iter().copied().collect();
-        // Helpers that ended (kept-background shims are forgotten only here).
-        h.retain(|p| parent.contains_key(p));
-        let victims: Vec<u32> = procs
-            .iter()
-            .map(|(pid, _)| *pid)
-            .filter(|pid| {
-                // Walk up to our child on this process's line.
-                let mut p = *pid;
-                let mut steps = 0;
-                while let Some(&pp) = parent.get(&p) {
-                    if pp == me {
-                        return !h.contains(&p);
-                    }
-                    p = pp;
-                    steps += 1;
-                    if steps > 4096 {
-                        break;
-                    }
-                }
-                false
-            })
-            .collect();
+        let victims = orphans(&mut h);
         if victims.is_empty() || Instant::now() > until {
             return;
         }
@@ -141,6 +117,54 @@ pub fn kill_orphans(helpers: &Helpers, dead: u32) {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
+}
+
+/// Whether any process below us is not (below) a live helper.
+pub fn any_orphan(helpers: &Helpers) -> bool {
+    let mut h = helpers
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    !orphans(&mut h).is_empty()
+}
+
+/// Whether `pid` is the only live helper (forgetting those that ended).
+pub fn only_helper(helpers: &Helpers, pid: u32) -> bool {
+    let _ = helpers.any_alive();
+    let h = helpers
+        .0
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    h.iter().all(|p| *p == pid)
+}
+
+/// Processes below us that are not (below) a helper in `h`; forgets helpers that ended
+/// (kept-background shims are forgotten only here).
+fn orphans(h: &mut HashSet<u32>) -> Vec<u32> {
+    let me = std::process::id();
+    let procs = processes();
+    let parent: HashMap<u32, u32> = procs.iter().copied().collect();
+    h.retain(|p| parent.contains_key(p));
+    procs
+        .iter()
+        .map(|(pid, _)| *pid)
+        .filter(|pid| {
+            // Walk up to our child on this process's line.
+            let mut p = *pid;
+            let mut steps = 0;
+            while let Some(&pp) = parent.get(&p) {
+                if pp == me {
+                    return !h.contains(&p);
+                }
+                p = pp;
+                steps += 1;
+                if steps > 4096 {
+                    break;
+                }
+            }
+            false
+        })
+        .collect()
 }
 
 /// Waits until process `pid` (a child of ours that the reaper thread collects) has

@@ -224,10 +224,15 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             };
             // The last exec to end removes the shared memory the execs left, before
             // its result goes out: the next exec starts with the sandbox's memory.
-            // Not while background processes (kept by a live shim) may use it.
+            // Not while background processes (kept by a live shim) may use it. It also
+            // kills what is left below us outside a helper: where the kernel does not
+            // honour the shim's child-subreaper mark (gVisor 2022), a double-forked or
+            // setsid process of an exec is reparented to us, not to its shim, and
+            // would outlive the exec.
             if let Ok(_alone) = shared.execs.try_write()
                 && !shared.helpers.any_alive()
             {
+                cleanup::kill_orphans(&shared.helpers, 0);
                 cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
             }
             let msg = match outcome {
@@ -299,6 +304,7 @@ fn run_exec(
         stdin: child.stdin.take(),
         stdout: child.stdout.take(),
         stderr: child.stderr.take(),
+        pid: shim,
     };
     // The reaper thread owns waiting; dropping Child does not wait.
     drop(child);
@@ -321,6 +327,8 @@ struct ShimIo {
     stdin: Option<std::process::ChildStdin>,
     stdout: Option<std::process::ChildStdout>,
     stderr: Option<std::process::ChildStderr>,
+    /// The shim's pid.
+    pid: u32,
 }
 
 /// Drives a started shim through the exec.
@@ -338,6 +346,7 @@ fn shim_exec(
         stdin,
         stdout,
         stderr,
+        pid: shim,
     } = io;
     ctl.write_all(line)
         .map_err(|e| format!("cannot configure the exec shim: {e}"))?;
@@ -417,7 +426,16 @@ fn shim_exec(
                 outcome.exit_code = exit_code;
                 outcome.signal = signal;
                 outcome.timed_out = timed_out;
-                background.store(bg, Ordering::SeqCst);
+                // Where the shim's child-subreaper mark is not honoured (gVisor
+                // 2022), what the exec left running was reparented to us instead of
+                // being killed by the shim, and may hold the output pipes: killed
+                // here when no other exec runs; else the pipes are only drained, and
+                // the last exec to end kills it.
+                let orphaned = !bg && cleanup::any_orphan(&shared.helpers);
+                if orphaned && cleanup::only_helper(&shared.helpers, shim) {
+                    cleanup::kill_orphans(&shared.helpers, 0);
+                }
+                background.store(bg || cleanup::any_orphan(&shared.helpers), Ordering::SeqCst);
                 break;
             }
             Err(e) => return Err(format!("bad message from the exec shim: {e}")),

@@ -159,14 +159,19 @@ pub fn bundle(
     for op in &plan.mounts {
         match op {
             MountOp::Tmpfs { target, .. } if target == Path::new("/") => {}
-            MountOp::Tmpfs { target, .. } if under(target, "/dev") => {}
+            // gVisor makes /dev itself; only /dev/shm, which its own makes root's
+            // (0755), is the plan's: the code's POSIX shared memory, 1777.
+            MountOp::Tmpfs { target, .. }
+                if under(target, "/dev") && target != Path::new("/dev/shm") => {}
             MountOp::Tmpfs {
                 target,
                 size_bytes,
                 mode,
                 flags,
             } => {
-                mount_point(&mut ops, target, false);
+                if !under(target, "/dev") {
+                    mount_point(&mut ops, target, false);
+                }
                 let mut options: Vec<String> = flag_options(*flags)
                     .into_iter()
                     .map(str::to_string)
@@ -320,8 +325,10 @@ pub fn bundle(
         "ociVersion": "1.0.2",
         "process": {
             "user": {"uid": 0, "gid": 0},
-            "args": [format!("{CONTAINER_DIR}/agent"), "container"],
-            "env": [],
+            // A bare name found through PATH, so PID 1's command line, which the
+            // code can read, names no path ("agent container").
+            "args": ["agent", "container"],
+            "env": [format!("PATH={CONTAINER_DIR}")],
             "cwd": "/",
             "capabilities": {
                 "bounding": caps, "effective": caps, "permitted": caps,
@@ -504,8 +511,10 @@ mod tests {
         );
         assert_eq!(
             c["process"]["args"],
-            json!(["/.stockade/agent", "container"])
+            json!(["agent", "container"]),
+            "no path in PID 1's command line"
         );
+        assert_eq!(c["process"]["env"], json!(["PATH=/.stockade"]));
         assert_eq!(c["process"]["noNewPrivileges"], true);
         assert_eq!(c["process"]["capabilities"]["bounding"], json!(AGENT_CAPS));
         assert_eq!(
@@ -522,6 +531,7 @@ mod tests {
             "/tmp",
             "/.stockade",
             "/.stockade/agent",
+            "/dev/shm",
         ] {
             assert!(d.contains(&want.to_string()), "{want} missing from {d:?}");
         }

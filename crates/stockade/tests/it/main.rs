@@ -74,3 +74,38 @@ pub fn assert_no_trace(id: &str) {
         assert!(!cg.exists(), "cgroup {} left behind", cg.display());
     }
 }
+
+/// Whether these suites run on the gvisor provider (`STOCKADE_TEST_PROVIDER=gvisor`).
+pub fn on_gvisor() -> bool {
+    std::env::var("STOCKADE_TEST_PROVIDER").as_deref() == Ok("gvisor")
+}
+
+/// Every process gVisor sandbox `id` runs, as its own kernel lists them (`runsc ps`):
+/// `(uid, pid, ppid, comm)`, pids inside the sandbox. On gVisor the host's cgroup
+/// counts gVisor's own tasks (the ptrace platform's stubs: many per process inside),
+/// so the code's processes are counted here instead.
+pub fn gvisor_ps(id: &str) -> Vec<(u32, u32, u32, String)> {
+    let runsc = stockade_testkit::runsc().expect("runsc");
+    let out = std::process::Command::new(runsc)
+        .arg(format!(
+            "--root={}/runsc",
+            stockade::gvisor::DEFAULT_STATE_ROOT
+        ))
+        .args(["ps", id])
+        .output()
+        .expect("runsc ps");
+    assert!(out.status.success(), "runsc ps {id}: {out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            Some((
+                f.first()?.parse().ok()?,
+                f.get(1)?.parse().ok()?,
+                f.get(2)?.parse().ok()?,
+                f.last()?.to_string(),
+            ))
+        })
+        .collect()
+}
