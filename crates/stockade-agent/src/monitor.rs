@@ -90,6 +90,9 @@ fn read_secrets() -> Result<Option<TlsIntercept>, String> {
 
 /// Entry point of `stockade-agent monitor`.
 pub fn main() -> i32 {
+    // Before anything: a session of our own, and nothing of our launcher's caller
+    // kept open (the launcher leaves this to us: see `detach_and_close_inherited`).
+    stockade_sys::process::detach_and_close_inherited();
     let mut stdout = std::io::stdout();
     // Stdin is `LENGTH\n`, the plan, then the credentials of an egress policy (if
     // any), which are read only after the fork: PID 1's memory never holds them.

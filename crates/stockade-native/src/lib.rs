@@ -321,11 +321,12 @@ impl NativeLauncher {
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
             .stderr(log);
-        // Out of reach of our terminal's Ctrl-C and hangup: the sandbox outlives us.
-        stockade_sys::process::spawn_in_new_session(&mut cmd);
-        // Nothing our caller holds open (an SDK user's files and sockets, a daemon's
-        // listeners) reaches the monitor, so nothing reaches the sandbox.
-        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+        // The monitor's first act puts it in a session of its own (out of reach of our
+        // terminal's Ctrl-C and hangup: the sandbox outlives us) and closes, at exec,
+        // whatever our caller holds open beyond stdio (an SDK user's files and sockets,
+        // a daemon's listeners): `stockade_sys::process::detach_and_close_inherited`. Done
+        // there rather than in a `pre_exec` here, so this spawn is a `posix_spawn`
+        // (vfork), not a `fork` that copies a large embedding process's page tables.
         let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
             let _ = std::fs::remove_dir_all(&dir);
             Error::io(format!("cannot start {}", agent.display()), e)
