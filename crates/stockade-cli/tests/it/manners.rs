@@ -319,3 +319,43 @@ fn global_flags_are_listed_apart() {
     );
     assert!(!own.contains("--tls-ca"), "{help}");
 }
+
+#[test]
+fn setup_tune_dry_run_names_each_cgroup2_mount_and_changes_nothing() {
+    if !require_root("setup_tune_dry_run") {
+        return;
+    }
+    let before = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let out = stockade(&["setup", "tune", "--dry-run"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let cg2: Vec<&str> = before
+        .lines()
+        .filter(|l| l.contains(" - cgroup2 "))
+        .filter_map(|l| l.split_whitespace().nth(4))
+        .collect();
+    if cg2.is_empty() {
+        // A cgroup v1 host: a clear refusal.
+        assert_eq!(out.status.code(), Some(69), "{text}");
+        return;
+    }
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for mp in cg2 {
+        assert!(text.contains(mp), "{mp} not named: {text}");
+    }
+    assert!(
+        text.contains("would run: mount -o remount") || text.contains("already on"),
+        "{text}"
+    );
+    let after = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let opts = |m: &str| -> Vec<String> {
+        m.lines()
+            .filter(|l| l.contains(" - cgroup2 "))
+            .map(str::to_string)
+            .collect()
+    };
+    assert_eq!(opts(&before), opts(&after), "a dry run changed a mount");
+}
