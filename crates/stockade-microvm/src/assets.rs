@@ -305,7 +305,80 @@ pub fn base_initramfs(
     }
     // No trailer: the VM's own archive (its config) follows and ends it.
     write_atomic(&path, &out)?;
+    // A new agent or kernel made this one: the earlier ones are never used again.
+    prune_stale(cache, "initramfs-", ".cpio", &path);
     Ok((path, names))
+}
+
+/// Removes the cached assets `PREFIX*SUFFIX` in `cache` other than `keep` that no
+/// process has open (a running VM's QEMU holds its root image open), and staging
+/// directories of builds that died more than an hour ago. Called after a new asset
+/// was made, so a changed host or agent does not leave gigabytes behind. What it
+/// removed, for the caller to report.
+pub fn prune_stale(cache: &Path, prefix: &str, suffix: &str, keep: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(cache) else {
+        return Vec::new();
+    };
+    let candidates: Vec<PathBuf> = entries
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p != keep)
+        .filter(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            (name.starts_with(prefix) && name.ends_with(suffix))
+                || (name.starts_with("stage-")
+                    && p.metadata()
+                        .and_then(|m| m.modified())
+                        .ok()
+                        .and_then(|t| t.elapsed().ok())
+                        .is_some_and(|age| age.as_secs() > 3600))
+        })
+        .collect();
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let open = open_files();
+    let mut removed = Vec::new();
+    for p in candidates {
+        if open.contains(&p) {
+            continue;
+        }
+        let gone = if p.is_dir() {
+            std::fs::remove_dir_all(&p)
+        } else {
+            std::fs::remove_file(&p)
+        };
+        if gone.is_ok() {
+            removed.push(p);
+        }
+    }
+    removed
+}
+
+/// Every file some process of the host has open (what `/proc/*/fd` links to).
+fn open_files() -> std::collections::HashSet<PathBuf> {
+    let mut out = std::collections::HashSet::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for p in procs.flatten() {
+        if !p
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        if let Ok(fds) = std::fs::read_dir(p.path().join("fd")) {
+            for fd in fds.flatten() {
+                if let Ok(target) = std::fs::read_link(fd.path()) {
+                    out.insert(target);
+                }
+            }
+        }
+    }
+    out
 }
 
 /// The agent without debug sections (a debug build is mostly those; the guest keeps
@@ -372,7 +445,15 @@ pub fn root_image(cache: &Path, progress: &mut (dyn FnMut(&str) + Send)) -> Resu
     let _ = std::fs::remove_dir_all(&stage);
     let r = build_root_image(&stage, &path);
     let _ = std::fs::remove_dir_all(&stage);
-    r.map(|()| path)
+    r?;
+    // The host's packages changed: earlier images (gigabytes each) not in use go.
+    for old in prune_stale(cache, "rootfs-", ".erofs", &path) {
+        progress(&format!(
+            "removed the stale VM root image {}",
+            old.display()
+        ));
+    }
+    Ok(path)
 }
 
 fn build_root_image(stage: &Path, out: &Path) -> Result<()> {
@@ -509,5 +590,31 @@ mod tests {
         ];
         v.sort_by_key(|r| version_key(r));
         assert_eq!(v[2], "6.1.0-56-cloud-amd64");
+    }
+
+    #[test]
+    fn stale_assets_go_unless_open_or_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = |n: &str| dir.path().join(n);
+        for n in [
+            "rootfs-old.erofs",
+            "rootfs-busy.erofs",
+            "rootfs-new.erofs",
+            "initramfs-x.cpio",
+        ] {
+            std::fs::write(p(n), b"x").unwrap();
+        }
+        std::fs::create_dir(p("stage-fresh")).unwrap();
+        let _busy = std::fs::File::open(p("rootfs-busy.erofs")).unwrap();
+        let removed = prune_stale(dir.path(), "rootfs-", ".erofs", &p("rootfs-new.erofs"));
+        assert_eq!(removed, vec![p("rootfs-old.erofs")]);
+        for kept in [
+            "rootfs-busy.erofs",
+            "rootfs-new.erofs",
+            "initramfs-x.cpio",
+            "stage-fresh",
+        ] {
+            assert!(p(kept).exists(), "{kept} was removed");
+        }
     }
 }
