@@ -17,7 +17,17 @@ import { Sandbox, SessionSandbox, type ExecResult } from "./sandbox";
 import { buildSpec, type SpecOptions } from "./spec";
 
 export * from "./errors";
-export { buildSpec, WORKSPACE, type Mount, type Size, type SpecOptions } from "./spec";
+export {
+  buildSpec,
+  networkValue,
+  WORKSPACE,
+  type Credential,
+  type Mount,
+  type NetworkOption,
+  type NetworkPolicy,
+  type Size,
+  type SpecOptions,
+} from "./spec";
 export {
   ExecStream,
   Sandbox,

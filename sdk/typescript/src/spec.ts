@@ -22,12 +22,75 @@ export interface Mount {
   writable?: boolean;
 }
 
+/**
+ * A secret bound to a host: the egress proxy (outside the sandbox) sets
+ * `header: value` on HTTPS requests to `host`; the sandbox sees only a placeholder
+ * in `env`, and a request carrying it elsewhere is refused.
+ */
+export interface Credential {
+  /** A name the allowlist opens on TCP, e.g. `api.openai.com`. */
+  host: string;
+  /** The secret, e.g. `Bearer sk-...`. */
+  value: string;
+  /** Default `Authorization`. */
+  header?: string;
+  /** The variable that holds the placeholder inside, e.g. `OPENAI_API_KEY`. */
+  env?: string;
+}
+
+/** An egress policy: entries as `NAME`, `*.SUFFIX`, `IP`, `CIDR`, each with `:PORTS` and `/tcp|udp|any`. */
+export interface NetworkPolicy {
+  allow?: string[];
+  deny?: string[];
+  credentials?: Credential[];
+}
+
+export type NetworkOption = boolean | "none" | "all" | "egress" | string[] | NetworkPolicy;
+
+/** The spec's `network` value of an option. */
+export function networkValue(n: NetworkOption | undefined): unknown {
+  if (n === undefined || n === false || n === "none") return "none";
+  if (n === true || n === "all" || n === "egress") return "egress";
+  if (typeof n === "string") {
+    throw new InvalidSpecError(`network=${JSON.stringify(n)} is not "none" or "all"; an allowlist is a list: network: [${JSON.stringify(n)}]`);
+  }
+  if (Array.isArray(n)) {
+    const bad = n.filter((e) => typeof e !== "string");
+    if (bad.length > 0) throw new InvalidSpecError(`network entries must be strings, not ${JSON.stringify(bad)}`);
+    return { allow: [...n], deny: [] };
+  }
+  if (typeof n !== "object" || n === null) {
+    throw new InvalidSpecError(`network=${JSON.stringify(n)} is not a boolean, "none", "all", a list or a policy`);
+  }
+  const unknown = Object.keys(n).filter((k) => !["allow", "deny", "credentials"].includes(k));
+  if (unknown.length > 0) {
+    throw new InvalidSpecError(`network policy has unknown keys ${JSON.stringify(unknown)}; use allow, deny and credentials`);
+  }
+  const out: Record<string, unknown> = { allow: [...(n.allow ?? [])], deny: [...(n.deny ?? [])] };
+  if (n.credentials !== undefined && n.credentials.length > 0) {
+    out["credentials"] = n.credentials.map((c, i) => {
+      if (typeof c !== "object" || c === null || typeof c.host !== "string" || typeof c.value !== "string") {
+        throw new InvalidSpecError(`network.credentials[${i}] needs a string host and value`);
+      }
+      const cred: Record<string, unknown> = { host: c.host, value: c.value };
+      if (c.header !== undefined) cred["header"] = c.header;
+      if (c.env !== undefined) cred["env"] = c.env;
+      return cred;
+    });
+  }
+  return out;
+}
+
 /** The sandbox's spec fields; each absent one is the secure default. */
 export interface SpecOptions {
   /** An OCI image for the root (default: the host's read-only `/usr` and friends). */
   image?: string;
-  /** Outbound network (default `false`: none). */
-  network?: boolean;
+  /**
+   * Outbound network (default `false`: none). `true` or `"all"`: the public internet
+   * (never the host's own networks); a list of allow entries (`["pypi.org",
+   * "10.1.2.0/24:5432"]`); or a policy with a denylist and credentials.
+   */
+  network?: NetworkOption;
   /** A writable root (default `false`: only `/tmp` is writable). */
   writable?: boolean;
   /** The sandbox's lifetime in seconds (default 300). */
@@ -105,7 +168,7 @@ export function buildSpec(o: SpecOptions = {}): Record<string, unknown> {
   }
   const spec: Record<string, unknown> = {
     image: o.image ?? null,
-    network: o.network === true ? "egress" : "none",
+    network: networkValue(o.network),
     writable: o.writable === true,
     timeout_secs: o.timeoutSecs ?? 300,
     idle_timeout_secs: o.idleTimeoutSecs ?? null,

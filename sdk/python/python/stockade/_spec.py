@@ -71,13 +71,17 @@ def _number_problems(**values: Any) -> list[str]:
     return problems
 
 
-NetworkLike = Union[bool, str, Sequence[str], Mapping[str, Sequence[str]]]
+NetworkLike = Union[bool, str, Sequence[str], Mapping[str, Any]]
 
 
 def network_value(network: NetworkLike) -> Any:
     """The spec's ``network``: ``False``/``"none"`` (default), ``True``/``"all"`` (the
     public internet), a list of allow entries (``["pypi.org", "10.1.2.0/24:5432"]``),
-    or ``{"allow": [...], "deny": [...]}``. The core checks every entry."""
+    or ``{"allow": [...], "deny": [...], "credentials": [...]}``. A credential is
+    ``{"host": "api.openai.com", "value": "Bearer sk-...", "header": "Authorization",
+    "env": "OPENAI_API_KEY"}``: the egress proxy sets the header on HTTPS requests to
+    the host and the sandbox sees only a placeholder in ``env``. The core checks
+    every entry."""
     if isinstance(network, bool):
         return "egress" if network else "none"
     if isinstance(network, str):
@@ -87,10 +91,25 @@ def network_value(network: NetworkLike) -> Any:
             f"network={network!r} is not 'none' or 'all'; an allowlist is a list: network=[{network!r}]"
         )
     if isinstance(network, Mapping):
-        unknown = set(network) - {"allow", "deny"}
+        unknown = set(network) - {"allow", "deny", "credentials"}
         if unknown:
-            raise InvalidSpecError(f"network policy has unknown keys {sorted(unknown)}; use 'allow' and 'deny'")
-        return {"allow": list(network.get("allow", [])), "deny": list(network.get("deny", []))}
+            raise InvalidSpecError(
+                f"network policy has unknown keys {sorted(unknown)}; use 'allow', 'deny' and 'credentials'"
+            )
+        policy: dict = {"allow": list(network.get("allow", [])), "deny": list(network.get("deny", []))}
+        creds = list(network.get("credentials", []))
+        for i, c in enumerate(creds):
+            if not isinstance(c, Mapping) or "host" not in c or "value" not in c:
+                raise InvalidSpecError(
+                    f"network credentials[{i}] must be a mapping with 'host' and 'value' "
+                    "(and optional 'header', 'env')"
+                )
+            extra = set(c) - {"host", "value", "header", "env"}
+            if extra:
+                raise InvalidSpecError(f"network credentials[{i}] has unknown keys {sorted(extra)}")
+        if creds:
+            policy["credentials"] = [dict(c) for c in creds]
+        return policy
     entries = list(network)
     bad = [e for e in entries if not isinstance(e, str)]
     if bad:
