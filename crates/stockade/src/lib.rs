@@ -25,7 +25,9 @@ pub use stockade_core::*;
 pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
 pub use stockade_gvisor::{self as gvisor, GvisorLauncher, GvisorProvider};
 pub use stockade_microvm::{self as microvm, MicrovmLauncher, MicrovmProvider};
-pub use stockade_native::{NativeLauncher, NativeProvider, idpool, rootless, setup_rootless};
+pub use stockade_native::{
+    self as native, NativeLauncher, NativeProvider, idpool, rootless, setup_rootless,
+};
 pub use stockade_wasm::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
