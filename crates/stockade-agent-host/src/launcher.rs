@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, EgressDenial, Error, GcReport, Result,
-    SandboxInfo,
+    SandboxInfo, Usage,
 };
 
 use crate::transport::Transport;
@@ -53,6 +53,16 @@ pub trait Launcher: Send + Sync + 'static {
     ) -> Result<()> {
         let _ = (reference, progress);
         Ok(())
+    }
+
+    /// See `Provider::usage`; the default refuses, naming the provider.
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let _ = id;
+        Err(Error::Unavailable {
+            what: format!("resource usage on the {} provider", self.name()),
+            reason: "this provider does not read its sandboxes' counters".into(),
+            fix: "use the native provider".into(),
+        })
     }
 
     /// See `Provider::pause`; the default refuses, naming the provider.

@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use stockade_core::{
     Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, EgressDenial, Error, ExecIo,
-    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo,
+    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, Usage,
 };
 
 use crate::client;
@@ -108,6 +108,10 @@ impl<L: Launcher> Provider for AgentProvider<L> {
 
     async fn gc(&self) -> Result<GcReport> {
         self.launcher.gc().await
+    }
+
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        self.launcher.usage(id).await
     }
 
     async fn pause(&self, id: &str) -> Result<()> {

@@ -540,6 +540,46 @@ pub struct SandboxState {
     pub host_ids: Option<HostIds>,
 }
 
+/// In a native sandbox's state directory: the unix ms at which its current pause
+/// began (present only while it is paused, i.e. its cgroup is frozen).
+pub const PAUSED_FILE: &str = "paused";
+/// In a native sandbox's state directory: the total ms of its pauses that ended.
+pub const PAUSED_TOTAL_FILE: &str = "paused-ms";
+
+/// How long a native sandbox has been paused, read from its state directory: the
+/// lifetime does not run while a sandbox is paused (as E2B's timeout), so its
+/// deadline is the planned one plus [`PausedTime::total_ms`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PausedTime {
+    /// When the current pause began (unix ms), if paused now.
+    pub since_ms: Option<u64>,
+    /// Every pause's length so far, the current one up to `now_ms` included.
+    pub total_ms: u64,
+}
+
+impl PausedTime {
+    /// Reads the pause files of `state_dir` (missing or unreadable files: not paused,
+    /// nothing paused before).
+    pub fn read(state_dir: &std::path::Path, now_ms: u64) -> PausedTime {
+        let num = |f: &str| {
+            std::fs::read_to_string(state_dir.join(f))
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+        };
+        let since_ms = num(PAUSED_FILE);
+        let ended = num(PAUSED_TOTAL_FILE).unwrap_or(0);
+        PausedTime {
+            since_ms,
+            total_ms: ended + since_ms.map_or(0, |s| now_ms.saturating_sub(s)),
+        }
+    }
+
+    /// The deadline of a sandbox planned to end at `planned_ms`.
+    pub fn deadline(&self, planned_ms: u64) -> u64 {
+        planned_ms.saturating_add(self.total_ms)
+    }
+}
+
 /// A sandbox's range of host ids (uids and gids alike).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct HostIds {

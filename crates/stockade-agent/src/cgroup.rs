@@ -61,6 +61,19 @@ pub fn kill(plan: &CgroupPlan) -> bool {
     }
 }
 
+/// Thaws the sandbox's groups if paused (cgroup v2 `cgroup.freeze`, v1
+/// `freezer.state`); groups without a freezer are left alone.
+pub fn thaw(plan: &CgroupPlan) {
+    for d in &plan.dirs {
+        let (v2, v1) = (d.path.join("cgroup.freeze"), d.path.join("freezer.state"));
+        if v2.exists() {
+            let _ = fs::write(&v2, "0");
+        } else if v1.exists() {
+            let _ = fs::write(&v1, "THAWED");
+        }
+    }
+}
+
 /// Removes the groups, retrying while dying processes still hold them (up to 2 s).
 /// Returns the ones that could not be removed.
 pub fn remove(dirs: &[CgroupDir]) -> Vec<String> {

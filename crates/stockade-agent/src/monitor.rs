@@ -647,10 +647,18 @@ fn supervise(plan: &LaunchPlan, child: Pid) {
         None => None,
     };
     loop {
-        let left = plan.expires_at_ms.saturating_sub(now_ms());
-        if left == 0 {
+        // The lifetime does not run while the sandbox is paused (frozen): its
+        // deadline moves by every pause's length, and a paused one is never due.
+        let now = now_ms();
+        let paused = stockade_agent_proto::launch::PausedTime::read(&plan.state_dir, now);
+        let left = paused.deadline(plan.expires_at_ms).saturating_sub(now);
+        let left = if paused.since_ms.is_some() {
+            left.max(1000)
+        } else if left == 0 {
             return;
-        }
+        } else {
+            left
+        };
         let mut fds: Vec<PollFd> = Vec::new();
         for fd in [child_fd.as_ref(), owner_fd.as_ref()].into_iter().flatten() {
             fds.push(PollFd::new(fd.as_fd(), PollFlags::POLLIN));
@@ -681,6 +689,9 @@ fn teardown(plan: &LaunchPlan, child: Pid, helper: Option<&Helper>) {
     cgroup::kill(&plan.cgroups);
     // Killing PID 1 of a pid namespace kills every process in it.
     let _ = kill(child, Signal::SIGKILL);
+    // A paused sandbox is frozen: the v1 freezer holds back even SIGKILL until
+    // thawed (v2 lets it through). Thawed after the kill, so no code runs again.
+    cgroup::thaw(&plan.cgroups);
     let _ = waitpid(child, None);
     if let Some(h) = helper {
         stop_helper(h);

@@ -58,18 +58,24 @@ enum Command {
     Events(commands::events::EventsArgs),
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
-    /// Pause a sandbox, keeping its processes and memory (microvm: on disk; native:
-    /// frozen in RAM).
+    /// Pause a sandbox, keeping its processes and memory. Native: every process is
+    /// frozen by the cgroup freezer and its memory stays in RAM; microvm: memory and
+    /// device state are written to disk and the VM stops; docker, gvisor and wasm
+    /// refuse. While paused, execs and file operations are refused, and its lifetime
+    /// does not run. Through the daemon when one is used (--host or STOCKADE_HOST).
     Pause {
         /// Sandbox id.
         id: String,
     },
-    /// Resume a paused sandbox where it stopped.
+    /// Resume a paused sandbox where it stopped. Its lifetime ends later by the time
+    /// it spent paused.
     Resume {
         /// Sandbox id.
         id: String,
     },
-    /// Start copies of a paused sandbox (microvm), each with its own id; prints their ids.
+    /// Start copies of a paused sandbox, each with its own id; prints their ids. Only
+    /// the microvm provider can copy a running sandbox; native refuses (the host's
+    /// kernel cannot copy a process tree into new sandboxes).
     Fork(commands::snapshot::ForkArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,

@@ -3,7 +3,7 @@
 
 use stockade_core::{
     EgressDenial, Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp,
-    FileResult, GcReport, GrepMatch, SandboxInfo, SessionInfo,
+    FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo,
 };
 use tonic::{Code, Status};
 
@@ -155,6 +155,7 @@ pub fn sandbox_info(i: &SandboxInfo, pooled: bool) -> pb::SandboxInfo {
         spec_json: i.spec.to_string(),
         applied: i.applied.clone(),
         pooled,
+        state: i.state.as_str().to_string(),
     }
 }
 
@@ -173,6 +174,7 @@ pub fn from_sandbox_info(i: pb::SandboxInfo) -> Result<SandboxInfo, Error> {
         owner_pid: (i.owner_pid != 0).then_some(i.owner_pid),
         spec,
         applied: i.applied,
+        state: RunState::parse(&i.state),
     })
 }
 

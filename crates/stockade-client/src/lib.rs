@@ -481,6 +481,41 @@ impl Provider for RemoteProvider {
         convert::from_sandbox_info(r.into_inner())
     }
 
+    async fn pause(&self, id: &str) -> Result<()> {
+        self.client()
+            .pause(self.req(pb::SandboxRef { id: id.into() }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        self.client()
+            .resume(self.req(pb::SandboxRef { id: id.into() }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        Ok(())
+    }
+
+    /// The copies belong to the daemon's tenant (the daemon owns them; `opts` has
+    /// no owner pid to give across hosts).
+    async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = opts;
+        let r = self
+            .client()
+            .fork(self.req(pb::ForkRequest {
+                id: id.into(),
+                count,
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        r.into_inner()
+            .sandboxes
+            .into_iter()
+            .map(convert::from_sandbox_info)
+            .collect()
+    }
+
     async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
         self.client()
             .set_network(self.req(pb::SetNetworkRequest {

@@ -196,6 +196,68 @@ pub struct SandboxInfo {
     pub spec: serde_json::Value,
     /// Hardening actually applied, one line each.
     pub applied: Vec<String>,
+    /// Running or paused (see [`Provider::pause`]); `running` when absent.
+    #[serde(default)]
+    pub state: RunState,
+}
+
+/// Whether a live sandbox runs or is paused.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunState {
+    /// Its processes run (the default).
+    #[default]
+    Running,
+    /// Stopped where it was by [`Provider::pause`]: execs and file operations are
+    /// refused until [`Provider::resume`].
+    Paused,
+}
+
+impl RunState {
+    /// `running` or `paused`, as listings and the wire spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunState::Running => "running",
+            RunState::Paused => "paused",
+        }
+    }
+
+    /// Parses [`Self::as_str`]'s words; anything else (an older peer's empty
+    /// field) is `Running`.
+    pub fn parse(s: &str) -> RunState {
+        if s == "paused" {
+            RunState::Paused
+        } else {
+            RunState::Running
+        }
+    }
+}
+
+impl std::fmt::Display for RunState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The error of a call that needs a running sandbox on a paused one: names the state
+/// and what to do.
+pub fn paused_error(id: &str) -> Error {
+    Error::InvalidRequest(format!(
+        "sandbox {id} is paused; resume it first (stockade resume {id}, or sandbox.resume())"
+    ))
+}
+
+/// Resource use of a sandbox, read from its cgroups (see [`Provider::usage`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// CPU time used by all its processes since it started, microseconds.
+    pub cpu_usage_us: u64,
+    /// Memory charged to it now (page cache included), bytes.
+    pub memory_bytes: u64,
+    /// Of which page cache, bytes.
+    pub memory_cache_bytes: u64,
+    /// Its memory cap, bytes.
+    pub memory_limit_bytes: u64,
 }
 
 /// What `gc` removed.
@@ -300,6 +362,17 @@ pub trait Provider: Send + Sync + 'static {
         Err(Error::Unavailable {
             what: format!("file operations on the {} provider", self.name()),
             reason: "this provider does not implement them".into(),
+            fix: "use the native provider".into(),
+        })
+    }
+
+    /// CPU time and memory use of sandbox `id`, from its cgroups. The default
+    /// refuses.
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        let _ = id;
+        Err(Error::Unavailable {
+            what: format!("resource usage on the {} provider", self.name()),
+            reason: "this provider does not read its sandboxes' counters".into(),
             fix: "use the native provider".into(),
         })
     }
@@ -602,6 +675,12 @@ impl Sandbox {
     /// Destroys the sandbox (idempotent).
     pub async fn destroy(&self) -> Result<()> {
         self.provider.destroy(&self.info.id).await
+    }
+
+    /// What the provider says of the sandbox now (its state, its expiry moved by
+    /// pauses); [`Sandbox::info`] is what it said at creation.
+    pub async fn inspect(&self) -> Result<SandboxInfo> {
+        self.provider.inspect(&self.info.id).await
     }
 
     /// Pauses the sandbox, keeping its state (see [`Provider::pause`]).

@@ -240,6 +240,7 @@ impl DockerLauncher {
             owner_pid: opts.owner_pid,
             spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
             applied: plan.applied,
+            state: stockade_core::RunState::Running,
         })
     }
 
@@ -425,6 +426,7 @@ impl DockerLauncher {
                 .get(labels::APPLIED)
                 .and_then(|s| serde_json::from_str(s).ok())
                 .unwrap_or_default(),
+            state: stockade_core::RunState::Running,
         }
     }
 

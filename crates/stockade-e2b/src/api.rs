@@ -81,7 +81,7 @@ fn detail_json(e2b: &E2b, s: &Sbx) -> Value {
         "sandboxID": s.id,
         "clientID": "stockade",
         "startedAt": rfc3339(s.started_ms),
-        "endAt": rfc3339(s.end_ms()),
+        "endAt": rfc3339(s.shown_end_ms()),
         "envdVersion": ENVD_VERSION,
         "envdAccessToken": s.token,
         "domain": e2b.domain,
@@ -89,7 +89,7 @@ fn detail_json(e2b: &E2b, s: &Sbx) -> Value {
         "memoryMB": s.memory_mb,
         "diskSizeMB": 0,
         "metadata": s.metadata,
-        "state": "running",
+        "state": if s.paused_at().is_some() { "paused" } else { "running" },
     })
 }
 
@@ -133,6 +133,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             create(&e2b, &tenant, &body).await
         }
         (Method::GET, ["v2", "sandboxes"] | ["sandboxes"]) => list(&e2b, &tenant, &query),
+        (Method::GET, ["sandboxes", "metrics"]) => list_metrics(&e2b, &tenant, &query).await,
         (Method::GET, ["sandboxes", id]) => match e2b.get(&tenant, id) {
             Some(s) => ok(StatusCode::OK, &detail_json(&e2b, &s)),
             None => not_found(id),
@@ -169,8 +170,14 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
                     Err(r) => return *r,
                 }
             };
-            match e2b.get(&tenant, id) {
-                Some(s) => {
+            let Some(s) = e2b.get(&tenant, id) else {
+                return not_found(id);
+            };
+            // A paused sandbox is resumed (201); a running one's timeout is only
+            // ever extended (200).
+            match e2b.resume(&s, t.timeout).await {
+                Ok(true) => ok(StatusCode::CREATED, &sandbox_json(&e2b, &s)),
+                Ok(false) => {
                     if let Some(secs) = t.timeout {
                         let want = stockade::now_ms() + secs.min(MAX_TIMEOUT_SECS) * 1000;
                         if want > s.end_ms() {
@@ -179,36 +186,48 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
                     }
                     ok(StatusCode::OK, &sandbox_json(&e2b, &s))
                 }
-                None => not_found(id),
+                Err(e) => failed(&e),
+            }
+        }
+        (Method::POST, ["sandboxes", id, "resume"]) => {
+            let t: TimeoutBody = if body.is_empty() {
+                TimeoutBody::default()
+            } else {
+                match parse(&body) {
+                    Ok(t) => t,
+                    Err(r) => return *r,
+                }
+            };
+            let Some(s) = e2b.get(&tenant, id) else {
+                return not_found(id);
+            };
+            match e2b.resume(&s, t.timeout).await {
+                Ok(true) => ok(StatusCode::CREATED, &sandbox_json(&e2b, &s)),
+                Ok(false) => error(409, &format!("sandbox {id:?} is running, not paused")),
+                Err(e) => failed(&e),
             }
         }
         (Method::GET, ["sandboxes", id, "metrics"]) => match e2b.get(&tenant, id) {
-            Some(_) => error(
-                501,
-                &format!(
-                    "no metrics for sandbox {id}: this server does not read sandboxes' \
-                     cgroup counters yet (the provider layer has no stats call)"
-                ),
-            ),
+            Some(s) => match s.metric(&e2b.daemon).await {
+                Ok(m) => ok(StatusCode::OK, &Value::Array(vec![m])),
+                Err(e) => failed(&e),
+            },
             None => not_found(id),
         },
-        (Method::POST, ["sandboxes", id, "pause" | "resume"]) => match e2b.get(&tenant, id) {
-            // Until the providers can freeze a sandbox, pausing is refused rather
-            // than faked: the sandbox keeps running and its timeout keeps counting.
-            Some(_) => error(
-                501,
-                &format!(
-                    "cannot pause sandbox {id}: pause and resume are not available on this \
-                     server yet (Stockade's providers cannot freeze a sandbox); it keeps \
-                     running and its timeout still counts (extend it with set_timeout)"
-                ),
-            ),
-            None => not_found(id),
-        },
+        (Method::POST, ["sandboxes", id, "pause"]) => {
+            let Some(s) = e2b.get(&tenant, id) else {
+                return not_found(id);
+            };
+            match e2b.pause(&s).await {
+                Ok(true) => StatusCode::NO_CONTENT.into_response(),
+                Ok(false) => error(409, &format!("sandbox {id:?} is already paused")),
+                Err(e) => failed(&e),
+            }
+        }
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/ID/pause)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume)"
             ),
         ),
     }
@@ -223,14 +242,17 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.into_owned())
     };
-    // Every sandbox here runs (none can be paused yet).
     let states = param("state");
     if let Some(st) = &states
         && let Some(bad) = st.split(',').find(|x| !matches!(*x, "running" | "paused"))
     {
         return error(400, &format!("state {bad:?} is not running or paused"));
     }
-    let want_running = states.is_none_or(|st| st.split(',').any(|x| x == "running"));
+    let want = |state: &str| {
+        states
+            .as_ref()
+            .is_none_or(|st| st.split(',').any(|x| x == state))
+    };
     let after_ms = match param("startedAfter") {
         None => None,
         Some(t) => match chrono::DateTime::parse_from_rfc3339(&t) {
@@ -247,7 +269,13 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
     let mut items: Vec<Value> = e2b
         .list(tenant)
         .iter()
-        .filter(|_| want_running)
+        .filter(|s| {
+            want(if s.paused_at().is_some() {
+                "paused"
+            } else {
+                "running"
+            })
+        })
         .filter(|s| filter.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
         .filter(|s| after_ms.is_none_or(|t| s.started_ms >= t))
         .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
@@ -272,6 +300,48 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
         r.headers_mut().insert("x-next-token", v);
     }
     r
+}
+
+/// Metrics of several of the tenant's sandboxes (`sandbox_ids=a,b`): one sample
+/// each, by id; ids the tenant does not have are left out.
+async fn list_metrics(e2b: &E2b, tenant: &str, query: &str) -> Response {
+    let ids: Vec<String> = form_urlencoded::parse(query.as_bytes())
+        .filter(|(k, _)| k == "sandbox_ids")
+        .flat_map(|(_, v)| {
+            v.split(',')
+                .filter(|x| !x.is_empty())
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    if ids.is_empty() {
+        return error(400, "sandbox_ids is missing: give ids, comma-separated");
+    }
+    let mut out = serde_json::Map::new();
+    for id in ids {
+        if let Some(s) = e2b.get(tenant, &id) {
+            match s.metric(&e2b.daemon).await {
+                Ok(m) => {
+                    out.insert(id, m);
+                }
+                Err(e) => return failed(&e),
+            }
+        }
+    }
+    ok(StatusCode::OK, &json!({ "sandboxes": out }))
+}
+
+/// A daemon error as an E2B answer.
+fn failed(e: &stockade::Error) -> Response {
+    let status = match e.code() {
+        stockade::ErrorCode::NotFound => 404,
+        stockade::ErrorCode::InvalidSpec => 400,
+        stockade::ErrorCode::PolicyDenied => 403,
+        stockade::ErrorCode::LimitExceeded => 429,
+        stockade::ErrorCode::Unavailable => 503,
+        _ => 500,
+    };
+    error(status, &e.to_string())
 }
 
 fn not_found(id: &str) -> Response {

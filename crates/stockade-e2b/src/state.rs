@@ -46,6 +46,10 @@ pub struct Sbx {
     pub contexts: Mutex<BTreeMap<String, Arc<Context>>>,
     /// Watchers of the unary watch API by id.
     pub watchers: crate::watch::Watchers,
+    /// When it was paused (unix ms), while it is: its E2B timeout does not run.
+    pub paused_at_ms: Mutex<Option<u64>>,
+    /// The last CPU sample for metrics: (unix ms, CPU time used in µs).
+    pub cpu_sample: Mutex<Option<(u64, u64)>>,
 }
 
 /// The front end's state.
@@ -222,6 +226,8 @@ impl E2b {
                 Arc::new(Context::new("default".into(), "/home/user".into())),
             )])),
             watchers: Mutex::new(HashMap::new()),
+            paused_at_ms: Mutex::new(None),
+            cpu_sample: Mutex::new(None),
         });
         self.table().insert(id, s.clone());
         Ok(s)
@@ -275,12 +281,8 @@ impl E2b {
                 let mut t = self.table();
                 let ids: Vec<String> = t
                     .values()
-                    .filter(|s| {
-                        *s.end_ms
-                            .lock()
-                            .unwrap_or_else(std::sync::PoisonError::into_inner)
-                            <= now
-                    })
+                    // A paused sandbox's timeout does not run (E2B's semantics).
+                    .filter(|s| s.paused_at().is_none() && s.end_ms() <= now)
                     .map(|s| s.id.clone())
                     .collect();
                 ids.iter().filter_map(|i| t.remove(i)).collect()
@@ -343,7 +345,95 @@ fn remove_home(home: &std::path::Path) {
     let _ = std::fs::remove_dir_all(home);
 }
 
+impl E2b {
+    /// Pauses the tenant's sandbox through the daemon (its cgroup freezer); its E2B
+    /// timeout stops. `Ok(false)`: it was paused already.
+    pub async fn pause(&self, s: &Sbx) -> stockade::Result<bool> {
+        if s.paused_at().is_some() {
+            return Ok(false);
+        }
+        self.daemon.pause(&s.tenant, &s.daemon_id).await?;
+        *lock(&s.paused_at_ms) = Some(stockade::now_ms());
+        Ok(true)
+    }
+
+    /// Resumes the tenant's paused sandbox; its timeout runs again for what was
+    /// left of it at the pause, or `timeout_secs` when that is longer. `Ok(false)`:
+    /// it was running.
+    pub async fn resume(&self, s: &Sbx, timeout_secs: Option<u64>) -> stockade::Result<bool> {
+        let Some(at) = s.paused_at() else {
+            return Ok(false);
+        };
+        self.daemon.resume(&s.tenant, &s.daemon_id).await?;
+        let now = stockade::now_ms();
+        let left = s.end_ms().saturating_sub(at);
+        let asked = timeout_secs.map_or(0, |t| t.min(MAX_TIMEOUT_SECS) * 1000);
+        s.set_end_ms(now + left.max(asked));
+        *lock(&s.paused_at_ms) = None;
+        *lock(&s.cpu_sample) = None;
+        Ok(true)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 impl Sbx {
+    /// When it was paused, while it is.
+    pub fn paused_at(&self) -> Option<u64> {
+        *lock(&self.paused_at_ms)
+    }
+
+    /// The E2B end of a paused sandbox moves with the clock (its timeout does not
+    /// run): what `endAt` shows.
+    pub fn shown_end_ms(&self) -> u64 {
+        match self.paused_at() {
+            Some(at) => self.end_ms() + stockade::now_ms().saturating_sub(at),
+            None => self.end_ms(),
+        }
+    }
+
+    /// One metrics sample: CPU use since the last sample (or over the next 100 ms
+    /// when there is none recent), memory now.
+    pub async fn metric(&self, daemon: &Daemon) -> stockade::Result<serde_json::Value> {
+        let usage = daemon.usage(&self.tenant, &self.daemon_id).await?;
+        let mut now = stockade::now_ms();
+        let prev = *lock(&self.cpu_sample);
+        let (prev, usage) = match prev {
+            Some((t, u)) if now.saturating_sub(t) >= 100 && now - t < 60_000 => ((t, u), usage),
+            _ => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                let first = (now, usage.cpu_usage_us);
+                let u = daemon.usage(&self.tenant, &self.daemon_id).await?;
+                now = stockade::now_ms();
+                (first, u)
+            }
+        };
+        *lock(&self.cpu_sample) = Some((now, usage.cpu_usage_us));
+        let wall_us = now.saturating_sub(prev.0).max(1) * 1000 * self.cpus.max(1);
+        let used = usage.cpu_usage_us.saturating_sub(prev.1);
+        let pct = (used as f64 / wall_us as f64 * 100.0).clamp(0.0, 100.0);
+        let total = if usage.memory_limit_bytes > 0 {
+            usage.memory_limit_bytes
+        } else {
+            self.memory_mb << 20
+        };
+        Ok(serde_json::json!({
+            "timestamp": chrono::DateTime::from_timestamp_millis(now as i64)
+                .unwrap_or_default()
+                .to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
+            "timestampUnix": now / 1000,
+            "cpuCount": self.cpus,
+            "cpuUsedPct": (pct * 100.0).round() / 100.0,
+            "memUsed": usage.memory_bytes,
+            "memTotal": total,
+            "memCache": usage.memory_cache_bytes,
+            "diskUsed": 0,
+            "diskTotal": 0,
+        }))
+    }
+
     pub fn end_ms(&self) -> u64 {
         *self
             .end_ms

@@ -2,6 +2,7 @@
 
 import io
 import json
+import os
 import socket
 import time
 import urllib.error
@@ -356,19 +357,87 @@ def test_stream_input_feeds_stdin(sbx):
     assert h.wait().stdout == "abc"
 
 
-def test_pause_is_refused_honestly_and_the_sandbox_keeps_running(sbx):
-    with pytest.raises(SandboxException) as e:
-        sbx.pause()
-    assert "501" in str(e.value) and "pause" in str(e.value)
-    assert sbx.get_info().state.value == "running"
-    assert sbx.commands.run("echo still").stdout == "still\n"
-    from e2b import SandboxNotFoundException
+COUNTER = """
+import os, time
+n, last, gap = 0, time.time(), 0.0
+while True:
+    n += 1
+    now = time.time(); gap = max(gap, now - last); last = now
+    open('/tmp/c.tmp', 'w').write(f'{n} {gap:.3f}'); os.replace('/tmp/c.tmp', '/tmp/c')
+    time.sleep(0.01)
+"""
 
+
+def _count(s):
+    n, gap = s.files.read("/tmp/c").split()
+    return int(n), float(gap)
+
+
+def test_pause_freezes_the_sandbox_and_connect_resumes_it(server):
+    from e2b import SandboxNotFoundException, SandboxQuery, SandboxState
+
+    s = Sandbox.create(timeout=60, metadata={"suite": "pause"})
+    try:
+        # A process whose memory (its count) and an open file must survive the pause.
+        s.files.write("/tmp/counter.py", COUNTER)
+        s.files.write("/home/user/kept.txt", "kept")
+        s.commands.run("python3 /tmp/counter.py", background=True)
+        for _ in range(200):
+            try:
+                if _count(s)[0] > 5:
+                    break
+            except Exception:
+                pass
+            time.sleep(0.05)
+        # Another tenant cannot pause it.
+        with pytest.raises(SandboxNotFoundException):
+            Sandbox.pause(s.sandbox_id, api_key=KEY_B)
+
+        s.pause()
+        assert s.get_info().state.value == "paused"
+        paused = Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"}, state=[SandboxState.PAUSED]))
+        assert [x.sandbox_id for x in paused.next_items()] == [s.sandbox_id]
+        # Pausing again: the SDK's "already paused" (409) answer.
+        assert Sandbox.pause(s.sandbox_id) is False
+        # Paused: commands are refused, not run.
+        with pytest.raises(Exception) as e:
+            s.commands.run("echo should-not-run", timeout=10)
+        assert "paused" in str(e.value)
+        time.sleep(1.5)
+
+        again = Sandbox.connect(s.sandbox_id)
+        assert again.get_info().state.value == "running"
+        n1, gap = _count(again)
+        time.sleep(0.3)
+        n2, _ = _count(again)
+        # The same process went on from its count, and it saw the pause as a stop.
+        assert n2 > n1, (n1, n2)
+        assert gap >= 1.4, gap
+        assert again.files.read("/home/user/kept.txt") == "kept"
+        assert again.commands.run("echo back").stdout == "back\n"
+    finally:
+        s.kill()
     with pytest.raises(SandboxNotFoundException):
         Sandbox.pause("inosuchsandbox0000")
 
 
-def test_metrics_are_refused_clearly(sbx):
-    with pytest.raises(SandboxException) as e:
-        sbx.get_metrics()
-    assert "501" in str(e.value) and "metrics" in str(e.value)
+def test_metrics_come_from_the_sandbox_cgroup(server, sbx):
+    idle = sbx.get_metrics()
+    assert len(idle) == 1
+    m = idle[0]
+    assert m.cpu_count >= 1 and m.mem_total > 0 and 0 < m.mem_used <= m.mem_total
+    # A CPU-bound loop shows as CPU use; memory the code holds shows as memory.
+    sbx.commands.run(
+        "python3 -c 'import time; b = bytearray(64 << 20); t = time.time()\nwhile time.time() - t < 4: pass'",
+        background=True,
+    )
+    time.sleep(1.0)
+    busy = sbx.get_metrics()[0]
+    assert busy.cpu_used_pct > 10, busy
+    assert busy.mem_used >= m.mem_used + (48 << 20), (m.mem_used, busy.mem_used)
+    # The list form: several sandboxes at once, another tenant's left out.
+    url = server + "/sandboxes/metrics?sandbox_ids=" + sbx.sandbox_id
+    got = json.loads(urllib.request.urlopen(urllib.request.Request(url, headers={"X-API-KEY": os.environ["E2B_API_KEY"]})).read())
+    assert got["sandboxes"][sbx.sandbox_id]["memTotal"] > 0
+    other = json.loads(urllib.request.urlopen(urllib.request.Request(url, headers={"X-API-KEY": KEY_B})).read())
+    assert other["sandboxes"] == {}

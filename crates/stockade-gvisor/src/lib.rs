@@ -477,6 +477,7 @@ impl GvisorLauncher {
             owner_pid: opts.owner_pid,
             spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
             applied: b.applied,
+            state: stockade_core::RunState::Running,
         };
         let record = Record {
             info: info.clone(),

@@ -32,7 +32,7 @@ use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::VmHostConfig;
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState, SandboxInfo,
 };
 use tokio::sync::OnceCell;
 
@@ -392,6 +392,7 @@ impl MicrovmLauncher {
                     owner_pid: opts.owner_pid,
                     spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
                     applied,
+                    state: RunState::Running,
                 },
                 plan: vm,
                 host,
@@ -601,6 +602,7 @@ impl MicrovmLauncher {
                         owner_pid: opts.owner_pid,
                         spec: source.info.spec.clone(),
                         applied,
+                        state: RunState::Running,
                     },
                     plan,
                     host,
@@ -796,11 +798,7 @@ impl Launcher for MicrovmLauncher {
         check_id(id)?;
         self.read_record(id)?;
         if self.is_paused(id) {
-            return Err(Error::Unavailable {
-                what: format!("sandbox {id}"),
-                reason: "it is paused".into(),
-                fix: format!("resume it (stockade resume {id})"),
-            });
+            return Err(stockade_core::paused_error(id));
         }
         Ok(UnixSocket::new(id, self.dir(id).join("agent.sock")))
     }
@@ -831,6 +829,9 @@ impl Launcher for MicrovmLauncher {
         check_id(id)?;
         let r = self.read_record(id)?;
         let mut info = r.info;
+        if self.is_paused(id) {
+            info.state = RunState::Paused;
+        }
         let state = if self.is_paused(id) {
             let snap = self.dir(id).join("snapshot/vm.state");
             let bytes = std::fs::metadata(&snap).map(|m| m.len()).unwrap_or(0);

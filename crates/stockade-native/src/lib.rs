@@ -13,12 +13,14 @@
 
 mod doctor;
 pub mod egress;
+pub mod freezer;
 pub mod idpool;
 mod image;
 pub mod layout;
 pub mod plan;
 pub mod rootless;
 mod state;
+mod usage;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,8 +31,8 @@ use stockade_agent_proto::EgressDenial;
 use stockade_agent_proto::launch::{LaunchReport, NetReply, NetRequest, NetworkPlan, SandboxState};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
-    ValidatedSpec,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
+    SandboxInfo, ValidatedSpec,
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
@@ -186,15 +188,35 @@ impl NativeLauncher {
         Ok(self.state_root.join(id))
     }
 
-    fn info(st: &SandboxState) -> SandboxInfo {
+    /// What `inspect` says of a live sandbox whose state directory is `dir`: paused
+    /// or not, and its deadline moved by the time it spent paused.
+    fn info(dir: &Path, st: &SandboxState) -> SandboxInfo {
+        let paused = stockade_agent_proto::launch::PausedTime::read(dir, now_ms());
         SandboxInfo {
             id: st.id.clone(),
             provider: "native".into(),
             created_at_ms: st.created_at_ms,
-            expires_at_ms: st.expires_at_ms,
+            expires_at_ms: paused.deadline(st.expires_at_ms),
             owner_pid: st.owner_pid,
             spec: st.spec.clone(),
             applied: st.applied.clone(),
+            state: if paused.since_ms.is_some() {
+                RunState::Paused
+            } else {
+                RunState::Running
+            },
+        }
+    }
+
+    /// The state of live sandbox `id`, or `NotFound`.
+    fn live(&self, id: &str) -> Result<(PathBuf, SandboxState)> {
+        let dir = self.dir(id)?;
+        match state::read_live(&dir) {
+            Some(st) => Ok((dir, st)),
+            None => Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            }),
         }
     }
 
@@ -399,7 +421,7 @@ impl Launcher for NativeLauncher {
 
     async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
         let st = self.start(&spec, opts).await?;
-        Ok(Self::info(&st))
+        Ok(Self::info(&self.state_root.join(&st.id), &st))
     }
 
     async fn transport(&self, id: &str) -> Result<UnixSocket> {
@@ -409,6 +431,10 @@ impl Launcher for NativeLauncher {
                 kind: "sandbox",
                 id: id.to_string(),
             });
+        }
+        // Its agent is frozen with the rest and would not answer.
+        if freezer::is_paused(&dir) {
+            return Err(stockade_core::paused_error(id));
         }
         Ok(UnixSocket::new(id, dir.join("agent.sock")))
     }
@@ -433,19 +459,47 @@ impl Launcher for NativeLauncher {
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
         Ok(state::live(&self.state_root)
             .iter()
-            .map(Self::info)
+            .map(|st| Self::info(&self.state_root.join(&st.id), st))
             .collect())
     }
 
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
-        let dir = self.dir(id)?;
-        match state::read_live(&dir) {
-            Some(st) => Ok(Self::info(&st)),
-            None => Err(Error::NotFound {
-                kind: "sandbox",
-                id: id.to_string(),
-            }),
-        }
+        let (dir, st) = self.live(id)?;
+        Ok(Self::info(&dir, &st))
+    }
+
+    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
+        let (_, st) = self.live(id)?;
+        usage::read(id, &st.cgroups)
+    }
+
+    /// Freezes the sandbox's cgroup (see [`freezer`]): memory stays in RAM.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let (dir, st) = self.live(id)?;
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || freezer::pause(&id, &dir, &st.cgroups, now_ms()))
+            .await
+            .map_err(|e| Error::Internal(format!("pause task failed: {e}")))?
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        let (dir, st) = self.live(id)?;
+        let id = id.to_string();
+        tokio::task::spawn_blocking(move || freezer::resume(&id, &dir, &st.cgroups, now_ms()))
+            .await
+            .map_err(|e| Error::Internal(format!("resume task failed: {e}")))?
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (count, opts);
+        self.live(id)?;
+        Err(stockade_core::unsupported(
+            "native",
+            "fork",
+            "a native sandbox's processes live in the host's kernel, which cannot copy a \
+             running process tree (its memory, namespaces and open files) into new sandboxes; \
+             pause and resume work (the cgroup freezer)",
+        ))
     }
 
     async fn gc(&self) -> Result<GcReport> {

@@ -707,6 +707,14 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                 add(u, vec![]);
                 u.join(&parent_name).join(id).join("cgroup.kill")
             });
+            // Pause freezes the cgroup2 group; without one, root's sandbox joins a v1
+            // freezer group instead (rootless has no delegated freezer: refused there).
+            if kill_file.is_none()
+                && ctx.rootless.is_none()
+                && let Some(f) = v1.get("freezer")
+            {
+                add(f, vec![]);
+            }
             Ok(CgroupPlan {
                 parents,
                 dirs,

@@ -172,6 +172,11 @@ fn kill_and_remove_cgroup(cg: &Path) -> Option<String> {
         return None;
     }
     let _ = fs::write(cg.join("cgroup.kill"), "1");
+    // A paused sandbox's processes are frozen; the v1 freezer holds even SIGKILL
+    // until thawed. Thawed after the kill, so none of its code runs again.
+    if let Some(f) = crate::freezer::Freezer::of(&[cg.to_path_buf()]) {
+        let _ = f.thaw();
+    }
     let until = Instant::now() + Duration::from_secs(3);
     loop {
         let procs = fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();

@@ -40,6 +40,34 @@ impl SandboxHandle {
         Ok(ExecHandle::start(self.sb.clone(), req, stream))
     }
 
+    /// What the provider says of the sandbox now (state, expiry), as JSON.
+    #[napi]
+    pub async fn inspect_json(&self) -> Result<String> {
+        json(&self.sb.inspect().await.map_err(to_js)?)
+    }
+
+    /// Pauses the sandbox where it is (native: the cgroup freezer; microvm: to disk).
+    #[napi]
+    pub async fn pause(&self) -> Result<()> {
+        self.sb.pause().await.map_err(to_js)
+    }
+
+    /// Resumes a paused sandbox where it stopped.
+    #[napi]
+    pub async fn resume(&self) -> Result<()> {
+        self.sb.resume().await.map_err(to_js)
+    }
+
+    /// Starts `count` copies of this paused sandbox, owned by this process.
+    #[napi]
+    pub async fn fork(&self, count: u32) -> Result<Vec<SandboxHandle>> {
+        let opts = stockade::CreateOptions {
+            owner_pid: Some(std::process::id()),
+        };
+        let v = self.sb.fork(count, opts).await.map_err(to_js)?;
+        Ok(v.into_iter().map(SandboxHandle::new).collect())
+    }
+
     /// Destroys the sandbox (idempotent).
     #[napi]
     pub async fn destroy(&self) -> Result<()> {

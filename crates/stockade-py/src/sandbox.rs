@@ -78,6 +78,52 @@ impl SandboxHandle {
         )
     }
 
+    /// What the provider says of the sandbox now, as JSON (its state: running or
+    /// paused; its expiry).
+    #[pyo3(signature = (asynchronous=false))]
+    fn inspect_json(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            json(&sb.inspect().await.map_err(to_py)?)
+        })
+    }
+
+    /// Pauses the sandbox where it is (native: the cgroup freezer; microvm: to disk).
+    #[pyo3(signature = (asynchronous=false))]
+    fn pause(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(
+            py,
+            asynchronous,
+            async move { sb.pause().await.map_err(to_py) },
+        )
+    }
+
+    /// Resumes a paused sandbox where it stopped.
+    #[pyo3(signature = (asynchronous=false))]
+    fn resume(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(
+            py,
+            asynchronous,
+            async move { sb.resume().await.map_err(to_py) },
+        )
+    }
+
+    /// Starts `count` copies of this paused sandbox, owned by this process like the
+    /// sandboxes it creates; their handles (under this handle's policy).
+    #[pyo3(signature = (count, asynchronous=false))]
+    fn fork(&self, py: Python<'_>, count: u32, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            let opts = stockade::CreateOptions {
+                owner_pid: Some(std::process::id()),
+            };
+            let v = sb.fork(count, opts).await.map_err(to_py)?;
+            Ok(v.into_iter().map(SandboxHandle::new).collect::<Vec<_>>())
+        })
+    }
+
     /// Destroys the sandbox (idempotent).
     #[pyo3(signature = (asynchronous=false))]
     fn destroy(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {

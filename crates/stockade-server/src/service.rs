@@ -192,6 +192,37 @@ impl pb::stockade_server::Stockade for Service {
         Ok(Response::new(convert::sandbox_info(&i, pooled)))
     }
 
+    async fn pause(&self, r: Request<pb::SandboxRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .pause(&tenant, &r.into_inner().id)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn resume(&self, r: Request<pb::SandboxRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .resume(&tenant, &r.into_inner().id)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn fork(&self, r: Request<pb::ForkRequest>) -> Reply<pb::ForkReply> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let v = self
+            .daemon
+            .fork(&tenant, &r.id, r.count)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::ForkReply {
+            sandboxes: v.iter().map(|i| convert::sandbox_info(i, false)).collect(),
+        }))
+    }
+
     async fn set_network(&self, r: Request<pb::SetNetworkRequest>) -> Reply<pb::Empty> {
         let tenant = self.tenant(&r)?;
         let r = r.into_inner();

@@ -56,6 +56,10 @@ pub struct SandboxRecord {
     /// shown to nobody, and a daemon that starts and finds it destroys it.
     #[serde(default)]
     pub destroying: bool,
+    /// When it was paused (unix ms), while it is: its lifetime and idle timeout do
+    /// not run meanwhile (each moves by the pause's length at resume).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused_at_ms: Option<u64>,
 }
 
 /// A warm pool.
@@ -243,6 +247,7 @@ mod tests {
             idle_timeout_ms: Some(3),
             owner_pid: Some(4),
             destroying: false,
+            paused_at_ms: None,
         }
     }
 

@@ -201,6 +201,7 @@ impl Provider for WasmProvider {
             spec: serde_json::to_value(spec.spec())
                 .map_err(|e| Error::Internal(format!("cannot encode spec: {e}")))?,
             applied: self.applied(&spec, &module),
+            state: stockade_core::RunState::Running,
         };
         let (dead, dead_rx) = watch::channel(false);
         let expires_at = Instant::now() + lifetime;

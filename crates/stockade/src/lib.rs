@@ -26,7 +26,8 @@ pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
 pub use stockade_gvisor::{self as gvisor, GvisorLauncher, GvisorProvider};
 pub use stockade_microvm::{self as microvm, MicrovmLauncher, MicrovmProvider};
 pub use stockade_native::{
-    NativeLauncher, NativeProvider, idpool, rootless, setup_rootless, tune_favordynmods,
+    self as native, NativeLauncher, NativeProvider, idpool, rootless, setup_rootless,
+    tune_favordynmods,
 };
 pub use stockade_wasm::{self as wasm, WasmProvider};
 

@@ -94,6 +94,9 @@ export class FileNotFoundError extends NotFoundError {
 /** The sandbox went away (destroyed, timed out or killed) during the call. */
 export class SandboxGoneError extends UnavailableError {}
 
+/** The sandbox is paused: `await sb.resume()` before execs and file calls. */
+export class SandboxPausedError extends InvalidSpecError {}
+
 const BY_CODE: Record<ErrorCode, new (message: string) => StockadeError> = {
   invalid_spec: InvalidSpecError,
   not_found: NotFoundError,
@@ -112,6 +115,9 @@ export function fromCode(code: string, message: string): StockadeError {
   }
   if (code === "unavailable" && /^sandbox \S+ is gone: /.test(message)) {
     return new SandboxGoneError(message);
+  }
+  if (code === "invalid_spec" && /^(invalid request: )?sandbox \S+ is paused; resume it first/.test(message)) {
+    return new SandboxPausedError(message);
   }
   const cls = (BY_CODE as Record<string, (new (message: string) => StockadeError) | undefined>)[code];
   return new (cls ?? InternalError)(message);

@@ -44,6 +44,10 @@ export interface NativeSandbox {
   infoJson(): string;
   start(argv: string[], opts: NativeExecOptions, stream: boolean): NativeExec;
   destroy(): Promise<void>;
+  inspectJson(): Promise<string>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  fork(count: number): Promise<NativeSandbox[]>;
   write(path: string, data: Buffer): Promise<void>;
   read(path: string): Promise<Buffer>;
   edit(path: string, old: string, replacement: string, replaceAll: boolean): Promise<number>;

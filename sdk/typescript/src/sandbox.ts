@@ -310,6 +310,40 @@ export class Sandbox implements AsyncDisposable {
     return call(() => this.h.download(path));
   }
 
+  /**
+   * What the provider says of the sandbox now: `state` (`"running"` or `"paused"`)
+   * and the expiry, moved by the time spent paused ({@link info} is what it said at
+   * creation).
+   */
+  async inspect(): Promise<Record<string, unknown>> {
+    return JSON.parse(await call(() => this.h.inspectJson())) as Record<string, unknown>;
+  }
+
+  /**
+   * Stops the sandbox where it is, keeping its processes and memory: native freezes
+   * its cgroup (memory stays in RAM), microvm writes its memory to disk; docker,
+   * gvisor and wasm reject with `UnavailableError`. While paused, execs and file
+   * calls reject with `SandboxPausedError` and the lifetime does not run.
+   */
+  pause(): Promise<void> {
+    return call(() => this.h.pause());
+  }
+
+  /** Starts a paused sandbox again where it stopped. */
+  resume(): Promise<void> {
+    return call(() => this.h.resume());
+  }
+
+  /**
+   * `count` new sandboxes copied from this paused one (processes, memory, files),
+   * each with its own id; destroy them yourself. Only the microvm provider can;
+   * native rejects with `UnavailableError` naming the reason.
+   */
+  async fork(count = 1): Promise<Sandbox[]> {
+    const hs = await call(() => this.h.fork(count));
+    return hs.map((h) => new Sandbox(this.client, h, this.language));
+  }
+
   /** Kills everything in the sandbox and removes it (idempotent). */
   destroy(): Promise<void> {
     return call(() => this.h.destroy());

@@ -16,7 +16,15 @@ pub async fn run(ctx: &Ctx, id: &str) -> Result<i32> {
     }
     println!("id:         {}", info.id);
     println!("provider:   {}", info.provider);
-    println!("expires in: {}", until(info.expires_at_ms));
+    println!("state:      {}", info.state);
+    if info.state == stockade::RunState::Paused {
+        println!(
+            "expires in: {} of running (the lifetime does not run while paused)",
+            until(info.expires_at_ms)
+        );
+    } else {
+        println!("expires in: {}", until(info.expires_at_ms));
+    }
     if let Some(o) = info.owner_pid {
         println!("owner pid:  {o}");
     }

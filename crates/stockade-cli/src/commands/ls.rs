@@ -14,8 +14,8 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
         return Ok(0);
     }
     println!(
-        "{:<16} {:<8} {:<10} {:<8}",
-        "ID", "PROVIDER", "EXPIRES IN", "OWNER"
+        "{:<16} {:<8} {:<8} {:<10} {:<8}",
+        "ID", "PROVIDER", "STATE", "EXPIRES IN", "OWNER"
     );
     for s in list {
         let owner = s
@@ -23,9 +23,10 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
             .map(|p| p.to_string())
             .unwrap_or_else(|| "-".into());
         println!(
-            "{:<16} {:<8} {:<10} {:<8}",
+            "{:<16} {:<8} {:<8} {:<10} {:<8}",
             s.id,
             s.provider,
+            s.state.as_str(),
             until(s.expires_at_ms),
             owner
         );

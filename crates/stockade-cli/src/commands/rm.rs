@@ -103,6 +103,7 @@ mod tests {
             owner_pid,
             spec: serde_json::json!({ "labels": labels }),
             applied: Vec::new(),
+            state: Default::default(),
         }
     }
 

@@ -77,13 +77,14 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     sb.pause().await.unwrap();
     eprintln!("pause took {:?}", t.elapsed());
     let info = p.inspect(&id).await.unwrap();
+    assert_eq!(info.state, stockade_core::RunState::Paused);
     assert!(
         info.applied.iter().any(|l| l.starts_with("state: paused")),
         "{:?}",
         info.applied
     );
     let e = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
-    assert!(e.to_string().contains("it is paused"), "{e}");
+    assert!(e.to_string().contains("is paused; resume it first"), "{e}");
 
     // Resume: same process, same variable, same open (unlinked) file.
     let t = Instant::now();

@@ -142,6 +142,7 @@ impl Daemon {
             idle_timeout_ms: req.idle_timeout_ms(),
             owner_pid: req.owner_pid,
             destroying: false,
+            paused_at_ms: None,
         };
         self.lock().entries.insert(
             rec.id.clone(),

@@ -305,6 +305,7 @@ mod tests {
             idle_timeout_ms: None,
             owner_pid: None,
             destroying: false,
+            paused_at_ms: None,
         }
     }
 

@@ -38,6 +38,7 @@ mod pools;
 mod reaper;
 mod recovery;
 mod sessions;
+mod snapshot;
 
 pub use entry::{PoolKey, ReapReason, State};
 pub use exec::{ExecEvent, InUse};
@@ -281,7 +282,13 @@ impl Daemon {
 
     fn present(&self, mut info: SandboxInfo, rec: &SandboxRecord) -> SandboxInfo {
         info.spec = rec.spec.clone();
-        info.expires_at_ms = rec.expires_at_ms;
+        // The lifetime does not run while paused: shown as it will be if resumed now.
+        info.expires_at_ms = match rec.paused_at_ms {
+            Some(at) => rec
+                .expires_at_ms
+                .saturating_add(now_ms().saturating_sub(at)),
+            None => rec.expires_at_ms,
+        };
         info.owner_pid = rec.owner_pid;
         info
     }
@@ -442,6 +449,18 @@ impl Daemon {
         let rec = self.record_shown(tenant, id)?;
         let (_, p) = self.provider(&rec.provider)?;
         p.egress_denied(id, since_ms).await
+    }
+
+    /// CPU time and memory of one sandbox of the tenant, from its cgroups.
+    pub async fn usage(&self, tenant: &str, id: &str) -> Result<stockade::Usage> {
+        let rec = self.record_shown(tenant, id)?;
+        let (_, p) = self.provider(&rec.provider)?;
+        p.usage(id).await
+    }
+
+    /// Whether a sandbox of the tenant is paused (the daemon's record says so).
+    pub fn is_paused(&self, tenant: &str, id: &str) -> Result<bool> {
+        Ok(self.record_shown(tenant, id)?.paused_at_ms.is_some())
     }
 
     /// The tenant's sandboxes.

@@ -249,6 +249,7 @@ impl Daemon {
             idle_timeout_ms: None,
             owner_pid: None,
             destroying: false,
+            paused_at_ms: None,
         };
         self.lock().entries.insert(
             rec.id.clone(),

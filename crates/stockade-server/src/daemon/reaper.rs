@@ -33,11 +33,13 @@ impl Daemon {
                     .filter(|e| e.state == State::InUse)
                     .filter_map(|e| {
                         let r = &e.record;
-                        let why = if now >= r.expires_at_ms {
+                        // A paused sandbox's lifetime and idle time do not run.
+                        let paused = r.paused_at_ms.is_some();
+                        let why = if !paused && now >= r.expires_at_ms {
                             ReapReason::Lifetime
-                        } else if r
-                            .idle_timeout_ms
-                            .is_some_and(|t| now.saturating_sub(e.last_used_ms) >= t)
+                        } else if !paused
+                            && r.idle_timeout_ms
+                                .is_some_and(|t| now.saturating_sub(e.last_used_ms) >= t)
                             && e.ops == 0
                         {
                             ReapReason::Idle

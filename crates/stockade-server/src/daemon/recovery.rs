@@ -80,10 +80,14 @@ impl Daemon {
                         report.reaped.push(rec.id);
                     }
                     Some(rec) if rec.provider == name => {
-                        let healthy = matches!(
-                            tokio::time::timeout(RECOVERY_HEALTH_TIMEOUT, p.health(&rec.id)).await,
-                            Ok(Ok(()))
-                        );
+                        // A paused sandbox is frozen, its agent too: it cannot
+                        // answer a ping, and being listed paused is its health.
+                        let healthy = info.state == stockade::RunState::Paused
+                            || matches!(
+                                tokio::time::timeout(RECOVERY_HEALTH_TIMEOUT, p.health(&rec.id))
+                                    .await,
+                                Ok(Ok(()))
+                            );
                         if healthy && self.adopt(rec.clone()) {
                             tracing::info!(sandbox = %rec.id, "adopted");
                         } else {

@@ -39,6 +39,7 @@ impl Daemon {
                 idle_timeout_ms: None,
                 owner_pid: None,
                 destroying: false,
+                paused_at_ms: None,
             };
             self.save(&rec)?;
             self.lock()

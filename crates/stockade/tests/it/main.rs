@@ -11,6 +11,7 @@ mod egress;
 mod files;
 mod kernel;
 mod lifecycle;
+mod pause;
 mod userns;
 
 use std::path::PathBuf;

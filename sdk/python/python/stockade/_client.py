@@ -277,6 +277,28 @@ class Sandbox(_Handle):
             _native.unpack_on_host(archive, os.fspath(to))
         return archive
 
+    def inspect(self) -> SandboxInfo:
+        """What the provider says of the sandbox now: ``state`` (``"running"`` or ``"paused"``) and the
+        expiry, moved by the time spent paused (``info`` is what it said at creation)."""
+        return SandboxInfo._from_json(json.loads(self._h.inspect_json()))
+
+    def pause(self) -> None:
+        """Stops the sandbox where it is, keeping its processes and memory: native freezes its cgroup
+        (memory stays in RAM), microvm writes its memory to disk; docker, gvisor and wasm raise
+        ``UnavailableError``. While paused, ``exec`` and file calls raise ``SandboxPausedError`` (an ``InvalidSpecError``)
+        and the lifetime does not run."""
+        self._h.pause()
+
+    def resume(self) -> None:
+        """Starts a paused sandbox again where it stopped."""
+        self._h.resume()
+
+    def fork(self, count: int = 1) -> list[Sandbox]:
+        """``count`` new sandboxes copied from this paused one (processes, memory, files), each with its
+        own id; destroy them yourself. Only the microvm provider can; native raises ``UnavailableError``
+        with the reason."""
+        return [Sandbox(self._client, h, self._language) for h in self._h.fork(count)]
+
     def destroy(self) -> None:
         """Kills everything in the sandbox and removes it (idempotent)."""
         self._h.destroy()
@@ -542,6 +564,23 @@ class AsyncSandbox(_Handle):
         if to is not None:
             await _native.unpack_on_host(archive, os.fspath(to), asynchronous=True)
         return archive
+
+    async def inspect(self) -> SandboxInfo:
+        """See ``Sandbox.inspect``."""
+        return SandboxInfo._from_json(json.loads(await self._h.inspect_json(asynchronous=True)))
+
+    async def pause(self) -> None:
+        """See ``Sandbox.pause``."""
+        await self._h.pause(asynchronous=True)
+
+    async def resume(self) -> None:
+        """See ``Sandbox.resume``."""
+        await self._h.resume(asynchronous=True)
+
+    async def fork(self, count: int = 1) -> list[AsyncSandbox]:
+        """See ``Sandbox.fork``."""
+        handles = await self._h.fork(count, asynchronous=True)
+        return [AsyncSandbox(self._client, h, self._language) for h in handles]
 
     async def destroy(self) -> None:
         await self._h.destroy(asynchronous=True)

@@ -136,6 +136,8 @@ class SandboxInfo:
     owner_pid: int | None
     spec: dict[str, Any]
     applied: list[str] = field(default_factory=list)
+    #: ``"running"`` or ``"paused"`` (see ``Sandbox.pause``).
+    state: str = "running"
 
     @classmethod
     def _from_json(cls, d: dict[str, Any]) -> SandboxInfo:
@@ -147,6 +149,7 @@ class SandboxInfo:
             owner_pid=d.get("owner_pid"),
             spec=d.get("spec", {}),
             applied=list(d.get("applied", [])),
+            state=d.get("state", "running"),
         )
 
 

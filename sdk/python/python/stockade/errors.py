@@ -96,6 +96,10 @@ class SandboxGoneError(UnavailableError):
     """The sandbox went away (destroyed, timed out or killed) during the call."""
 
 
+class SandboxPausedError(InvalidSpecError):
+    """The sandbox is paused: resume it (``sandbox.resume()``) before execs and file calls."""
+
+
 class InternalError(StockadeError):
     """A bug or an unexpected state in Stockade."""
 
@@ -126,6 +130,7 @@ _FILE_CLASS: dict[tuple[str, str], type[_FileError]] = {
     ("invalid_spec", "already exists; "): FileExists,
 }
 _GONE_FORM = re.compile(r"sandbox \S+ is gone: ")
+_PAUSED_FORM = re.compile(r"(invalid request: )?sandbox \S+ is paused; resume it first")
 
 
 def from_code(code: str, message: str) -> StockadeError:
@@ -138,6 +143,8 @@ def from_code(code: str, message: str) -> StockadeError:
             return cls(message, m["path"])
     if code == "unavailable" and _GONE_FORM.match(message):
         return SandboxGoneError(message)
+    if code == "invalid_spec" and _PAUSED_FORM.match(message):
+        return SandboxPausedError(message)
     return _BY_CODE.get(code, InternalError)(message)
 
 
@@ -154,5 +161,6 @@ __all__ = [
     "IsADirectory",
     "FileExists",
     "SandboxGoneError",
+    "SandboxPausedError",
     "from_code",
 ]

@@ -1,0 +1,216 @@
+//! Pause and resume of a native sandbox through the cgroup freezer: its processes
+//! stop where they are and their memory stays in RAM (nothing is written to disk).
+//!
+//! The sandbox's cgroup2 group is frozen with `cgroup.freeze` when it has one (pure
+//! v2 hosts, and root on hybrid hosts, where the monitor makes a cgroup2 group for
+//! `cgroup.kill`); else its v1 `freezer` group (root on a v1 host without a cgroup2
+//! mount). Rootless on a hybrid host the sandbox has neither (the delegated
+//! hierarchies are memory, pids and cpu), so pause is refused with that reason.
+//!
+//! While paused, `<state dir>/paused` holds the unix ms the pause began: the agent
+//! host refuses execs and file operations on its strength (the agent, PID 1, is
+//! frozen too and would not answer), `inspect` shows the sandbox `paused`, and the
+//! monitor does not count the time against the lifetime (see
+//! [`PausedTime`](stockade_agent_proto::launch::PausedTime)).
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use nix::fcntl::{Flock, FlockArg};
+use stockade_agent_proto::launch::{PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
+use stockade_core::{Error, Result};
+
+/// How long a freeze may take before it is undone and reported (a task stuck in
+/// uninterruptible sleep, e.g. on a hung NFS mount, keeps a cgroup `FREEZING`).
+const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A sandbox's freezer: one cgroup directory and which interface it speaks.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Freezer {
+    /// cgroup v2: `cgroup.freeze` (0/1) and `frozen` in `cgroup.events`.
+    V2(PathBuf),
+    /// cgroup v1 `freezer` controller: `freezer.state` (`THAWED`/`FREEZING`/`FROZEN`).
+    V1(PathBuf),
+}
+
+impl Freezer {
+    /// The freezer among a sandbox's cgroup directories: a v2 group first, else a v1
+    /// freezer group; `None` when it has neither.
+    pub fn of(cgroups: &[PathBuf]) -> Option<Freezer> {
+        let with = |f: &str| cgroups.iter().find(|d| d.join(f).exists()).cloned();
+        with("cgroup.freeze")
+            .map(Freezer::V2)
+            .or_else(|| with("freezer.state").map(Freezer::V1))
+    }
+
+    /// The cgroup directory.
+    pub fn dir(&self) -> &Path {
+        match self {
+            Freezer::V2(d) | Freezer::V1(d) => d,
+        }
+    }
+
+    fn control(&self) -> (PathBuf, &'static str, &'static str) {
+        match self {
+            Freezer::V2(d) => (d.join("cgroup.freeze"), "1", "0"),
+            Freezer::V1(d) => (d.join("freezer.state"), "FROZEN", "THAWED"),
+        }
+    }
+
+    /// Whether every process of the group is frozen now.
+    pub fn is_frozen(&self) -> bool {
+        match self {
+            Freezer::V2(d) => fs::read_to_string(d.join("cgroup.events"))
+                .is_ok_and(|t| t.lines().any(|l| l.trim() == "frozen 1")),
+            Freezer::V1(d) => {
+                fs::read_to_string(d.join("freezer.state")).is_ok_and(|t| t.trim() == "FROZEN")
+            }
+        }
+    }
+
+    /// Freezes the group and waits until every process in it is frozen; undoes the
+    /// freeze when that does not happen within [`FREEZE_TIMEOUT`].
+    pub fn freeze(&self) -> Result<()> {
+        let (file, on, _) = self.control();
+        fs::write(&file, on)
+            .map_err(|e| Error::io(format!("cannot write {on} to {}", file.display()), e))?;
+        let until = Instant::now() + FREEZE_TIMEOUT;
+        while !self.is_frozen() {
+            if Instant::now() > until {
+                let _ = self.thaw();
+                return Err(Error::Timeout {
+                    operation: format!("freezing cgroup {}", self.dir().display()),
+                    after_ms: FREEZE_TIMEOUT.as_millis() as u64,
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        Ok(())
+    }
+
+    /// Thaws the group.
+    pub fn thaw(&self) -> Result<()> {
+        let (file, _, off) = self.control();
+        fs::write(&file, off)
+            .map_err(|e| Error::io(format!("cannot write {off} to {}", file.display()), e))
+    }
+}
+
+/// Why a sandbox without a freezer cannot be paused, and what to do.
+fn no_freezer(id: &str) -> Error {
+    let reason = if stockade_core::host::is_root() {
+        format!("sandbox {id} has no cgroup2 group and no v1 freezer group to freeze")
+    } else {
+        format!(
+            "sandbox {id} is rootless on a host with v1 cgroups: the hierarchies delegated to \
+             this user (memory, pids, cpu) have no freezer, and rootless sandboxes get no \
+             cgroup2 group there"
+        )
+    };
+    Error::Unavailable {
+        what: format!("pause of sandbox {id}"),
+        reason,
+        fix: "create the sandbox as root, or on a host with cgroup v2 delegated to this user \
+              (stockade setup rootless)"
+            .into(),
+    }
+}
+
+/// Serializes pause and resume of one sandbox (any process): both read, then change,
+/// the pause files.
+fn lock(dir: &Path) -> Result<Flock<fs::File>> {
+    let path = dir.join("pause.lock");
+    let f = fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| Error::io(format!("cannot lock {}", path.display()), e.into()))
+}
+
+/// Whether the sandbox in `dir` is paused.
+pub fn is_paused(dir: &Path) -> bool {
+    dir.join(PAUSED_FILE).exists()
+}
+
+/// Pauses the live sandbox `id` (state in `dir`, cgroups `cgroups`).
+pub fn pause(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
+    let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
+    let _lock = lock(dir)?;
+    if is_paused(dir) {
+        return Err(Error::InvalidRequest(format!(
+            "sandbox {id} is already paused; resume it (stockade resume {id})"
+        )));
+    }
+    // Marked first: from here on no new exec reaches the agent, which is about to
+    // stop answering.
+    let marker = dir.join(PAUSED_FILE);
+    fs::write(&marker, now_ms.to_string())
+        .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+    if let Err(e) = freezer.freeze() {
+        let _ = fs::remove_file(&marker);
+        return Err(e);
+    }
+    Ok(())
+}
+
+/// Resumes the paused sandbox `id`: thaws it and adds the pause to the time the
+/// lifetime does not count.
+pub fn resume(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
+    let _lock = lock(dir)?;
+    if !is_paused(dir) {
+        return Err(Error::InvalidRequest(format!(
+            "sandbox {id} is not paused; only a paused sandbox can be resumed"
+        )));
+    }
+    let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
+    freezer.thaw()?;
+    let total = PausedTime::read(dir, now_ms).total_ms;
+    let tmp = dir.join(".paused-ms.tmp");
+    fs::write(&tmp, total.to_string())
+        .and_then(|()| fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
+        .map_err(|e| Error::io(format!("cannot record the pause in {}", dir.display()), e))?;
+    fs::remove_file(dir.join(PAUSED_FILE))
+        .map_err(|e| Error::io(format!("cannot unmark {}", dir.display()), e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_v2_group_is_preferred_to_a_v1_freezer_and_none_is_none() {
+        let t = tempfile::tempdir().unwrap();
+        let (v1, v2, plain) = (t.path().join("v1"), t.path().join("v2"), t.path().join("p"));
+        for d in [&v1, &v2, &plain] {
+            fs::create_dir(d).unwrap();
+        }
+        fs::write(v1.join("freezer.state"), "THAWED").unwrap();
+        fs::write(v2.join("cgroup.freeze"), "0").unwrap();
+        assert_eq!(
+            Freezer::of(&[v1.clone(), v2.clone()]),
+            Some(Freezer::V2(v2.clone()))
+        );
+        assert_eq!(
+            Freezer::of(&[plain.clone(), v1.clone()]),
+            Some(Freezer::V1(v1.clone()))
+        );
+        assert_eq!(Freezer::of(&[plain]), None);
+    }
+
+    #[test]
+    fn the_pause_files_move_the_deadline_by_every_pause() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path();
+        assert_eq!(PausedTime::read(d, 1000), PausedTime::default());
+        fs::write(d.join(PAUSED_TOTAL_FILE), "500").unwrap();
+        fs::write(d.join(PAUSED_FILE), "1000").unwrap();
+        let p = PausedTime::read(d, 1300);
+        assert_eq!(p.since_ms, Some(1000));
+        assert_eq!(p.total_ms, 800);
+        assert_eq!(p.deadline(10_000), 10_800);
+    }
+}
