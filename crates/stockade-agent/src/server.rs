@@ -224,15 +224,17 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             };
             // The last exec to end removes the shared memory the execs left, before
             // its result goes out: the next exec starts with the sandbox's memory.
-            // Not while background processes (kept by a live shim) may use it. It also
-            // kills what is left below us outside a helper: where the kernel does not
-            // honour the shim's child-subreaper mark (gVisor 2022), a double-forked or
-            // setsid process of an exec is reparented to us, not to its shim, and
-            // would outlive the exec.
+            // Not while background processes (kept by a live shim) may use it. Where
+            // the kernel does not honour the shim's child-subreaper mark (gVisor 2022:
+            // the policy's `sweep_orphans`), it also kills what is left below us
+            // outside a helper: a double-forked or setsid process of an exec is
+            // reparented to us, not to its shim, and would outlive the exec.
             if let Ok(_alone) = shared.execs.try_write()
                 && !shared.helpers.any_alive()
             {
-                cleanup::kill_orphans(&shared.helpers, 0);
+                if shared.policy.sweep_orphans {
+                    cleanup::kill_orphans(&shared.helpers, 0);
+                }
                 cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
             }
             let msg = match outcome {
@@ -427,15 +429,18 @@ fn shim_exec(
                 outcome.signal = signal;
                 outcome.timed_out = timed_out;
                 // Where the shim's child-subreaper mark is not honoured (gVisor
-                // 2022), what the exec left running was reparented to us instead of
-                // being killed by the shim, and may hold the output pipes: killed
-                // here when no other exec runs; else the pipes are only drained, and
-                // the last exec to end kills it.
-                let orphaned = !bg && cleanup::any_orphan(&shared.helpers);
+                // 2022: the policy's `sweep_orphans`), what the exec left running was
+                // reparented to us instead of being killed by the shim, and may hold
+                // the output pipes: killed here when no other exec runs; else the
+                // pipes are only drained, and the last exec to end kills it. Elsewhere
+                // the shim killed them and this scan of /proc is skipped.
+                let sweep = shared.policy.sweep_orphans;
+                let orphaned = sweep && !bg && cleanup::any_orphan(&shared.helpers);
                 if orphaned && cleanup::only_helper(&shared.helpers, shim) {
                     cleanup::kill_orphans(&shared.helpers, 0);
                 }
-                background.store(bg || cleanup::any_orphan(&shared.helpers), Ordering::SeqCst);
+                let left = orphaned && cleanup::any_orphan(&shared.helpers);
+                background.store(bg || left, Ordering::SeqCst);
                 break;
             }
             Err(e) => return Err(format!("bad message from the exec shim: {e}")),

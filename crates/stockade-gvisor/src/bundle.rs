@@ -299,6 +299,9 @@ pub fn bundle(
     // gVisor (2022) lets a uid reach one task past RLIMIT_NPROC (measured: a limit of
     // 16 let 17 processes run), so the limit is one below the spec's cap.
     exec.rlimit_nproc = Some(u64::from(l.pids.saturating_sub(1).max(1)));
+    // gVisor 2022 ignores the shim's child-subreaper mark: what an exec double-forks
+    // is reparented to PID 1, which must find and kill it.
+    exec.sweep_orphans = true;
 
     let caps: Vec<&str> = if h.drop_capabilities {
         AGENT_CAPS.to_vec()
@@ -560,6 +563,10 @@ mod tests {
         assert_eq!(b.exec.landlock_writable, None, "no landlock in gVisor");
         assert_eq!(b.exec.rlimit_as_bytes, Some(512 << 20));
         assert_eq!(b.exec.rlimit_nproc, Some(63), "gVisor allows one past it");
+        assert!(
+            b.exec.sweep_orphans,
+            "gVisor ignores the shim's subreaper mark"
+        );
         assert_eq!((b.exec.uid, b.exec.gid), (1000, 1000));
         assert!(b.applied.iter().any(|l| l == "platform: ptrace"));
     }
