@@ -63,6 +63,8 @@ struct Shared {
     /// Held shared by each running exec; taken exclusively to clean up the shared
     /// memory execs left, only when none runs.
     execs: RwLock<()>,
+    /// Where SysV objects cannot be listed, the ids to look at next cleanup.
+    ipc_marks: cleanup::IpcMarks,
 }
 
 /// Ends the sandbox (PID 1 exits, the kernel kills the namespace, the monitor cleans
@@ -96,6 +98,7 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
         last_ms: AtomicU64::new(now_ms()),
         helpers: Helpers::default(),
         execs: RwLock::new(()),
+        ipc_marks: cleanup::IpcMarks::new(),
     });
     if let Some(idle) = idle {
         let shared = shared.clone();
@@ -235,7 +238,7 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
                 if shared.policy.sweep_orphans {
                     cleanup::kill_orphans(&shared.helpers, 0);
                 }
-                cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
+                cleanup::clean_shared_memory(&shared.policy, &shared.helpers, &shared.ipc_marks);
             }
             let msg = match outcome {
                 Ok(o) => AgentMsg::Exited(o),
