@@ -45,12 +45,9 @@ if ! command -v runsc >/dev/null 2>&1; then
   exit 1
 fi
 gvisor_gaps=(
-  attacks::cpu_quota_holds_a_multi_threaded_spin
   attacks::fork_bomb_is_contained_and_host_stays_responsive
   attacks::memory_bomb_ends_with_oom_killed
-  attacks::orphaned_shared_memory_is_removed_after_the_exec
   attacks::proc_sys_is_read_only_and_the_agent_is_out_of_reach
-  attacks::the_callers_open_descriptors_do_not_reach_the_code
 )
 echo "test.sh: gvisor: skipping known gaps: ${gvisor_gaps[*]}" >&2
 skips=()

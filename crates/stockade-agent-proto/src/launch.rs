@@ -490,6 +490,13 @@ pub struct ExecPolicy {
     /// gVisor's own kernel); `None` = unlimited.
     #[serde(default)]
     pub rlimit_nproc: Option<u64>,
+    /// PID 1 looks for processes an exec left reparented to it (a scan of `/proc`)
+    /// when the exec ends, and kills them: set where the kernel does not honour the
+    /// shim's `PR_SET_CHILD_SUBREAPER` (gVisor 2022), so a double-forked process of
+    /// the exec ends up below PID 1 instead of its shim. Off by default: where the
+    /// mark is honoured the shim kills them and the scan is wasted time on every exec.
+    #[serde(default)]
+    pub sweep_orphans: bool,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a

@@ -11,7 +11,9 @@
 //!   charged to the sandbox that no process holds. When an exec ends and no other
 //!   exec is running, PID 1 starts `ipc-clean`, which becomes the sandbox user and
 //!   removes them all (the sandbox has its own IPC namespace; the code never runs as
-//!   another user, so it owns everything it made).
+//!   another user, so it owns everything it made). Where the kernel cannot list them
+//!   (gVisor 2022: no `/proc/sysvipc`, no `*_STAT`), they are found by id instead
+//!   ([`IpcMarks`]).
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
@@ -26,6 +28,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use stockade_agent_proto::launch::ExecPolicy;
+use stockade_sys::ipc::Kind;
 
 /// How long a helper may take before it is killed.
 const HELPER_DEADLINE: Duration = Duration::from_secs(10);
@@ -198,18 +201,80 @@ pub fn wait_or_kill(pid: u32, deadline: Duration) -> bool {
     false
 }
 
-/// Whether the sandbox's IPC namespace or `/dev/shm` holds anything.
-fn shared_memory_left() -> bool {
-    stockade_sys::ipc::count() > 0
-        || fs::read_dir("/dev/shm")
-            .map(|mut d| d.next().is_some())
-            .unwrap_or(false)
+/// Where the kernel cannot list the SysV objects of the IPC namespace (gVisor 2022),
+/// the ids handed out since the last cleanup. gVisor gives each new object the first
+/// free id above the last one given, so PID 1 makes (and at once removes) a private
+/// object of each kind after every cleanup: its id marks where the code's next
+/// objects start, and the next probe's id where they end. Every object the code made
+/// in between has an id in that range, and `ipc-clean` removes them by id.
+pub struct IpcMarks {
+    /// The last probe's id of each kind ([`Kind::ALL`] order); `None` where the
+    /// kernel lists its objects (nothing to probe) or a probe failed.
+    last: Option<Mutex<[Option<i32>; 3]>>,
+}
+
+/// The ids of `kind` the code may have used between two probes, as an `ipc-clean`
+/// argument (`kind:first:last`, inclusive), or none when the probes are consecutive.
+fn range_arg(kind: Kind, last: Option<i32>, now: i32) -> Option<String> {
+    // A wrap (`now` at or below `last`) needs 2^31 objects made since the last
+    // cleanup; the ids from 0 are then the ones to try (and the helper's deadline
+    // bounds the work either way).
+    let first = match last {
+        Some(l) if l < now => l + 1,
+        _ => 0,
+    };
+    (first < now).then(|| format!("{}:{first}:{}", kind.name(), now - 1))
+}
+
+impl IpcMarks {
+    /// Probes where the kernel cannot list SysV objects; nothing elsewhere.
+    pub fn new() -> IpcMarks {
+        IpcMarks {
+            last: (!stockade_sys::ipc::listable())
+                .then(|| Mutex::new(Kind::ALL.map(|k| stockade_sys::ipc::probe_id(k).ok()))),
+        }
+    }
+
+    /// Probes again: the id ranges to clear (`None` where the kernel lists its
+    /// objects) and the marks to keep once they are cleared.
+    fn since_last(&self) -> Option<(Vec<String>, [Option<i32>; 3])> {
+        let last = self.last.as_ref()?;
+        let last = *last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let now = Kind::ALL.map(|k| stockade_sys::ipc::probe_id(k).ok());
+        let ranges = Kind::ALL
+            .iter()
+            .zip(last.iter().zip(now.iter()))
+            .filter_map(|(k, (l, n))| range_arg(*k, *l, (*n)?))
+            .collect();
+        Some((ranges, now))
+    }
+
+    fn keep(&self, marks: [Option<i32>; 3]) {
+        if let Some(last) = &self.last {
+            *last
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = marks;
+        }
+    }
+}
+
+fn dev_shm_used() -> bool {
+    fs::read_dir("/dev/shm")
+        .map(|mut d| d.next().is_some())
+        .unwrap_or(false)
 }
 
 /// Removes the shared memory the execs left, through an `ipc-clean` helper running as
 /// the sandbox user. The caller makes sure no exec is running.
-pub fn clean_shared_memory(policy: &ExecPolicy, helpers: &Helpers) {
-    if !shared_memory_left() {
+pub fn clean_shared_memory(policy: &ExecPolicy, helpers: &Helpers, marks: &IpcMarks) {
+    let (ranges, next) = match marks.since_last() {
+        Some((ranges, next)) => (ranges, Some(next)),
+        None => (Vec::new(), None),
+    };
+    let listed = next.is_none() && stockade_sys::ipc::count() > 0;
+    if !listed && ranges.is_empty() && !dev_shm_used() {
         return;
     }
     let Ok(json) = serde_json::to_vec(policy) else {
@@ -218,6 +283,7 @@ pub fn clean_shared_memory(policy: &ExecPolicy, helpers: &Helpers) {
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0("stockade-ipc-clean")
         .arg("ipc-clean")
+        .args(&ranges)
         .env_clear()
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -231,12 +297,34 @@ pub fn clean_shared_memory(policy: &ExecPolicy, helpers: &Helpers) {
     }
     let pid = child.id();
     drop(child);
-    wait_or_kill(pid, HELPER_DEADLINE);
+    let finished = wait_or_kill(pid, HELPER_DEADLINE);
     helpers.forget(pid);
+    // Ranges a killed helper did not finish are tried again next time.
+    if let (true, Some(next)) = (finished, next) {
+        marks.keep(next);
+    }
 }
 
-/// Entry point of `stockade-agent ipc-clean` (the policy as JSON on stdin).
-pub fn ipc_clean_main() -> i32 {
+/// Parses an `ipc-clean` id range argument (`kind:first:last`).
+fn parse_range(arg: &str) -> Option<(Kind, i32, i32)> {
+    let mut it = arg.split(':');
+    let kind = Kind::from_name(it.next()?)?;
+    let first = it.next()?.parse().ok()?;
+    let last = it.next()?.parse().ok()?;
+    (it.next().is_none() && first <= last).then_some((kind, first, last))
+}
+
+/// Entry point of `stockade-agent ipc-clean` (the policy as JSON on stdin; each
+/// argument an id range `kind:first:last` to clear where objects cannot be listed).
+pub fn ipc_clean_main(args: Vec<String>) -> i32 {
+    let Some(ranges) = args
+        .iter()
+        .map(|a| parse_range(a))
+        .collect::<Option<Vec<_>>>()
+    else {
+        eprintln!("stockade-ipc-clean: bad id range in {args:?}; this command is run by the agent");
+        return 2;
+    };
     let mut input = String::new();
     if std::io::stdin().read_to_string(&mut input).is_err() {
         return 2;
@@ -253,6 +341,11 @@ pub fn ipc_clean_main() -> i32 {
         return 1;
     }
     stockade_sys::ipc::remove_all();
+    for (kind, first, last) in ranges {
+        for id in first..=last {
+            stockade_sys::ipc::remove(kind, id);
+        }
+    }
     if let Ok(dir) = fs::read_dir("/dev/shm") {
         for e in dir.flatten() {
             let p = e.path();
@@ -263,4 +356,30 @@ pub fn ipc_clean_main() -> i32 {
         }
     }
     0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ids_between_two_probes_are_the_range_to_clear() {
+        assert_eq!(range_arg(Kind::Shm, Some(4), 5), None, "nothing made");
+        assert_eq!(range_arg(Kind::Sem, Some(4), 9).as_deref(), Some("sem:5:8"));
+        assert_eq!(range_arg(Kind::Msg, None, 3).as_deref(), Some("msg:0:2"));
+        assert_eq!(
+            range_arg(Kind::Shm, Some(i32::MAX - 1), 2).as_deref(),
+            Some("shm:0:1")
+        );
+        assert_eq!(range_arg(Kind::Shm, None, 0), None);
+    }
+
+    #[test]
+    fn range_arguments_parse_strictly() {
+        assert_eq!(parse_range("sem:5:8"), Some((Kind::Sem, 5, 8)));
+        assert_eq!(parse_range("shm:8:5"), None);
+        assert_eq!(parse_range("shm:1:2:3"), None);
+        assert_eq!(parse_range("pipe:1:2"), None);
+        assert_eq!(parse_range("msg:x:2"), None);
+    }
 }

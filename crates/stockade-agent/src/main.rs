@@ -45,7 +45,7 @@ fn main() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
         Some("fileop") => fileop::main(),
-        Some("ipc-clean") => cleanup::ipc_clean_main(),
+        Some("ipc-clean") => cleanup::ipc_clean_main(args.collect()),
         Some("container") => container::main(),
         Some("docker-watch") => watch::main(false, args.collect()),
         Some("gvisor-watch") => watch::main(true, args.collect()),

@@ -63,6 +63,8 @@ struct Shared {
     /// Held shared by each running exec; taken exclusively to clean up the shared
     /// memory execs left, only when none runs.
     execs: RwLock<()>,
+    /// Where SysV objects cannot be listed, the ids to look at next cleanup.
+    ipc_marks: cleanup::IpcMarks,
 }
 
 /// Ends the sandbox (PID 1 exits, the kernel kills the namespace, the monitor cleans
@@ -96,6 +98,7 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
         last_ms: AtomicU64::new(now_ms()),
         helpers: Helpers::default(),
         execs: RwLock::new(()),
+        ipc_marks: cleanup::IpcMarks::new(),
     });
     if let Some(idle) = idle {
         let shared = shared.clone();
@@ -224,16 +227,18 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             };
             // The last exec to end removes the shared memory the execs left, before
             // its result goes out: the next exec starts with the sandbox's memory.
-            // Not while background processes (kept by a live shim) may use it. It also
-            // kills what is left below us outside a helper: where the kernel does not
-            // honour the shim's child-subreaper mark (gVisor 2022), a double-forked or
-            // setsid process of an exec is reparented to us, not to its shim, and
-            // would outlive the exec.
+            // Not while background processes (kept by a live shim) may use it. Where
+            // the kernel does not honour the shim's child-subreaper mark (gVisor 2022:
+            // the policy's `sweep_orphans`), it also kills what is left below us
+            // outside a helper: a double-forked or setsid process of an exec is
+            // reparented to us, not to its shim, and would outlive the exec.
             if let Ok(_alone) = shared.execs.try_write()
                 && !shared.helpers.any_alive()
             {
-                cleanup::kill_orphans(&shared.helpers, 0);
-                cleanup::clean_shared_memory(&shared.policy, &shared.helpers);
+                if shared.policy.sweep_orphans {
+                    cleanup::kill_orphans(&shared.helpers, 0);
+                }
+                cleanup::clean_shared_memory(&shared.policy, &shared.helpers, &shared.ipc_marks);
             }
             let msg = match outcome {
                 Ok(o) => AgentMsg::Exited(o),
@@ -427,15 +432,18 @@ fn shim_exec(
                 outcome.signal = signal;
                 outcome.timed_out = timed_out;
                 // Where the shim's child-subreaper mark is not honoured (gVisor
-                // 2022), what the exec left running was reparented to us instead of
-                // being killed by the shim, and may hold the output pipes: killed
-                // here when no other exec runs; else the pipes are only drained, and
-                // the last exec to end kills it.
-                let orphaned = !bg && cleanup::any_orphan(&shared.helpers);
+                // 2022: the policy's `sweep_orphans`), what the exec left running was
+                // reparented to us instead of being killed by the shim, and may hold
+                // the output pipes: killed here when no other exec runs; else the
+                // pipes are only drained, and the last exec to end kills it. Elsewhere
+                // the shim killed them and this scan of /proc is skipped.
+                let sweep = shared.policy.sweep_orphans;
+                let orphaned = sweep && !bg && cleanup::any_orphan(&shared.helpers);
                 if orphaned && cleanup::only_helper(&shared.helpers, shim) {
                     cleanup::kill_orphans(&shared.helpers, 0);
                 }
-                background.store(bg || cleanup::any_orphan(&shared.helpers), Ordering::SeqCst);
+                let left = orphaned && cleanup::any_orphan(&shared.helpers);
+                background.store(bg || left, Ordering::SeqCst);
                 break;
             }
             Err(e) => return Err(format!("bad message from the exec shim: {e}")),

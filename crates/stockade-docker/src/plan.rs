@@ -165,6 +165,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         landlock_min_abi: None,
         rlimit_as_bytes: None,
         rlimit_nproc: None,
+        sweep_orphans: false,
     };
 
     let mut mounts = vec![

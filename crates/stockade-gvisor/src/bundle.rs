@@ -34,6 +34,10 @@ pub const HOST_TASKS_PER_PID: u64 = 24;
 /// See [`HOST_TASKS_PER_PID`].
 pub const HOST_TASKS_MIN: u64 = 512;
 
+/// Processes of the agent in a sandbox running one exec (PID 1 and the exec's shim),
+/// which the spec's pids cap counts but the code's `RLIMIT_NPROC` does not.
+const AGENT_TASKS: u32 = 2;
+
 /// CFS period of the CPU quota.
 const CPU_PERIOD_US: u64 = 100_000;
 
@@ -296,9 +300,14 @@ pub fn bundle(
     exec.landlock_writable = None;
     exec.root_caps = false;
     exec.rlimit_as_bytes = Some(l.memory_bytes);
-    // gVisor (2022) lets a uid reach one task past RLIMIT_NPROC (measured: a limit of
-    // 16 let 17 processes run), so the limit is one below the spec's cap.
-    exec.rlimit_nproc = Some(u64::from(l.pids.saturating_sub(1).max(1)));
+    // The spec's cap counts every process of the sandbox, as native's pids cgroup
+    // does: PID 1 and the exec's shim (root's, outside the code's RLIMIT_NPROC) too.
+    // gVisor (2022) also lets a uid reach one task past RLIMIT_NPROC (measured: a
+    // limit of 16 let 17 processes run), so the limit is three below the cap.
+    exec.rlimit_nproc = Some(u64::from(l.pids.saturating_sub(AGENT_TASKS + 1).max(1)));
+    // gVisor 2022 ignores the shim's child-subreaper mark: what an exec double-forks
+    // is reparented to PID 1, which must find and kill it.
+    exec.sweep_orphans = true;
 
     let caps: Vec<&str> = if h.drop_capabilities {
         AGENT_CAPS.to_vec()
@@ -559,7 +568,15 @@ mod tests {
         );
         assert_eq!(b.exec.landlock_writable, None, "no landlock in gVisor");
         assert_eq!(b.exec.rlimit_as_bytes, Some(512 << 20));
-        assert_eq!(b.exec.rlimit_nproc, Some(63), "gVisor allows one past it");
+        assert_eq!(
+            b.exec.rlimit_nproc,
+            Some(61),
+            "PID 1 and the shim count, and gVisor allows one past it"
+        );
+        assert!(
+            b.exec.sweep_orphans,
+            "gVisor ignores the shim's subreaper mark"
+        );
         assert_eq!((b.exec.uid, b.exec.gid), (1000, 1000));
         assert!(b.applied.iter().any(|l| l == "platform: ptrace"));
     }

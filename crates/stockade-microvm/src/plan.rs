@@ -59,6 +59,7 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         landlock_min_abi: Some(2),
         rlimit_as_bytes: None,
         rlimit_nproc: None,
+        sweep_orphans: false,
     };
     let guest = VmConfig {
         exec,

@@ -253,6 +253,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         landlock_min_abi: None,
         rlimit_as_bytes: None,
         rlimit_nproc: None,
+        sweep_orphans: false,
     };
     let network = match &spec.network {
         Network::None => NetworkPlan::LoopbackOnly,

@@ -102,6 +102,24 @@ impl PlantedFds {
     /// appends to the host file, and prints `FDS:` with the descriptors a fresh
     /// process holds (`ls` itself adds one, 3, for the directory it lists).
     pub fn probe(&self) -> String {
+        let mut s = self.probe_planted();
+        s.push_str("echo \"FDS: $(ls /proc/self/fd | tr '\\n' ' ')\"\n");
+        s
+    }
+
+    /// [`probe`](Self::probe) for gVisor 2022, whose `ls` cannot list `/proc/self/fd`
+    /// (gVisor answers `EINVAL` to the `statx` with `AT_NO_AUTOMOUNT` that Debian 12's
+    /// `ls` makes on a `/proc` path): the last line lists the descriptors by the
+    /// shell's own glob in a fresh subshell (`opendir`, which holds 3 as `ls` does),
+    /// so an inherited descriptor still shows there, and fails the check.
+    pub fn probe_by_glob(&self) -> String {
+        let mut s = self.probe_planted();
+        s.push_str("echo \"FDS: $(cd /proc/self/fd && echo *)\"\n");
+        s
+    }
+
+    /// The probe's lines for each planted descriptor.
+    fn probe_planted(&self) -> String {
         let mut s = String::new();
         for (fd, what) in &self.fds {
             s.push_str(&format!(
@@ -120,7 +138,6 @@ impl PlantedFds {
             "[ -e /proc/self/fd/{0} ] && echo PWNED >&{0}\n",
             self.append_fd
         ));
-        s.push_str("echo \"FDS: $(ls /proc/self/fd | tr '\\n' ' ')\"\n");
         s
     }
 

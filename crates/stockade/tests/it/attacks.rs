@@ -475,16 +475,55 @@ async fn cpu_quota_holds_a_multi_threaded_spin() {
         "print(r.ru_utime + r.ru_stime)",
     ]
     .join("\n");
+    // On gVisor the CPU time the code reads is gVisor's own accounting, which does
+    // not see the host's CFS throttling of the sandbox (2022: two throttled spinners
+    // report ~1.8 CPU-s). The quota is on the host cgroup runsc runs in, so there the
+    // CPU the whole sandbox used (the spinners and gVisor's own kernel) is read from
+    // that cgroup across the exec, against the exec's wall time (Python's start under
+    // gVisor adds a second or more to the 2 s of spinning): half a CPU allows about
+    // half of it; unthrottled, two spinners on 2+ cores would use ~1.6 times it.
+    let host_usage = on_gvisor().then(|| gvisor_cpu_usage_secs(sb.id()));
     let out = py(&sb, &code, 30_000).await;
-    let used: f64 = text(&out.stdout)
+    let inside: f64 = text(&out.stdout)
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("{} {}", text(&out.stdout), text(&out.stderr)));
-    assert!(
-        used < 1.4,
-        "two spinners used {used:.2} CPU-seconds in 2 s with cpus=0.5"
-    );
+    if let Some(before) = host_usage {
+        let used = gvisor_cpu_usage_secs(sb.id()) - before;
+        let wall = out.duration_ms as f64 / 1000.0;
+        assert!(
+            used < 0.7 * wall,
+            "the sandbox used {used:.2} CPU-seconds in {wall:.2} s with cpus=0.5"
+        );
+    } else {
+        assert!(
+            inside < 1.4,
+            "two spinners used {inside:.2} CPU-seconds in 2 s with cpus=0.5"
+        );
+    }
     destroy_clean(sb).await;
+}
+
+/// CPU seconds the host cgroup of gVisor sandbox `id` (runsc's `cgroupsPath`) has
+/// used: the sandbox's code and gVisor's own kernel together.
+fn gvisor_cpu_usage_secs(id: &str) -> f64 {
+    let parent = stockade_testkit::cgroup_parent();
+    let v2 = format!("/sys/fs/cgroup/{parent}/{id}/cpu.stat");
+    let v1 = format!("/sys/fs/cgroup/cpuacct/{parent}/{id}/cpuacct.usage");
+    if let Ok(stat) = std::fs::read_to_string(&v2) {
+        let usec: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no usage_usec in {v2}: {stat}"));
+        return usec as f64 / 1e6;
+    }
+    let ns: u64 = std::fs::read_to_string(&v1)
+        .unwrap_or_else(|e| panic!("neither {v2} nor {v1}: {e}"))
+        .trim()
+        .parse()
+        .unwrap();
+    ns as f64 / 1e9
 }
 
 #[tokio::test]
@@ -524,11 +563,18 @@ async fn the_callers_open_descriptors_do_not_reach_the_code() {
         return;
     }
     let planted = stockade_testkit::fds::planted();
+    // gVisor 2022's `ls` cannot list /proc/self/fd (see `probe_by_glob`): there the
+    // shell's glob lists it, which still shows any inherited descriptor.
+    let probe = if on_gvisor() {
+        planted.probe_by_glob()
+    } else {
+        planted.probe()
+    };
     let sb = sandbox(SandboxSpec::default()).await;
-    let out = sh(&sb, &planted.probe(), 10_000).await;
+    let out = sh(&sb, &probe, 10_000).await;
     planted.assert_none_leaked(&text(&out.stdout));
     // Also with output streamed and stdin kept open (other paths through the agent).
-    let mut req = ExecRequest::new(["/bin/sh", "-c", &planted.probe()]);
+    let mut req = ExecRequest::new(["/bin/sh", "-c", &probe]);
     req.timeout_ms = Some(10_000);
     let (tx, mut rx) = tokio::sync::mpsc::channel(64);
     let drain = tokio::spawn(async move { while rx.recv().await.is_some() {} });
