@@ -67,6 +67,8 @@ pub struct Outcome {
     pub stdout_dropped: i64,
     pub stderr_dropped: i64,
     pub duration_ms: i64,
+    /// What the egress policy refused during the exec, as JSON.
+    pub egress_denied_json: String,
 }
 
 fn count(v: u64) -> i64 {
@@ -85,6 +87,8 @@ impl From<ExecOutcome> for Outcome {
             stdout_dropped: count(o.stdout_dropped),
             stderr_dropped: count(o.stderr_dropped),
             duration_ms: count(o.duration_ms),
+            egress_denied_json: serde_json::to_string(&o.egress_denied)
+                .unwrap_or_else(|_| "[]".into()),
         }
     }
 }

@@ -46,6 +46,23 @@ impl SandboxHandle {
         json(&self.sb.inspect().await.map_err(to_js)?)
     }
 
+    /// What the egress policy refused at or after `since_ms` (unix ms), as JSON.
+    #[napi]
+    pub async fn egress_denied_json(&self, since_ms: i64) -> Result<String> {
+        let since = u64::try_from(since_ms).unwrap_or(0);
+        let d = self.sb.egress_denied(since).await.map_err(to_js)?;
+        serde_json::to_string(&d).map_err(|e| to_js(stockade::Error::Internal(e.to_string())))
+    }
+
+    /// Replaces the egress policy of a sandbox created with one (`network_json`: the
+    /// spec's `network` value).
+    #[napi]
+    pub async fn set_network(&self, network_json: String) -> Result<()> {
+        let network: stockade::spec::Network = serde_json::from_str(&network_json)
+            .map_err(|e| to_js(stockade::Error::InvalidRequest(format!("network: {e}"))))?;
+        self.sb.set_network(&network).await.map_err(to_js)
+    }
+
     /// Pauses the sandbox where it is (native: the cgroup freezer; microvm: to disk).
     #[napi]
     pub async fn pause(&self) -> Result<()> {

@@ -88,6 +88,37 @@ impl SandboxHandle {
         })
     }
 
+    /// What the egress policy refused at or after `since_ms` (unix ms), as JSON.
+    #[pyo3(signature = (since_ms=0, asynchronous=false))]
+    fn egress_denied_json(
+        &self,
+        py: Python<'_>,
+        since_ms: u64,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            json(&sb.egress_denied(since_ms).await.map_err(to_py)?)
+        })
+    }
+
+    /// Replaces the egress policy of a sandbox created with one (`network` as the
+    /// spec's JSON value).
+    #[pyo3(signature = (network_json, asynchronous=false))]
+    fn set_network(
+        &self,
+        py: Python<'_>,
+        network_json: String,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            let network: stockade::spec::Network = serde_json::from_str(&network_json)
+                .map_err(|e| to_py(stockade::Error::InvalidRequest(format!("network: {e}"))))?;
+            sb.set_network(&network).await.map_err(to_py)
+        })
+    }
+
     /// Pauses the sandbox where it is (native: the cgroup freezer; microvm: to disk).
     #[pyo3(signature = (asynchronous=false))]
     fn pause(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {

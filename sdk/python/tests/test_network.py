@@ -46,6 +46,15 @@ def test_an_allowlist_opens_its_names_only_and_reports_refusals(client: stockade
         assert ("tls", "registry.npmjs.org") in kinds, r.egress_denied
         # What the spec says, as inspect shows it.
         assert sb.info.spec["network"]["allow"] == ["pypi.org"]
+        # The sandbox keeps every refusal; the policy is replaced live, both ways.
+        assert len(sb.egress_denied()) >= 2
+        lookup = "import socket\ntry:\n    socket.getaddrinfo('registry.npmjs.org', 443); print('resolved')\nexcept socket.gaierror: print('nxdomain')"
+        sb.set_network(["pypi.org", "registry.npmjs.org"])
+        assert sb.exec(["python3", "-c", lookup]).stdout == "resolved\n"
+        sb.set_network({"allow": ["pypi.org"]})
+        assert sb.exec(["python3", "-c", lookup]).stdout == "nxdomain\n"
+        with pytest.raises(InvalidSpecError, match="fixed when the sandbox is created"):
+            sb.set_network({"allow": ["pypi.org"], "credentials": [{"host": "pypi.org", "value": "x"}]})
 
 
 def test_a_credential_is_a_placeholder_inside(client: stockade.Stockade) -> None:

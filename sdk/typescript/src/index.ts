@@ -33,6 +33,7 @@ export {
   Sandbox,
   SessionSandbox,
   type Argv,
+  type EgressDenial,
   type ExecOptions,
   type ExecResult,
   type FileEntry,

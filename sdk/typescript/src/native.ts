@@ -26,6 +26,7 @@ export interface NativeOutcome {
   stdoutDropped: number;
   stderrDropped: number;
   durationMs: number;
+  egressDeniedJson: string;
 }
 
 export interface NativeChunk {
@@ -45,6 +46,8 @@ export interface NativeSandbox {
   start(argv: string[], opts: NativeExecOptions, stream: boolean): NativeExec;
   destroy(): Promise<void>;
   inspectJson(): Promise<string>;
+  egressDeniedJson(sinceMs: number): Promise<string>;
+  setNetwork(networkJson: string): Promise<void>;
   pause(): Promise<void>;
   resume(): Promise<void>;
   fork(count: number): Promise<NativeSandbox[]>;

@@ -2,6 +2,7 @@
 
 import { abortError, call, InvalidSpecError, translate, UnavailableError } from "./errors";
 import type { NativeClient, NativeExec, NativeExecOptions, NativeOutcome, NativeSandbox } from "./native";
+import { networkValue, type NetworkOption } from "./spec";
 
 /** A command: a list of arguments, or a string run by `/bin/sh -c`. */
 export type Argv = readonly string[] | string;
@@ -42,6 +43,22 @@ export interface ExecResult {
   durationMs: number;
   /** Exited 0 within its deadline. */
   ok: boolean;
+  /** What the sandbox's egress policy refused during the command. */
+  egressDenied: EgressDenial[];
+}
+
+/** One refusal of a sandbox's egress policy. */
+export interface EgressDenial {
+  /** When, unix ms (for a connection: its latest attempt). */
+  at_ms: number;
+  /** `tcp`, `udp`, `dns` (a lookup), `tls` (the SNI check) or `http` (the Host check). */
+  protocol: string;
+  destination: string;
+  port: number | null;
+  /** The name asked for or resolved, when known. */
+  name: string | null;
+  /** What decided: `not in the allowlist`, `denylist: ...`, `host or private range`, ... */
+  rule: string;
 }
 
 /** A piece of live output. */
@@ -83,6 +100,7 @@ function result(o: NativeOutcome): ExecResult {
     stderrDropped: o.stderrDropped,
     durationMs: o.durationMs,
     ok: o.exitCode === 0 && !o.timedOut,
+    egressDenied: JSON.parse(o.egressDeniedJson ?? "[]") as EgressDenial[],
   };
 }
 
@@ -317,6 +335,20 @@ export class Sandbox implements AsyncDisposable {
    */
   async inspect(): Promise<Record<string, unknown>> {
     return JSON.parse(await call(() => this.h.inspectJson())) as Record<string, unknown>;
+  }
+
+  /**
+   * Everything the egress policy refused at or after `sinceMs` (unix ms): poll it with
+   * the last `at_ms` for a stream of events.
+   */
+  async egressDenied(sinceMs = 0): Promise<EgressDenial[]> {
+    return JSON.parse(await call(() => this.h.egressDeniedJson(sinceMs))) as EgressDenial[];
+  }
+
+  /** Replaces the egress policy of a sandbox created with one; credentials stay as created. */
+  setNetwork(network: NetworkOption): Promise<void> {
+    const value = networkValue(network);
+    return call(() => this.h.setNetwork(JSON.stringify(value)));
   }
 
   /**

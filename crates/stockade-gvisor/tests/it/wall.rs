@@ -141,11 +141,15 @@ print('uid', os.getuid(), os.geteuid(), 'caps', [l for l in open('/proc/self/sta
     // gVisor (2022) lets another uid read PID 1's environ, maps and fd names, where
     // Linux asks for ptrace access: the agent's environment is empty by design (only
     // what gVisor adds), and its descriptors cannot be opened (probed above).
+    // Besides gVisor's HOME, only the PATH through which the bundle starts the agent
+    // by name (`/.stockade`, a path of the sandbox, so its command line names none).
     assert!(
         s.contains("environ of pid 1: b'HOME=/root\\x00'")
+            || s.contains("environ of pid 1: b'PATH=/.stockade\\x00HOME=/root\\x00'")
+            || s.contains("environ of pid 1: b'HOME=/root\\x00PATH=/.stockade\\x00'")
             || s.contains("environ of pid 1: unreadable")
             || s.contains("environ of pid 1: b''"),
-        "PID 1's environment holds more than gVisor's HOME: {s}"
+        "PID 1's environment holds more than gVisor's HOME and the agent's PATH: {s}"
     );
     assert_eq!(
         s.lines().filter(|l| l.starts_with("blocked")).count(),

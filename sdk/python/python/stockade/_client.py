@@ -21,7 +21,7 @@ from types import TracebackType
 from typing import Any, Literal, Union
 
 from . import _native
-from ._spec import MountLike, NetworkLike, Size, build_spec, spec_json
+from ._spec import MountLike, NetworkLike, Size, build_spec, network_value, spec_json
 from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
 from .errors import InvalidSpecError, UnavailableError
 
@@ -281,6 +281,19 @@ class Sandbox(_Handle):
         """What the provider says of the sandbox now: ``state`` (``"running"`` or ``"paused"``) and the
         expiry, moved by the time spent paused (``info`` is what it said at creation)."""
         return SandboxInfo._from_json(json.loads(self._h.inspect_json()))
+
+    def egress_denied(self, since_ms: int = 0) -> list[dict[str, Any]]:
+        """Everything the sandbox's egress policy refused (at or after ``since_ms``, unix ms): dicts
+        with ``at_ms``, ``protocol`` (tcp, udp, dns, tls, http), ``destination``, ``port``, ``name``
+        and ``rule``. Poll it (with the last ``at_ms``) for a stream of events."""
+        out: list[dict[str, Any]] = json.loads(self._h.egress_denied_json(since_ms))
+        return out
+
+    def set_network(self, network: NetworkLike) -> None:
+        """Replaces the egress policy of a sandbox created with one (an allowlist or a policy, as
+        ``network=`` at create), for new connections at once. Credentials are fixed at create."""
+        self._h.set_network(json.dumps(network_value(network)))
+        self._info = None
 
     def pause(self) -> None:
         """Stops the sandbox where it is, keeping its processes and memory: native freezes its cgroup
@@ -568,6 +581,16 @@ class AsyncSandbox(_Handle):
     async def inspect(self) -> SandboxInfo:
         """See ``Sandbox.inspect``."""
         return SandboxInfo._from_json(json.loads(await self._h.inspect_json(asynchronous=True)))
+
+    async def egress_denied(self, since_ms: int = 0) -> list[dict[str, Any]]:
+        """See ``Sandbox.egress_denied``."""
+        out: list[dict[str, Any]] = json.loads(await self._h.egress_denied_json(since_ms, asynchronous=True))
+        return out
+
+    async def set_network(self, network: NetworkLike) -> None:
+        """See ``Sandbox.set_network``."""
+        await self._h.set_network(json.dumps(network_value(network)), asynchronous=True)
+        self._info = None
 
     async def pause(self) -> None:
         """See ``Sandbox.pause``."""

@@ -96,7 +96,7 @@ def network_value(network: NetworkLike) -> Any:
             raise InvalidSpecError(
                 f"network policy has unknown keys {sorted(unknown)}; use 'allow', 'deny' and 'credentials'"
             )
-        policy: dict = {"allow": list(network.get("allow", [])), "deny": list(network.get("deny", []))}
+        policy: dict[str, Any] = {"allow": list(network.get("allow", [])), "deny": list(network.get("deny", []))}
         creds = list(network.get("credentials", []))
         for i, c in enumerate(creds):
             if not isinstance(c, Mapping) or "host" not in c or "value" not in c:
