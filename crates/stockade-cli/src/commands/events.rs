@@ -21,7 +21,7 @@ pub struct EventsArgs {
     /// Keep printing new events until the sandbox is gone (or Ctrl-C).
     #[arg(long, short = 'f')]
     pub follow: bool,
-    /// Only events at or after this time (unix ms; default: all that are kept).
+    /// Only events at or after this time, in unix milliseconds (0: every event kept).
     #[arg(long, value_name = "MS", default_value_t = 0)]
     pub since: u64,
 }
