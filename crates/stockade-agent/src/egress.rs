@@ -12,8 +12,8 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
-use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, UdpSocket};
 use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -42,6 +42,8 @@ const UPSTREAM_WAITS: [Duration; 3] = [
     Duration::from_secs(1),
     Duration::from_secs(2),
 ];
+/// How long a DNS-over-TCP client gets for each query and answer.
+const TCP_QUERY_TIMEOUT: Duration = Duration::from_secs(3);
 /// The deny chains of the ruleset (see `stockade-native`'s `egress` module) and the
 /// rule each reports.
 const DENY_CHAINS: &[(&str, &str)] = &[
@@ -55,6 +57,11 @@ pub struct Sockets {
     listen: UdpSocket,
     upstream4: UdpSocket,
     upstream6: Option<UdpSocket>,
+    /// DNS over TCP on port 53 (a client's retry after a truncated answer, or its
+    /// choice), with upstream sockets of its own.
+    listen_tcp: TcpListener,
+    tcp_upstream4: UdpSocket,
+    tcp_upstream6: Option<UdpSocket>,
     control: UnixListener,
     netns: fs::File,
     proxy: proxy::Listeners,
@@ -66,6 +73,9 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
     let upstream4 = UdpSocket::bind("0.0.0.0:0")
         .map_err(|e| format!("cannot open the resolver's upstream socket: {e}"))?;
     let upstream6 = UdpSocket::bind("[::]:0").ok();
+    let tcp_upstream4 = UdpSocket::bind("0.0.0.0:0")
+        .map_err(|e| format!("cannot open the resolver's upstream socket: {e}"))?;
+    let tcp_upstream6 = UdpSocket::bind("[::]:0").ok();
     let ours = fs::File::open("/proc/self/ns/net")
         .map_err(|e| format!("cannot open our network namespace: {e}"))?;
     let netns = fs::File::open(format!("/proc/{}/ns/net", child.as_raw()))
@@ -73,11 +83,14 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
     nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
     let listen = UdpSocket::bind("0.0.0.0:53");
+    let listen_tcp = TcpListener::bind("0.0.0.0:53");
     let proxy = proxy::bind();
     nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
         .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
     let listen =
         listen.map_err(|e| format!("cannot listen on port 53 in the sandbox's namespace: {e}"))?;
+    let listen_tcp = listen_tcp
+        .map_err(|e| format!("cannot listen on tcp port 53 in the sandbox's namespace: {e}"))?;
     let proxy = proxy?;
     let path = state_dir.join("net.sock");
     let _ = fs::remove_file(&path);
@@ -87,6 +100,9 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
         listen,
         upstream4,
         upstream6,
+        listen_tcp,
+        tcp_upstream4,
+        tcp_upstream6,
         control,
         netns,
         proxy,
@@ -134,6 +150,20 @@ pub fn start(
         .netns
         .try_clone()
         .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+    let netns3 = s
+        .netns
+        .try_clone()
+        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+    let sh = shared.clone();
+    let (tcp, tcp_up4, tcp_up6) = (s.listen_tcp, s.tcp_upstream4, s.tcp_upstream6);
+    std::thread::Builder::new()
+        .name("resolver-tcp".into())
+        .spawn(move || {
+            if nix::sched::setns(&netns3, CloneFlags::CLONE_NEWNET).is_ok() {
+                serve_dns_tcp(&sh, &tcp, &tcp_up4, tcp_up6.as_ref());
+            }
+        })
+        .map_err(|e| format!("cannot start the resolver: {e}"))?;
     let sh = shared.clone();
     let (listen, up4, up6, netns) = (s.listen, s.upstream4, s.upstream6, s.netns);
     std::thread::Builder::new()
@@ -170,6 +200,39 @@ fn serve_dns(sh: &Shared, listen: &UdpSocket, up4: &UdpSocket, up6: Option<&UdpS
         next_id = next_id.wrapping_add(1);
         if let Some(reply) = answer(sh, &buf[..n], up4, up6, next_id) {
             let _ = listen.send_to(&reply, from);
+        }
+    }
+}
+
+/// DNS over TCP: two-byte length, message; answered like UDP queries (forwarded
+/// over UDP). One connection at a time, each with a read deadline, so a client that
+/// holds one open stalls only its own sandbox's TCP lookups, for seconds.
+fn serve_dns_tcp(sh: &Shared, listen: &TcpListener, up4: &UdpSocket, up6: Option<&UdpSocket>) {
+    let mut next_id = ((now_ms() >> 16) & 0xffff) as u16;
+    for conn in listen.incoming() {
+        let Ok(mut conn) = conn else { continue };
+        let _ = conn.set_read_timeout(Some(TCP_QUERY_TIMEOUT));
+        let _ = conn.set_write_timeout(Some(TCP_QUERY_TIMEOUT));
+        // At most a few queries per connection (a client reuses one for A and AAAA).
+        for _ in 0..16 {
+            let mut len = [0u8; 2];
+            if conn.read_exact(&mut len).is_err() {
+                break;
+            }
+            let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+            if query.is_empty() || conn.read_exact(&mut query).is_err() {
+                break;
+            }
+            next_id = next_id.wrapping_add(1);
+            let Some(reply) = answer(sh, &query, up4, up6, next_id) else {
+                break;
+            };
+            let Ok(n) = u16::try_from(reply.len()) else {
+                break;
+            };
+            if conn.write_all(&n.to_be_bytes()).is_err() || conn.write_all(&reply).is_err() {
+                break;
+            }
         }
     }
 }

@@ -842,6 +842,63 @@ print('hits:', hits)
 }
 
 #[tokio::test]
+async fn dns_over_tcp_follows_the_same_policy() {
+    if !require_egress("dns_over_tcp_follows_the_same_policy") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+            credentials: Vec::new(),
+        },
+    )
+    .await;
+    // Raw queries over TCP to the sandbox's resolver: rcode and answer count each.
+    let code = r#"
+import socket, struct
+def ask(name, qid):
+    q = struct.pack('>HHHHHH', qid, 0x0100, 1, 0, 0, 0)
+    q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\0' + struct.pack('>HH', 1, 1)
+    s = socket.create_connection(('127.0.0.1', 53), timeout=10)
+    s.sendall(struct.pack('>H', len(q)) + q)
+    n = struct.unpack('>H', s.recv(2))[0]
+    r = b''
+    while len(r) < n:
+        r += s.recv(n - len(r))
+    s.close()
+    qid2, flags, _, an = struct.unpack('>HHHH', r[:8])
+    return '%s id=%s rcode=%d answers=%d' % (name, qid2 == qid, flags & 0xf, an)
+print(ask('pypi.org', 4242))
+print(ask('registry.npmjs.org', 4343))
+"#;
+    let out = py(&sb, code, 30_000).await;
+    let s = text(&out.stdout);
+    let report = format!("{s}\n{}\n{:#?}", text(&out.stderr), out.egress_denied);
+    assert!(
+        s.lines().any(
+            |l| l.starts_with("pypi.org id=True rcode=0 answers=") && !l.ends_with("answers=0")
+        ),
+        "an allowed name over TCP: {report}"
+    );
+    assert!(
+        s.contains("registry.npmjs.org id=True rcode=3 answers=0"),
+        "a refused name over TCP is not NXDOMAIN: {report}"
+    );
+    assert!(
+        !upstream.saw("registry.npmjs.org"),
+        "a refused TCP lookup left the host"
+    );
+    assert!(
+        find(&out.egress_denied, "dns", "registry.npmjs.org", None).is_some(),
+        "{report}"
+    );
+    destroy_clean(sb).await;
+}
+
+#[tokio::test]
 async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
     let spec = SandboxSpec {
         network: Network::Policy(EgressPolicy {
