@@ -579,10 +579,15 @@ impl GvisorLauncher {
             }
         }
         // Containers runsc knows that have no directory (a crash between the two).
+        // Looked at again now: a sandbox created since the listing above has its
+        // directory (made before its container) and is not an orphan.
         if self.runsc_root().exists() {
             let out = self.runsc(&["list", "-quiet"]).await?;
             for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim) {
-                if check_id(id).is_ok() && !known.iter().any(|k| k == id) {
+                if check_id(id).is_ok()
+                    && !known.iter().any(|k| k == id)
+                    && !self.state_root.join(id).exists()
+                {
                     match self.remove(id).await {
                         Ok(()) => report.reaped.push(id.to_string()),
                         Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
