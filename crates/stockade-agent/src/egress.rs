@@ -31,8 +31,8 @@ use stockade_agent_proto::{EgressDenial, now_ms};
 
 use crate::proxy;
 
-/// Lookup denials kept (the oldest go first).
-const MAX_DNS_DENIALS: usize = 1024;
+/// Refusals of lookups and of the proxy's checks kept (the oldest go first).
+const MAX_RECORDED: usize = 1024;
 /// The deny sets' element timeout (`timeout 1h` in the ruleset).
 const DENY_SET_TIMEOUT_MS: u64 = 3_600_000;
 /// How long one upstream resolver gets to answer each send of a query (sent again
@@ -117,7 +117,7 @@ struct Shared {
     resolved: Mutex<HashMap<IpAddr, (String, Instant)>>,
     /// Refusals of lookups and of the proxy's checks (connection refusals are in
     /// the ruleset's deny sets).
-    dns_denials: Mutex<VecDeque<EgressDenial>>,
+    recorded: Mutex<VecDeque<EgressDenial>>,
     /// Serializes nft runs (a policy swap replaces the table the resolver adds to).
     nft_lock: Mutex<()>,
     nft: String,
@@ -128,20 +128,22 @@ struct Shared {
 /// handles, so these threads inherit the mask).
 pub fn start(
     s: Sockets,
-    policy: EgressPlan,
+    mut policy: EgressPlan,
     nft: String,
     state_dir: PathBuf,
 ) -> Result<(), String> {
+    // Taken out of the plan the resolver and the proxy clone per query and per
+    // connection: the roots alone are hundreds of kilobytes.
     let intercept = policy
         .tls
-        .as_deref()
-        .map(proxy::Intercept::new)
+        .take()
+        .map(|t| proxy::Intercept::new(&t))
         .transpose()?;
     let shared = Arc::new(Shared {
         policy: Mutex::new(policy),
         intercept,
         resolved: Mutex::new(HashMap::new()),
-        dns_denials: Mutex::new(VecDeque::new()),
+        recorded: Mutex::new(VecDeque::new()),
         nft_lock: Mutex::new(()),
         nft,
         state_dir,
@@ -391,8 +393,8 @@ fn record_dns(sh: &Shared, name: &str, rule: String) {
 }
 
 fn keep(sh: &Shared, denial: EgressDenial) {
-    if let Ok(mut d) = sh.dns_denials.lock() {
-        if d.len() >= MAX_DNS_DENIALS {
+    if let Ok(mut d) = sh.recorded.lock() {
+        if d.len() >= MAX_RECORDED {
             d.pop_front();
         }
         d.push_back(denial);
@@ -540,7 +542,7 @@ fn denials(sh: &Shared, since_ms: u64) -> Result<Vec<EgressDenial>, String> {
     let now = now_ms();
     let resolved = sh.resolved.lock().map(|r| r.clone()).unwrap_or_default();
     let mut out: Vec<EgressDenial> = sh
-        .dns_denials
+        .recorded
         .lock()
         .map(|d| d.iter().filter(|d| d.at_ms >= since_ms).cloned().collect())
         .unwrap_or_default();

@@ -155,18 +155,9 @@ impl Credential {
                 ports: Ports::List(p),
                 ..
             }) if p == DEFAULT_ALLOW_PORTS => {
-                let opened = allow.iter().any(|r| {
-                    r.protocol != Protocol::Udp
-                        && match &r.target {
-                            NetTarget::Name(n) => *n == host,
-                            NetTarget::Wildcard(sfx) => {
-                                host.len() > sfx.len() + 1
-                                    && host.ends_with(sfx.as_str())
-                                    && host.as_bytes()[host.len() - sfx.len() - 1] == b'.'
-                            }
-                            NetTarget::Cidr(..) => false,
-                        }
-                });
+                let opened = allow
+                    .iter()
+                    .any(|r| r.protocol != Protocol::Udp && r.matches_name(&host));
                 if !opened {
                     out.push(format!(
                         "host {:?} is not opened on tcp by the allowlist; add \"{host}:443\" to allow",
