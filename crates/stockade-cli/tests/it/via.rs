@@ -157,13 +157,14 @@ impl Drop for Serve {
             }
         }
         // A daemon killed with `kill -9` during a create (`kill9`) leaves that
-        // sandbox's directory with its plan and no state: its monitor never ran, so
-        // nothing lives and no cgroup exists (the leak check looks for those); gc
-        // would take the directory only after its 30 s grace, so it goes here.
+        // sandbox's directory without a state (only its empty `root/`, or that and
+        // its plan): its monitor never ran, so nothing lives and no cgroup exists
+        // (the leak check looks for those); gc would take the directory only after
+        // its 30 s grace, so it goes here.
         if let Ok(dirs) = std::fs::read_dir(&self.root) {
             for d in dirs.flatten() {
                 let p = d.path();
-                if !p.join("state.json").exists() && p.join("plan.json").exists() {
+                if !p.join("state.json").exists() {
                     let _ = std::fs::remove_dir_all(&p);
                 }
             }
