@@ -35,7 +35,7 @@ it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
-(cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle::)
+(cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle:: egress::)
 # The same suites on the gvisor provider (real runsc; crates/stockade-gvisor/ci-setup.sh
 # installs it): the conformance cases and the attacks. The attacks below are skipped BY
 # NAME because the gvisor provider does not meet them yet (ARCHITECTURE.md, gvisor

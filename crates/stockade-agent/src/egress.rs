@@ -9,6 +9,13 @@
 //! that are not allowed are answered NXDOMAIN at once and nothing is sent. Each
 //! answer's addresses are added to the sandbox's nftables sets before the answer is
 //! passed on, for the record's TTL (at least `MIN_ANSWER_TTL_SECS`).
+//!
+//! Rootless, the monitor cannot enter the sandbox's network namespace (that needs
+//! CAP_SYS_ADMIN in the host's user namespace too), but it owns the sandbox's user
+//! namespace: a forked child joins that and the network namespace, makes the
+//! listeners there and hands them back over a socket pair (`SCM_RIGHTS`); every `nft`
+//! run enters the two namespaces with CAP_NET_ADMIN there only. The upstream sockets
+//! stay in the host's namespace as with root.
 
 use std::collections::{HashMap, VecDeque};
 use std::fs;
@@ -63,35 +70,74 @@ pub struct Sockets {
     tcp_upstream4: UdpSocket,
     tcp_upstream6: Option<UdpSocket>,
     control: UnixListener,
-    netns: fs::File,
+    ns: Namespaces,
     proxy: proxy::Listeners,
+}
+
+/// How the monitor acts in the sandbox's network namespace.
+enum Namespaces {
+    /// As root: a thread enters it (`setns`), and `nft` runs from that thread.
+    Enter(fs::File),
+    /// Rootless: `nft` is started in the sandbox's user and network namespaces with
+    /// CAP_NET_ADMIN there (the monitor's threads stay where they are).
+    Rootless { user: fs::File, net: fs::File },
+}
+
+impl Namespaces {
+    fn try_clone(&self) -> Result<Namespaces, String> {
+        let dup = |f: &fs::File| {
+            f.try_clone()
+                .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))
+        };
+        Ok(match self {
+            Namespaces::Enter(n) => Namespaces::Enter(dup(n)?),
+            Namespaces::Rootless { user, net } => Namespaces::Rootless {
+                user: dup(user)?,
+                net: dup(net)?,
+            },
+        })
+    }
+
+    /// Enters the network namespace on this thread (root), or nothing (rootless).
+    fn enter(&self) -> bool {
+        match self {
+            Namespaces::Enter(n) => nix::sched::setns(n, CloneFlags::CLONE_NEWNET).is_ok(),
+            Namespaces::Rootless { .. } => true,
+        }
+    }
 }
 
 /// Makes the resolver's sockets: the listener inside the sandbox's network namespace
 /// (entered and left by this thread), the upstream ones and the control socket here.
-pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
+pub fn prepare(state_dir: &Path, child: Pid, rootless: bool) -> Result<Sockets, String> {
     let upstream4 = UdpSocket::bind("0.0.0.0:0")
         .map_err(|e| format!("cannot open the resolver's upstream socket: {e}"))?;
     let upstream6 = UdpSocket::bind("[::]:0").ok();
     let tcp_upstream4 = UdpSocket::bind("0.0.0.0:0")
         .map_err(|e| format!("cannot open the resolver's upstream socket: {e}"))?;
     let tcp_upstream6 = UdpSocket::bind("[::]:0").ok();
-    let ours = fs::File::open("/proc/self/ns/net")
-        .map_err(|e| format!("cannot open our network namespace: {e}"))?;
-    let netns = fs::File::open(format!("/proc/{}/ns/net", child.as_raw()))
-        .map_err(|e| format!("cannot open the sandbox's network namespace: {e}"))?;
-    nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
-    let listen = UdpSocket::bind("0.0.0.0:53");
-    let listen_tcp = TcpListener::bind("0.0.0.0:53");
-    let proxy = proxy::bind();
-    nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
-        .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
-    let listen =
-        listen.map_err(|e| format!("cannot listen on port 53 in the sandbox's namespace: {e}"))?;
-    let listen_tcp = listen_tcp
-        .map_err(|e| format!("cannot listen on tcp port 53 in the sandbox's namespace: {e}"))?;
-    let proxy = proxy?;
+    let ns_file = |kind: &str| {
+        fs::File::open(format!("/proc/{}/ns/{kind}", child.as_raw()))
+            .map_err(|e| format!("cannot open the sandbox's {kind} namespace: {e}"))
+    };
+    let netns = ns_file("net")?;
+    let (listeners, ns) = if rootless {
+        let user = ns_file("user")?;
+        (
+            listeners_from_child(&user, &netns)?,
+            Namespaces::Rootless { user, net: netns },
+        )
+    } else {
+        let ours = fs::File::open("/proc/self/ns/net")
+            .map_err(|e| format!("cannot open our network namespace: {e}"))?;
+        nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("cannot enter the sandbox's network namespace: {e}"))?;
+        let made = bind_listeners();
+        nix::sched::setns(&ours, CloneFlags::CLONE_NEWNET)
+            .map_err(|e| format!("cannot return to the host network namespace: {e}"))?;
+        (made?, Namespaces::Enter(netns))
+    };
+    let (listen, listen_tcp, proxy) = listeners;
     let path = state_dir.join("net.sock");
     let _ = fs::remove_file(&path);
     let control = UnixListener::bind(&path)
@@ -104,9 +150,81 @@ pub fn prepare(state_dir: &Path, child: Pid) -> Result<Sockets, String> {
         tcp_upstream4,
         tcp_upstream6,
         control,
-        netns,
+        ns,
         proxy,
     })
+}
+
+type Listeners = (UdpSocket, TcpListener, proxy::Listeners);
+
+/// The resolver's and the proxy's listeners, in the network namespace this thread
+/// is in.
+fn bind_listeners() -> Result<Listeners, String> {
+    let listen = UdpSocket::bind("0.0.0.0:53")
+        .map_err(|e| format!("cannot listen on port 53 in the sandbox's namespace: {e}"))?;
+    let listen_tcp = TcpListener::bind("0.0.0.0:53")
+        .map_err(|e| format!("cannot listen on tcp port 53 in the sandbox's namespace: {e}"))?;
+    Ok((listen, listen_tcp, proxy::bind()?))
+}
+
+/// Rootless: a forked child joins the sandbox's user namespace (which we own, so it
+/// gets every capability there and none on the host) and its network namespace,
+/// binds the listeners and sends them back over a socket pair; this process keeps
+/// them. The caller is single-threaded (a fork's child of a threaded process could
+/// inherit a held lock).
+fn listeners_from_child(user: &fs::File, net: &fs::File) -> Result<Listeners, String> {
+    use std::os::fd::AsFd;
+    use stockade_sys::process::Forked;
+
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+        .map_err(|e| format!("cannot make a socket pair: {e}"))?;
+    match stockade_sys::process::fork()
+        .map_err(|e| format!("cannot fork to bind in the sandbox's namespace: {e}"))?
+    {
+        Forked::Child => {
+            drop(ours);
+            let made = nix::sched::setns(user, CloneFlags::CLONE_NEWUSER)
+                .map_err(|e| format!("cannot join the sandbox's user namespace: {e}"))
+                .and_then(|()| {
+                    nix::sched::setns(net, CloneFlags::CLONE_NEWNET)
+                        .map_err(|e| format!("cannot join the sandbox's network namespace: {e}"))
+                })
+                .and_then(|()| bind_listeners());
+            let sent = match &made {
+                Ok((udp, tcp, p)) => {
+                    let mut fds = vec![udp.as_fd(), tcp.as_fd()];
+                    fds.extend(p.fds());
+                    stockade_sys::net::send_fds(theirs.as_fd(), b"ok", &fds).is_ok()
+                }
+                Err(m) => (&theirs).write_all(m.as_bytes()).is_ok(),
+            };
+            stockade_sys::process::exit_now(i32::from(!sent));
+        }
+        Forked::Parent(pid) => {
+            drop(theirs);
+            let mut buf = [0u8; 1024];
+            let got = stockade_sys::net::recv_fds(ours.as_fd(), &mut buf);
+            let _ = nix::sys::wait::waitpid(pid, None);
+            let (n, fds) =
+                got.map_err(|e| format!("cannot receive the sandbox's listeners: {e}"))?;
+            let text = String::from_utf8_lossy(&buf[..n]).into_owned();
+            let mut fds = fds.into_iter();
+            match (text.as_str(), fds.next(), fds.next(), fds.next()) {
+                ("ok", Some(udp), Some(tcp), Some(v4)) => Ok((
+                    UdpSocket::from(udp),
+                    TcpListener::from(tcp),
+                    proxy::Listeners::from_parts(
+                        TcpListener::from(v4),
+                        fds.next().map(TcpListener::from),
+                    ),
+                )),
+                ("" | "ok", ..) => {
+                    Err("the child that binds in the sandbox's namespace died".to_string())
+                }
+                (why, ..) => Err(why.to_string()),
+            }
+        }
+    }
 }
 
 struct Shared {
@@ -121,6 +239,8 @@ struct Shared {
     /// Serializes nft runs (a policy swap replaces the table the resolver adds to).
     nft_lock: Mutex<()>,
     nft: String,
+    /// Rootless: the sandbox's user and network namespaces, which `nft` enters.
+    rootless_ns: Option<(fs::File, fs::File)>,
     state_dir: PathBuf,
 }
 
@@ -146,32 +266,30 @@ pub fn start(
         recorded: Mutex::new(VecDeque::new()),
         nft_lock: Mutex::new(()),
         nft,
+        rootless_ns: match s.ns.try_clone()? {
+            Namespaces::Enter(_) => None,
+            Namespaces::Rootless { user, net } => Some((user, net)),
+        },
         state_dir,
     });
-    let netns2 = s
-        .netns
-        .try_clone()
-        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
-    let netns3 = s
-        .netns
-        .try_clone()
-        .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))?;
+    let ns2 = s.ns.try_clone()?;
+    let ns3 = s.ns.try_clone()?;
     let sh = shared.clone();
     let (tcp, tcp_up4, tcp_up6) = (s.listen_tcp, s.tcp_upstream4, s.tcp_upstream6);
     std::thread::Builder::new()
         .name("resolver-tcp".into())
         .spawn(move || {
-            if nix::sched::setns(&netns3, CloneFlags::CLONE_NEWNET).is_ok() {
+            if ns3.enter() {
                 serve_dns_tcp(&sh, &tcp, &tcp_up4, tcp_up6.as_ref());
             }
         })
         .map_err(|e| format!("cannot start the resolver: {e}"))?;
     let sh = shared.clone();
-    let (listen, up4, up6, netns) = (s.listen, s.upstream4, s.upstream6, s.netns);
+    let (listen, up4, up6, ns) = (s.listen, s.upstream4, s.upstream6, s.ns);
     std::thread::Builder::new()
         .name("resolver".into())
         .spawn(move || {
-            if nix::sched::setns(&netns, CloneFlags::CLONE_NEWNET).is_ok() {
+            if ns.enter() {
                 serve_dns(&sh, &listen, &up4, up6.as_ref());
             }
         })
@@ -182,7 +300,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("net-control".into())
         .spawn(move || {
-            if nix::sched::setns(&netns2, CloneFlags::CLONE_NEWNET).is_ok() {
+            if ns2.enter() {
                 serve_control(&shared, &control);
             }
         })
@@ -474,11 +592,33 @@ fn open_addresses(sh: &Shared, addrs: &[(IpAddr, u32)], rules: &[&NameRule]) -> 
         return Ok(());
     }
     let _g = sh.nft_lock.lock();
-    run_nft(&sh.nft, &["-f", "-"], Some(&batch)).map(drop)
+    sh.run_nft(&["-f", "-"], Some(&batch)).map(drop)
 }
 
-fn run_nft(nft: &str, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
-    let mut child = Command::new(nft)
+impl Shared {
+    /// `nft ARGS` in the sandbox's network namespace: the calling thread's (root, see
+    /// [`Namespaces::enter`]), or entered by the child itself (rootless).
+    fn run_nft(&self, args: &[&str], stdin: Option<&str>) -> Result<String, String> {
+        let mut cmd = Command::new(&self.nft);
+        if let Some((user, net)) = &self.rootless_ns {
+            let dup = |f: &fs::File| {
+                f.try_clone()
+                    .map(std::os::fd::OwnedFd::from)
+                    .map_err(|e| format!("cannot duplicate the namespace fd: {e}"))
+            };
+            stockade_sys::process::enter_with_net_admin(&mut cmd, dup(user)?, dup(net)?);
+        }
+        run_nft(&self.nft, cmd, args, stdin)
+    }
+}
+
+fn run_nft(
+    nft: &str,
+    mut cmd: Command,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<String, String> {
+    let mut child = cmd
         .args(args)
         .stdin(if stdin.is_some() {
             Stdio::piped()
@@ -537,7 +677,7 @@ fn serve_control(sh: &Shared, control: &UnixListener) {
 fn denials(sh: &Shared, since_ms: u64) -> Result<Vec<EgressDenial>, String> {
     let text = {
         let _g = sh.nft_lock.lock();
-        run_nft(&sh.nft, &["list", "table", "inet", "stockade"], None)?
+        sh.run_nft(&["list", "table", "inet", "stockade"], None)?
     };
     let now = now_ms();
     let resolved = sh.resolved.lock().map(|r| r.clone()).unwrap_or_default();
@@ -703,7 +843,7 @@ fn set_policy(
     batch.push_str(firewall);
     {
         let _g = sh.nft_lock.lock();
-        run_nft(&sh.nft, &["-f", "-"], Some(&batch))?;
+        sh.run_nft(&["-f", "-"], Some(&batch))?;
         if let Ok(mut p) = sh.policy.lock() {
             *p = policy.clone();
         }

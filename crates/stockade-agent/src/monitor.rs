@@ -327,16 +327,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
                 ));
             }
             if policy.is_some() {
-                if rootless.is_some() {
-                    return Err(abort(
-                        (
-                            ErrorCode::Unavailable,
-                            "an egress policy needs root (its resolver runs in the sandbox's network namespace)".into(),
-                        ),
-                        None,
-                    ));
-                }
-                match egress::prepare(&plan.state_dir, child) {
+                match egress::prepare(&plan.state_dir, child, rootless.is_some()) {
                     Ok(s) => resolver = Some(s),
                     Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
                 }

@@ -50,6 +50,10 @@ const MAX_HEAD: usize = 64 * 1024;
 const MAX_CONNECTIONS: usize = 256;
 /// How long connecting to the original destination may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the answers to a connection's allowed requests may take once a later
+/// request on it was refused (the server may keep the connection open after ours
+/// ends).
+const DRAIN_AFTER_REFUSAL: Duration = Duration::from_secs(5);
 
 /// What the proxy needs of the monitor's egress state.
 pub trait Policy: Send + Sync + 'static {
@@ -75,6 +79,21 @@ pub fn bind() -> Result<Listeners, String> {
     // No IPv6 loopback when the namespace has IPv6 disabled: IPv4 only then.
     let v6 = TcpListener::bind(("::1", EGRESS_PROXY_PORT)).ok();
     Ok(Listeners { v4, v6 })
+}
+
+impl Listeners {
+    /// The listeners' descriptors (IPv4 first), to pass to another process.
+    pub fn fds(&self) -> Vec<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        std::iter::once(self.v4.as_fd())
+            .chain(self.v6.as_ref().map(AsFd::as_fd))
+            .collect()
+    }
+
+    /// Listeners received from another process (see [`Listeners::fds`]).
+    pub fn from_parts(v4: TcpListener, v6: Option<TcpListener>) -> Listeners {
+        Listeners { v4, v6 }
+    }
 }
 
 /// Starts the accept threads (from the host's namespace: upstream connections are
@@ -377,17 +396,26 @@ fn copy_then_close(from: &TcpStream, to: &TcpStream) {
 }
 
 /// A cleartext HTTP connection: each request's host is checked before it goes on.
+/// The answers come back through a thread that relays one response per request sent
+/// (so it knows when every answer asked for has arrived).
 fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy, by_address: bool) {
     let mut input = Input { buf: head };
     let mut up: Option<TcpStream> = None;
-    let mut back = None;
+    let mut back: Option<(std::sync::mpsc::Sender<Sent>, std::thread::JoinHandle<()>)> = None;
+    // A refused request after allowed ones on the same connection: the answers to
+    // those still reach the client, then the connection ends (no answer is sent for
+    // the refused one: the client's parser could not tell it from the server's).
+    let mut refused_later = false;
     loop {
         let req = match input.request_head(&mut &client) {
             Ok(Some(r)) => r,
             Ok(None) => break,
             Err(why) => {
                 policy.record("http", dest, None, why.clone());
-                refuse_http(&client, up.is_none(), &why);
+                refused_later = up.is_some();
+                if !refused_later {
+                    refuse_http(&client, &why);
+                }
                 break;
             }
         };
@@ -410,7 +438,10 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy,
             });
         if let Some((name, rule)) = why {
             policy.record("http", dest, name.as_deref(), rule.clone());
-            refuse_http(&client, up.is_none(), &rule);
+            refused_later = up.is_some();
+            if !refused_later {
+                refuse_http(&client, &rule);
+            }
             break;
         }
         if up.is_none() {
@@ -420,32 +451,77 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy,
             let (Ok(c2), Ok(u2)) = (client.try_clone(), u.try_clone()) else {
                 return;
             };
-            back = std::thread::Builder::new()
+            let (tx, rx) = std::sync::mpsc::channel();
+            let Ok(t) = std::thread::Builder::new()
                 .name("egress-back".into())
-                .spawn(move || copy_then_close(&u2, &c2))
-                .ok();
+                .spawn(move || relay_answers(&u2, &c2, &rx))
+            else {
+                reset(&client);
+                return;
+            };
+            back = Some((tx, t));
             up = Some(u);
         }
-        let Some(u) = up.as_ref() else { break };
-        if (&*u).write_all(&req.raw).is_err()
-            || input.body(&mut &client, &req.framing, &mut &*u).is_err()
-        {
+        let (Some(u), Some((tx, _))) = (up.as_ref(), back.as_ref()) else {
+            break;
+        };
+        if (&*u).write_all(&req.raw).is_err() {
+            break;
+        }
+        let _ = tx.send(Sent {
+            head_request: req.head_request,
+            upgrade: req.upgrade,
+        });
+        if input.body(&mut &client, &req.framing, &mut &*u).is_err() {
             break;
         }
         if req.upgrade {
             // A protocol switch (e.g. websocket): what follows is no longer HTTP.
             let _ = (&*u).write_all(&input.buf);
             copy_then_close(&client, u);
-            up = None;
             break;
         }
     }
-    if let Some(u) = up {
-        let _ = u.shutdown(Shutdown::Write);
+    if refused_later && let Some(u) = &up {
+        // A server that never answers what was asked does not hold this forever.
+        let _ = u.set_read_timeout(Some(DRAIN_AFTER_REFUSAL));
     }
-    if let Some(t) = back {
+    if let Some((tx, t)) = back {
+        // No more requests: the thread ends once the answers to those sent are in.
+        drop(tx);
         let _ = t.join();
     }
+    if let Some(u) = up {
+        let _ = u.shutdown(Shutdown::Both);
+    }
+    if refused_later {
+        let _ = client.shutdown(Shutdown::Both);
+    }
+}
+
+/// What the relay of answers needs to know of a request sent upstream.
+struct Sent {
+    head_request: bool,
+    upgrade: bool,
+}
+
+/// Relays one response per request sent, then closes the client's side for writing.
+/// After a protocol switch's `101` the rest is copied as it comes.
+fn relay_answers(up: &TcpStream, client: &TcpStream, sent: &std::sync::mpsc::Receiver<Sent>) {
+    let mut uin = Input { buf: Vec::new() };
+    while let Ok(req) = sent.recv() {
+        match relay_response(&mut uin, &mut &*up, &mut &*client, req.head_request) {
+            Ok(true) => {}
+            Ok(false) if req.upgrade => {
+                if (&*client).write_all(&uin.buf).is_ok() {
+                    let _ = io::copy(&mut &*up, &mut &*client);
+                }
+                break;
+            }
+            Ok(false) | Err(_) => break,
+        }
+    }
+    let _ = client.shutdown(Shutdown::Write);
 }
 
 /// A sandbox's credentials and what intercepting its TLS needs.
@@ -800,20 +876,17 @@ fn refuse_tls_http_status(down: &mut impl Write, status: &str, why: &str) {
 
 /// A refusal the code can read: a 403 before anything went upstream, else a reset
 /// (a response is already on its way to the client).
-fn refuse_http(client: &TcpStream, first: bool, why: &str) {
-    if first {
-        let body = format!("blocked by the sandbox's network policy: {why}\n");
-        let _ = (&*client).write_all(
-            format!(
-                "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nx-stockade-egress: denied\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        );
-        let _ = client.shutdown(Shutdown::Both);
-    } else {
-        reset(client);
-    }
+/// Answers a connection's first request with 403 and the reason, and closes it.
+fn refuse_http(client: &TcpStream, why: &str) {
+    let body = format!("blocked by the sandbox's network policy: {why}\n");
+    let _ = (&*client).write_all(
+        format!(
+            "HTTP/1.1 403 Forbidden\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\nx-stockade-egress: denied\r\n\r\n{body}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    let _ = client.shutdown(Shutdown::Both);
 }
 
 /// How a message's body ends.

@@ -270,13 +270,6 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
             })?;
             let (firewall, policy, resolv_conf) = match &spec.network {
                 Network::Policy(p) => {
-                    if ctx.rootless.is_some() {
-                        return Err(Error::Unavailable {
-                            what: "an egress allowlist on a rootless native sandbox".into(),
-                            reason: "the policy's resolver is served by the monitor inside the sandbox's network namespace, which needs root".into(),
-                            fix: "run as root, or use network \"egress\" (all of the public internet)".into(),
-                        });
-                    }
                     let upstreams = if ctx.dns_upstreams.is_empty() {
                         crate::egress::upstreams_from(&ctx.host.nameservers)
                     } else {

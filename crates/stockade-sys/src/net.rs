@@ -64,16 +64,114 @@ pub fn peer_pid(sock: std::os::fd::BorrowedFd<'_>) -> Result<i32> {
     Ok(cred.pid)
 }
 
+/// The most descriptors [`send_fds`] and [`recv_fds`] carry in one message.
+pub const MAX_PASSED_FDS: usize = 8;
+
+/// Sends `data` with `fds` attached (`SCM_RIGHTS`) over the unix socket `sock`.
+pub fn send_fds(
+    sock: std::os::fd::BorrowedFd<'_>,
+    data: &[u8],
+    fds: &[std::os::fd::BorrowedFd<'_>],
+) -> Result<()> {
+    use rustix::net::{SendAncillaryBuffer, SendAncillaryMessage, SendFlags};
+    if fds.len() > MAX_PASSED_FDS {
+        return Err(SysError::other(
+            "sendmsg",
+            format!("{} fds", fds.len()),
+            format!("at most {MAX_PASSED_FDS} descriptors per message"),
+        ));
+    }
+    let mut space =
+        [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_PASSED_FDS))];
+    let mut cmsg = SendAncillaryBuffer::new(&mut space);
+    if !fds.is_empty() && !cmsg.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(SysError::other(
+            "sendmsg",
+            "SCM_RIGHTS",
+            "no room for the descriptors",
+        ));
+    }
+    rustix::net::sendmsg(
+        sock,
+        &[std::io::IoSlice::new(data)],
+        &mut cmsg,
+        SendFlags::NOSIGNAL,
+    )
+    .map_err(|e| SysError::other("sendmsg", "SCM_RIGHTS", e.to_string()))?;
+    Ok(())
+}
+
+/// Receives one message into `buf` and the descriptors attached to it (close-on-exec
+/// here). Returns the bytes read and the descriptors, in the order sent.
+pub fn recv_fds(
+    sock: std::os::fd::BorrowedFd<'_>,
+    buf: &mut [u8],
+) -> Result<(usize, Vec<std::os::fd::OwnedFd>)> {
+    use rustix::net::{RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags};
+    let mut space =
+        [std::mem::MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_PASSED_FDS))];
+    let mut cmsg = RecvAncillaryBuffer::new(&mut space);
+    let got = rustix::net::recvmsg(
+        sock,
+        &mut [std::io::IoSliceMut::new(buf)],
+        &mut cmsg,
+        RecvFlags::CMSG_CLOEXEC,
+    )
+    .map_err(|e| SysError::other("recvmsg", "SCM_RIGHTS", e.to_string()))?;
+    let mut fds = Vec::new();
+    for m in cmsg.drain() {
+        if let RecvAncillaryMessage::ScmRights(passed) = m {
+            fds.extend(passed);
+        }
+    }
+    Ok((got.bytes, fds))
+}
+
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use std::io::{Read, Seek, Write};
     use std::os::fd::AsFd;
 
     #[test]
     fn peer_pid_is_ours_within_our_namespace() {
         let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
-        assert_eq!(
-            super::peer_pid(a.as_fd()).unwrap(),
-            std::process::id() as i32
-        );
+        assert_eq!(peer_pid(a.as_fd()).unwrap(), std::process::id() as i32);
+    }
+
+    #[test]
+    fn descriptors_cross_a_socket_pair_and_still_work() {
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut file = tempfile_in_tmp();
+        file.write_all(b"passed").unwrap();
+        send_fds(a.as_fd(), b"ok", &[file.as_fd()]).unwrap();
+        let mut buf = [0u8; 16];
+        let (n, fds) = recv_fds(b.as_fd(), &mut buf).unwrap();
+        assert_eq!(&buf[..n], b"ok");
+        assert_eq!(fds.len(), 1);
+        let mut got = std::fs::File::from(fds.into_iter().next().unwrap());
+        got.rewind().unwrap();
+        let mut text = String::new();
+        got.read_to_string(&mut text).unwrap();
+        assert_eq!(text, "passed");
+        // A message without descriptors has none, and too many are refused.
+        send_fds(a.as_fd(), b"no", &[]).unwrap();
+        let (n, fds) = recv_fds(b.as_fd(), &mut buf).unwrap();
+        assert_eq!((&buf[..n], fds.len()), (&b"no"[..], 0));
+        let many = vec![file.as_fd(); MAX_PASSED_FDS + 1];
+        assert!(send_fds(a.as_fd(), b"x", &many).is_err());
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("stockade-sys-fd-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
     }
 }
