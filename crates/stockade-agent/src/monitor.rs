@@ -21,7 +21,7 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use stockade_agent_proto::ErrorCode;
 use stockade_agent_proto::launch::{
-    LaunchPlan, LaunchReport, NetworkPlan, RootlessMaps, SandboxState, TlsIntercept, UsernsPlan,
+    LaunchPlan, LaunchReport, NetworkPlan, SandboxState, TlsIntercept, UsernsPlan,
 };
 use stockade_sys::process::{Forked, fork_into};
 
@@ -45,7 +45,7 @@ fn fail(code: ErrorCode, message: String) -> LaunchReport {
 
 /// Reads `LENGTH\n` and that many bytes from fd 0, unbuffered: what follows stays
 /// in the pipe.
-fn read_plan_bytes() -> Result<Vec<u8>, String> {
+pub(crate) fn read_plan_bytes() -> Result<Vec<u8>, String> {
     let mut len = Vec::new();
     let mut b = [0u8; 1];
     loop {
@@ -75,7 +75,7 @@ fn read_plan_bytes() -> Result<Vec<u8>, String> {
 }
 
 /// The rest of stdin: an egress policy's credentials and authority, or nothing.
-fn read_secrets() -> Result<Option<TlsIntercept>, String> {
+pub(crate) fn read_secrets() -> Result<Option<TlsIntercept>, String> {
     let mut rest = Vec::new();
     std::io::stdin()
         .read_to_end(&mut rest)
@@ -317,7 +317,9 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
             ..
         } => {
             // The firewall goes in before there is any route out.
-            if let Err(m) = apply_firewall(plan, nft, firewall, child, rootless) {
+            if let Err(m) =
+                apply_firewall(&plan.state_dir, nft, firewall, child, rootless.is_some())
+            {
                 return Err(abort(
                     (
                         ErrorCode::Unavailable,
@@ -332,7 +334,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
                     Err(m) => return Err(abort((ErrorCode::Unavailable, m), None)),
                 }
             }
-            match start_helper(plan, argv, child, rootless.is_some()) {
+            match start_helper(&plan.state_dir, argv, child, rootless.is_some()) {
                 Ok(h) => Some(h),
                 Err(m) => {
                     return Err(abort(
@@ -372,16 +374,16 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
 /// Loads the nftables ruleset inside the sandbox's network namespace: this thread
 /// enters it, runs `nft -f`, and comes back. The code inside has no CAP_NET_ADMIN, so
 /// it cannot change the rules.
-fn apply_firewall(
-    plan: &LaunchPlan,
+pub(crate) fn apply_firewall(
+    state_dir: &Path,
     nft: &str,
     ruleset: &str,
     child: Pid,
-    rootless: Option<&RootlessMaps>,
+    rootless: bool,
 ) -> Result<(), String> {
-    let file = plan.state_dir.join("firewall.nft");
+    let file = state_dir.join("firewall.nft");
     fs::write(&file, ruleset).map_err(|e| format!("cannot write {}: {e}", file.display()))?;
-    if rootless.is_some() {
+    if rootless {
         // Not root here: nft runs in the sandbox's user namespace (which owns its
         // network namespace) with CAP_NET_ADMIN there, and nowhere else.
         let ns = |kind: &str| {
@@ -429,7 +431,7 @@ fn apply_firewall(
 
 /// The user-mode NAT helper (slirp4netns). It exits by itself when `exit_w` closes,
 /// which happens when we exit, however we exit.
-struct Helper {
+pub(crate) struct Helper {
     pid: Pid,
     _exit_w: OwnedFd,
 }
@@ -438,8 +440,8 @@ struct Helper {
 const READY_FD: i32 = 10;
 const EXIT_FD: i32 = 11;
 
-fn start_helper(
-    plan: &LaunchPlan,
+pub(crate) fn start_helper(
+    state_dir: &Path,
     argv: &[String],
     child: Pid,
     rootless: bool,
@@ -448,7 +450,7 @@ fn start_helper(
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
     let (exit_r, exit_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let log_path = plan.state_dir.join("net-helper.log");
+    let log_path = state_dir.join("net-helper.log");
     let log = fs::File::create(&log_path).map_err(|e| format!("cannot create helper log: {e}"))?;
     let mut cmd = std::process::Command::new(&argv[0]);
     cmd.args(&argv[1..])
@@ -471,10 +473,7 @@ fn start_helper(
     // Drop our copies of the helper's pipe ends (held by the command's closures).
     drop(cmd);
     let pid = Pid::from_raw(spawned?.id() as i32);
-    let _ = fs::write(
-        plan.state_dir.join("net-helper.pid"),
-        pid.as_raw().to_string(),
-    );
+    let _ = fs::write(state_dir.join("net-helper.pid"), pid.as_raw().to_string());
     let mut ready = fs::File::from(ready_r);
     let mut byte = [0u8; 1];
     let came_up = {
@@ -497,7 +496,7 @@ fn start_helper(
     })
 }
 
-fn stop_helper(h: &Helper) {
+pub(crate) fn stop_helper(h: &Helper) {
     let _ = kill(h.pid, Signal::SIGKILL);
     let _ = waitpid(h.pid, None);
 }

@@ -1,4 +1,4 @@
-//! `stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR`:
+//! `stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR [NET_DIR]`:
 //! the host-side watcher of one docker sandbox; `stockade-agent gvisor-watch RUNSC
 //! RUNSC_ROOT ID INIT_PID OWNER_PID|- EXPIRES_MS STATE_DIR`: the same for a gVisor
 //! sandbox, removed with `runsc delete --force`.
@@ -9,6 +9,14 @@
 //! container through the Engine API (a forced delete kills everything in it) and the
 //! sandbox's state directory. When the container ends first (destroyed, or died under
 //! us) it exits and leaves the rest to the provider and to `stockade gc`.
+//!
+//! With `NET_DIR` (a docker sandbox with network), stdin carries the network half of
+//! a launch plan (`LENGTH\n`, the plan, then an egress policy's credentials if any),
+//! and the watcher is the container's network monitor as a native sandbox's monitor
+//! is: before it detaches it loads the firewall into the container's network
+//! namespace, binds the policy's resolver and proxy there and starts slirp4netns;
+//! detached, it serves them (`NET_DIR/net.sock` for denials and policy changes) until
+//! it exits with the sandbox.
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -39,12 +47,18 @@ struct Args {
     owner_pid: Option<i32>,
     expires_at_ms: u64,
     state_dir: String,
+    /// Docker with network: the directory of its network monitor.
+    net_dir: Option<String>,
 }
 
-const DOCKER_USAGE: &str = "usage: stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR";
+const DOCKER_USAGE: &str = "usage: stockade-agent docker-watch CONTAINER INIT_PID OWNER_PID|- EXPIRES_MS DOCKER_SOCKET STATE_DIR [NET_DIR]";
 const GVISOR_USAGE: &str = "usage: stockade-agent gvisor-watch RUNSC RUNSC_ROOT ID INIT_PID OWNER_PID|- EXPIRES_MS STATE_DIR IMAGE_LOCK|-";
 
 fn parse(gvisor: bool, args: &[String]) -> Result<Args, String> {
+    let (args, net_dir) = match args {
+        [first @ .., net] if !gvisor && args.len() == 7 => (first, Some(net.clone())),
+        _ => (args, None),
+    };
     let (engine, [container, init, owner, expires, state]) = (if gvisor {
         match args {
             [runsc, root, id, init, owner, expires, state, lock] => Some((
@@ -91,6 +105,7 @@ fn parse(gvisor: bool, args: &[String]) -> Result<Args, String> {
         },
         expires_at_ms: num("expiry", expires)? as u64,
         state_dir: state.clone(),
+        net_dir,
     })
 }
 
@@ -113,16 +128,60 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
             return 2;
         }
     };
-    // The provider waits for this parent half; the child lives on detached.
+    // Close-on-exec: slirp4netns, started by the child, must not hold it open.
+    let (started_r, started_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stockade-agent {role}: pipe: {e}");
+            return 1;
+        }
+    };
+    // The provider waits for this parent half; the child lives on detached. With a
+    // network monitor, the parent answers only once the child's threads serve.
     match fork() {
-        Ok(Forked::Parent(_)) => return 0,
+        Ok(Forked::Parent(_)) => {
+            drop(started_w);
+            let mut answer = String::new();
+            let _ = std::fs::File::from(started_r).read_to_string(&mut answer);
+            if answer == "ok" {
+                return 0;
+            }
+            eprintln!(
+                "stockade-agent {role}: {}",
+                if answer.is_empty() {
+                    "the detached watcher died while starting"
+                } else {
+                    &answer
+                }
+            );
+            return 1;
+        }
         Ok(Forked::Child) => {}
         Err(e) => {
             eprintln!("stockade-agent {role}: cannot fork: {e}");
             return 1;
         }
     }
+    drop(started_r);
+    let mut started = std::fs::File::from(started_w);
     let _ = nix::unistd::setsid();
+    // Docker with network: what needs this process single-threaded (the firewall,
+    // the listeners in the container's namespace, slirp4netns as our child) first,
+    // then the resolver's and proxy's threads.
+    let net = match &args.net_dir {
+        Some(dir) => match NetMonitor::prepare(std::path::Path::new(dir), args.init_pid)
+            .and_then(NetMonitor::serve)
+        {
+            Ok(helper) => Some(helper),
+            Err(e) => {
+                let _ = started.write_all(e.as_bytes());
+                exit_now(1)
+            }
+        },
+        None => None,
+    };
+    let _ = started.write_all(b"ok");
+    drop(started);
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
     // Held (never closed) until this process exits with the sandbox.
     let _image_in_use = match &args.engine {
@@ -163,7 +222,67 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
             }
         }
     }
+    if let Some(h) = &net {
+        crate::monitor::stop_helper(h);
+    }
     exit_now(0)
+}
+
+/// A docker sandbox's network monitor: what the native monitor does for its sandbox's
+/// network, for a container's.
+struct NetMonitor {
+    dir: std::path::PathBuf,
+    nft: String,
+    policy: Option<stockade_agent_proto::launch::EgressPlan>,
+    sockets: Option<crate::egress::Sockets>,
+    helper: crate::monitor::Helper,
+}
+
+impl NetMonitor {
+    /// Reads the network plan from stdin, loads the firewall, binds the policy's
+    /// listeners and starts slirp4netns, in the network namespace of process `pid`.
+    fn prepare(dir: &std::path::Path, pid: i32) -> Result<NetMonitor, String> {
+        use stockade_agent_proto::launch::NetworkPlan;
+        let bytes = crate::monitor::read_plan_bytes()
+            .map_err(|e| format!("cannot read the network plan: {e}"))?;
+        let plan: NetworkPlan =
+            serde_json::from_slice(&bytes).map_err(|e| format!("invalid network plan: {e}"))?;
+        let NetworkPlan::UserModeNat {
+            argv,
+            nft,
+            firewall,
+            mut policy,
+            ..
+        } = plan
+        else {
+            return Err("the network plan has no network to serve".into());
+        };
+        if let Some(p) = &mut policy {
+            p.tls = crate::monitor::read_secrets()?.map(Box::new);
+        }
+        let child = nix::unistd::Pid::from_raw(pid);
+        crate::monitor::apply_firewall(dir, &nft, &firewall, child, false)?;
+        let sockets = match policy {
+            Some(_) => Some(crate::egress::prepare(dir, child, false)?),
+            None => None,
+        };
+        let helper = crate::monitor::start_helper(dir, &argv, child, false)?;
+        Ok(NetMonitor {
+            dir: dir.to_path_buf(),
+            nft,
+            policy,
+            sockets,
+            helper,
+        })
+    }
+
+    /// Starts the resolver's, proxy's and control threads (a policy only).
+    fn serve(self) -> Result<crate::monitor::Helper, String> {
+        if let (Some(s), Some(p)) = (self.sockets, self.policy) {
+            crate::egress::start(s, p, self.nft, self.dir)?;
+        }
+        Ok(self.helper)
+    }
 }
 
 /// Why [`wait_for`] returned.

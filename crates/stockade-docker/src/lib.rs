@@ -28,7 +28,9 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::now_ms;
+use stockade_agent_proto::launch::NetworkPlan;
+use stockade_agent_proto::{EgressDenial, now_ms};
+use stockade_core::spec::Network;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
@@ -55,6 +57,8 @@ pub struct DockerLauncher {
     socket: PathBuf,
     state_root: PathBuf,
     image_store: Option<PathBuf>,
+    /// Resolvers an egress policy's allowed lookups go to; empty: the host's.
+    dns_upstreams: Vec<String>,
     docker: OnceCell<Docker>,
 }
 
@@ -63,6 +67,9 @@ impl Default for DockerLauncher {
         DockerLauncher::new()
     }
 }
+
+/// The directory of the state root holding each sandbox's network monitor directory.
+const NET_DIRS: &str = ".net";
 
 fn new_id() -> String {
     stockade_core::host::new_sandbox_id()
@@ -97,6 +104,7 @@ impl DockerLauncher {
             socket: engine::socket_path(),
             state_root: stockade_core::host::runtime_dir("stockade-docker"),
             image_store: None,
+            dns_upstreams: Vec::new(),
             docker: OnceCell::new(),
         }
     }
@@ -114,6 +122,13 @@ impl DockerLauncher {
     }
 
     /// Reads images dockerd lacks from the store at `root`.
+    /// Forwards the allowed lookups of sandboxes with an egress policy to these
+    /// resolvers instead of the host's (`/etc/resolv.conf`).
+    pub fn with_dns_upstreams(mut self, upstreams: &[std::net::SocketAddr]) -> DockerLauncher {
+        self.dns_upstreams = upstreams.iter().map(ToString::to_string).collect();
+        self
+    }
+
     pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> DockerLauncher {
         self.image_store = Some(root.into());
         self
@@ -137,6 +152,12 @@ impl DockerLauncher {
         image::ensure(docker, reference, self.image_store.as_deref(), progress)
             .await
             .map(|(_, s)| s)
+    }
+
+    /// Where the network monitor of sandbox `id` keeps its files and `net.sock`: not
+    /// below [`Self::dir`], which the container sees at `/.stockade`.
+    fn net_dir(&self, id: &str) -> PathBuf {
+        self.state_root.join(NET_DIRS).join(id)
     }
 
     fn dir(&self, id: &str) -> PathBuf {
@@ -216,6 +237,14 @@ impl DockerLauncher {
         let id = new_id();
         let dir = self.dir(&id);
         let agent_group = make_private_dir(&self.state_root, &dir, &self.socket)?;
+        let net = match self.prepare_network(spec, &id) {
+            Ok(n) => n,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                let _ = std::fs::remove_dir_all(self.net_dir(&id));
+                return Err(e);
+            }
+        };
         let input = plan::PlanInput {
             id: id.clone(),
             state_dir: dir.clone(),
@@ -225,9 +254,12 @@ impl DockerLauncher {
             owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
             image: facts,
             agent_group,
+            net: net.as_ref().map(|n| n.input.clone()),
         };
         let plan = plan::plan(spec, &input);
-        let result = self.start(docker, &id, &dir, &plan, &agent, opts).await;
+        let result = self
+            .start(docker, &id, &dir, &plan, &agent, opts, net.as_ref())
+            .await;
         if let Err(e) = result {
             let _ = self.remove(&id).await;
             return Err(e);
@@ -244,6 +276,7 @@ impl DockerLauncher {
         })
     }
 
+    #[allow(clippy::too_many_arguments)]
     async fn start(
         &self,
         docker: &Docker,
@@ -252,6 +285,7 @@ impl DockerLauncher {
         plan: &plan::Plan,
         agent: &Path,
         opts: &CreateOptions,
+        net: Option<&NetSetup>,
     ) -> Result<()> {
         let config = serde_json::to_vec(&plan.config)
             .map_err(|e| Error::Internal(format!("cannot encode the container config: {e}")))?;
@@ -316,22 +350,46 @@ impl DockerLauncher {
             .arg(plan.expires_at_ms.to_string())
             .arg(&self.socket)
             .arg(dir)
+            .args(net.map(|_| self.net_dir(id)))
             .env_clear()
-            .stdin(std::process::Stdio::null())
+            .stdin(if net.is_some() {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null());
+            .stderr(std::process::Stdio::piped());
         std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         // The watcher outlives its caller: it must not keep the caller's files and
         // sockets open.
         stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-        let status = tokio::process::Command::from(cmd)
-            .status()
+        let mut child = tokio::process::Command::from(cmd)
+            .spawn()
+            .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;
+        if let (Some(n), Some(mut stdin)) = (net, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            // The network plan, then the credentials (if any): see `docker-watch`.
+            let _ = stdin.write_all(&n.monitor_input).await;
+        }
+        let out = child
+            .wait_with_output()
             .await
             .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;
-        if !status.success() {
-            return Err(Error::Internal(format!(
-                "the watcher of sandbox {id} failed to start ({status})"
-            )));
+        if !out.status.success() {
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(if net.is_some() && !why.is_empty() {
+                Error::Unavailable {
+                    what: format!("network egress for sandbox {id}"),
+                    reason: why,
+                    fix: "see `stockade doctor` (slirp4netns and nftables must work as root)"
+                        .into(),
+                }
+            } else {
+                Error::Internal(format!(
+                    "the watcher of sandbox {id} failed to start ({}): {why}",
+                    out.status
+                ))
+            });
         }
         Ok(())
     }
@@ -360,6 +418,7 @@ impl DockerLauncher {
             }
             Err(e) => return Err(engine::docker_error(&format!("remove container {name}"), e)),
         }
+        let _ = std::fs::remove_dir_all(self.net_dir(id));
         match std::fs::remove_dir_all(self.dir(id)) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
@@ -408,6 +467,21 @@ impl DockerLauncher {
                 Some((id, state, labels))
             })
             .collect())
+    }
+
+    /// `info` with the network policy in force: a container's labels keep the one it
+    /// was created with, its network monitor's `state.json` the one `set_network` put
+    /// in place since.
+    fn with_live_network(&self, mut info: SandboxInfo) -> SandboxInfo {
+        let path = self.net_dir(&info.id).join("state.json");
+        if let Some(net) = std::fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("spec")?.get("network").cloned())
+        {
+            info.spec["network"] = net;
+        }
+        info
     }
 
     fn info_from_labels(id: &str, labels: &HashMap<String, String>) -> SandboxInfo {
@@ -481,7 +555,135 @@ impl DockerLauncher {
                 }
             }
         }
+        // Network monitor directories whose sandbox is gone (its watcher, and with it
+        // slirp4netns, ended with the container).
+        if let Ok(dir) = std::fs::read_dir(self.state_root.join(NET_DIRS)) {
+            for e in dir.flatten() {
+                let name = e.file_name().to_string_lossy().into_owned();
+                let live = containers.iter().any(|(id, _, _)| *id == name)
+                    && !report.reaped.contains(&name);
+                let young = e
+                    .metadata()
+                    .and_then(|m| m.modified())
+                    .map(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60))
+                    .unwrap_or(false);
+                if check_id(&name).is_ok() && !live && !young {
+                    let _ = std::fs::remove_dir_all(e.path());
+                }
+            }
+        }
         Ok(report)
+    }
+}
+
+/// A docker sandbox's network, prepared before its container exists.
+struct NetSetup {
+    /// What the container gets (files, environment, the applied line).
+    input: plan::NetInput,
+    /// The watcher's stdin: `LENGTH\n`, the network plan, the credentials if any.
+    monitor_input: Vec<u8>,
+}
+
+impl DockerLauncher {
+    /// For a spec with network: the native provider's network plan for this host (the
+    /// same firewall, resolver, proxy and credentials), the files the container
+    /// gets, written into the sandbox's network directory, and the monitor's input.
+    fn prepare_network(&self, spec: &ValidatedSpec, id: &str) -> Result<Option<NetSetup>> {
+        use std::os::unix::fs::DirBuilderExt;
+        if spec.network == Network::None {
+            return Ok(None);
+        }
+        if !stockade_core::host::is_root() {
+            return Err(Error::Unavailable {
+                what: "network egress on the docker provider".into(),
+                reason:
+                    "the container's network monitor enters its network namespace, which needs root"
+                        .into(),
+                fix: "run as root, or use the native provider (rootless too)".into(),
+            });
+        }
+        let policy = spec.network.policy();
+        let secrets = match policy {
+            Some(p) if !p.credentials.is_empty() => {
+                Some(stockade_native::egress::secrets(p, None)?)
+            }
+            _ => None,
+        };
+        let mut net_plan = stockade_native::network_plan_here(
+            &spec.network,
+            secrets.as_ref(),
+            &self.dns_upstreams,
+        )?;
+        let NetworkPlan::UserModeNat {
+            resolv_conf,
+            policy: egress,
+            ..
+        } = &mut net_plan
+        else {
+            return Err(Error::Internal("a network spec planned no network".into()));
+        };
+        let tls = egress.as_mut().and_then(|e| e.tls.take());
+        let dir = self.net_dir(id);
+        let io = |what: &str, p: &Path, e| Error::io(format!("cannot {what} {}", p.display()), e);
+        let parent = self.state_root.join(NET_DIRS);
+        match std::fs::DirBuilder::new().mode(0o700).create(&parent) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(io("create", &parent, e)),
+        }
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(|e| io("create", &dir, e))?;
+        let write = |name: &str, text: &str| -> Result<PathBuf> {
+            let p = dir.join(name);
+            std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
+            Ok(p)
+        };
+        let mut files = vec![(
+            write("resolv.conf", resolv_conf)?,
+            "/etc/resolv.conf".to_string(),
+        )];
+        // Where the monitor records a replaced policy (see `with_live_network`).
+        let shown = serde_json::json!({ "spec": { "network": spec.network.redacted() } });
+        write("state.json", &shown.to_string())?;
+        let mut env = std::collections::BTreeMap::new();
+        if let (Some(p), Some(s)) = (policy, &secrets) {
+            files.push((
+                write("ca.pem", &s.ca_cert_pem)?,
+                stockade_native::egress::SANDBOX_CA.to_string(),
+            ));
+            files.push((
+                write(
+                    "ca-bundle.pem",
+                    &format!("{}\n{}", s.host_bundle_pem.trim_end(), s.ca_cert_pem),
+                )?,
+                stockade_native::egress::SANDBOX_CA_BUNDLE.to_string(),
+            ));
+            env = stockade_native::egress::sandbox_env(p, s);
+        }
+        let applied = match policy {
+            Some(p) => stockade_native::egress::describe(p),
+            None => "network: egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string(),
+        };
+        let json = serde_json::to_vec(&net_plan)
+            .map_err(|e| Error::Internal(format!("cannot encode the network plan: {e}")))?;
+        let mut monitor_input = format!("{}\n", json.len()).into_bytes();
+        monitor_input.extend_from_slice(&json);
+        if let Some(t) = &tls {
+            monitor_input.extend(
+                serde_json::to_vec(t)
+                    .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
+            );
+        }
+        Ok(Some(NetSetup {
+            input: plan::NetInput {
+                files,
+                env,
+                applied,
+            },
+            monitor_input,
+        }))
     }
 }
 
@@ -612,9 +814,9 @@ impl Launcher for DockerLauncher {
     fn capabilities(&self) -> Capabilities {
         Capabilities {
             host_rootfs: false,
-            network_egress: false,
-            // Its resolver and firewall are not set up in a container's namespace yet.
-            network_policy: false,
+            // The host side enters the container's network namespace: root only.
+            network_egress: stockade_core::host::is_root(),
+            network_policy: stockade_core::host::is_root(),
             ..Capabilities::FULL_LINUX
         }
     }
@@ -690,7 +892,7 @@ impl Launcher for DockerLauncher {
             .await?
             .iter()
             .filter(|(_, state, _)| state == "running")
-            .map(|(id, _, l)| Self::info_from_labels(id, l))
+            .map(|(id, _, l)| self.with_live_network(Self::info_from_labels(id, l)))
             .collect())
     }
 
@@ -704,11 +906,32 @@ impl Launcher for DockerLauncher {
             return Err(self.gone(id, not_found(id)).await);
         }
         let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
-        Ok(Self::info_from_labels(id, &labels))
+        Ok(self.with_live_network(Self::info_from_labels(id, &labels)))
     }
 
     async fn gc(&self) -> Result<GcReport> {
         self.reap().await
+    }
+
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        check_id(id)?;
+        if self.inspect_container(id).await?.is_none() {
+            return Err(not_found(id));
+        }
+        stockade_native::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await
+    }
+
+    async fn set_network(&self, id: &str, network: &Network) -> Result<()> {
+        check_id(id)?;
+        let info = self.inspect(id).await?;
+        stockade_native::set_network_via(
+            &self.net_dir(id).join("net.sock"),
+            id,
+            network,
+            info.spec.get("network").cloned().unwrap_or_default(),
+            &self.dns_upstreams,
+        )
+        .await
     }
 
     async fn explain(&self, id: &str, error: Error) -> Error {

@@ -89,6 +89,20 @@ pub struct PlanInput {
     /// is not root (the docker socket's group): the agent starts with it as a
     /// supplementary group to reach its directory; each exec drops it.
     pub agent_group: Option<u32>,
+    /// With network: the files the container gets from its network monitor's
+    /// directory (its resolv.conf, its authority's certificates) and the environment
+    /// of an egress policy's credentials.
+    pub net: Option<NetInput>,
+}
+
+/// See [`PlanInput::net`].
+#[derive(Clone, Debug, Default)]
+pub struct NetInput {
+    /// Host files bound read-only at the given paths in the container.
+    pub files: Vec<(PathBuf, String)>,
+    pub env: BTreeMap<String, String>,
+    /// The applied line describing the network (the native planner's words).
+    pub applied: String,
 }
 
 /// A container to create.
@@ -140,6 +154,9 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         .map(|(k, v)| (k.to_string(), v.to_string()))
         .collect();
     env.extend(spec.base_env());
+    if let Some(n) = &input.net {
+        env.extend(n.env.clone());
+    }
     let mut landlock_writable = vec!["/tmp".to_string(), "/dev/shm".to_string()];
     if spec.writable {
         landlock_writable = vec!["/".to_string()];
@@ -177,6 +194,13 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
             .iter()
             .map(|m| bind(&m.host, &m.target.display().to_string(), !m.writable)),
     );
+    if let Some(n) = &input.net {
+        mounts.extend(
+            n.files
+                .iter()
+                .map(|(host, target)| bind(host, target, true)),
+        );
+    }
     let mut tmpfs = HashMap::new();
     tmpfs.insert(
         "/tmp".to_string(),
@@ -200,14 +224,9 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         (None, None)
     };
     let host_config = HostConfig {
-        network_mode: Some(
-            match spec.network {
-                Network::None => "none",
-                // Refused by the capability check before a plan is made.
-                Network::Egress | Network::Policy(_) => "bridge",
-            }
-            .to_string(),
-        ),
+        // With network too: the host side gives the container's own namespace a
+        // filtered slirp4netns (docker's bridge would reach the host's networks).
+        network_mode: Some("none".to_string()),
         readonly_rootfs: Some(!spec.writable),
         tmpfs: Some(tmpfs),
         mounts: Some(mounts),
@@ -234,14 +253,18 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
     if let Some(t) = input.owner_ticks {
         label.insert(labels::OWNER_TICKS.to_string(), t.to_string());
     }
+    // Credential values stay out of the labels (anyone with the docker socket reads
+    // them) and so out of `inspect`.
+    let mut shown = serde_json::to_value(spec.spec()).unwrap_or_default();
+    shown["network"] = serde_json::to_value(spec.network.redacted()).unwrap_or_default();
     label.insert(
         labels::SPEC.to_string(),
-        serde_json::to_string(spec.spec()).unwrap_or_default(),
+        serde_json::to_string(&shown).unwrap_or_default(),
     );
     for (k, v) in &spec.labels {
         label.insert(format!("{}{k}", labels::USER_PREFIX), v.clone());
     }
-    let applied = applied(spec, user, &workdir);
+    let applied = applied(spec, user, &workdir, input.net.as_ref());
     label.insert(
         labels::APPLIED.to_string(),
         serde_json::to_string(&applied).unwrap_or_default(),
@@ -271,7 +294,12 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
     }
 }
 
-fn applied(spec: &ValidatedSpec, user: stockade_spec::User, workdir: &str) -> Vec<String> {
+fn applied(
+    spec: &ValidatedSpec,
+    user: stockade_spec::User,
+    workdir: &str,
+    net: Option<&NetInput>,
+) -> Vec<String> {
     let l = &spec.limits;
     let h = spec.hardening;
     let mut v = vec![
@@ -285,9 +313,11 @@ fn applied(spec: &ValidatedSpec, user: stockade_spec::User, workdir: &str) -> Ve
             "/tmp: tmpfs {} (nosuid, nodev)",
             format_size(l.tmp_bytes)
         ),
-        match spec.network {
-            Network::None => "network: none (docker network mode none, loopback only)".to_string(),
-            Network::Egress | Network::Policy(_) => "network: docker bridge".to_string(),
+        match (&spec.network, net) {
+            (Network::None, _) | (_, None) => {
+                "network: none (docker network mode none, loopback only)".to_string()
+            }
+            (_, Some(n)) => n.applied.clone(),
         },
         format!(
             "cgroups: memory {} (swap = memory: no swap), cpu {} CPUs, pids {}",
@@ -345,6 +375,7 @@ mod tests {
             owner_ticks: Some(7),
             image: ImageFacts::default(),
             agent_group: None,
+            net: None,
         }
     }
 

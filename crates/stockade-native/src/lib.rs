@@ -517,15 +517,7 @@ impl Launcher for NativeLauncher {
                 id: id.to_string(),
             });
         }
-        let sock = dir.join("net.sock");
-        if !sock.exists() {
-            return Ok(Vec::new());
-        }
-        match net_request(&sock, &NetRequest::Denials { since_ms }).await? {
-            NetReply::Denials(d) => Ok(d),
-            NetReply::Failed(m) => Err(Error::Internal(m)),
-            NetReply::Done => Ok(Vec::new()),
-        }
+        egress_denied_via(&dir.join("net.sock"), since_ms).await
     }
 
     async fn set_network(&self, id: &str, network: &stockade_spec::Network) -> Result<()> {
@@ -534,46 +526,100 @@ impl Launcher for NativeLauncher {
             kind: "sandbox",
             id: id.to_string(),
         })?;
-        let sock = dir.join("net.sock");
-        if network.policy().is_some_and(|p| !p.credentials.is_empty()) {
-            return Err(Error::InvalidRequest(
-                "credentials are fixed when the sandbox is created (its environment holds \
-                 their placeholders); replace allow and deny only, and keep credentials out \
-                 of the new policy (the sandbox keeps the ones it has)"
-                    .into(),
-            ));
+        set_network_via(
+            &dir.join("net.sock"),
+            id,
+            network,
+            st.spec.get("network").cloned().unwrap_or_default(),
+            &self.dns_upstreams,
+        )
+        .await
+    }
+}
+
+/// The network half of a launch plan for a sandbox in a network namespace of its own
+/// that another provider made (docker): this host's layout and tools, the host's
+/// resolvers unless `dns_upstreams` names others.
+pub fn network_plan_here(
+    network: &stockade_spec::Network,
+    secrets: Option<&egress::EgressSecrets>,
+    dns_upstreams: &[String],
+) -> Result<NetworkPlan> {
+    let host = layout::detect();
+    let (slirp, nft) = (which("slirp4netns"), which("nft"));
+    plan::network_plan(
+        network,
+        &plan::NetContext {
+            host: &host,
+            slirp: slirp.as_deref(),
+            nft: nft.as_deref(),
+            dns_upstreams,
+            egress_secrets: secrets,
+            rootless: false,
+        },
+    )
+}
+
+/// The denials since `since_ms` that the network monitor serving `sock` (a policy
+/// sandbox's `net.sock`) recorded; none when the sandbox has no policy (no socket).
+pub async fn egress_denied_via(sock: &Path, since_ms: u64) -> Result<Vec<EgressDenial>> {
+    if !sock.exists() {
+        return Ok(Vec::new());
+    }
+    match net_request(sock, &NetRequest::Denials { since_ms }).await? {
+        NetReply::Denials(d) => Ok(d),
+        NetReply::Failed(m) => Err(Error::Internal(m)),
+        NetReply::Done => Ok(Vec::new()),
+    }
+}
+
+/// Replaces the policy of sandbox `id` through its network monitor's `sock`;
+/// `created_with` is the sandbox's current `network` (for the error when it has no
+/// policy).
+pub async fn set_network_via(
+    sock: &Path,
+    id: &str,
+    network: &stockade_spec::Network,
+    created_with: serde_json::Value,
+    dns_upstreams: &[String],
+) -> Result<()> {
+    if network.policy().is_some_and(|p| !p.credentials.is_empty()) {
+        return Err(Error::InvalidRequest(
+            "credentials are fixed when the sandbox is created (its environment holds \
+             their placeholders); replace allow and deny only, and keep credentials out \
+             of the new policy (the sandbox keeps the ones it has)"
+                .into(),
+        ));
+    }
+    let policy = match (network, sock.exists()) {
+        (stockade_spec::Network::Policy(p), true) => p,
+        (_, true) => {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} has an egress policy; it can be replaced by another policy, \
+                 not by network \"none\" or \"egress\" (an empty allowlist denies everything)"
+            )));
         }
-        let policy = match (network, sock.exists()) {
-            (stockade_spec::Network::Policy(p), true) => p,
-            (_, true) => {
-                return Err(Error::InvalidRequest(format!(
-                    "sandbox {id} has an egress policy; it can be replaced by another policy, \
-                     not by network \"none\" or \"egress\" (an empty allowlist denies everything)"
-                )));
-            }
-            (_, false) => {
-                let now = st.spec.get("network").cloned().unwrap_or_default();
-                return Err(Error::InvalidRequest(format!(
-                    "sandbox {id} was created with network {now}; only a sandbox created with \
-                     an egress policy (an allowlist) can change its policy live"
-                )));
-            }
-        };
-        let host = layout::detect();
-        let upstreams = if self.dns_upstreams.is_empty() {
-            egress::upstreams_from(&host.nameservers)
-        } else {
-            self.dns_upstreams.clone()
-        };
-        let req = NetRequest::SetPolicy {
-            firewall: egress::policy_firewall(policy, &host.host_addresses, &host.host_networks),
-            policy: egress::egress_plan(policy, upstreams),
-            network: serde_json::to_value(network).unwrap_or_default(),
-        };
-        match net_request(&sock, &req).await? {
-            NetReply::Failed(m) => Err(Error::Internal(m)),
-            _ => Ok(()),
+        (_, false) => {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} was created with network {created_with}; only a sandbox created with \
+                 an egress policy (an allowlist) can change its policy live"
+            )));
         }
+    };
+    let host = layout::detect();
+    let upstreams = if dns_upstreams.is_empty() {
+        egress::upstreams_from(&host.nameservers)
+    } else {
+        dns_upstreams.to_vec()
+    };
+    let req = NetRequest::SetPolicy {
+        firewall: egress::policy_firewall(policy, &host.host_addresses, &host.host_networks),
+        policy: egress::egress_plan(policy, upstreams),
+        network: serde_json::to_value(network).unwrap_or_default(),
+    };
+    match net_request(sock, &req).await? {
+        NetReply::Failed(m) => Err(Error::Internal(m)),
+        _ => Ok(()),
     }
 }
 

@@ -42,6 +42,88 @@ pub struct PlanContext {
     pub egress_secrets: Option<crate::egress::EgressSecrets>,
 }
 
+/// What the network half of a plan needs from the host.
+pub struct NetContext<'a> {
+    pub host: &'a HostLayout,
+    /// The user-mode NAT helper (`slirp4netns`), when installed.
+    pub slirp: Option<&'a Path>,
+    /// The nftables tool (`nft`), when installed.
+    pub nft: Option<&'a Path>,
+    /// Resolvers (`IP:PORT`) an egress policy's lookups go to; empty: the host's.
+    pub dns_upstreams: &'a [String],
+    /// An egress policy's credentials: the sandbox's authority and placeholders.
+    pub egress_secrets: Option<&'a crate::egress::EgressSecrets>,
+    /// Rootless (the helper cannot sandbox itself from outside our namespace).
+    pub rootless: bool,
+}
+
+/// The network half of a plan: what a sandbox in a network namespace of its own gets
+/// for `network` (a native sandbox's, and a docker container's, whose host side runs
+/// the same firewall, resolver and proxy).
+pub fn network_plan(network: &Network, ctx: &NetContext<'_>) -> Result<NetworkPlan, Error> {
+    Ok(match network {
+        Network::None => NetworkPlan::LoopbackOnly,
+        Network::Egress | Network::Policy(_) => {
+            let slirp = ctx.slirp.ok_or_else(|| Error::Unavailable {
+                what: "network egress".into(),
+                reason: "the user-mode NAT helper slirp4netns is not installed".into(),
+                fix: "apt-get install slirp4netns".into(),
+            })?;
+            let nft = ctx.nft.ok_or_else(|| Error::Unavailable {
+            what: "network egress".into(),
+            reason: "nft is not installed; it keeps the host's own network out of the sandbox's reach".into(),
+            fix: "apt-get install nftables".into(),
+        })?;
+            let (firewall, policy, resolv_conf) = match network {
+                Network::Policy(p) => {
+                    let upstreams = if ctx.dns_upstreams.is_empty() {
+                        crate::egress::upstreams_from(&ctx.host.nameservers)
+                    } else {
+                        ctx.dns_upstreams.to_vec()
+                    };
+                    if upstreams.is_empty() {
+                        return Err(Error::Unavailable {
+                        what: "an egress allowlist".into(),
+                        reason: "the host's /etc/resolv.conf names no resolver to forward allowed names to".into(),
+                        fix: "add a nameserver line to /etc/resolv.conf".into(),
+                    });
+                    }
+                    let mut names = crate::egress::egress_plan(p, upstreams);
+                    names.tls = ctx
+                        .egress_secrets
+                        .map(|s| Box::new(crate::egress::tls_intercept(p, s)));
+                    (
+                        crate::egress::policy_firewall(
+                            p,
+                            &ctx.host.host_addresses,
+                            &ctx.host.host_networks,
+                        ),
+                        Some(names),
+                        POLICY_RESOLV_CONF,
+                    )
+                }
+                _ => (
+                    firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
+                    None,
+                    RESOLV_CONF,
+                ),
+            };
+            NetworkPlan::UserModeNat {
+                argv: slirp_argv(slirp)
+                    .into_iter()
+                    // Rootless, slirp4netns's own sandbox (a mount namespace it makes
+                    // as root of ours) cannot be set up from outside our namespace.
+                    .filter(|a| !ctx.rootless || a != "--enable-sandbox")
+                    .collect(),
+                resolv_conf: resolv_conf.into(),
+                nft: nft.display().to_string(),
+                firewall,
+                policy,
+            }
+        }
+    })
+}
+
 fn has_userns(ctx: &PlanContext) -> bool {
     ctx.userns.is_some() || ctx.rootless.is_some()
 }
@@ -255,68 +337,17 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         rlimit_nproc: None,
         sweep_orphans: false,
     };
-    let network = match &spec.network {
-        Network::None => NetworkPlan::LoopbackOnly,
-        Network::Egress | Network::Policy(_) => {
-            let slirp = ctx.slirp.as_ref().ok_or_else(|| Error::Unavailable {
-                what: "network egress".into(),
-                reason: "the user-mode NAT helper slirp4netns is not installed".into(),
-                fix: "apt-get install slirp4netns".into(),
-            })?;
-            let nft = ctx.nft.as_ref().ok_or_else(|| Error::Unavailable {
-                what: "network egress".into(),
-                reason: "nft is not installed; it keeps the host's own network out of the sandbox's reach".into(),
-                fix: "apt-get install nftables".into(),
-            })?;
-            let (firewall, policy, resolv_conf) = match &spec.network {
-                Network::Policy(p) => {
-                    let upstreams = if ctx.dns_upstreams.is_empty() {
-                        crate::egress::upstreams_from(&ctx.host.nameservers)
-                    } else {
-                        ctx.dns_upstreams.clone()
-                    };
-                    if upstreams.is_empty() {
-                        return Err(Error::Unavailable {
-                            what: "an egress allowlist".into(),
-                            reason: "the host's /etc/resolv.conf names no resolver to forward allowed names to".into(),
-                            fix: "add a nameserver line to /etc/resolv.conf".into(),
-                        });
-                    }
-                    let mut names = crate::egress::egress_plan(p, upstreams);
-                    names.tls = ctx
-                        .egress_secrets
-                        .as_ref()
-                        .map(|s| Box::new(crate::egress::tls_intercept(p, s)));
-                    (
-                        crate::egress::policy_firewall(
-                            p,
-                            &ctx.host.host_addresses,
-                            &ctx.host.host_networks,
-                        ),
-                        Some(names),
-                        POLICY_RESOLV_CONF,
-                    )
-                }
-                _ => (
-                    firewall(&ctx.host.host_addresses, &ctx.host.host_networks),
-                    None,
-                    RESOLV_CONF,
-                ),
-            };
-            NetworkPlan::UserModeNat {
-                argv: slirp_argv(slirp)
-                    .into_iter()
-                    // Rootless, slirp4netns's own sandbox (a mount namespace it makes
-                    // as root of ours) cannot be set up from outside our namespace.
-                    .filter(|a| ctx.rootless.is_none() || a != "--enable-sandbox")
-                    .collect(),
-                resolv_conf: resolv_conf.into(),
-                nft: nft.display().to_string(),
-                firewall,
-                policy,
-            }
-        }
-    };
+    let network = network_plan(
+        &spec.network,
+        &NetContext {
+            host: &ctx.host,
+            slirp: ctx.slirp.as_deref(),
+            nft: ctx.nft.as_deref(),
+            dns_upstreams: &ctx.dns_upstreams,
+            egress_secrets: ctx.egress_secrets.as_ref(),
+            rootless: ctx.rootless.is_some(),
+        },
+    )?;
     let cgroups = cgroup_plan(spec, ctx)?;
     let applied = applied(spec, ctx, &cgroups, &network);
     Ok(LaunchPlan {

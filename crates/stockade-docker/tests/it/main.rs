@@ -5,6 +5,7 @@
 //! a missing part fails the tests; elsewhere they are skipped loudly.
 
 mod attacks;
+mod egress;
 mod kernel;
 mod lifecycle;
 
