@@ -11,12 +11,13 @@ export PIP_CACHE_DIR=${PIP_CACHE_DIR:-/var/cache/stockade/pip-cache}
 export npm_config_cache=${npm_config_cache:-/var/cache/stockade/npm-cache}
 venv=${STOCKADE_E2B_VENV:-/var/cache/stockade/venv-e2b}
 npmdir=${STOCKADE_E2B_NPM:-/var/cache/stockade/e2b-npm}
-pins="e2b==2.63.0 e2b-code-interpreter==2.11.5 pytest==9.2.0"
+# The PyPI SDKs, pytest and smolagents: every package pinned in tests/requirements.txt;
+# the venv is made again when that file changes.
+pins=$(sha256sum tests/requirements.txt | cut -d' ' -f1)
 if [ ! -f "$venv/.pins" ] || [ "$(cat "$venv/.pins")" != "$pins" ]; then
   rm -rf "$venv"
   python3 -m venv "$venv"
-  # shellcheck disable=SC2086
-  "$venv/bin/pip" install --quiet $pins
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/requirements.txt
   echo "$pins" > "$venv/.pins"
 fi
 # The npm SDKs: installed with `npm ci` from the committed lock file (every package,

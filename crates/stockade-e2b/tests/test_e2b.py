@@ -220,6 +220,9 @@ def test_run_code_keeps_state_and_reports_errors(server):
         assert ex.error.value == "division by zero"
         assert "f()" in ex.error.traceback and "1 / 0" in ex.error.traceback
         assert s.run_code("'still' + ' here'").text == "still here"
+        # Jupyter's `!command` lines run in the shell, their output the cell's stdout.
+        ex = s.run_code("!echo shell-$((6*7)); false\nx")
+        assert ex.logs.stdout == ["shell-42\n"] and ex.text == "20" and ex.error is None
         # A cell cut off by the client's timeout is interrupted; the globals stay.
         with pytest.raises(TimeoutException):
             s.run_code("while True:\n    pass", timeout=3)
