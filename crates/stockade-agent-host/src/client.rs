@@ -88,7 +88,11 @@ pub async fn exec<T: Transport + ?Sized>(
 ) -> Result<ExecOutcome, Error> {
     let ExecIo { output, input } = io;
     req.stream = output.is_some();
-    let mut s = open(id, transport, &ClientMsg::Exec(req)).await?;
+    let msg = match req.uid {
+        Some(uid) => ClientMsg::ExecAs { uid, req },
+        None => ClientMsg::Exec(req),
+    };
+    let mut s = open(id, transport, &msg).await?;
     let Some(mut input) = input else {
         return exec_events(id, &mut s, output).await;
     };
@@ -100,6 +104,7 @@ pub async fn exec<T: Transport + ?Sized>(
                 ExecInput::Stdin(d) => ClientMsg::Stdin(d),
                 ExecInput::CloseStdin => ClientMsg::CloseStdin,
                 ExecInput::Kill => ClientMsg::Kill,
+                ExecInput::Signal(n) => ClientMsg::Signal(n),
             };
             let Ok(buf) = stockade_agent_proto::codec::encode(&msg) else {
                 break;

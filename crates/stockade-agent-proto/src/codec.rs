@@ -95,6 +95,29 @@ mod tests {
     use crate::{AgentMsg, ClientMsg, ExecOutcome, ExecRequest};
 
     #[test]
+    fn signal_and_exec_as_leave_the_older_messages_bytes_alone() {
+        // The variant indexes older agents know are unchanged (postcard encodes the
+        // index first): Kill is still 5, File 6; the new ones come after.
+        assert_eq!(encode(&ClientMsg::Kill).unwrap()[4..], [5]);
+        assert_eq!(encode(&ClientMsg::Signal(15)).unwrap()[4..], [7, 30]);
+        // A request's uid is not in its bytes: an `Exec` is what it always was.
+        let mut req = ExecRequest::new(["true"]);
+        let plain = encode(&ClientMsg::Exec(req.clone())).unwrap();
+        req.uid = Some(0);
+        assert_eq!(encode(&ClientMsg::Exec(req.clone())).unwrap(), plain);
+        let as_root = encode(&ClientMsg::ExecAs {
+            uid: 0,
+            req: req.clone(),
+        })
+        .unwrap();
+        let back: ClientMsg = read_msg(&mut &as_root[..]).unwrap().unwrap();
+        match back {
+            ClientMsg::ExecAs { uid: 0, req: r } => assert_eq!(r.argv, req.argv),
+            other => panic!("decoded as {other:?}"),
+        }
+    }
+
+    #[test]
     fn round_trips_messages() {
         let mut buf = Vec::new();
         let req = ClientMsg::Exec(ExecRequest::new(["echo", "hi"]));

@@ -470,8 +470,10 @@ pub struct ExecPolicy {
     pub landlock_writable: Option<Vec<String>>,
     /// The agent exits (ending the sandbox) after this long without requests.
     pub idle_timeout_ms: Option<u64>,
-    /// uid 0 keeps [`ROOT_CAPS`] (inside a user namespace, where they reach only what
-    /// the sandbox's own ids own) instead of dropping every capability.
+    /// The sandbox has its own user namespace: uid 0 (its user, or an exec asking for
+    /// it) keeps [`ROOT_CAPS`] there, where they reach only what the sandbox's own ids
+    /// own, instead of dropping every capability; and an exec may ask for another uid
+    /// of the namespace (`ExecRequest::uid`).
     #[serde(default)]
     pub root_caps: bool,
     /// The oldest landlock ABI the exec accepts (default: 3, which handles

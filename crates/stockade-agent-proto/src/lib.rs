@@ -100,6 +100,14 @@ pub struct ExecRequest {
     /// when it passes before the command exits.
     #[serde(default)]
     pub background: bool,
+    /// Run as this uid of the sandbox (its gid the same number) instead of the
+    /// sandbox's user; `Some(0)` is root of the sandbox's own user namespace, with
+    /// [`launch::ROOT_CAPS`] and no host privilege. Agents honour it only in a sandbox
+    /// with a user namespace. Not in the request's serialized form: it travels as
+    /// [`ClientMsg::ExecAs`], so a request without it is the same bytes as before and
+    /// an older agent still understands it.
+    #[serde(skip)]
+    pub uid: Option<u32>,
 }
 
 impl ExecRequest {
@@ -115,6 +123,7 @@ impl ExecRequest {
             stream: false,
             keep_stdin_open: false,
             background: false,
+            uid: None,
         }
     }
 }
@@ -213,6 +222,13 @@ pub enum ClientMsg {
     Kill,
     /// A file operation, run as the sandbox user; answered with `FileDone` or `Error`.
     File(files::FileOp),
+    /// Send this signal (1 to 64) to the running exec's main process; the exec goes on
+    /// until that process ends (on its own, or by the signal). Added after the other
+    /// messages, so their encoding (postcard's variant index) is unchanged; an older
+    /// agent answers it as an unexpected message by ending the exec, as for `Kill`.
+    Signal(i32),
+    /// [`ClientMsg::Exec`] as another uid of the sandbox ([`ExecRequest::uid`]).
+    ExecAs { uid: u32, req: ExecRequest },
 }
 
 /// Messages from the agent to the host side.

@@ -216,7 +216,15 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             let answer = crate::fileop::spawn(op, &shared.policy, &shared.helpers);
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())
         }
-        Some(ClientMsg::Exec(req)) => {
+        Some(msg @ (ClientMsg::Exec(_) | ClientMsg::ExecAs { .. })) => {
+            let req = match msg {
+                ClientMsg::ExecAs { uid, mut req } => {
+                    req.uid = Some(uid);
+                    req
+                }
+                ClientMsg::Exec(req) => req,
+                _ => unreachable!("matched above"),
+            };
             let conn = Arc::new(Mutex::new(stream.try_clone().map_err(|e| e.to_string())?));
             let outcome = {
                 let _running = shared
@@ -273,7 +281,8 @@ fn run_exec(
     shared: &Shared,
 ) -> Result<ExecOutcome, String> {
     let started = Instant::now();
-    let mut env: BTreeMap<String, String> = shared.policy.env.clone();
+    let policy = exec_policy(&shared.policy, req.uid)?;
+    let mut env: BTreeMap<String, String> = policy.env.clone();
     env.extend(req.env.clone());
     let config = ShimConfig {
         argv: req.argv.clone(),
@@ -283,7 +292,7 @@ fn run_exec(
             .clone()
             .unwrap_or_else(|| shared.policy.workdir.clone()),
         timeout_ms: req.timeout_ms,
-        policy: shared.policy.clone(),
+        policy,
         background: req.background,
     };
     let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
@@ -324,6 +333,36 @@ fn run_exec(
         Err(_) => cleanup::kill_orphans(&shared.helpers, shim),
     }
     outcome
+}
+
+/// The policy of one exec: the sandbox's, or, for an exec asking for another uid, the
+/// same with that uid and gid. Another uid needs the sandbox's own user namespace
+/// (`root_caps`): there uid 0 is root of that namespace only. Without one the sandbox's
+/// ids are host ids, and the request is refused.
+fn exec_policy(policy: &ExecPolicy, uid: Option<u32>) -> Result<ExecPolicy, String> {
+    let mut p = policy.clone();
+    match uid {
+        None => {}
+        Some(u) if u == policy.uid => {}
+        Some(u) if !policy.root_caps => {
+            return Err(format!(
+                "cannot run an exec as uid {u}: this sandbox has no user namespace of its own, \
+                 so its uids are host uids; it runs every exec as uid {}",
+                policy.uid
+            ));
+        }
+        Some(u) if u >= stockade_agent_proto::launch::ID_RANGE_SIZE => {
+            return Err(format!(
+                "cannot run an exec as uid {u}: the sandbox's user namespace maps uids 0 to {}",
+                stockade_agent_proto::launch::ID_RANGE_SIZE - 1
+            ));
+        }
+        Some(u) => {
+            p.uid = u;
+            p.gid = u;
+        }
+    }
+    Ok(p)
 }
 
 /// A started shim's control socket and the exec's stdio pipes.
@@ -385,6 +424,12 @@ fn shim_exec(
                 }
                 Ok(Some(ClientMsg::CloseStdin)) => {
                     let _ = stdin_tx.send(None);
+                }
+                // A number that is no signal is ignored (the shim parses it as one).
+                Ok(Some(ClientMsg::Signal(n))) => {
+                    if (1..=64).contains(&n) && !done_c.load(Ordering::SeqCst) {
+                        let _ = ctl_for_client.write_all(format!("signal {n}\n").as_bytes());
+                    }
                 }
                 Ok(Some(_)) | Ok(None) | Err(_) => {
                     if !done_c.load(Ordering::SeqCst) {

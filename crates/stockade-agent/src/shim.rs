@@ -250,9 +250,17 @@ fn wait_child(
             Ok(_) => {
                 if buffered || fds[0].revents().is_some_and(|r| !r.is_empty()) {
                     let mut line = String::new();
+                    // "signal N": passed to the main child, which decides what it does.
                     // "kill" or end of stream: the caller gave up on this exec.
-                    if ctl
-                        .read_line(&mut line)
+                    let read = ctl.read_line(&mut line);
+                    if let Some(n) = line.trim().strip_prefix("signal ")
+                        && let Ok(sig) = n.parse::<i32>().map(Signal::try_from)
+                        && let Ok(sig) = sig
+                    {
+                        let _ = kill(child, sig);
+                        continue;
+                    }
+                    if read
                         .map(|n| n == 0 || line.trim() == "kill")
                         .unwrap_or(true)
                     {

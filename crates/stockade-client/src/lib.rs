@@ -331,6 +331,13 @@ impl RemoteProvider {
         output: Option<OutputSender>,
         mut input: Option<InputReceiver>,
     ) -> Result<ExecOutcome> {
+        if let Some(uid) = req.uid {
+            return Err(Error::Unavailable {
+                what: format!("running an exec as uid {uid} through the daemon API"),
+                reason: "the daemon's exec request carries no uid".into(),
+                fix: "leave the exec's uid unset, or run it in the daemon's process (the E2B API does)".into(),
+            });
+        }
         let mut stream = self
             .client()
             .exec_stream(self.req(convert::exec_request(id, &req)))
@@ -359,7 +366,10 @@ impl RemoteProvider {
                                     ExecInput::CloseStdin => {
                                         me.exec_input(&exec_id, Vec::new(), true).await
                                     }
-                                    ExecInput::Kill => me.cancel_exec(&exec_id).await,
+                                    // The daemon API ends an exec; it sends no other signal.
+                                    ExecInput::Kill | ExecInput::Signal(_) => {
+                                        me.cancel_exec(&exec_id).await
+                                    }
                                 };
                                 if sent.is_err() {
                                     break;

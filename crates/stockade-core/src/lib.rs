@@ -47,6 +47,10 @@ pub enum ExecInput {
     CloseStdin,
     /// Kill everything the exec started; the exec then ends with its outcome.
     Kill,
+    /// Send this signal to the exec's main process; the exec ends when that process
+    /// does. Providers that cannot signal (wasm, and the daemon API) end the exec as
+    /// for [`ExecInput::Kill`].
+    Signal(i32),
 }
 
 /// Where a caller sends [`ExecInput`] to a running exec.
@@ -96,6 +100,13 @@ where
             fix: "pass all of stdin with the request".into(),
         });
     }
+    if let Some(uid) = req.uid {
+        return Err(Error::Unavailable {
+            what: format!("running an exec as uid {uid} on the {provider} provider"),
+            reason: "this provider runs every exec as the sandbox's user".into(),
+            fix: "leave the exec's uid unset".into(),
+        });
+    }
     let Some(mut input) = input else {
         return exec.await;
     };
@@ -106,7 +117,7 @@ where
         tokio::select! {
             r = &mut exec => return r,
             m = input.recv(), if open => match m {
-                Some(ExecInput::Kill) => {
+                Some(ExecInput::Kill | ExecInput::Signal(_)) => {
                     return Ok(ExecOutcome {
                         exit_code: 128 + 9,
                         signal: Some(9),

@@ -84,8 +84,19 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             ),
         );
     }
-    if let Err(e) = check_user(req.headers()) {
-        return e.into_response();
+    let uid = match user_of(req.headers()) {
+        Ok(u) => u,
+        Err(e) => return e.into_response(),
+    };
+    // Root is served for commands (root of the sandbox's own user namespace); file
+    // operations run as the sandbox's user only.
+    if uid.is_some() && path.starts_with("/filesystem.") {
+        return ConnectError::new(
+            "unauthenticated",
+            "user \"root\" is served for commands only: Stockade's E2B sandboxes serve file \
+             operations as \"user\" (uid 1000); run them as \"user\", or through a root command",
+        )
+        .into_response();
     }
     let timeout_ms = header_u64(req.headers(), "connect-timeout-ms");
     let keepalive = header_u64(req.headers(), "keepalive-ping-interval")
@@ -96,7 +107,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             .into_response();
     };
     match path.as_str() {
-        "/process.Process/Start" => match process::start(&e2b, &s, &body, timeout_ms).await {
+        "/process.Process/Start" => match process::start(&e2b, &s, &body, timeout_ms, uid).await {
             Ok(st) => connect::stream_response(st),
             Err(e) => connect::stream_error(e),
         },
@@ -146,12 +157,13 @@ fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
         .and_then(|v| v.trim().parse::<u64>().ok())
 }
 
-/// The RPC's user (`Authorization: Basic base64("NAME:")`): only `user`, the
-/// sandbox's one account, is served.
-fn check_user(h: &HeaderMap) -> Result<(), ConnectError> {
+/// The RPC's user (`Authorization: Basic base64("NAME:")`): `user`, the sandbox's
+/// account (uid 1000; `None`, the default), or `root`, uid 0 of the sandbox's own user
+/// namespace (`Some(0)`). Any other name is refused.
+fn user_of(h: &HeaderMap) -> Result<Option<u32>, ConnectError> {
     use base64::Engine;
     let Some(v) = h.get(axum::http::header::AUTHORIZATION) else {
-        return Ok(());
+        return Ok(None);
     };
     let name = v
         .to_str()
@@ -161,12 +173,14 @@ fn check_user(h: &HeaderMap) -> Result<(), ConnectError> {
         .and_then(|b| String::from_utf8(b).ok())
         .map(|s| s.split(':').next().unwrap_or("").to_string());
     match name.as_deref() {
-        Some("user") => Ok(()),
+        Some("user") => Ok(None),
+        Some("root") => Ok(Some(0)),
         Some(other) => Err(ConnectError::new(
             "unauthenticated",
             format!(
-                "invalid username {other:?}: Stockade's E2B sandboxes run commands as \"user\" \
-                 (uid 1000, home /home/user); other users are not served yet"
+                "invalid username {other:?}: Stockade's E2B sandboxes have the users \"user\" \
+                 (uid 1000, home /home/user) and \"root\" (root of the sandbox's own user \
+                 namespace, no host privilege)"
             ),
         )),
         None => Err(ConnectError::new(

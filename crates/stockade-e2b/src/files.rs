@@ -76,7 +76,7 @@ pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
             401,
             &format!(
                 "invalid username {u:?}: Stockade's E2B sandboxes serve files as \"user\" \
-                 (uid 1000, home /home/user); other users are not served yet"
+                 (uid 1000, home /home/user) only; \"root\" is served for commands"
             ),
         );
     }

@@ -12,6 +12,7 @@ import json
 import linecache
 import os
 import queue
+import subprocess
 import sys
 import threading
 import _thread
@@ -88,6 +89,41 @@ def _result(value):
     return out
 
 
+def _shell(cmd):
+    # A cell's `!command` line, as Jupyter runs it: through the shell, its stdout and
+    # stderr together printed as the cell's stdout, a failure not an error of the cell.
+    # (Jupyter's `{expr}`/`$name` expansion in the line is not done.)
+    sys.stdout.flush()
+    p = subprocess.Popen(cmd, shell=True, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT)
+    for line in p.stdout:
+        sys.stdout.write(line.decode("utf-8", "replace"))
+    p.wait()
+
+
+def _parse(code, name):
+    # Python, or, when it is not, Python with each `!command` line (Jupyter's shell
+    # escape) run by _shell; a cell that is neither is the first SyntaxError.
+    try:
+        return ast.parse(code, name, "exec")
+    except SyntaxError as first:
+        lines = code.splitlines(True)
+        changed = False
+        for i, line in enumerate(lines):
+            body = line.lstrip()
+            if body.startswith("!") and not body.startswith("!="):
+                indent = line[: len(line) - len(body)]
+                end = "\n" if line.endswith("\n") else ""
+                lines[i] = f"{indent}__stockade_shell__({body[1:].rstrip()!r}){end}"
+                changed = True
+        if not changed:
+            raise
+        try:
+            return ast.parse("".join(lines), name, "exec")
+        except SyntaxError:
+            raise first from None
+
+
 _queue = queue.Queue()
 
 
@@ -110,7 +146,7 @@ def main():
     sys.stdout = _Out("stdout")
     sys.stderr = _Out("stderr")
     sys.stdin = io.StringIO("")
-    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    ns = {"__name__": "__main__", "__builtins__": __builtins__, "__stockade_shell__": _shell}
     count = 0
     threading.Thread(target=_reader, daemon=True).start()
     while True:
@@ -129,7 +165,7 @@ def main():
             name = f"<cell {count}>"
             lines = code.splitlines(True)
             linecache.cache[name] = (len(code), None, lines, name)
-            tree = ast.parse(code, name, "exec")
+            tree = _parse(code, name)
             last = None
             if tree.body and isinstance(tree.body[-1], ast.Expr):
                 last = ast.Expression(tree.body.pop().value)

@@ -154,6 +154,7 @@ pub async fn start(
     s: &Arc<Sbx>,
     body: &[u8],
     timeout_ms: Option<u64>,
+    uid: Option<u32>,
 ) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
     let r: StartRequest = connect::stream_request(body)?;
     let pty = r.pty.as_ref().map(Pty::size).transpose()?;
@@ -184,7 +185,12 @@ pub async fn start(
     argv.push(cfg.cmd.clone());
     argv.extend(cfg.args.iter().cloned());
     let mut req = ExecRequest::new(argv);
-    req.env = cfg.envs.clone();
+    if uid == Some(0) {
+        req.env.insert("USER".into(), "root".into());
+        req.env.insert("LOGNAME".into(), "root".into());
+    }
+    req.uid = uid;
+    req.env.extend(cfg.envs.clone());
     req.cwd = cfg.cwd.clone();
     req.stream = true;
     req.timeout_ms = timeout_ms;
@@ -381,25 +387,27 @@ fn select(s: &Sbx, sel: &Selector) -> Result<Arc<Proc>, ConnectError> {
     })
 }
 
-/// `SendSignal`: ends the process and everything it started, through the exec's
-/// kill input (a kill from another exec would cross Landlock's signal scope, which
-/// keeps each exec's processes out of another's reach). SIGTERM and SIGKILL both
-/// end it with SIGKILL.
+/// `SendSignal`, through the exec's input (a kill from another exec would cross
+/// Landlock's signal scope, which keeps each exec's processes out of another's reach):
+/// SIGKILL (and no signal) ends the process and everything it started; SIGTERM is
+/// delivered to the process, which may trap it (it ends when the process does).
 pub async fn signal(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
     let r: SelectRequest = connect::unary_request(body)?;
     let p = select(s, &r.process)?;
-    match &r.signal {
-        Some(Value::String(n)) if n == "SIGNAL_SIGTERM" || n == "SIGNAL_SIGKILL" => {}
-        Some(Value::Number(n)) if matches!(n.as_u64(), Some(9 | 15)) => {}
-        None => {}
+    let input = match &r.signal {
+        Some(Value::String(n)) if n == "SIGNAL_SIGTERM" => stockade::ExecInput::Signal(15),
+        Some(Value::Number(n)) if n.as_u64() == Some(15) => stockade::ExecInput::Signal(15),
+        Some(Value::String(n)) if n == "SIGNAL_SIGKILL" => stockade::ExecInput::Kill,
+        Some(Value::Number(n)) if n.as_u64() == Some(9) => stockade::ExecInput::Kill,
+        None => stockade::ExecInput::Kill,
         Some(other) => {
             return Err(ConnectError::invalid(format!(
                 "signal {other} is not one of SIGNAL_SIGTERM, SIGNAL_SIGKILL"
             )));
         }
-    }
+    };
     e2b.daemon
-        .exec_input(&s.tenant, &p.exec_id, vec![stockade::ExecInput::Kill])
+        .exec_input(&s.tenant, &p.exec_id, vec![input])
         .await
         .map_err(|_| {
             ConnectError::not_found(format!("process {} not found: it has ended", p.pid))

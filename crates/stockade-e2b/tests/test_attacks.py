@@ -4,9 +4,9 @@ import pytest
 from e2b import CommandExitException, SandboxException
 
 
-def _run(sbx, cmd, timeout=60):
+def _run(sbx, cmd, timeout=60, user=None):
     try:
-        return sbx.commands.run(cmd, timeout=timeout)
+        return sbx.commands.run(cmd, timeout=timeout, user=user)
     except CommandExitException as e:
         return e
 
@@ -184,3 +184,39 @@ def test_another_tenant_and_wrong_tokens_cannot_reach_a_sandbox(server, sbx):
         assert _raw(server, "/files?path=/etc/hostname", h)[0] == 200
     finally:
         other.kill()
+
+
+def test_root_inside_has_no_host_privilege(sbx):
+    """user="root" is root of the sandbox's own user namespace: not the host's."""
+    import os
+    import secrets
+
+    name = f"/root/.stockade-e2b-secret-{secrets.token_hex(6)}"
+    secret = f"host-secret-{secrets.token_hex(8)}"
+    with open(name, "w") as f:
+        f.write(secret)
+    os.chmod(name, 0o600)
+    try:
+        r = _run(sbx, f"cat {name} /etc/shadow 2>&1; ls -a /root 2>&1; grep -rs {secret} / --exclude-dir=proc --exclude-dir=sys 2>&1 | head -3",
+                 user="root")
+        assert secret not in r.stdout, r.stdout
+        # The read-only root stays read-only for root inside.
+        for p in ["/etc/owned", "/usr/owned", "/owned", "/var/owned"]:
+            assert _run(sbx, f"echo x > {p}", user="root").exit_code != 0, p
+        assert _run(sbx, "mount -t tmpfs none /mnt 2>&1; touch /usr/bin/owned 2>&1", user="root").exit_code != 0
+        # No capability over the kernel: no module loading (finit_module is refused),
+        # no CAP_SYS_ADMIN or CAP_SYS_MODULE in the effective set.
+        probe = (
+            "import ctypes, os; libc = ctypes.CDLL(None, use_errno=True); "
+            "fd = os.open('/usr/bin/true', os.O_RDONLY); "
+            "print(libc.syscall(313, fd, b'', 0), ctypes.get_errno()); "
+            "eff = int([l for l in open('/proc/self/status') if l.startswith('CapEff')][0].split()[1], 16); "
+            "print(bool(eff & (1 << 16)), bool(eff & (1 << 21)))"
+        )
+        r = _run(sbx, f'python3 -c "{probe}"', user="root")
+        lines = r.stdout.split("\n")
+        assert lines[0].split()[0] == "-1" and lines[0].split()[1] in ("1", "38"), r.stdout  # EPERM or ENOSYS
+        assert lines[1] == "False False", r.stdout
+        assert _run(sbx, "id -u", user="root").stdout == "0\n"
+    finally:
+        os.remove(name)

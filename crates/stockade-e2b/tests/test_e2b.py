@@ -36,8 +36,61 @@ def test_commands_run_streams_output_exit_code_env_and_cwd(sbx):
     assert e.value.exit_code == 3
     assert sbx.commands.run("id -u", user="user").stdout == "1000\n"
     with pytest.raises(AuthenticationException) as e:
-        sbx.commands.run("id -u", user="root")
-    assert "invalid username" in str(e.value)
+        sbx.commands.run("id -u", user="nobody-here")
+    assert "invalid username" in str(e.value) and '"root"' in str(e.value)
+
+
+def test_root_commands_run_as_root_of_the_sandbox(sbx):
+    r = sbx.commands.run("id -u; id -g; echo $USER; touch /tmp/by-root; stat -c %u /tmp/by-root", user="root")
+    assert r.stdout == "0\n0\nroot\n0\n"
+    # Root inside can change what the sandbox user made (CAP_CHOWN, CAP_FOWNER there).
+    sbx.files.write("/tmp/mine.txt", "x")
+    r = sbx.commands.run("chown 0:0 /tmp/mine.txt && chmod 600 /tmp/mine.txt && stat -c %u:%g:%a /tmp/mine.txt",
+                         user="root")
+    assert r.stdout == "0:0:600\n"
+    # ...and reads the home's files, where only the sandbox user's id is mapped (the
+    # home is idmapped to it), so root inside makes no new files there.
+    sbx.files.write("mine.txt", "home")
+    assert sbx.commands.run("cat ~/mine.txt", user="root").stdout == "home"
+    h = sbx.commands.run("sleep 60", background=True, user="root")
+    assert sbx.commands.kill(h.pid)
+    # Files are served as "user" only: a clear refusal names root.
+    with pytest.raises(AuthenticationException) as e:
+        sbx.files.write("/tmp/r.txt", "x", user="root")
+    assert "root" in str(e.value)
+    with pytest.raises(AuthenticationException) as e:
+        sbx.files.list("/tmp", user="root")
+    assert "commands only" in str(e.value)
+
+
+def test_sigterm_is_delivered_and_can_be_trapped(server, sbx):
+    out = []
+    h = sbx.commands.run(
+        "trap 'echo got-term; exit 7' TERM; echo ready; while :; do sleep 0.1; done",
+        background=True, on_stdout=out.append,
+    )
+    for _ in range(100):
+        if "ready\n" in out:
+            break
+        time.sleep(0.05)
+    envd = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": "49983",
+            "X-Access-Token": sbx._envd_access_token, "Content-Type": "application/json"}
+    body = json.dumps({"process": {"pid": h.pid}, "signal": "SIGNAL_SIGTERM"}).encode()
+    st, answer = _raw(server, "/process.Process/SendSignal", envd, body)
+    assert st == 200, answer
+    with pytest.raises(CommandExitException) as e:
+        h.wait()
+    # The trap ran: the process saw SIGTERM (a SIGKILL would leave exit -1, no output).
+    assert e.value.exit_code == 7 and "got-term\n" in e.value.stdout, (e.value.exit_code, e.value.stdout)
+    # SIGKILL cannot be trapped; an unknown signal is a clear error.
+    h = sbx.commands.run("trap '' TERM; sleep 60", background=True)
+    bad = json.dumps({"process": {"pid": h.pid}, "signal": "SIGNAL_SIGHUP"}).encode()
+    st, answer = _raw(server, "/process.Process/SendSignal", envd, bad)
+    assert st == 400 and b"SIGNAL_SIGTERM" in answer
+    body = json.dumps({"process": {"pid": h.pid}, "signal": "SIGNAL_SIGKILL"}).encode()
+    assert _raw(server, "/process.Process/SendSignal", envd, body)[0] == 200
+    with pytest.raises(CommandExitException):
+        h.wait()
 
 
 def test_command_timeout_kills_it(sbx):
@@ -220,6 +273,9 @@ def test_run_code_keeps_state_and_reports_errors(server):
         assert ex.error.value == "division by zero"
         assert "f()" in ex.error.traceback and "1 / 0" in ex.error.traceback
         assert s.run_code("'still' + ' here'").text == "still here"
+        # Jupyter's `!command` lines run in the shell, their output the cell's stdout.
+        ex = s.run_code("!echo shell-$((6*7)); false\nx")
+        assert ex.logs.stdout == ["shell-42\n"] and ex.text == "20" and ex.error is None
         # A cell cut off by the client's timeout is interrupted; the globals stay.
         with pytest.raises(TimeoutException):
             s.run_code("while True:\n    pass", timeout=3)

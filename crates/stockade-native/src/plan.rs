@@ -331,7 +331,9 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         seccomp: spec.hardening.seccomp,
         landlock_writable: spec.hardening.landlock.then_some(landlock_writable),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
-        root_caps: has_userns(ctx) && effective_user(spec, ctx).uid == 0,
+        // Whenever uid 0 is root of the sandbox's own namespace: the sandbox's user,
+        // or an exec asking for uid 0 (`ExecRequest::uid`).
+        root_caps: has_userns(ctx),
         landlock_min_abi: None,
         rlimit_as_bytes: None,
         rlimit_nproc: None,
