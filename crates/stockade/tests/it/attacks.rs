@@ -187,19 +187,21 @@ async fn fork_bomb_is_contained_and_host_stays_responsive() {
         // inside); the cap of 64 holds for the processes gVisor's kernel runs.
         Some(gvisor_ps(sb.id()).len().to_string())
     } else {
-        Some(std::fs::read_to_string(format!(
-            "/sys/fs/cgroup/pids/{}/{}/pids.current",
-            stockade_testkit::cgroup_parent(),
-            sb.id()
-        ))
-        .or_else(|_| {
+        Some(
             std::fs::read_to_string(format!(
-                "/sys/fs/cgroup/{}/{}/pids.current",
+                "/sys/fs/cgroup/pids/{}/{}/pids.current",
                 stockade_testkit::cgroup_parent(),
                 sb.id()
             ))
-        })
-        .unwrap())
+            .or_else(|_| {
+                std::fs::read_to_string(format!(
+                    "/sys/fs/cgroup/{}/{}/pids.current",
+                    stockade_testkit::cgroup_parent(),
+                    sb.id()
+                ))
+            })
+            .unwrap(),
+        )
     };
     let out = bomb.await.unwrap();
     let pids = pids.unwrap_or_else(|| {
@@ -343,7 +345,12 @@ async fn setuid_binaries_give_no_root() {
             text(&out.stderr)
         );
     } else {
-        let out = sh(&sb, "ls -l /usr/bin/su /usr/bin/passwd /usr/bin/mount", 5_000).await;
+        let out = sh(
+            &sb,
+            "ls -l /usr/bin/su /usr/bin/passwd /usr/bin/mount",
+            5_000,
+        )
+        .await;
         assert!(
             text(&out.stdout).matches("rws").count() >= 2,
             "no setuid programs to try inside: {out:?}"
@@ -923,7 +930,10 @@ async fn pid1_reveals_no_host_path() {
     if on_microvm() {
         assert_eq!(pid1.trim(), "/init vm-init", "{s}");
     } else {
-        assert!(!pid1.contains('/'), "PID 1's command line names a path:\n{s}");
+        assert!(
+            !pid1.contains('/'),
+            "PID 1's command line names a path:\n{s}"
+        );
     }
     destroy_clean(sb).await;
 }

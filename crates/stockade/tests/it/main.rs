@@ -55,7 +55,10 @@ fn microvm_parts() {
         .output()
     {
         Ok(o) if o.status.success() => {}
-        Ok(o) => missing.push(format!("qemu-system-x86_64 --version failed ({})", o.status)),
+        Ok(o) => missing.push(format!(
+            "qemu-system-x86_64 --version failed ({})",
+            o.status
+        )),
         Err(e) => missing.push(format!("qemu-system-x86_64 cannot run: {e}")),
     }
     if let Err(e) = stockade::microvm::assets::find_kernel() {
