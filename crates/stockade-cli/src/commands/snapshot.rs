@@ -76,7 +76,7 @@ pub async fn snapshot(ctx: &Ctx, a: SnapshotArgs) -> Result<i32> {
             for n in &names {
                 match provider.remove_snapshot(n).await {
                     Ok(()) if ctx.json => {
-                        println!("{}", serde_json::json!({ "name": n, "removed": true }))
+                        println!("{}", serde_json::json!({ "name": n, "removed": true }));
                     }
                     Ok(()) => println!("{n} removed"),
                     Err(e) => code = crate::output::error(ctx.json, &e),

@@ -250,7 +250,7 @@ impl Daemon {
             idle_timeout_ms: info
                 .spec
                 .get("idle_timeout_secs")
-                .and_then(|v| v.as_u64())
+                .and_then(serde_json::Value::as_u64)
                 .map(|s| s * 1000),
             owner_pid: owner_pid.filter(|_| self.limits.honour_owner_pid),
             destroying: false,
