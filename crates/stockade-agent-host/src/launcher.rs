@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, EgressDenial, Error, GcReport, Result,
-    SandboxInfo, Usage,
+    SNAPSHOT_REASON, SandboxInfo, SnapshotInfo, Usage,
 };
 
 use crate::transport::Transport;
@@ -92,6 +92,45 @@ pub trait Launcher: Send + Sync + 'static {
             self.name(),
             "fork",
             "this provider cannot copy a running sandbox's state",
+        ))
+    }
+
+    /// See `Provider::snapshot`; the default refuses, naming the provider.
+    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
+        let _ = (id, name);
+        Err(stockade_core::unsupported(
+            self.name(),
+            "snapshot",
+            SNAPSHOT_REASON,
+        ))
+    }
+
+    /// See `Provider::snapshots`; the default refuses, naming the provider.
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Err(stockade_core::unsupported(
+            self.name(),
+            "listing snapshots",
+            SNAPSHOT_REASON,
+        ))
+    }
+
+    /// See `Provider::remove_snapshot`; the default refuses, naming the provider.
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(stockade_core::unsupported(
+            self.name(),
+            "removing a snapshot",
+            SNAPSHOT_REASON,
+        ))
+    }
+
+    /// See `Provider::create_from_snapshot`; the default refuses, naming the provider.
+    async fn create_from_snapshot(&self, name: &str, opts: &CreateOptions) -> Result<SandboxInfo> {
+        let _ = (name, opts);
+        Err(stockade_core::unsupported(
+            self.name(),
+            "starting from a snapshot",
+            SNAPSHOT_REASON,
         ))
     }
 

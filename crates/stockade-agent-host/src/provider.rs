@@ -3,7 +3,7 @@
 use async_trait::async_trait;
 use stockade_core::{
     Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, EgressDenial, Error, ExecIo,
-    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, Usage,
+    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, SnapshotInfo, Usage,
 };
 
 use crate::client;
@@ -124,6 +124,22 @@ impl<L: Launcher> Provider for AgentProvider<L> {
 
     async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
         self.launcher.fork(id, count, &opts).await
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
+        self.launcher.snapshot(id, name).await
+    }
+
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.launcher.snapshots().await
+    }
+
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        self.launcher.remove_snapshot(name).await
+    }
+
+    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.launcher.create_from_snapshot(name, &opts).await
     }
 
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {

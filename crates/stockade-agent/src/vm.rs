@@ -168,12 +168,48 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
     nix::unistd::chroot(".").map_err(|e| format!("cannot chroot: {e}"))?;
     std::env::set_current_dir("/").map_err(|e| format!("cannot enter /: {e}"))?;
     let oom = cgroup(&config)?;
+    read_only_kernel_files()?;
     let sock = Path::new(CONTAINER_DIR).join("agent.sock");
     let listener = UnixListener::bind(&sock)
         .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
     fs::set_permissions(&sock, fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("cannot restrict {}: {e}", sock.display()))?;
     Ok((listener, config, oom))
+}
+
+/// The guest kernel's tunables are read-only to everything in the sandbox, as on the
+/// native provider: `/proc/sys`, `/proc/sysrq-trigger` and the rest of `/proc`'s
+/// writable knobs become read-only binds, and `/sys` is remounted read-only (its
+/// cgroup2 mount, set up before, is a mount of its own and stays writable to root).
+fn read_only_kernel_files() -> Result<(), String> {
+    let ro = MsFlags::MS_BIND | MsFlags::MS_REMOUNT | MsFlags::MS_RDONLY;
+    for p in [
+        "/proc/sys",
+        "/proc/sysrq-trigger",
+        "/proc/irq",
+        "/proc/bus",
+        "/proc/fs",
+    ] {
+        if !Path::new(p).exists() {
+            continue;
+        }
+        mount(Some(p), p, None::<&str>, MsFlags::MS_BIND, None::<&str>)
+            .map_err(|e| format!("cannot bind {p}: {e}"))?;
+        mount(None::<&str>, p, None::<&str>, ro, None::<&str>)
+            .map_err(|e| format!("cannot make {p} read-only: {e}"))?;
+    }
+    mount(
+        None::<&str>,
+        "/sys",
+        None::<&str>,
+        MsFlags::MS_REMOUNT
+            | MsFlags::MS_RDONLY
+            | MsFlags::MS_NOSUID
+            | MsFlags::MS_NODEV
+            | MsFlags::MS_NOEXEC,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot make /sys read-only: {e}"))
 }
 
 /// The parameters the kernel command line gives module file `file` (`NAME.KEY=VALUE`,

@@ -77,6 +77,11 @@ enum Command {
     /// the microvm provider can copy a running sandbox; native refuses (the host's
     /// kernel cannot copy a process tree into new sandboxes).
     Fork(commands::snapshot::ForkArgs),
+    /// Keep a sandbox's state (processes, memory, files) as a named snapshot to start
+    /// new sandboxes from (`create --from-snapshot NAME`); `snapshot ls`, `snapshot rm
+    /// NAME`. Only the microvm provider keeps snapshots; each start checks its
+    /// digest. Through the daemon a tenant sees only its own.
+    Snapshot(commands::snapshot::SnapshotArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,
     /// Check what this host supports, which providers are usable and which languages run.
@@ -191,6 +196,7 @@ fn main() {
             Command::Pause { id } => commands::snapshot::pause(&ctx, &id).await,
             Command::Resume { id } => commands::snapshot::resume(&ctx, &id).await,
             Command::Fork(a) => commands::snapshot::fork(&ctx, a).await,
+            Command::Snapshot(a) => commands::snapshot::snapshot(&ctx, a).await,
             Command::Doctor => commands::doctor::run(&ctx).await,
             Command::Languages => commands::languages::run(&ctx),
             Command::Runtime(c) => commands::runtime::run(&ctx, c).await,

@@ -3,7 +3,7 @@
 
 use stockade_core::{
     EgressDenial, Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp,
-    FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo,
+    FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo, SnapshotInfo,
 };
 use tonic::{Code, Status};
 
@@ -157,6 +157,36 @@ pub fn sandbox_info(i: &SandboxInfo, pooled: bool) -> pb::SandboxInfo {
         pooled,
         state: i.state.as_str().to_string(),
     }
+}
+
+pub fn snapshot_info(s: &SnapshotInfo) -> pb::SnapshotInfo {
+    pb::SnapshotInfo {
+        name: s.name.clone(),
+        provider: s.provider.clone(),
+        source: s.source.clone(),
+        created_at_ms: s.created_at_ms,
+        bytes: s.bytes,
+        sha256: s.sha256.clone(),
+        spec_json: s.spec.to_string(),
+    }
+}
+
+pub fn from_snapshot_info(s: pb::SnapshotInfo) -> Result<SnapshotInfo, Error> {
+    let spec = serde_json::from_str(&s.spec_json).map_err(|e| {
+        Error::Internal(format!(
+            "the daemon sent snapshot {} with a bad spec: {e}",
+            s.name
+        ))
+    })?;
+    Ok(SnapshotInfo {
+        name: s.name,
+        provider: s.provider,
+        source: s.source,
+        created_at_ms: s.created_at_ms,
+        bytes: s.bytes,
+        sha256: s.sha256,
+        spec,
+    })
 }
 
 pub fn from_sandbox_info(i: pb::SandboxInfo) -> Result<SandboxInfo, Error> {

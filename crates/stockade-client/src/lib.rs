@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use stockade_core::{
     Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ErrorCode, ExecInput,
     ExecIo, ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
-    OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, Stream,
+    OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, SnapshotInfo, Stream,
 };
 use tonic::transport::Channel;
 
@@ -524,6 +524,56 @@ impl Provider for RemoteProvider {
             .into_iter()
             .map(convert::from_sandbox_info)
             .collect()
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
+        let r = self
+            .client()
+            .snapshot(self.req(pb::SnapshotRequest {
+                id: id.into(),
+                name: name.into(),
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        convert::from_snapshot_info(r.into_inner())
+    }
+
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        let r = self
+            .client()
+            .snapshot_list(self.req(pb::SnapshotListRequest {}))
+            .await
+            .map_err(|s| self.fail(s))?;
+        r.into_inner()
+            .snapshots
+            .into_iter()
+            .map(convert::from_snapshot_info)
+            .collect()
+    }
+
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        self.client()
+            .snapshot_remove(self.req(pb::SnapshotRef { name: name.into() }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        Ok(())
+    }
+
+    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
+        let owner = match *self.host {
+            Address::Unix(_) => opts.owner_pid,
+            Address::Tcp { .. } => None,
+        };
+        let r = self
+            .client()
+            .create_from_snapshot(self.req(pb::CreateFromSnapshotRequest {
+                provider: self.backend.clone().unwrap_or_default(),
+                name: name.into(),
+                owner_pid: owner.unwrap_or(0),
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        convert::from_sandbox_info(r.into_inner())
     }
 
     async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {

@@ -421,6 +421,116 @@ pub trait Provider: Send + Sync + 'static {
             "this provider cannot copy a running sandbox's state",
         ))
     }
+
+    /// Keeps the state of sandbox `id` (its processes, memory and files as they are)
+    /// as the named snapshot `name` ([`check_snapshot_name`]) to start new sandboxes
+    /// from; the sandbox itself stays as it was (running or paused). A name taken is
+    /// refused. The default refuses.
+    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
+        let _ = (id, name);
+        Err(unsupported(self.name(), "snapshot", SNAPSHOT_REASON))
+    }
+
+    /// The named snapshots this provider keeps. The default refuses.
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        Err(unsupported(
+            self.name(),
+            "listing snapshots",
+            SNAPSHOT_REASON,
+        ))
+    }
+
+    /// Removes the named snapshot `name` (sandboxes started from it live on). The
+    /// default refuses.
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        let _ = name;
+        Err(unsupported(
+            self.name(),
+            "removing a snapshot",
+            SNAPSHOT_REASON,
+        ))
+    }
+
+    /// Starts a new sandbox from the named snapshot `name`, after checking its digest
+    /// (a changed file is refused, nothing is started). The default refuses.
+    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
+        let _ = (name, opts);
+        Err(unsupported(
+            self.name(),
+            "starting from a snapshot",
+            SNAPSHOT_REASON,
+        ))
+    }
+}
+
+/// Why a provider without named snapshots refuses them.
+pub const SNAPSHOT_REASON: &str =
+    "this provider cannot save a sandbox's memory and processes to start new ones from";
+
+/// A named snapshot a provider keeps to start new sandboxes from (see
+/// [`Provider::snapshot`]).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotInfo {
+    /// Its name ([`check_snapshot_name`]).
+    pub name: String,
+    /// The provider that keeps it.
+    pub provider: String,
+    /// The sandbox it was taken of.
+    pub source: String,
+    /// When it was taken (unix ms).
+    pub created_at_ms: u64,
+    /// Size of its saved memory and device state, bytes.
+    pub bytes: u64,
+    /// SHA-256 of that state, hex: checked before every start from it.
+    pub sha256: String,
+    /// The spec of the sandbox it was taken of, which sandboxes started from it keep.
+    #[serde(default)]
+    pub spec: serde_json::Value,
+}
+
+/// The longest snapshot name.
+pub const SNAPSHOT_NAME_MAX: usize = 64;
+
+/// Checks a snapshot name: 1 to [`SNAPSHOT_NAME_MAX`] characters of ASCII letters,
+/// digits, `.`, `_` and `-`, starting with a letter or digit (so never a path, `.`
+/// or `..`).
+pub fn check_snapshot_name(name: &str) -> Result<()> {
+    check_name_upto(name, SNAPSHOT_NAME_MAX)
+}
+
+/// The longest name a provider stores a snapshot under: a name, or a daemon's
+/// tenant-scoped form of it (a tag of the tenant before it).
+pub const SNAPSHOT_KEY_MAX: usize = 128;
+
+/// Checks a name a provider stores a snapshot under: as [`check_snapshot_name`], up
+/// to [`SNAPSHOT_KEY_MAX`] characters. Never a path, `.` or `..`.
+pub fn check_snapshot_key(name: &str) -> Result<()> {
+    check_name_upto(name, SNAPSHOT_KEY_MAX)
+}
+
+fn check_name_upto(name: &str, max: usize) -> Result<()> {
+    let bad = |why: &str| {
+        Err(Error::InvalidRequest(format!(
+            "snapshot name {name:?} is not valid: {why}; use 1 to {SNAPSHOT_NAME_MAX} letters, \
+             digits, '.', '_' or '-', starting with a letter or digit"
+        )))
+    };
+    if name.is_empty() {
+        return bad("it is empty");
+    }
+    if name.len() > max {
+        return bad(&format!("it is {} characters long", name.len()));
+    }
+    if let Some(c) = name
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return bad(&format!("it contains {c:?}"));
+    }
+    if !name.as_bytes()[0].is_ascii_alphanumeric() {
+        return bad("it does not start with a letter or digit");
+    }
+    Ok(())
 }
 
 /// The error of a verb a provider does not have: names the provider, the verb and why.
@@ -704,6 +814,29 @@ impl Sandbox {
         self.provider.resume(&self.info.id).await
     }
 
+    /// Keeps this sandbox's state as the named snapshot `name` (see
+    /// [`Provider::snapshot`]); the sandbox stays as it was.
+    pub async fn snapshot(&self, name: &str) -> Result<SnapshotInfo> {
+        check_snapshot_name(name)?;
+        self.provider.snapshot(&self.info.id, name).await
+    }
+
+    /// Starts a new sandbox on `provider` from its named snapshot `name` (checked
+    /// against its digest first); it dies with `opts.owner_pid` when given.
+    pub async fn from_snapshot(
+        provider: Arc<dyn Provider>,
+        name: &str,
+        opts: CreateOptions,
+    ) -> Result<Sandbox> {
+        check_snapshot_name(name)?;
+        let info = provider.create_from_snapshot(name, opts).await?;
+        Ok(Sandbox {
+            provider,
+            info,
+            policy: None,
+        })
+    }
+
     /// Starts `count` copies of this paused sandbox, each its own sandbox (with the
     /// policy of this one); they die with `opts.owner_pid` when given.
     pub async fn fork(&self, count: u32, opts: CreateOptions) -> Result<Vec<Sandbox>> {
@@ -763,6 +896,42 @@ pub fn check_request(req: &ExecRequest) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn snapshot_names_are_never_paths_and_say_what_is_wrong() {
+        for ok in [
+            "base",
+            "py3.12-warm",
+            "A_1",
+            "x",
+            &"n".repeat(SNAPSHOT_NAME_MAX),
+        ] {
+            assert!(check_snapshot_name(ok).is_ok(), "{ok:?}");
+        }
+        for (bad, why) in [
+            ("", "it is empty"),
+            ("..", "does not start with a letter or digit"),
+            (".hidden", "does not start with a letter or digit"),
+            ("-rf", "does not start with a letter or digit"),
+            ("../etc", "contains '/'"),
+            ("a/b", "contains '/'"),
+            ("a b", "contains ' '"),
+            ("caf\u{e9}", "contains '\u{e9}'"),
+            ("nul\0", r"contains '\0'"),
+        ] {
+            let e = check_snapshot_name(bad).unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidSpec, "{bad:?}");
+            assert!(e.to_string().contains(why), "{bad:?}: {e}");
+            assert!(e.to_string().contains("letters"), "{e}");
+        }
+        let long = "n".repeat(SNAPSHOT_NAME_MAX + 1);
+        let e = check_snapshot_name(&long).unwrap_err();
+        assert!(e.to_string().contains("65 characters long"), "{e}");
+        // A provider stores a daemon's tenant-scoped names, longer, by the same rules.
+        assert!(check_snapshot_key(&format!("{}--{long}", "a".repeat(16))).is_ok());
+        assert!(check_snapshot_key("../x").is_err());
+        assert!(check_snapshot_key(&"n".repeat(SNAPSHOT_KEY_MAX + 1)).is_err());
+    }
 
     #[test]
     fn requests_are_checked() {

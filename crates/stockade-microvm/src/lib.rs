@@ -17,6 +17,7 @@
 
 pub mod assets;
 pub mod plan;
+mod snapshots;
 pub mod vmm;
 
 use std::io::Read;
@@ -32,7 +33,8 @@ use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::VmHostConfig;
 use stockade_agent_proto::now_ms;
 use stockade_core::{
-    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState, SandboxInfo,
+    Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
+    SandboxInfo, SnapshotInfo,
 };
 use tokio::sync::OnceCell;
 
@@ -40,6 +42,9 @@ use crate::vmm::{Accel, QemuMicrovm, VmPlan, Vmm};
 
 /// The microVM provider: the microVM launcher with the agent host.
 pub type MicrovmProvider = AgentProvider<MicrovmLauncher>;
+
+/// Where named snapshots live below Stockade's home.
+pub const SNAPSHOTS_DIR: &str = "snapshots/microvm";
 
 /// Default cache of boot assets (kernel initramfs, root images, the KVM probe).
 pub const DEFAULT_CACHE: &str = "/var/cache/stockade/microvm";
@@ -65,11 +70,29 @@ struct Manifest {
     saved_at_ms: u64,
 }
 
+/// What new sandboxes restore from: a verified state file and the VM it was saved
+/// from.
+struct Restore {
+    mem: PathBuf,
+    /// The saved VM's plan (its sockets and logs are replaced per copy).
+    plan: VmPlan,
+    /// A kernel to copy into each new sandbox's directory (a named snapshot's own
+    /// copy); `None`: the plan's.
+    kernel: Option<PathBuf>,
+    spec: serde_json::Value,
+    applied: Vec<String>,
+    lifetime_ms: u64,
+    /// Whether the saved VM ran in host cgroups (the copies do too).
+    cgroups: bool,
+}
+
 /// Launches microVM sandboxes.
 #[derive(Clone)]
 pub struct MicrovmLauncher {
     state_root: PathBuf,
     cache: PathBuf,
+    /// Where named snapshots are kept.
+    snapshots: PathBuf,
     vmm: Arc<dyn Vmm>,
     qemu: PathBuf,
     accel: Arc<OnceCell<(Accel, String)>>,
@@ -125,8 +148,15 @@ fn need_root() -> Result<()> {
     }
 }
 
-/// SHA-256 of a file, as hex.
+/// SHA-256 of a file, as hex, and its size.
 fn sha256_file(path: &Path) -> Result<(String, u64)> {
+    sha256_copy(path, None)
+}
+
+/// SHA-256 of a file, as hex, and its size, written to `to` as it is read when given
+/// (one pass: what was written is what was hashed).
+fn sha256_copy(path: &Path, mut to: Option<&mut std::fs::File>) -> Result<(String, u64)> {
+    use std::io::Write;
     let mut f = std::fs::File::open(path).map_err(io(format!("cannot open {}", path.display())))?;
     let mut h = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -140,6 +170,14 @@ fn sha256_file(path: &Path) -> Result<(String, u64)> {
         }
         n_total += n as u64;
         h.update(&buf[..n]);
+        if let Some(out) = to.as_mut() {
+            out.write_all(&buf[..n])
+                .map_err(io(format!("cannot copy {}", path.display())))?;
+        }
+    }
+    if let Some(out) = to {
+        out.sync_all()
+            .map_err(io(format!("cannot flush the copy of {}", path.display())))?;
     }
     Ok((
         h.finalize().iter().map(|b| format!("{b:02x}")).collect(),
@@ -154,7 +192,8 @@ fn alive(pid: u32, ticks: u64) -> bool {
 impl MicrovmLauncher {
     /// A launcher keeping sandboxes under the runtime directory `stockade-microvm`
     /// (`/run/stockade-microvm` for root) and boot assets under [`DEFAULT_CACHE`]
-    /// (`$STOCKADE_MICROVM_CACHE` overrides), running `qemu-system-x86_64`.
+    /// (`$STOCKADE_MICROVM_CACHE` overrides), named snapshots under
+    /// `$STOCKADE_HOME/snapshots/microvm`, running `qemu-system-x86_64`.
     pub fn new() -> MicrovmLauncher {
         let cache = std::env::var_os("STOCKADE_MICROVM_CACHE")
             .map(PathBuf::from)
@@ -162,6 +201,7 @@ impl MicrovmLauncher {
         MicrovmLauncher {
             state_root: stockade_core::host::runtime_dir("stockade-microvm"),
             cache,
+            snapshots: stockade_core::host::stockade_home().join(SNAPSHOTS_DIR),
             vmm: Arc::new(QemuMicrovm::default()),
             qemu: PathBuf::from("qemu-system-x86_64"),
             accel: Arc::default(),
@@ -172,6 +212,18 @@ impl MicrovmLauncher {
     pub fn with_state_root(mut self, root: impl Into<PathBuf>) -> MicrovmLauncher {
         self.state_root = root.into();
         self
+    }
+
+    /// Keeps named snapshots under `home/snapshots/microvm` instead of
+    /// `$STOCKADE_HOME`'s.
+    pub fn with_home(mut self, home: impl AsRef<Path>) -> MicrovmLauncher {
+        self.snapshots = home.as_ref().join(SNAPSHOTS_DIR);
+        self
+    }
+
+    /// Where named snapshots are kept.
+    pub fn snapshot_dir(&self) -> &Path {
+        &self.snapshots
     }
 
     fn dir(&self, id: &str) -> PathBuf {
@@ -522,6 +574,25 @@ impl MicrovmLauncher {
     async fn resume_vm(&self, id: &str) -> Result<()> {
         let mem = self.snapshot_of(id).await?;
         let mut record = self.read_record(id)?;
+        // A sandbox started from a named snapshot boots from that snapshot's root
+        // image; the VM cannot restore without the files it booted from.
+        for f in [
+            &record.plan.kernel,
+            &record.plan.initrd,
+            &record.plan.root_image,
+        ] {
+            if !f.exists() {
+                return Err(Error::Unavailable {
+                    what: format!("resuming sandbox {id}"),
+                    reason: format!(
+                        "{} it booted from is gone (a removed named snapshot, or a root \
+                         image pruned after the host's packages changed)",
+                        f.display()
+                    ),
+                    fix: format!("destroy it (stockade rm {id}) and create a new one"),
+                });
+            }
+        }
         record.plan.incoming = Some(mem.clone());
         record.host.vmm = self.vmm.command(&record.plan);
         let dir = self.dir(id);
@@ -550,26 +621,69 @@ impl MicrovmLauncher {
         }
         let mem = self.snapshot_of(id).await?;
         let source = self.read_record(id)?;
+        let mut applied = source.info.applied.clone();
+        applied.push(format!(
+            "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+        ));
+        let restore = Restore {
+            mem,
+            plan: source.plan.clone(),
+            kernel: None,
+            spec: source.info.spec.clone(),
+            applied,
+            lifetime_ms: source
+                .info
+                .expires_at_ms
+                .saturating_sub(source.info.created_at_ms),
+            cgroups: !source.host.cgroups.is_empty(),
+        };
+        self.restore_new(&restore, count, opts).await
+    }
+
+    /// Starts `count` new sandboxes restoring `r.mem`, each in its own directory
+    /// (own id, sockets, host cgroups, owner and lifetime), the copies made and
+    /// recorded first and then started at once; on any failure all of them go.
+    async fn restore_new(
+        &self,
+        r: &Restore,
+        count: u32,
+        opts: &CreateOptions,
+    ) -> Result<Vec<SandboxInfo>> {
         let mut made: Vec<Record> = Vec::new();
         let mut result = Ok(());
         for _ in 0..count {
             let new = stockade_core::host::new_sandbox_id();
-            let r = async {
+            let made_one = async {
                 let dir = self.make_dir(&new)?;
                 let initrd = dir.join("initrd");
-                if std::fs::hard_link(&source.plan.initrd, &initrd).is_err() {
-                    std::fs::copy(&source.plan.initrd, &initrd)
-                        .map_err(io(format!("cannot copy the initrd of {id}")))?;
+                if std::fs::hard_link(&r.plan.initrd, &initrd).is_err() {
+                    std::fs::copy(&r.plan.initrd, &initrd).map_err(io(format!(
+                        "cannot copy {} into {}",
+                        r.plan.initrd.display(),
+                        dir.display()
+                    )))?;
                 }
+                let kernel = match &r.kernel {
+                    Some(k) => {
+                        let to = dir.join("kernel");
+                        std::fs::copy(k, &to).map_err(io(format!(
+                            "cannot copy {} into {}",
+                            k.display(),
+                            dir.display()
+                        )))?;
+                        to
+                    }
+                    None => r.plan.kernel.clone(),
+                };
                 let now = now_ms();
-                let lifetime = source.info.expires_at_ms.saturating_sub(source.info.created_at_ms);
                 let plan = VmPlan {
+                    kernel,
                     initrd,
                     serial_socket: dir.join("serial.sock"),
                     control_socket: dir.join("qmp.sock"),
                     console_log: dir.join("console.log"),
-                    incoming: Some(mem.clone()),
-                    ..source.plan.clone()
+                    incoming: Some(r.mem.clone()),
+                    ..r.plan.clone()
                 };
                 let mut cgroups = plan::host_cgroups(
                     Path::new("/sys/fs/cgroup"),
@@ -577,7 +691,7 @@ impl MicrovmLauncher {
                     plan.memory_mib,
                     plan.vcpus as f64,
                 );
-                if source.host.cgroups.is_empty() {
+                if !r.cgroups {
                     cgroups.clear();
                 }
                 let host = VmHostConfig {
@@ -586,22 +700,18 @@ impl MicrovmLauncher {
                     serial_socket: plan.serial_socket.display().to_string(),
                     owner_pid: opts.owner_pid,
                     owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
-                    expires_at_ms: now + lifetime,
+                    expires_at_ms: now + r.lifetime_ms,
                     cgroups,
                 };
-                let mut applied = source.info.applied.clone();
-                applied.push(format!(
-                    "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
-                ));
                 let record = Record {
                     info: SandboxInfo {
                         id: new.clone(),
                         provider: "microvm".into(),
                         created_at_ms: now,
-                        expires_at_ms: now + lifetime,
+                        expires_at_ms: now + r.lifetime_ms,
                         owner_pid: opts.owner_pid,
-                        spec: source.info.spec.clone(),
-                        applied,
+                        spec: r.spec.clone(),
+                        applied: r.applied.clone(),
                         state: RunState::Running,
                     },
                     plan,
@@ -611,7 +721,7 @@ impl MicrovmLauncher {
                 Ok::<_, Error>(record)
             }
             .await;
-            match r {
+            match made_one {
                 Ok(rec) => made.push(rec),
                 Err(e) => {
                     let _ = self.remove(&new).await;
@@ -850,6 +960,8 @@ impl Launcher for MicrovmLauncher {
 
     async fn gc(&self) -> Result<GcReport> {
         let mut report = GcReport::default();
+        // Named snapshots stay; copies a crashed `snapshot` left half-made go.
+        report.reaped.extend(self.gc_partial_snapshots());
         let Ok(entries) = std::fs::read_dir(&self.state_root) else {
             return Ok(report);
         };
@@ -910,5 +1022,21 @@ impl Launcher for MicrovmLauncher {
 
     async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
         self.fork_vm(id, count, opts).await
+    }
+
+    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
+        self.snapshot_vm(id, name).await
+    }
+
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.list_snapshots()
+    }
+
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        self.remove_snapshot_dir(name)
+    }
+
+    async fn create_from_snapshot(&self, name: &str, opts: &CreateOptions) -> Result<SandboxInfo> {
+        self.start_from_snapshot(name, opts).await
     }
 }

@@ -155,6 +155,20 @@ pub fn host_cgroups(
             ],
         ));
     }
+    // Where cpuacct is a hierarchy of its own (not co-mounted with cpu), a group
+    // there accounts the VMM's CPU time (nothing to set).
+    let (cpu, cpuacct) = (root.join("cpu"), root.join("cpuacct"));
+    if cpuacct.is_dir() && std::fs::canonicalize(&cpuacct).ok() != std::fs::canonicalize(&cpu).ok()
+    {
+        v.push((
+            cpuacct
+                .join("stockade-microvm")
+                .join(id)
+                .display()
+                .to_string(),
+            Vec::new(),
+        ));
+    }
     v
 }
 

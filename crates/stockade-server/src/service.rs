@@ -223,6 +223,53 @@ impl pb::stockade_server::Stockade for Service {
         }))
     }
 
+    async fn snapshot(&self, r: Request<pb::SnapshotRequest>) -> Reply<pb::SnapshotInfo> {
+        let tenant = self.tenant(&r)?;
+        let r = r.into_inner();
+        let s = self
+            .daemon
+            .snapshot(&tenant, &r.id, &r.name)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::snapshot_info(&s)))
+    }
+
+    async fn snapshot_list(
+        &self,
+        r: Request<pb::SnapshotListRequest>,
+    ) -> Reply<pb::SnapshotListReply> {
+        let tenant = self.tenant(&r)?;
+        let v = self.daemon.snapshots(&tenant).await.map_err(st)?;
+        Ok(Response::new(pb::SnapshotListReply {
+            snapshots: v.iter().map(convert::snapshot_info).collect(),
+        }))
+    }
+
+    async fn snapshot_remove(&self, r: Request<pb::SnapshotRef>) -> Reply<pb::Empty> {
+        let tenant = self.tenant(&r)?;
+        self.daemon
+            .remove_snapshot(&tenant, &r.into_inner().name)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(pb::Empty {}))
+    }
+
+    async fn create_from_snapshot(
+        &self,
+        r: Request<pb::CreateFromSnapshotRequest>,
+    ) -> Reply<pb::SandboxInfo> {
+        let tenant = self.tenant(&r)?;
+        let local = r.extensions().get::<Via>() == Some(&Via::Unix);
+        let r = r.into_inner();
+        let owner = (r.owner_pid != 0 && local).then_some(r.owner_pid);
+        let info = self
+            .daemon
+            .create_from_snapshot(&tenant, &r.provider, &r.name, owner)
+            .await
+            .map_err(st)?;
+        Ok(Response::new(convert::sandbox_info(&info, false)))
+    }
+
     async fn set_network(&self, r: Request<pb::SetNetworkRequest>) -> Reply<pb::Empty> {
         let tenant = self.tenant(&r)?;
         let r = r.into_inner();

@@ -108,7 +108,10 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
             Some(h) => GvisorLauncher::new().with_image_store(h.join("images")),
             None => GvisorLauncher::new(),
         }))),
-        "microvm" => Ok(Arc::new(MicrovmProvider::new())),
+        "microvm" => Ok(Arc::new(MicrovmProvider::from(match home {
+            Some(h) => MicrovmLauncher::new().with_home(h),
+            None => MicrovmLauncher::new(),
+        }))),
         other => Err(Error::InvalidRequest(format!(
             "unknown provider {other:?}; known: {}",
             PROVIDERS.join(", ")

@@ -11,9 +11,19 @@ use crate::spec_args::SpecArgs;
 pub struct CreateArgs {
     #[command(flatten)]
     pub spec: SpecArgs,
+    /// Start from this named snapshot (`stockade snapshot ID NAME`) instead of
+    /// booting: its processes, memory and spec, digest-checked first.
+    #[arg(long, value_name = "NAME")]
+    pub from_snapshot: Option<String>,
 }
 
 pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
+    if let Some(name) = &a.from_snapshot {
+        super::snapshot::refuse_spec_flags(&a.spec, false)?;
+        let sb = super::snapshot::start_from(ctx, ctx.provider()?, name, CreateOptions::default())
+            .await?;
+        return print(ctx, &sb);
+    }
     let mut spec = a.spec.to_spec()?;
     // In-process, the sandbox outlives this command: record whose it is for `rm
     // --all` (a daemon keeps its own records, and a label would split its pools).
@@ -34,6 +44,10 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
         eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
     }
     let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
+    print(ctx, &sb)
+}
+
+fn print(ctx: &Ctx, sb: &Sandbox) -> Result<i32> {
     if ctx.json {
         let i = sb.info();
         println!(

@@ -34,6 +34,10 @@ pub struct RunArgs {
     /// Read stdin and pass it to the command.
     #[arg(long, short = 'i')]
     pub stdin: bool,
+    /// Run in a sandbox started from this named snapshot (`stockade snapshot ID
+    /// NAME`) instead of a fresh one; --timeout is then only the command's deadline.
+    #[arg(long, value_name = "NAME")]
+    pub from_snapshot: Option<String>,
     /// The command and its arguments (unless --language is given). Every flag after
     /// the command's first word is the command's own, as with `docker run`; a `--`
     /// before the command is accepted too.
@@ -109,6 +113,9 @@ async fn image_command(ctx: &Ctx, reference: &str) -> Result<Vec<String>> {
 }
 
 pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
+    if a.from_snapshot.is_some() {
+        super::snapshot::refuse_spec_flags(&a.spec, true)?;
+    }
     let mut spec = a.spec.to_spec()?;
     let provider = ctx.provider()?;
     let local_images = provider.capabilities().local_images;
@@ -175,11 +182,16 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let opts = CreateOptions {
         owner_pid: Some(std::process::id()),
     };
-    if !ctx.json && provider.name() == "microvm" {
-        // A VM boots for seconds (tens under software emulation): say so.
-        eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
-    }
-    let sb = Sandbox::create(provider.clone(), spec, opts).await?;
+    let sb = match &a.from_snapshot {
+        Some(name) => super::snapshot::start_from(ctx, provider.clone(), name, opts).await?,
+        None => {
+            if !ctx.json && provider.name() == "microvm" {
+                // A VM boots for seconds (tens under software emulation): say so.
+                eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
+            }
+            Sandbox::create(provider.clone(), spec, opts).await?
+        }
+    };
     let result = exec_and_print(ctx, provider.as_ref(), sb.id(), req).await;
     let destroyed = sb.destroy().await;
     let code = result?;

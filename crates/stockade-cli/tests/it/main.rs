@@ -16,6 +16,7 @@ mod images;
 mod languages;
 mod manners;
 mod rootless;
+mod snapshot;
 
 use stockade_testkit::require_root;
 

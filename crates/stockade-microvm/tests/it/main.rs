@@ -84,6 +84,7 @@ pub fn leftovers(id: &str) -> Vec<String> {
         "/sys/fs/cgroup/stockade-microvm",
         "/sys/fs/cgroup/memory/stockade-microvm",
         "/sys/fs/cgroup/cpu/stockade-microvm",
+        "/sys/fs/cgroup/cpuacct/stockade-microvm",
     ] {
         let p = std::path::Path::new(cg).join(id);
         if p.exists() {

@@ -43,11 +43,8 @@ fn x_of(answer: &str) -> String {
         .to_string()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_refused() {
-    let Some(p) = provider().await else { return };
-    let sb = vm(&p, spec()).await;
-    let id = sb.id().to_string();
+/// Starts [`SERVER`] in `sb`, in the background, and waits for its socket.
+async fn start_server(p: &std::sync::Arc<stockade_microvm::MicrovmProvider>, sb: &Sandbox) {
     let mut start = ExecRequest::new([
         "/bin/sh",
         "-c",
@@ -59,15 +56,23 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     let out = match sb.exec(start).await {
         Ok(o) => o,
         Err(e) => {
-            let dir = std::path::Path::new("/run/stockade-microvm").join(&id);
+            let dir = std::path::Path::new("/run/stockade-microvm").join(sb.id());
             panic!(
                 "{e}: {:?}; console: {}",
-                p.inspect(&id).await.map(|i| i.applied.last().cloned()),
+                p.inspect(sb.id()).await.map(|i| i.applied.last().cloned()),
                 std::fs::read_to_string(dir.join("console.log")).unwrap_or_default()
             );
         }
     };
     assert_eq!(out.exit_code, 0, "{out:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_refused() {
+    let Some(p) = provider().await else { return };
+    let sb = vm(&p, spec()).await;
+    let id = sb.id().to_string();
+    start_server(&p, &sb).await;
     let before = ask(&sb, "before").await;
     let x = x_of(&before);
     assert!(before.contains("start x="), "{before}");
@@ -151,6 +156,169 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
         f.destroy().await.unwrap();
         assert_eq!(leftovers(f.id()), Vec::<String>::new());
     }
+    sb.destroy().await.unwrap();
+    assert_eq!(leftovers(&id), Vec::<String>::new());
+}
+
+/// Sandbox directories of the microvm provider now.
+fn vm_dirs() -> std::collections::BTreeSet<String> {
+    std::fs::read_dir("/run/stockade-microvm")
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().to_string())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc() {
+    let Some(_) = provider().await else { return };
+    let home = tempfile::tempdir().unwrap();
+    let p = std::sync::Arc::new(stockade_microvm::MicrovmProvider::from(
+        stockade_microvm::MicrovmLauncher::new().with_home(home.path()),
+    ));
+    let store = home.path().join("snapshots/microvm");
+    let sb = vm(&p, spec()).await;
+    let id = sb.id().to_string();
+    start_server(&p, &sb).await;
+    let x = x_of(&ask(&sb, "before").await);
+
+    // Bad names are refused before anything is saved.
+    for bad in [
+        "",
+        "../escape",
+        "a/b",
+        ".hidden",
+        "-dash",
+        "sp ace",
+        &"n".repeat(65),
+    ] {
+        let e = sb.snapshot(bad).await.unwrap_err();
+        assert!(matches!(e, Error::InvalidRequest(_)), "{bad:?}: {e:?}");
+        assert!(e.to_string().contains("is not valid"), "{e}");
+    }
+    let e = p.snapshot(&id, "../escape").await.unwrap_err();
+    assert!(e.to_string().contains("is not valid"), "{e}");
+    assert!(!home.path().join("snapshots/escape").exists());
+    assert!(!store.exists() || std::fs::read_dir(&store).unwrap().count() == 0);
+
+    // A running sandbox is kept and runs on.
+    let t = Instant::now();
+    let snap = sb.snapshot("base").await.unwrap();
+    eprintln!("snapshot of a running VM took {:?}", t.elapsed());
+    assert_eq!(
+        (snap.name.as_str(), snap.source.as_str()),
+        ("base", id.as_str())
+    );
+    assert_eq!(snap.sha256.len(), 64);
+    assert!(snap.bytes > 1 << 20, "{snap:?}");
+    assert_eq!(
+        p.inspect(&id).await.unwrap().state,
+        stockade_core::RunState::Running
+    );
+    let after = ask(&sb, "after-snapshot").await;
+    assert_eq!(x_of(&after), x, "{after}");
+    let e = sb.snapshot("base").await.unwrap_err();
+    assert!(e.to_string().contains("already exists"), "{e}");
+    let listed = p.snapshots().await.unwrap();
+    assert_eq!(listed, vec![snap.clone()]);
+
+    // A new sandbox from it: the process and its open file as they were at the
+    // snapshot, its own hostname; it dies with its owner.
+    let mut owner = std::process::Command::new("sleep")
+        .arg("600")
+        .spawn()
+        .unwrap();
+    let t = Instant::now();
+    let copy = Sandbox::from_snapshot(
+        p.clone() as std::sync::Arc<dyn Provider>,
+        "base",
+        CreateOptions {
+            owner_pid: Some(owner.id()),
+        },
+    )
+    .await
+    .unwrap();
+    eprintln!("start from the named snapshot took {:?}", t.elapsed());
+    assert_ne!(copy.id(), id);
+    let a = ask(&copy, "in-copy").await;
+    assert!(
+        a.starts_with(&format!("x={} host={}\n", &x[2..], copy.id())),
+        "{a}"
+    );
+    assert!(a.contains("before\nin-copy\n"), "{a}");
+    assert!(!a.contains("after-snapshot"), "{a}");
+    assert!(
+        copy.info()
+            .applied
+            .iter()
+            .any(|l| l.starts_with("started from snapshot base")),
+        "{:?}",
+        copy.info().applied
+    );
+
+    // gc keeps named snapshots, removes a half-made one whose maker is dead, and
+    // the paused copy's own saved state once its owner is gone.
+    let partial = store.join(".partial-999999999-1-dead");
+    std::fs::create_dir_all(&partial).unwrap();
+    std::fs::write(partial.join("vm.state"), b"half").unwrap();
+    copy.pause().await.unwrap();
+    let copy_state = std::path::Path::new("/run/stockade-microvm")
+        .join(copy.id())
+        .join("snapshot/vm.state");
+    assert!(copy_state.exists());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    let report = p.gc().await.unwrap();
+    assert!(report.reaped.contains(&copy.id().to_string()), "{report:?}");
+    assert!(!partial.exists(), "{report:?}");
+    assert!(!copy_state.exists());
+    assert_eq!(leftovers(copy.id()), Vec::<String>::new());
+    assert_eq!(p.snapshots().await.unwrap(), vec![snap.clone()]);
+    assert!(store.join("base/vm.state").exists());
+
+    // A changed snapshot is refused and nothing is started.
+    let state = store.join("base/vm.state");
+    let mut bytes = std::fs::read(&state).unwrap();
+    let mid = bytes.len() / 3;
+    bytes[mid] ^= 0x5a;
+    std::fs::write(&state, bytes).unwrap();
+    let dirs = vm_dirs();
+    let e = Sandbox::from_snapshot(
+        p.clone() as std::sync::Arc<dyn Provider>,
+        "base",
+        CreateOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, Error::PolicyDenied(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("snapshot base is corrupt")
+            && e.to_string().contains("stockade snapshot rm base"),
+        "{e}"
+    );
+    assert_eq!(
+        vm_dirs(),
+        dirs,
+        "a sandbox was started from a corrupt snapshot"
+    );
+
+    // rm removes it; then it is not found.
+    p.remove_snapshot("base").await.unwrap();
+    assert!(!store.join("base").exists());
+    assert_eq!(p.snapshots().await.unwrap(), Vec::new());
+    let e = p.remove_snapshot("base").await.unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+    let e = Sandbox::from_snapshot(
+        p.clone() as std::sync::Arc<dyn Provider>,
+        "base",
+        CreateOptions::default(),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
+
     sb.destroy().await.unwrap();
     assert_eq!(leftovers(&id), Vec::<String>::new());
 }

@@ -193,3 +193,42 @@ async fn the_vm_dies_with_its_owner() {
         "the owner died, the VM lives"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kvm_probe_is_reported_and_agrees_with_a_fresh_probe() {
+    let Some(p) = provider().await else { return };
+    let checks = p.probe().await.unwrap();
+    let accel = checks
+        .iter()
+        .find(|c| c.name == "acceleration")
+        .unwrap_or_else(|| panic!("no acceleration check: {checks:?}"));
+    assert!(accel.ok, "{accel:?}");
+    // What doctor shows: the accelerator, then why.
+    let (name, why) = accel.detail.split_once(' ').unwrap();
+    assert!(matches!(name, "kvm" | "tcg"), "{accel:?}");
+    assert!(why.len() > 5, "no reason given: {accel:?}");
+    // The cached answer is what booting a guest under KVM now says.
+    let kernel = stockade_microvm::assets::find_kernel().unwrap();
+    let scratch = tempfile::tempdir().unwrap();
+    let fresh = stockade_microvm::vmm::probe_kvm(
+        std::path::Path::new("qemu-system-x86_64"),
+        &kernel.image,
+        scratch.path(),
+    )
+    .await;
+    match &fresh {
+        Ok(()) => assert_eq!(name, "kvm", "a guest boots under KVM: {accel:?}"),
+        Err(e) => {
+            assert_eq!(name, "tcg", "KVM fails ({e}): {accel:?}");
+            assert!(why.contains("KVM is unusable"), "{accel:?}");
+        }
+    }
+    if std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_err()
+    {
+        assert!(fresh.unwrap_err().contains("/dev/kvm"));
+    }
+}

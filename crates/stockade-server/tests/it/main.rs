@@ -7,6 +7,7 @@ mod listeners;
 mod pause;
 mod peers;
 mod race;
+mod snapshots;
 mod tenants;
 
 use std::os::unix::fs::PermissionsExt;

@@ -154,18 +154,21 @@ async fn fork_bomb_is_contained_and_host_stays_responsive() {
     }
     let sb = sandbox(SandboxSpec::default()).await;
     let started = Instant::now();
+    // The parent only sleeps (it never needs a free pid); its child and every
+    // descendant fork as fast as they can. On microvm the host sees none of the
+    // guest's processes: the parent counts the sandbox user's processes once the
+    // bomb has run 1.5 s (every one of them is in the sandbox's cgroup) and prints it.
+    let count = if on_microvm() {
+        "time.sleep(1.5)\nn = 0\nfor p in os.listdir('/proc'):\n    try:\n        n += p.isdigit() and os.stat('/proc/' + p).st_uid == 1000\n    except OSError:\n        pass\nprint('pids', n, flush=True)\n"
+    } else {
+        ""
+    };
+    let code = format!(
+        "import os, time\nif os.fork() == 0:\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\n{count}time.sleep(30)"
+    );
     let bomb = tokio::spawn({
         let sb = sb.clone();
-        async move {
-            py(
-                &sb,
-                // The parent only sleeps (it never needs a free pid); its child and
-                // every descendant fork as fast as they can.
-                "import os, time\nif os.fork() == 0:\n    while True:\n        try:\n            os.fork()\n        except OSError:\n            pass\ntime.sleep(30)",
-                4_000,
-            )
-            .await
-        }
+        async move { py(&sb, &code, 4_000).await }
     });
     tokio::time::sleep(Duration::from_millis(1500)).await;
     // The host can still start processes while the bomb runs.
@@ -177,30 +180,40 @@ async fn fork_bomb_is_contained_and_host_stays_responsive() {
         "host spawn took {:?}",
         t.elapsed()
     );
-    let pids = if on_gvisor() {
+    let pids = if on_microvm() {
+        None
+    } else if on_gvisor() {
         // The host cgroup counts gVisor's own tasks (ptrace stubs, several per process
         // inside); the cap of 64 holds for the processes gVisor's kernel runs.
-        gvisor_ps(sb.id()).len().to_string()
+        Some(gvisor_ps(sb.id()).len().to_string())
     } else {
-        std::fs::read_to_string(format!(
-            "/sys/fs/cgroup/pids/{}/{}/pids.current",
-            stockade_testkit::cgroup_parent(),
-            sb.id()
-        ))
-        .or_else(|_| {
+        Some(
             std::fs::read_to_string(format!(
-                "/sys/fs/cgroup/{}/{}/pids.current",
+                "/sys/fs/cgroup/pids/{}/{}/pids.current",
                 stockade_testkit::cgroup_parent(),
                 sb.id()
             ))
-        })
-        .unwrap()
+            .or_else(|_| {
+                std::fs::read_to_string(format!(
+                    "/sys/fs/cgroup/{}/{}/pids.current",
+                    stockade_testkit::cgroup_parent(),
+                    sb.id()
+                ))
+            })
+            .unwrap(),
+        )
     };
+    let out = bomb.await.unwrap();
+    let pids = pids.unwrap_or_else(|| {
+        let o = text(&out.stdout);
+        o.strip_prefix("pids ")
+            .unwrap_or_else(|| panic!("the bomb's parent did not count: {out:?}"))
+            .to_string()
+    });
     assert!(
         pids.trim().parse::<u32>().unwrap() <= 64,
         "pids in sandbox: {pids}"
     );
-    let out = bomb.await.unwrap();
     assert!(out.timed_out, "bomb should run into its deadline");
     assert!(started.elapsed() < Duration::from_secs(10));
     // The sandbox still works afterwards and nothing of the bomb remains.
@@ -312,19 +325,37 @@ async fn setuid_binaries_give_no_root() {
     std::fs::copy("/usr/bin/id", &suid).unwrap();
     std::fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
     let mut spec = SandboxSpec::default();
-    spec.mounts.push(Mount {
-        host: dir.path().into(),
-        target: "/suid".into(),
-        writable: false,
-    });
+    // A provider without host mounts (microvm) is tested on the setuid programs of
+    // its own root (the host's /usr, setuid bits kept in its image).
+    let mounts = provider().capabilities().mounts;
+    if mounts {
+        spec.mounts.push(Mount {
+            host: dir.path().into(),
+            target: "/suid".into(),
+            writable: false,
+        });
+    }
     let sb = sandbox(spec).await;
-    let out = sh(&sb, "/suid/id -u; /suid/id -ur", 5_000).await;
-    assert_eq!(
-        text(&out.stdout),
-        "1000\n1000\n",
-        "setuid gave another uid: {}",
-        text(&out.stderr)
-    );
+    if mounts {
+        let out = sh(&sb, "/suid/id -u; /suid/id -ur", 5_000).await;
+        assert_eq!(
+            text(&out.stdout),
+            "1000\n1000\n",
+            "setuid gave another uid: {}",
+            text(&out.stderr)
+        );
+    } else {
+        let out = sh(
+            &sb,
+            "ls -l /usr/bin/su /usr/bin/passwd /usr/bin/mount",
+            5_000,
+        )
+        .await;
+        assert!(
+            text(&out.stdout).matches("rws").count() >= 2,
+            "no setuid programs to try inside: {out:?}"
+        );
+    }
     // Host setuid programs (su, passwd, mount) do not give root either.
     let out = sh(&sb, "for p in /usr/bin/su /usr/bin/passwd /usr/bin/mount; do [ -x $p ] && $p --help >/dev/null 2>&1; done; id -u", 5_000).await;
     assert_eq!(text(&out.stdout), "1000\n");
@@ -486,14 +517,28 @@ async fn cpu_quota_holds_a_multi_threaded_spin() {
     // that cgroup across the exec, against the exec's wall time (Python's start under
     // gVisor adds a second or more to the 2 s of spinning): half a CPU allows about
     // half of it; unthrottled, two spinners on 2+ cores would use ~1.6 times it.
-    let host_usage = on_gvisor().then(|| gvisor_cpu_usage_secs(sb.id()));
+    // On microvm the quota is the host cgroup around QEMU (the guest's own clock
+    // runs on while QEMU is throttled, so the code inside sees its vCPU as busy the
+    // whole time): read there, as for gVisor.
+    let host_usage = if on_gvisor() {
+        Some(gvisor_cpu_usage_secs(sb.id()))
+    } else if on_microvm() {
+        Some(microvm_cpu_usage_secs(sb.id()))
+    } else {
+        None
+    };
     let out = py(&sb, &code, 30_000).await;
     let inside: f64 = text(&out.stdout)
         .trim()
         .parse()
         .unwrap_or_else(|_| panic!("{} {}", text(&out.stdout), text(&out.stderr)));
     if let Some(before) = host_usage {
-        let used = gvisor_cpu_usage_secs(sb.id()) - before;
+        let now = if on_microvm() {
+            microvm_cpu_usage_secs(sb.id())
+        } else {
+            gvisor_cpu_usage_secs(sb.id())
+        };
+        let used = now - before;
         let wall = out.duration_ms as f64 / 1000.0;
         assert!(
             used < 0.7 * wall,
@@ -506,6 +551,27 @@ async fn cpu_quota_holds_a_multi_threaded_spin() {
         );
     }
     destroy_clean(sb).await;
+}
+
+/// CPU seconds the host cgroup around the VMM of microVM sandbox `id` has used: the
+/// guest's code, its kernel and QEMU's emulation together.
+fn microvm_cpu_usage_secs(id: &str) -> f64 {
+    let v2 = format!("/sys/fs/cgroup/stockade-microvm/{id}/cpu.stat");
+    let v1 = format!("/sys/fs/cgroup/cpuacct/stockade-microvm/{id}/cpuacct.usage");
+    if let Ok(stat) = std::fs::read_to_string(&v2) {
+        let usec: u64 = stat
+            .lines()
+            .find_map(|l| l.strip_prefix("usage_usec "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no usage_usec in {v2}: {stat}"));
+        return usec as f64 / 1e6;
+    }
+    let ns: u64 = std::fs::read_to_string(&v1)
+        .unwrap_or_else(|e| panic!("neither {v2} nor {v1}: {e}"))
+        .trim()
+        .parse()
+        .unwrap();
+    ns as f64 / 1e9
 }
 
 /// CPU seconds the host cgroup of gVisor sandbox `id` (runsc's `cgroupsPath`) has
@@ -858,9 +924,16 @@ async fn pid1_reveals_no_host_path() {
         !s.contains(root.as_ref()) && !s.contains("/target/"),
         "process command lines inside reveal host paths:\n{s}"
     );
-    assert!(
-        s.lines().next().is_some_and(|l| !l.contains('/')),
-        "PID 1's command line names a path:\n{s}"
-    );
+    // A microVM's PID 1 is the kernel-started `/init` of the guest's own initramfs:
+    // a path of the guest, never the host's (checked above).
+    let pid1 = s.lines().next().unwrap_or_default();
+    if on_microvm() {
+        assert_eq!(pid1.trim(), "/init vm-init", "{s}");
+    } else {
+        assert!(
+            !pid1.contains('/'),
+            "PID 1's command line names a path:\n{s}"
+        );
+    }
     destroy_clean(sb).await;
 }

@@ -189,3 +189,32 @@ async fn a_paused_sandbox_lifetime_does_not_run() {
     assert!(gone, "sandbox {id} outlived its lifetime after resume");
     assert_no_trace(&id);
 }
+
+#[tokio::test]
+async fn named_snapshots_are_refused_by_name_on_native() {
+    if !require_root("named_snapshots_are_refused_by_name_on_native") || on_microvm() {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let p = provider();
+    let refusals = [
+        sb.snapshot("base").await.unwrap_err(),
+        p.snapshots().await.unwrap_err(),
+        p.remove_snapshot("base").await.unwrap_err(),
+        stockade::Sandbox::from_snapshot(p.clone(), "base", Default::default())
+            .await
+            .unwrap_err(),
+    ];
+    for e in refusals {
+        assert_eq!(e.code(), stockade::ErrorCode::Unavailable, "{e}");
+        let m = e.to_string();
+        assert!(
+            m.contains("on the native provider") && m.contains("use the microvm provider"),
+            "{m}"
+        );
+    }
+    // A bad name is refused as such before any provider is asked.
+    let e = sb.snapshot("../base").await.unwrap_err();
+    assert!(e.to_string().contains("is not valid"), "{e}");
+    destroy_clean(sb).await;
+}
