@@ -517,12 +517,21 @@ print("leaks", leaks)
                 let listed = sb
                     .file(stockade_core::FileOp::Ls { path: "/".into() })
                     .await;
+                let seen = if listed.is_err() && *python {
+                    let o = sh(&sb, "id; ls -lad / /bin /etc /tmp; ls -la / | head", 10_000).await;
+                    format!("{}{}", text(&o.stdout), text(&o.stderr))
+                } else {
+                    String::new()
+                };
                 sb.destroy().await.unwrap();
                 assert!(
                     found.is_empty(),
                     "{name}: host files reached through {found:?}"
                 );
-                assert!(listed.is_ok(), "{name}: file operations fail: {listed:?}");
+                assert!(
+                    listed.is_ok(),
+                    "{name}: file operations fail: {listed:?}\n{seen}"
+                );
                 out
             }
             Err(e) => {
