@@ -363,12 +363,28 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
         Err(r) => return *r,
     };
     let template = b.template_id.unwrap_or_else(|| "base".into());
-    if !TEMPLATES.contains(&template.as_str()) {
+    // Read at each create: an edit of the file applies to the next sandbox.
+    let config = match stockade_image::Config::load() {
+        Ok(c) => c,
+        Err(e) => {
+            return error(
+                500,
+                &format!("the server's configuration file is not valid: {e}"),
+            );
+        }
+    };
+    let custom = config.templates.get(&template).cloned();
+    if custom.is_none() && !TEMPLATES.contains(&template.as_str()) {
+        let mut names: Vec<&str> = TEMPLATES.to_vec();
+        names.extend(config.templates.keys().map(String::as_str));
+        names.sort_unstable();
+        names.dedup();
         return error(
             404,
             &format!(
-                "template {template:?} not found: this server has {}",
-                TEMPLATES.join(", ")
+                "template {template:?} not found: this server has {} (templates come from \
+                 the [templates] tables of Stockade's configuration file)",
+                names.join(", ")
             ),
         );
     }
@@ -383,6 +399,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
         .create(
             tenant,
             &template,
+            custom.as_ref(),
             timeout,
             b.metadata.unwrap_or_default(),
             b.env_vars.unwrap_or_default(),

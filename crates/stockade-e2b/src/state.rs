@@ -159,11 +159,14 @@ impl E2b {
         v
     }
 
-    /// Creates a sandbox of a built-in template for the tenant.
+    /// Creates a sandbox of a template for the tenant: a built-in one, or `custom`
+    /// (a `[templates.NAME]` table of the configuration file) over the defaults.
+    #[allow(clippy::too_many_arguments)]
     pub async fn create(
         &self,
         tenant: &str,
         template: &str,
+        custom: Option<&stockade_image::TemplateConfig>,
         timeout_secs: u64,
         metadata: BTreeMap<String, String>,
         env_vars: BTreeMap<String, String>,
@@ -178,6 +181,26 @@ impl E2b {
         };
         if internet {
             spec.network = Network::Egress;
+        }
+        if let Some(t) = custom {
+            spec.image.clone_from(&t.image);
+            if let Some(m) = t.memory {
+                spec.limits.memory_bytes = m;
+            }
+            if let Some(c) = t.cpus {
+                spec.limits.cpus = c;
+            }
+            if let Some(p) = t.pids {
+                spec.limits.pids = p;
+            }
+            spec.env.extend(t.env.clone());
+            // The operator's allowlist holds whatever the caller asks.
+            if !t.allow.is_empty() {
+                spec.network = Network::Policy(stockade::spec::EgressPolicy {
+                    allow: t.allow.clone(),
+                    ..Default::default()
+                });
+            }
         }
         spec.env.insert("HOME".into(), "/home/user".into());
         spec.env.insert("USER".into(), "user".into());

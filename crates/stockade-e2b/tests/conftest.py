@@ -17,6 +17,19 @@ KEY_A = "e2b-test-tenant-a-0123456789"
 KEY_B = "e2b-test-tenant-b-0123456789"
 
 
+# `tiny`: smaller limits and an environment; `pypi-only`: an egress allowlist.
+TEMPLATES_TOML = """
+[templates.tiny]
+memory = "256M"
+cpus = 1.0
+pids = 64
+env = { TEMPLATE_GREETING = "hello from tiny" }
+
+[templates.pypi-only]
+allow = ["pypi.org"]
+"""
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -35,6 +48,11 @@ def server():
     tokens = os.path.join(tmp, "tokens")
     with open(tokens, "w") as f:
         f.write(f"{KEY_A}\n{KEY_B}\n")
+    # Stockade's configuration file, read at each create: the templates the tests use.
+    config = os.path.join(tmp, "config.toml")
+    with open(config, "w") as f:
+        f.write(TEMPLATES_TOML)
+    os.environ["STOCKADE_TEST_E2B_CONFIG"] = config
     port = _free_port()
     log = open(os.path.join(tmp, "serve.log"), "w")
     proc = subprocess.Popen(
@@ -46,6 +64,7 @@ def server():
             "--e2b-listen", f"127.0.0.1:{port}",
         ],
         stdout=log, stderr=subprocess.STDOUT,
+        env=dict(os.environ, STOCKADE_CONFIG=config),
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -211,6 +211,52 @@ def test_unknown_template_is_a_clear_404(server):
     assert "not found" in str(e.value)
 
 
+def test_templates_come_from_the_configuration_file(server):
+    with Sandbox.create(template="tiny") as sb:
+        info = Sandbox.get_info(sb.sandbox_id)
+        assert info.template_id == "tiny"
+        assert info.memory_mb == 256 and info.cpu_count == 1
+        r = sb.commands.run("echo $TEMPLATE_GREETING")
+        assert r.stdout.strip() == "hello from tiny"
+    # The operator's allowlist holds although the SDK asks for the internet.
+    with Sandbox.create(template="pypi-only", allow_internet_access=True) as sb:
+        code = (
+            "import socket\n"
+            "print(socket.gethostbyname('pypi.org'))\n"
+            "try:\n"
+            "    socket.gethostbyname('registry.npmjs.org'); print('npm resolved')\n"
+            "except OSError:\n"
+            "    print('npm refused')\n"
+        )
+        r = sb.commands.run(f"python3 -c \"{code}\"")
+        assert "npm refused" in r.stdout and r.stdout.split()[0].count(".") == 3, r.stdout
+    # An unknown name lists what there is, the file's templates too.
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(template="no-such-template")
+    assert "tiny" in str(e.value) and "code-interpreter-v1" in str(e.value)
+
+
+def test_a_bad_configuration_file_is_named_and_nothing_starts(server):
+    path = os.environ["STOCKADE_TEST_E2B_CONFIG"]
+    good = open(path).read()
+    try:
+        with open(path, "w") as f:
+            f.write(good + '\n[templates.broken]\ncpus = -1.0\nmemmory = "1G"\n')
+        with pytest.raises(SandboxException) as e:
+            Sandbox.create(template="tiny")
+        assert "memmory" in str(e.value) and "config" in str(e.value), str(e.value)
+        with open(path, "w") as f:
+            f.write(good + '\n[templates.broken]\ncpus = -1.0\n')
+        with pytest.raises(SandboxException) as e:
+            Sandbox.create(template="tiny")
+        assert "templates.broken.cpus" in str(e.value), str(e.value)
+    finally:
+        with open(path, "w") as f:
+            f.write(good)
+    with Sandbox.create(template="tiny") as sb:
+        assert sb.commands.run("true").exit_code == 0
+
+
 def _raw(url, path, headers, body=None, method="POST"):
     req = urllib.request.Request(url + path, data=body, headers=headers, method=method)
     try:

@@ -17,6 +17,16 @@
 //!
 //! [gvisor]
 //! runsc = "/usr/local/bin/runsc"  # the gVisor provider's runsc (env STOCKADE_RUNSC)
+//!
+//! # Templates the E2B API's `templateID` names (beside the built-in `base` and
+//! # `code-interpreter-v1`, which a table of the same name replaces):
+//! [templates.data-science]
+//! image = "registry.lan:5000/python-data:1"  # none: the host's root filesystem
+//! memory = "1G"
+//! cpus = 2.0
+//! pids = 256
+//! env = { MPLBACKEND = "Agg" }
+//! allow = ["pypi.org", "files.pythonhosted.org"]  # an egress allowlist
 //! ```
 
 use std::collections::BTreeMap;
@@ -27,7 +37,7 @@ use serde::Deserialize;
 use crate::error::{Error, Result};
 
 /// The parsed configuration file. A missing file is the default (empty) config.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
     /// Registry settings.
@@ -42,6 +52,60 @@ pub struct Config {
     /// The gVisor provider's settings.
     #[serde(default)]
     pub gvisor: GvisorConfig,
+    /// Sandbox templates by name (the E2B API's `templateID`).
+    #[serde(default)]
+    pub templates: BTreeMap<String, TemplateConfig>,
+}
+
+/// A `[templates.NAME]` table: what a sandbox made from the template gets. Fields left
+/// out keep Stockade's secure defaults.
+#[derive(Debug, Clone, Default, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TemplateConfig {
+    /// An image reference; none: the host's root filesystem.
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Memory, bytes or a size with a binary suffix (`"1G"`).
+    #[serde(default, deserialize_with = "size")]
+    pub memory: Option<u64>,
+    /// CPUs (fractions allowed).
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Most processes and threads.
+    #[serde(default)]
+    pub pids: Option<u32>,
+    /// Environment variables every process gets.
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    /// An egress allowlist (the spec's `allow` entries): the sandbox reaches these and
+    /// nothing else. Empty: no network unless the caller asks for the internet.
+    #[serde(default)]
+    pub allow: Vec<String>,
+}
+
+/// The longest template name.
+pub const TEMPLATE_NAME_MAX: usize = 64;
+
+/// Checks a template's name: 1 to [`TEMPLATE_NAME_MAX`] lowercase letters, digits,
+/// `.`, `_` or `-`, starting with a letter or digit.
+pub fn check_template_name(name: &str) -> std::result::Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= TEMPLATE_NAME_MAX
+        && name
+            .bytes()
+            .next()
+            .is_some_and(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        && name.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'_' | b'-')
+        });
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "template name {name:?} is not valid: use 1 to {TEMPLATE_NAME_MAX} lowercase \
+             letters, digits, '.', '_' or '-', starting with a letter or digit"
+        ))
+    }
 }
 
 /// The `[gvisor]` table.
@@ -200,6 +264,48 @@ impl Config {
         for (lang, image) in &c.languages {
             crate::Reference::parse(image).map_err(|e| format!("languages.{lang}: {e}"))?;
         }
+        let mut problems = Vec::new();
+        for (name, t) in &c.templates {
+            if let Err(e) = check_template_name(name) {
+                problems.push(format!("templates.{name}: {e}"));
+            }
+            if let Some(image) = &t.image
+                && let Err(e) = crate::Reference::parse(image)
+            {
+                problems.push(format!("templates.{name}.image: {e}"));
+            }
+            if let Some(m) = t.memory
+                && m < 16 << 20
+            {
+                problems.push(format!(
+                    "templates.{name}.memory: {m} bytes is too little (at least 16M)"
+                ));
+            }
+            if let Some(cpus) = t.cpus
+                && !(cpus > 0.0 && cpus <= 1024.0)
+            {
+                problems.push(format!(
+                    "templates.{name}.cpus: {cpus} is out of range (more than 0, at most 1024)"
+                ));
+            }
+            if let Some(p) = t.pids
+                && p < 8
+            {
+                problems.push(format!(
+                    "templates.{name}.pids: {p} is too few (at least 8)"
+                ));
+            }
+            for k in t.env.keys() {
+                if k.is_empty() || k.contains('=') || k.contains('\0') {
+                    problems.push(format!(
+                        "templates.{name}.env: {k:?} is not a variable name"
+                    ));
+                }
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems.join("; "));
+        }
         Ok(c)
     }
 }
@@ -224,6 +330,39 @@ mod tests {
         assert_eq!(c.registries.insecure, ["reg.lan:5000"]);
         assert_eq!(c.languages["python"], "reg.lan:5000/py:3");
         assert_eq!(Config::parse("").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn templates_parse_and_every_bad_field_is_named() {
+        let c = Config::parse(
+            "[templates.data]\nimage = \"reg.lan:5000/py:3\"\nmemory = \"1G\"\ncpus = 1.5\npids = 128\nenv = { A = \"b\" }\nallow = [\"pypi.org\"]\n[templates.bare]\n",
+        )
+        .unwrap();
+        let t = &c.templates["data"];
+        assert_eq!(t.image.as_deref(), Some("reg.lan:5000/py:3"));
+        assert_eq!(
+            (t.memory, t.cpus, t.pids),
+            (Some(1 << 30), Some(1.5), Some(128))
+        );
+        assert_eq!(t.env["A"], "b");
+        assert_eq!(t.allow, ["pypi.org"]);
+        assert_eq!(c.templates["bare"], TemplateConfig::default());
+        let e = Config::parse(
+            "[templates.Bad]\n[templates.x]\nimage = \"UPPER/x:1\"\nmemory = 1\ncpus = 0.0\npids = 2\nenv = { \"A=B\" = \"c\" }\n",
+        )
+        .unwrap_err();
+        for field in [
+            "templates.Bad:",
+            "templates.x.image",
+            "templates.x.memory",
+            "templates.x.cpus",
+            "templates.x.pids",
+            "templates.x.env",
+        ] {
+            assert!(e.contains(field), "{field} not named in: {e}");
+        }
+        let e = Config::parse("[templates.x]\nmemmory = \"1G\"\n").unwrap_err();
+        assert!(e.contains("unknown field") && e.contains("memmory"), "{e}");
     }
 
     #[test]
