@@ -499,6 +499,13 @@ pub struct ExecPolicy {
     /// mark is honoured the shim kills them and the scan is wasted time on every exec.
     #[serde(default)]
     pub sweep_orphans: bool,
+    /// A cgroup directory each exec's shim moves itself into before it starts the
+    /// command (so the exec's processes, not the agent's threads, meet that cgroup's
+    /// caps): the microvm guest's `pids` cap for the code. None elsewhere: the sandbox's
+    /// own cgroup holds everything. (Always serialized: the policy also travels in
+    /// postcard, which has no field names to skip by.)
+    #[serde(default)]
+    pub exec_cgroup: Option<String>,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a
@@ -637,6 +644,10 @@ pub struct VmConfig {
     pub memory_bytes: u64,
     /// `pids.max` of the sandbox's cgroup in the guest (the agent's threads count).
     pub pids: u64,
+    /// `pids.max` of the execs' cgroup below it ([`ExecPolicy::exec_cgroup`]): the
+    /// spec's cap, for the code's processes alone. 0: no such cgroup.
+    #[serde(default)]
+    pub exec_pids: u64,
     /// The name of the virtio-serial port the host multiplexer is on.
     pub port_name: String,
 }

@@ -92,6 +92,17 @@ pub fn main() -> i32 {
     // inherited value stays, still below the code's). Should the shim die anyway,
     // PID 1 kills the exec's tree.
     let _ = stockade_sys::process::set_oom_score_adj(-1000);
+    // Into the execs' cgroup before anything of the exec exists, so all of it is
+    // counted there; an exec that cannot be capped does not run.
+    if let Some(cg) = &config.policy.exec_cgroup
+        && let Err(e) = fs::write(Path::new(cg).join("cgroup.procs"), "0")
+    {
+        report_failure(
+            &mut ctl,
+            &format!("cannot enter the execs' cgroup {cg}: {e}"),
+        );
+        return 1;
+    }
     let filters = if config.policy.seccomp {
         stockade_sys::seccomp::build().ok()
     } else {

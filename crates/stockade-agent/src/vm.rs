@@ -274,7 +274,20 @@ fn cgroup(config: &VmConfig) -> Result<Option<OomCounter>, String> {
     )?;
     write(&format!("{CGROUP}/memory.swap.max"), "0").ok();
     write(&format!("{CGROUP}/pids.max"), &config.pids.to_string())?;
-    write(&format!("{CGROUP}/cgroup.procs"), "1")?;
+    if config.exec_pids == 0 {
+        write(&format!("{CGROUP}/cgroup.procs"), "1")?;
+    } else {
+        // PID 1 in a leaf of its own (a cgroup with children holds no processes), and
+        // the execs' shims in theirs, capped at the spec's pids: the agent's threads
+        // never eat the code's share, nor the code the agent's.
+        let agent = format!("{CGROUP}/agent");
+        let execs = format!("{CGROUP}/execs");
+        mkdir(&agent)?;
+        write(&format!("{agent}/cgroup.procs"), "1")?;
+        write(&format!("{CGROUP}/cgroup.subtree_control"), "+pids")?;
+        mkdir(&execs)?;
+        write(&format!("{execs}/pids.max"), &config.exec_pids.to_string())?;
+    }
     Ok(OomCounter::open(&Path::new(CGROUP).join("memory.events"), "oom_kill").ok())
 }
 

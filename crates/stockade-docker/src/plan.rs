@@ -183,6 +183,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         rlimit_as_bytes: None,
         rlimit_nproc: None,
         sweep_orphans: false,
+        exec_cgroup: None,
     };
 
     let mut mounts = vec![

@@ -21,6 +21,10 @@ pub const TCG_TB_MIB: u64 = 64;
 /// The agent's own threads, which count against the guest cgroup's pids cap.
 pub const AGENT_PIDS: u64 = 16;
 
+/// The guest's cgroup of the execs (below the sandbox's): it holds each exec's shim
+/// and what it starts, capped at the spec's pids.
+pub const GUEST_EXEC_CGROUP: &str = "/sys/fs/cgroup/sandbox/execs";
+
 /// What the plan decides.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Plan {
@@ -60,6 +64,7 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         rlimit_as_bytes: None,
         rlimit_nproc: None,
         sweep_orphans: false,
+        exec_cgroup: Some(GUEST_EXEC_CGROUP.into()),
     };
     let guest = VmConfig {
         exec,
@@ -70,6 +75,7 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         overlay_bytes: l.memory_bytes,
         memory_bytes: l.memory_bytes,
         pids: u64::from(l.pids) + AGENT_PIDS,
+        exec_pids: u64::from(l.pids),
         port_name: PORT_NAME.into(),
     };
     let applied = vec![
@@ -90,7 +96,7 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         },
         format!("/tmp: tmpfs {} bytes in the guest", l.tmp_bytes),
         format!(
-            "guest cgroup: memory {} bytes (no swap), pids {} (+{AGENT_PIDS} for the agent)",
+            "guest cgroup: memory {} bytes (no swap); pids {} for the execs (their own cgroup), +{AGENT_PIDS} for the agent",
             l.memory_bytes, l.pids
         ),
         "agent channel: a virtio-serial port on a host unix socket in a root-only directory, multiplexed".into(),

@@ -338,6 +338,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         rlimit_as_bytes: None,
         rlimit_nproc: None,
         sweep_orphans: false,
+        exec_cgroup: None,
     };
     let network = network_plan(
         &spec.network,
