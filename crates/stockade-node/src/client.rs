@@ -123,6 +123,32 @@ impl Client {
         json(&self.provider.list().await.map_err(to_js)?)
     }
 
+    /// The named snapshots the provider keeps, as JSON.
+    #[napi]
+    pub async fn snapshots(&self) -> Result<String> {
+        json(&self.provider.snapshots().await.map_err(to_js)?)
+    }
+
+    /// Removes the named snapshot `name`.
+    #[napi]
+    pub async fn remove_snapshot(&self, name: String) -> Result<()> {
+        stockade::check_snapshot_name(&name).map_err(to_js)?;
+        self.provider.remove_snapshot(&name).await.map_err(to_js)
+    }
+
+    /// Starts a new sandbox from the named snapshot `name` (digest-checked first).
+    /// `owned`: it dies with this process.
+    #[napi]
+    pub async fn create_from_snapshot(&self, name: String, owned: bool) -> Result<SandboxHandle> {
+        let opts = CreateOptions {
+            owner_pid: owned.then(std::process::id),
+        };
+        let sb = Sandbox::from_snapshot(self.provider.clone(), &name, opts)
+            .await
+            .map_err(to_js)?;
+        Ok(SandboxHandle::new(sb))
+    }
+
     /// Reaps expired and orphaned sandboxes; the report as JSON.
     #[napi]
     pub async fn gc(&self) -> Result<String> {

@@ -85,6 +85,13 @@ impl SandboxHandle {
         Ok(v.into_iter().map(SandboxHandle::new).collect())
     }
 
+    /// Keeps this sandbox's state as the named snapshot `name`; its info as JSON.
+    #[napi]
+    pub async fn snapshot(&self, name: String) -> Result<String> {
+        let info = self.sb.snapshot(&name).await.map_err(to_js)?;
+        serde_json::to_string(&info).map_err(|e| napi::Error::from_reason(e.to_string()))
+    }
+
     /// Destroys the sandbox (idempotent).
     #[napi]
     pub async fn destroy(&self) -> Result<()> {

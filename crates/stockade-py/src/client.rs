@@ -122,6 +122,51 @@ impl Client {
         })
     }
 
+    /// The named snapshots the provider keeps, as JSON.
+    #[pyo3(signature = (asynchronous=false))]
+    fn snapshots(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let provider = self.provider.clone();
+        drive(py, asynchronous, async move {
+            json(&provider.snapshots().await.map_err(to_py)?)
+        })
+    }
+
+    /// Removes the named snapshot `name`.
+    #[pyo3(signature = (name, asynchronous=false))]
+    fn remove_snapshot(
+        &self,
+        py: Python<'_>,
+        name: String,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let provider = self.provider.clone();
+        drive(py, asynchronous, async move {
+            stockade::check_snapshot_name(&name).map_err(to_py)?;
+            provider.remove_snapshot(&name).await.map_err(to_py)
+        })
+    }
+
+    /// Starts a new sandbox from the named snapshot `name` (digest-checked first).
+    #[pyo3(signature = (name, owned, asynchronous=false))]
+    fn create_from_snapshot(
+        &self,
+        py: Python<'_>,
+        name: String,
+        owned: bool,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let provider = self.provider.clone();
+        let opts = CreateOptions {
+            owner_pid: owned.then(std::process::id),
+        };
+        drive(py, asynchronous, async move {
+            let sb = Sandbox::from_snapshot(provider, &name, opts)
+                .await
+                .map_err(to_py)?;
+            Ok(SandboxHandle::new(sb))
+        })
+    }
+
     /// Reaps expired and orphaned sandboxes; the report as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn gc(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {

@@ -130,6 +130,17 @@ impl SandboxHandle {
         )
     }
 
+    /// Keeps this sandbox's state as the named snapshot `name`; its info as JSON.
+    #[pyo3(signature = (name, asynchronous=false))]
+    fn snapshot(&self, py: Python<'_>, name: String, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            let info = sb.snapshot(&name).await.map_err(to_py)?;
+            serde_json::to_string(&info)
+                .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+        })
+    }
+
     /// Resumes a paused sandbox where it stopped.
     #[pyo3(signature = (asynchronous=false))]
     fn resume(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {

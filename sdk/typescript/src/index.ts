@@ -13,7 +13,7 @@
 
 import { call, InvalidSpecError } from "./errors";
 import { native, type NativeClient } from "./native";
-import { Sandbox, SessionSandbox, type ExecResult } from "./sandbox";
+import { Sandbox, SessionSandbox, type ExecResult, type SnapshotInfo } from "./sandbox";
 import { buildSpec, type SpecOptions } from "./spec";
 
 export * from "./errors";
@@ -39,6 +39,7 @@ export {
   type FileEntry,
   type GrepMatch,
   type OutputChunk,
+  type SnapshotInfo,
 } from "./sandbox";
 
 /** Seconds of lifetime beyond a one-shot `runCode`'s deadline, so the deadline is
@@ -197,6 +198,26 @@ export class Stockade {
   }
 
   /** Reaps expired and orphaned sandboxes; what was removed. */
+  /**
+   * A new sandbox started from the named snapshot `name` (its digest checked first:
+   * a changed file rejects with `PolicyDeniedError` and nothing starts). `owned`
+   * (default true): it dies with this process.
+   */
+  async fromSnapshot(name: string, opts: { owned?: boolean } = {}): Promise<Sandbox> {
+    const h = await call(() => this.n.createFromSnapshot(name, opts.owned !== false));
+    return new Sandbox(this.n, h, undefined);
+  }
+
+  /** The named snapshots this client's provider keeps. */
+  async snapshots(): Promise<SnapshotInfo[]> {
+    return JSON.parse(await call(() => this.n.snapshots())) as SnapshotInfo[];
+  }
+
+  /** Removes the named snapshot `name`. */
+  removeSnapshot(name: string): Promise<void> {
+    return call(() => this.n.removeSnapshot(name));
+  }
+
   async gc(): Promise<unknown> {
     return JSON.parse(await call(() => this.n.gc())) as unknown;
   }

@@ -51,6 +51,7 @@ export interface NativeSandbox {
   pause(): Promise<void>;
   resume(): Promise<void>;
   fork(count: number): Promise<NativeSandbox[]>;
+  snapshot(name: string): Promise<string>;
   write(path: string, data: Buffer): Promise<void>;
   read(path: string): Promise<Buffer>;
   edit(path: string, old: string, replacement: string, replaceAll: boolean): Promise<number>;
@@ -70,6 +71,9 @@ export interface NativeClient {
   create(specJson: string, owned: boolean): Promise<NativeSandbox>;
   attach(id: string): Promise<NativeSandbox>;
   list(): Promise<string>;
+  snapshots(): Promise<string>;
+  removeSnapshot(name: string): Promise<void>;
+  createFromSnapshot(name: string, owned: boolean): Promise<NativeSandbox>;
   gc(): Promise<string>;
   probe(): Promise<string>;
   prepareCode(language: string, code: string, specJson: string): Promise<{ argv: string[]; specJson: string }>;

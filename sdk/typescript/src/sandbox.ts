@@ -79,6 +79,20 @@ export interface FileEntry {
 }
 
 /** One `grep` match. */
+/** A named snapshot: a sandbox's saved state that new sandboxes start from. */
+export interface SnapshotInfo {
+  name: string;
+  provider: string;
+  /** The id of the sandbox it was taken of. */
+  source: string;
+  created_at_ms: number;
+  /** Size of its saved memory and device state. */
+  bytes: number;
+  /** SHA-256 of that state, checked before every start from it. */
+  sha256: string;
+  spec: Record<string, unknown>;
+}
+
 export interface GrepMatch {
   path: string;
   lineNumber: number;
@@ -374,6 +388,16 @@ export class Sandbox implements AsyncDisposable {
   async fork(count = 1): Promise<Sandbox[]> {
     const hs = await call(() => this.h.fork(count));
     return hs.map((h) => new Sandbox(this.client, h, this.language));
+  }
+
+  /**
+   * Keeps this sandbox's state (processes, memory, files) as the named snapshot
+   * `name`, which `Stockade.fromSnapshot` starts new sandboxes from; the sandbox goes
+   * on as it was. Only the microvm provider can; others reject with
+   * `UnavailableError` and the reason, a bad or taken name with `InvalidSpecError`.
+   */
+  async snapshot(name: string): Promise<SnapshotInfo> {
+    return JSON.parse(await call(() => this.h.snapshot(name))) as SnapshotInfo;
   }
 
   /** Kills everything in the sandbox and removes it (idempotent). */

@@ -24,7 +24,7 @@ from ._client import (
 )
 from ._native import PROVIDERS, VERSION
 from ._spec import Mount, build_spec
-from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
+from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo, SnapshotInfo
 from .errors import (
     FileExists,
     FileNotFound,
@@ -69,6 +69,7 @@ __all__ = [
     "Rule",
     "Sandbox",
     "SandboxInfo",
+    "SnapshotInfo",
     "SandboxTimeoutError",
     "SessionInfo",
     "SessionSandbox",

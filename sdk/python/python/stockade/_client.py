@@ -22,7 +22,7 @@ from typing import Any, Literal, Union
 
 from . import _native
 from ._spec import MountLike, NetworkLike, Size, build_spec, network_value, spec_json
-from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo
+from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo, SnapshotInfo
 from .errors import InvalidSpecError, UnavailableError
 
 
@@ -306,6 +306,13 @@ class Sandbox(_Handle):
         """Starts a paused sandbox again where it stopped."""
         self._h.resume()
 
+    def snapshot(self, name: str) -> SnapshotInfo:
+        """Keeps this sandbox's state (processes, memory, files) as the named snapshot
+        ``name``, which :meth:`Stockade.from_snapshot` starts new sandboxes from; the
+        sandbox goes on as it was. Only the microvm provider can; others raise
+        ``UnavailableError`` with the reason, a bad or taken name ``InvalidSpecError``."""
+        return SnapshotInfo._from_json(json.loads(self._h.snapshot(name)))
+
     def fork(self, count: int = 1) -> list[Sandbox]:
         """``count`` new sandboxes copied from this paused one (processes, memory, files), each with its
         own id; destroy them yourself. Only the microvm provider can; native raises ``UnavailableError``
@@ -465,6 +472,19 @@ class Stockade(_Client):
     def list(self) -> list[SandboxInfo]:
         return [SandboxInfo._from_json(d) for d in json.loads(self._n.list())]
 
+    def from_snapshot(self, name: str, *, owned: bool = True) -> Sandbox:
+        """A new sandbox started from the named snapshot ``name`` (its digest checked
+        first: a changed file raises ``PolicyDeniedError`` and nothing starts)."""
+        return Sandbox(self, self._n.create_from_snapshot(name, owned), None)
+
+    def snapshots(self) -> builtins.list[SnapshotInfo]:
+        """The named snapshots this client's provider keeps."""
+        return [SnapshotInfo._from_json(d) for d in json.loads(self._n.snapshots())]
+
+    def remove_snapshot(self, name: str) -> None:
+        """Removes the named snapshot ``name``."""
+        self._n.remove_snapshot(name)
+
     def gc(self) -> builtins.list[str]:
         """Reaps expired and orphaned sandboxes; returns their ids."""
         return list(json.loads(self._n.gc())["reaped"])
@@ -600,6 +620,10 @@ class AsyncSandbox(_Handle):
         """See ``Sandbox.resume``."""
         await self._h.resume(asynchronous=True)
 
+    async def snapshot(self, name: str) -> SnapshotInfo:
+        """See ``Sandbox.snapshot``."""
+        return SnapshotInfo._from_json(json.loads(await self._h.snapshot(name, asynchronous=True)))
+
     async def fork(self, count: int = 1) -> list[AsyncSandbox]:
         """See ``Sandbox.fork``."""
         handles = await self._h.fork(count, asynchronous=True)
@@ -710,6 +734,16 @@ class AsyncStockade(_Client):
 
     async def list(self) -> list[SandboxInfo]:
         return [SandboxInfo._from_json(d) for d in json.loads(await self._n.list(asynchronous=True))]
+
+    async def from_snapshot(self, name: str, *, owned: bool = True) -> AsyncSandbox:
+        """See :meth:`Stockade.from_snapshot`."""
+        return AsyncSandbox(self, await self._n.create_from_snapshot(name, owned, asynchronous=True), None)
+
+    async def snapshots(self) -> builtins.list[SnapshotInfo]:
+        return [SnapshotInfo._from_json(d) for d in json.loads(await self._n.snapshots(asynchronous=True))]
+
+    async def remove_snapshot(self, name: str) -> None:
+        await self._n.remove_snapshot(name, asynchronous=True)
 
     async def gc(self) -> builtins.list[str]:
         return list(json.loads(await self._n.gc(asynchronous=True))["reaped"])

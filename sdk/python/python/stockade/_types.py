@@ -154,6 +154,32 @@ class SandboxInfo:
 
 
 @dataclass(frozen=True)
+class SnapshotInfo:
+    """A named snapshot: a sandbox's saved state that new sandboxes start from."""
+
+    name: str
+    provider: str
+    #: The id of the sandbox it was taken of.
+    source: str
+    created_at_ms: int
+    #: Size of its saved memory and device state.
+    bytes: int
+    #: SHA-256 of that state, checked before every start from it.
+    sha256: str
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> SnapshotInfo:
+        return cls(
+            name=d["name"],
+            provider=d["provider"],
+            source=d["source"],
+            created_at_ms=d["created_at_ms"],
+            bytes=d["bytes"],
+            sha256=d["sha256"],
+        )
+
+
+@dataclass(frozen=True)
 class SessionInfo:
     """A named persistent workspace and its live sandbox, if any."""
 
