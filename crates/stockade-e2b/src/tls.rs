@@ -78,6 +78,8 @@ impl TlsListener {
                         continue;
                     }
                 };
+                // No Nagle (see the plain listener in `serve`).
+                let _ = tcp.set_nodelay(true);
                 if tx.is_closed() {
                     return;
                 }

@@ -69,6 +69,11 @@ pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, args: &McpArgs) -> any
         ));
     eprintln!("stockade mcp: listening on http://{local}/mcp");
     let stop = ct.clone();
+    // No Nagle: a response's head and body are separate small writes, and the second
+    // would wait for the client's delayed ACK (40 ms per call).
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     axum::serve(listener, app)
         .with_graceful_shutdown(async move {
             crate::shutdown_signal().await;

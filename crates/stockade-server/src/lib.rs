@@ -393,7 +393,20 @@ pub async fn serve_with(
                 servers.spawn(async move {
                     router
                         .serve_with_incoming_shutdown(
-                            gate::counted(TcpListenerStream::new(listener), conns),
+                            gate::counted(
+                                // No Nagle: small HTTP/2 frames would wait for the
+                                // peer's delayed ACK.
+                                tokio_stream::StreamExt::map(
+                                    TcpListenerStream::new(listener),
+                                    |c| {
+                                        if let Ok(s) = &c {
+                                            let _ = s.set_nodelay(true);
+                                        }
+                                        c
+                                    },
+                                ),
+                                conns,
+                            ),
                             stopped,
                         )
                         .await
