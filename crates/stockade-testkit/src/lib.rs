@@ -519,3 +519,15 @@ pub fn assert_kernel_surface_blocked(stdout: &str, stderr: &str) {
         "the probe did not run to the end\nstdout:\n{stdout}\nstderr:\n{stderr}"
     );
 }
+
+/// One of the host's own addresses, not loopback (from `/proc/net/fib_trie`): what
+/// an egress test checks a sandbox cannot reach.
+pub fn host_address() -> String {
+    let fib = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
+    fib.lines()
+        .zip(fib.lines().skip(1))
+        .filter(|(_, b)| b.contains("/32 host LOCAL"))
+        .map(|(a, _)| a.trim().trim_start_matches("|-- ").to_string())
+        .find(|a| !a.starts_with("127."))
+        .expect("the host has an address besides loopback")
+}

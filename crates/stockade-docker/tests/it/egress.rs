@@ -10,17 +10,6 @@ use stockade_core::spec::{Credential, EgressPolicy, Network};
 
 use crate::*;
 
-/// One of the host's own addresses, not loopback.
-fn host_address() -> String {
-    let fib = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
-    fib.lines()
-        .zip(fib.lines().skip(1))
-        .filter(|(_, b)| b.contains("/32 host LOCAL"))
-        .map(|(a, _)| a.trim().trim_start_matches("|-- ").to_string())
-        .find(|a| !a.starts_with("127."))
-        .expect("the host has an address besides loopback")
-}
-
 /// Processes on the host whose command line contains `needle`.
 fn host_processes(needle: &str) -> Vec<String> {
     let mut found = Vec::new();
@@ -77,7 +66,7 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
         "{:?}",
         sb.info().applied
     );
-    let host = host_address();
+    let host = stockade_testkit::host_address();
     let code = format!(
         "import socket\nprint('resolved:', socket.gethostbyname('pypi.org'))\n{}",
         connect_probe(&[

@@ -156,17 +156,6 @@ fn host_ip(name: &str) -> String {
         .to_string()
 }
 
-/// One of the host's own addresses, not loopback.
-fn host_address() -> String {
-    let fib = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
-    fib.lines()
-        .zip(fib.lines().skip(1))
-        .filter(|(_, b)| b.contains("/32 host LOCAL"))
-        .map(|(a, _)| a.trim().trim_start_matches("|-- ").to_string())
-        .find(|a| !a.starts_with("127."))
-        .expect("the host has an address besides loopback")
-}
-
 fn find<'a>(
     d: &'a [EgressDenial],
     proto: &str,
@@ -194,7 +183,7 @@ async fn an_allowlist_opens_its_names_and_refuses_everything_else_at_once() {
     .await;
     // npm's address as the host sees it: reachable from the host, not allowed here.
     let npm_ip = host_ip("registry.npmjs.org");
-    let host = host_address();
+    let host = stockade_testkit::host_address();
     let code = format!(
         r#"
 import socket, time, urllib.request
@@ -357,7 +346,7 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
     }
     // A service on one of the host's own addresses: refused under every policy
     // unless a CIDR names it.
-    let host = host_address();
+    let host = stockade_testkit::host_address();
     let service = std::net::TcpListener::bind((host.as_str(), 0)).unwrap();
     let port = service.local_addr().unwrap().port();
     std::thread::spawn(move || {
@@ -672,7 +661,7 @@ async fn a_credential_reaches_its_host_and_never_the_sandbox() {
     if !require_egress("a_credential_reaches_its_host_and_never_the_sandbox") {
         return;
     }
-    let host = host_address();
+    let host = stockade_testkit::host_address();
     let name = "api.stockade.test";
     // The secret, made here and never written into the sandbox's code.
     let secret = format!("sk-live-{}", std::process::id() * 7919);
