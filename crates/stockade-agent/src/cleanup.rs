@@ -18,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::Mutex;
@@ -30,34 +30,60 @@ use nix::unistd::Pid;
 use stockade_agent_proto::launch::ExecPolicy;
 use stockade_sys::ipc::Kind;
 
+use crate::zygote::{Role, Zygote};
+
 /// How long a helper may take before it is killed.
 const HELPER_DEADLINE: Duration = Duration::from_secs(10);
 
-/// Pids of PID 1's helper children (exec shims, file operations, ipc-clean). Every
-/// other child of PID 1 is an orphan of an exec whose shim died.
-#[derive(Default)]
-pub struct Helpers(Mutex<HashSet<u32>>);
+/// Pids of PID 1's helper children (exec shims, file operations, ipc-clean), and the
+/// exec zygote that forks most of them. Every other child of PID 1 is an orphan of an
+/// exec whose shim died.
+pub struct Helpers {
+    pids: Mutex<HashSet<u32>>,
+    zygote: Zygote,
+}
 
 impl Helpers {
+    /// Helpers started through `zygote` where it can, else spawned.
+    pub fn new(zygote: Zygote) -> Helpers {
+        Helpers {
+            pids: Mutex::new(HashSet::new()),
+            zygote,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<u32>> {
+        self.pids
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Spawns `cmd` and records it as a helper (under the lock, so a concurrent sweep
     /// never takes it for an orphan).
     pub fn spawn(&self, cmd: &mut Command) -> std::io::Result<std::process::Child> {
-        let mut h = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = self.lock();
         let child = cmd.spawn()?;
         h.insert(child.id());
         Ok(child)
     }
 
+    /// Starts a helper in `role` through the zygote (a fork, no `exec`) and records
+    /// it, as [`Helpers::spawn`] does. An error means nothing was started: the caller
+    /// spawns the helper instead.
+    pub fn fork(&self, role: Role, fds: &[BorrowedFd<'_>]) -> std::io::Result<u32> {
+        let mut h = self.lock();
+        let pid = self.zygote.spawn(role, fds)?;
+        h.insert(pid);
+        Ok(pid)
+    }
+
     /// Whether any recorded helper still runs (a shim keeping background processes,
     /// or one of another exec); forgets those that ended.
     pub fn any_alive(&self) -> bool {
-        let mut h = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut h = self.lock();
+        if h.is_empty() {
+            return false; // the common case after an exec: no walk of /proc
+        }
         let live: HashSet<u32> = processes().into_iter().map(|(pid, _)| pid).collect();
         h.retain(|p| live.contains(p));
         !h.is_empty()
@@ -65,10 +91,7 @@ impl Helpers {
 
     /// Forgets a helper that ended.
     pub fn forget(&self, pid: u32) {
-        self.0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .remove(&pid);
+        self.lock().remove(&pid);
     }
 }
 
@@ -104,14 +127,12 @@ fn processes() -> Vec<(u32, u32)> {
 /// the dead shim `dead`, until none is left (bounded: a process stuck in the kernel
 /// cannot be waited for forever).
 pub fn kill_orphans(helpers: &Helpers, dead: u32) {
-    let mut h = helpers
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut h = helpers.lock();
     h.remove(&dead);
+    let zygote = helpers.zygote.pid();
     let until = Instant::now() + HELPER_DEADLINE;
     loop {
-        let victims = orphans(&mut h);
+        let victims = orphans(&mut h, zygote);
         if victims.is_empty() || Instant::now() > until {
             return;
         }
@@ -124,26 +145,20 @@ pub fn kill_orphans(helpers: &Helpers, dead: u32) {
 
 /// Whether any process below us is not (below) a live helper.
 pub fn any_orphan(helpers: &Helpers) -> bool {
-    let mut h = helpers
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    !orphans(&mut h).is_empty()
+    let mut h = helpers.lock();
+    let zygote = helpers.zygote.pid();
+    !orphans(&mut h, zygote).is_empty()
 }
 
 /// Whether `pid` is the only live helper (forgetting those that ended).
 pub fn only_helper(helpers: &Helpers, pid: u32) -> bool {
     let _ = helpers.any_alive();
-    let h = helpers
-        .0
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    h.iter().all(|p| *p == pid)
+    helpers.lock().iter().all(|p| *p == pid)
 }
 
-/// Processes below us that are not (below) a helper in `h`; forgets helpers that ended
-/// (kept-background shims are forgotten only here).
-fn orphans(h: &mut HashSet<u32>) -> Vec<u32> {
+/// Processes below us that are not (below) a helper in `h` or the zygote; forgets
+/// helpers that ended (kept-background shims are forgotten only here).
+fn orphans(h: &mut HashSet<u32>, zygote: Option<u32>) -> Vec<u32> {
     let me = std::process::id();
     let procs = processes();
     let parent: HashMap<u32, u32> = procs.iter().copied().collect();
@@ -157,7 +172,7 @@ fn orphans(h: &mut HashSet<u32>) -> Vec<u32> {
             let mut steps = 0;
             while let Some(&pp) = parent.get(&p) {
                 if pp == me {
-                    return !h.contains(&p);
+                    return !h.contains(&p) && Some(p) != zygote;
                 }
                 p = pp;
                 steps += 1;

@@ -90,6 +90,7 @@ fn limit(msg: String) -> OpError {
 
 /// Entry point of `stockade-agent fileop` (fd 3: the control socket).
 pub fn main() -> i32 {
+    let _ = nix::sys::prctl::set_name(c"stockade-fileop");
     let Some(fd) = stockade_sys::process::take_inherited_fd(3) else {
         eprintln!("stockade-fileop: no control socket on fd 3; this command is run by the agent");
         return 2;
@@ -673,20 +674,19 @@ pub fn spawn(op: FileOp, policy: &ExecPolicy, helpers: &crate::cleanup::Helpers)
         Ok(p) => p,
         Err(e) => return fail(format!("socketpair: {e}")),
     };
-    let mut cmd = std::process::Command::new("/proc/self/exe");
-    std::os::unix::process::CommandExt::arg0(&mut cmd, "stockade-fileop");
-    cmd.arg("fileop")
-        .env_clear()
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
-    let child = match helpers.spawn(&mut cmd) {
-        Ok(c) => c.id(),
-        Err(e) => return fail(format!("cannot start the file operation: {e}")),
+    // Forked by the zygote where it can (no `exec` of our binary), else spawned.
+    let forked = helpers.fork(
+        crate::zygote::Role::FileOp,
+        &[std::os::fd::AsFd::as_fd(&theirs)],
+    );
+    drop(theirs);
+    let child = match forked {
+        Ok(pid) => pid,
+        Err(_) => match spawn_child(helpers, &mut ours) {
+            Ok(pid) => pid,
+            Err(e) => return fail(format!("cannot start the file operation: {e}")),
+        },
     };
-    drop(cmd);
     let until = std::time::Instant::now() + FILE_OP_DEADLINE;
     let answer = talk(&mut ours, op, policy, until);
     if answer.is_none() {
@@ -706,6 +706,24 @@ pub fn spawn(op: FileOp, policy: &ExecPolicy, helpers: &crate::cleanup::Helpers)
         },
         None => fail("the file operation died (out of memory or killed)".into()),
     }
+}
+
+/// Spawns `stockade-agent fileop` from our binary, with a fresh control socket
+/// (replacing `ours`). Its pid.
+fn spawn_child(helpers: &crate::cleanup::Helpers, ours: &mut UnixStream) -> io::Result<u32> {
+    let (mine, theirs) = UnixStream::pair()?;
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    std::os::unix::process::CommandExt::arg0(&mut cmd, "stockade-fileop");
+    cmd.arg("fileop")
+        .env_clear()
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
+    let child = helpers.spawn(&mut cmd)?;
+    *ours = mine;
+    Ok(child.id())
 }
 
 /// Sends the job and reads the answer, within the deadline. `None` when the child

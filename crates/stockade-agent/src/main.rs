@@ -5,6 +5,8 @@
 //!   protocol.
 //! - `shim`: runs one exec inside the sandbox (started by PID 1 for every exec).
 //! - `fileop`: runs one file operation as the sandbox user (started by PID 1).
+//! - `zygote`: forks PID 1's shims and file operations (PID 1 forks it at start, or
+//!   starts it with this command where it cannot fork; see zygote.rs).
 //! - `ipc-clean`: removes the shared memory the execs left (started by PID 1).
 //! - `container`: PID 1 of a docker sandbox (the docker provider's entrypoint).
 //! - `docker-watch`: host-side watcher of a docker sandbox's owner and lifetime.
@@ -29,6 +31,7 @@ mod shim;
 mod vm;
 mod vmhost;
 mod watch;
+mod zygote;
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -37,13 +40,14 @@ fn main() {
     // outlives the caller): every role starts with stdio only, plus fd 3, the control
     // socket PID 1 hands the shim and fileop on purpose.
     let first = match role.as_deref() {
-        Some("shim" | "fileop") => 4,
+        Some("shim" | "fileop" | "zygote") => 4,
         _ => 3,
     };
     stockade_sys::process::close_fds_from(first);
     let code = match role.as_deref() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
+        Some("zygote") => zygote::main(),
         Some("fileop") => fileop::main(),
         Some("ipc-clean") => cleanup::ipc_clean_main(args.collect()),
         Some("container") => container::main(),

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
@@ -27,6 +27,7 @@ use stockade_agent_proto::{
 
 use crate::cleanup::{self, Helpers};
 use crate::shim::{ShimConfig, ShimEvent};
+use crate::zygote::{Role, Zygote};
 use stockade_agent_proto::now_ms;
 
 /// The sandbox's OOM kill counter, opened before pivot_root.
@@ -88,15 +89,17 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
     let _ = chld.thread_block();
-    std::thread::spawn(move || reap_forever(chld));
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
+    // Forked while we are still single-threaded (see zygote.rs).
+    let zygote = Zygote::start();
+    std::thread::spawn(move || reap_forever(chld));
     let idle = policy.idle_timeout_ms;
     let shared = Arc::new(Shared {
         policy,
         oom,
         active: AtomicUsize::new(0),
         last_ms: AtomicU64::new(now_ms()),
-        helpers: Helpers::default(),
+        helpers: Helpers::new(zygote),
         execs: RwLock::new(()),
         ipc_marks: cleanup::IpcMarks::new(),
     });
@@ -297,31 +300,8 @@ fn run_exec(
     };
     let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("stockade-shim")
-        .arg("shim")
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
-    let mut child = shared
-        .helpers
-        .spawn(&mut cmd)
-        .map_err(|e| format!("cannot start the exec shim: {e}"))?;
-    drop(cmd);
-    let shim = child.id();
-    let io = ShimIo {
-        ctl: ours,
-        stdin: child.stdin.take(),
-        stdout: child.stdout.take(),
-        stderr: child.stderr.take(),
-        pid: shim,
-    };
-    // The reaper thread owns waiting; dropping Child does not wait.
-    drop(child);
+    let io = start_shim(&shared.helpers)?;
+    let shim = io.pid;
     let outcome = shim_exec(client, conn, &req, shared, io, &line, started);
     match outcome {
         // A shim keeping background processes lives on as their subreaper; it stays a
@@ -368,11 +348,58 @@ fn exec_policy(policy: &ExecPolicy, uid: Option<u32>) -> Result<ExecPolicy, Stri
 /// A started shim's control socket and the exec's stdio pipes.
 struct ShimIo {
     ctl: UnixStream,
-    stdin: Option<std::process::ChildStdin>,
-    stdout: Option<std::process::ChildStdout>,
-    stderr: Option<std::process::ChildStderr>,
+    stdin: Option<fs::File>,
+    stdout: Option<fs::File>,
+    stderr: Option<fs::File>,
     /// The shim's pid.
     pid: u32,
+}
+
+/// Starts an exec's shim: forked by the zygote, or, where it cannot, spawned from
+/// our binary. Either way a child of ours, recorded as a helper.
+fn start_shim(helpers: &Helpers) -> Result<ShimIo, String> {
+    let pipe =
+        || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
+    let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
+    let (in_r, in_w) = pipe()?;
+    let (out_r, out_w) = pipe()?;
+    let (err_r, err_w) = pipe()?;
+    let fds = [in_r.as_fd(), out_w.as_fd(), err_w.as_fd(), theirs.as_fd()];
+    if let Ok(pid) = helpers.fork(Role::Shim, &fds) {
+        // Our copies of the child's ends go now, so its pipes end with it.
+        return Ok(ShimIo {
+            ctl: ours,
+            stdin: Some(fs::File::from(in_w)),
+            stdout: Some(fs::File::from(out_r)),
+            stderr: Some(fs::File::from(err_r)),
+            pid,
+        });
+    }
+    drop((in_r, in_w, out_r, out_w, err_r, err_w));
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("stockade-shim")
+        .arg("shim")
+        .env_clear()
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
+    let mut child = helpers
+        .spawn(&mut cmd)
+        .map_err(|e| format!("cannot start the exec shim: {e}"))?;
+    drop(cmd);
+    let file = |fd: Option<OwnedFd>| fd.map(fs::File::from);
+    let io = ShimIo {
+        ctl: ours,
+        stdin: file(child.stdin.take().map(OwnedFd::from)),
+        stdout: file(child.stdout.take().map(OwnedFd::from)),
+        stderr: file(child.stderr.take().map(OwnedFd::from)),
+        pid: child.id(),
+    };
+    // The reaper thread owns waiting; dropping Child does not wait.
+    drop(child);
+    Ok(io)
 }
 
 /// Drives a started shim through the exec.
@@ -402,6 +429,8 @@ fn shim_exec(
     if !req.keep_stdin_open {
         let _ = stdin_tx.send(None);
     }
+    // Nothing to write and no more to come: stdin ends now, with no thread for it.
+    let stdin = stdin.filter(|_| req.keep_stdin_open || !req.stdin.is_empty());
     if let Some(mut pipe) = stdin {
         spawn_thread(move || {
             while let Ok(Some(data)) = stdin_rx.recv() {
@@ -513,17 +542,14 @@ fn shim_exec(
 /// Reads both pipes until EOF (or, once the exec ended leaving background processes
 /// holding them, until they are empty). Streams head bytes when asked.
 fn pump_output(
-    stdout: Option<std::process::ChildStdout>,
-    stderr: Option<std::process::ChildStderr>,
+    stdout: Option<fs::File>,
+    stderr: Option<fs::File>,
     limit: u64,
     live: Option<Arc<Mutex<UnixStream>>>,
     background: &AtomicBool,
 ) -> (BoundedCapture, BoundedCapture) {
     let mut caps = [BoundedCapture::new(limit), BoundedCapture::new(limit)];
-    let mut pipes: [Option<Box<dyn ReadFd>>; 2] = [
-        stdout.map(|s| Box::new(s) as Box<dyn ReadFd>),
-        stderr.map(|s| Box::new(s) as Box<dyn ReadFd>),
-    ];
+    let mut pipes: [Option<fs::File>; 2] = [stdout, stderr];
     let mut buf = vec![0u8; CHUNK_BYTES];
     loop {
         if pipes.iter().all(Option::is_none) {
@@ -535,7 +561,7 @@ fn pump_output(
             let mut idx = Vec::new();
             for (i, p) in pipes.iter().enumerate() {
                 if let Some(p) = p {
-                    fds.push(PollFd::new(p.fd(), PollFlags::POLLIN));
+                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
                     idx.push(i);
                 }
             }
@@ -581,18 +607,4 @@ fn pump_output(
     }
     let [o, e] = caps;
     (o, e)
-}
-
-trait ReadFd: Read + Send {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_>;
-}
-impl ReadFd for std::process::ChildStdout {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.as_fd()
-    }
-}
-impl ReadFd for std::process::ChildStderr {
-    fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
-        self.as_fd()
-    }
 }

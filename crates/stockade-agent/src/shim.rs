@@ -65,7 +65,14 @@ fn send(ctl: &mut UnixStream, ev: &ShimEvent) {
 
 /// Entry point of `stockade-agent shim`.
 pub fn main() -> i32 {
-    // fd 3 was set up by PID 1 (stockade_sys::process::pass_fd).
+    run(None)
+}
+
+/// The shim, with the exec's stdio at fds 0-2 and its control socket at fd 3 (set up
+/// by PID 1's `pass_fd`, or by the zygote that forked us, which also hands over the
+/// seccomp filter it built once).
+pub fn run(prebuilt: Option<&stockade_sys::seccomp::Filters>) -> i32 {
+    let _ = nix::sys::prctl::set_name(c"stockade-shim");
     let Some(ctl) = stockade_sys::process::take_inherited_fd(3) else {
         eprintln!("stockade-shim: no control socket on fd 3; this command is run by the agent");
         return 2;
@@ -103,10 +110,14 @@ pub fn main() -> i32 {
         );
         return 1;
     }
-    let filters = if config.policy.seccomp {
-        stockade_sys::seccomp::build().ok()
-    } else {
-        None
+    let built;
+    let filters = match (config.policy.seccomp, prebuilt) {
+        (false, _) => None,
+        (true, Some(f)) => Some(f),
+        (true, None) => {
+            built = stockade_sys::seccomp::build().ok();
+            built.as_ref()
+        }
     };
     if config.policy.seccomp && filters.is_none() {
         report_failure(&mut ctl, "cannot build the seccomp filter");
@@ -117,7 +128,7 @@ pub fn main() -> i32 {
     let child = match fork() {
         Ok(Forked::Child) => {
             drop(err_r);
-            let msg = exec_child(&config, filters.as_ref());
+            let msg = exec_child(&config, filters);
             let mut w = fs::File::from(err_w);
             let _ = w.write_all(msg.as_bytes());
             exit_now(if msg.contains("permission denied") {
@@ -312,6 +323,16 @@ fn descendants() -> Vec<i32> {
 }
 
 fn has_descendants() -> bool {
+    // Reaps what already ended; no child at all means nothing below us (every
+    // descendant is a child of ours or below one: we are their subreaper), and spares
+    // the walk of /proc.
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Err(Errno::ECHILD) => return false,
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
     !descendants().is_empty()
 }
 
@@ -334,6 +355,19 @@ fn kill_descendants(child: Pid) -> WaitStatus {
     let until = Instant::now() + Duration::from_secs(5);
     let mut main = WaitStatus::StillAlive;
     loop {
+        // Collect what ended; with no child left there is nothing below us (see
+        // `has_descendants`), the common case, and the walk of /proc is skipped.
+        loop {
+            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+                Err(Errno::ECHILD) => return main,
+                Ok(WaitStatus::StillAlive) | Err(_) => break,
+                Ok(st) => {
+                    if st.pid() == Some(child) {
+                        main = st;
+                    }
+                }
+            }
+        }
         let pids = descendants();
         if pids.is_empty() || Instant::now() > until {
             return main;

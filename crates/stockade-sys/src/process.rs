@@ -60,6 +60,13 @@ pub fn fork() -> Result<Forked> {
     fork_into(CloneFlags::empty())
 }
 
+/// Fork whose child is our parent's child (`CLONE_PARENT`), for single-threaded
+/// callers: the agent's exec zygote makes shims that are PID 1's own children, reaped
+/// by PID 1 like the ones it spawns itself. Fails with `EINVAL` in an init process.
+pub fn fork_sibling() -> Result<Forked> {
+    fork_into(CloneFlags::CLONE_PARENT)
+}
+
 /// Makes `fd` appear as fd `target` in the child spawned by `cmd` (not close-on-exec
 /// there), in addition to stdio.
 pub fn pass_fd(cmd: &mut Command, fd: OwnedFd, target: i32) {

@@ -688,38 +688,38 @@ async fn background_processes_end_with_their_exec() {
     destroy_clean(sb).await;
 }
 
-/// Host pid of the exec shim running in the native sandbox `id` (a child of its PID 1
-/// whose command line starts with `stockade-shim`), once one runs.
-/// The host pid of the shim (a child of the sandbox's PID 1) whose own child's command
-/// line starts with `child` (another exec's shim may still be ending beside it).
+/// The host pid of the exec shim (a child of the sandbox's PID 1 named
+/// `stockade-shim`) whose own child's command line starts with `child` (another
+/// exec's shim may still be ending beside it), once one runs.
 fn host_shim_pid(id: &str, child: &[u8]) -> u32 {
     let state: serde_json::Value =
         serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).unwrap())
             .unwrap();
     let init = state["init_pid"].as_u64().unwrap() as u32;
     for _ in 0..2_000 {
-        let procs: Vec<(u32, Option<u32>, Vec<u8>)> = std::fs::read_dir("/proc")
+        let procs: Vec<(u32, Option<u32>, Vec<u8>, String)> = std::fs::read_dir("/proc")
             .unwrap()
             .flatten()
             .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
             .map(|pid| {
                 let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
                 let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
                 let ppid = stat
                     .rfind(')')
                     .and_then(|i| stat[i + 2..].split(' ').nth(1))
                     .and_then(|s| s.parse::<u32>().ok());
-                (pid, ppid, cmdline)
+                (pid, ppid, cmdline, comm.trim().to_string())
             })
             .collect();
-        let shim = procs.iter().find(|(pid, ppid, cmd)| {
-            cmd.starts_with(b"stockade-shim")
+        let shim = procs.iter().find(|(pid, ppid, _, comm)| {
+            comm == "stockade-shim"
                 && *ppid == Some(init)
                 && procs
                     .iter()
-                    .any(|(_, pp, c)| *pp == Some(*pid) && c.starts_with(child))
+                    .any(|(_, pp, c, _)| *pp == Some(*pid) && c.starts_with(child))
         });
-        if let Some((pid, _, _)) = shim {
+        if let Some((pid, _, _, _)) = shim {
             return *pid;
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -821,6 +821,82 @@ async fn the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim() 
         "the exec's processes outlived its dead shim: {comms}"
     );
     let sb = Arc::try_unwrap(sb).ok().unwrap();
+    destroy_clean(sb).await;
+}
+
+/// Host pid of the exec zygote of the native sandbox `id` (a child of its PID 1 named
+/// `stockade-zygote`).
+fn host_zygote_pid(id: &str) -> Option<u32> {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).ok()?)
+            .ok()?;
+    let init = state["init_pid"].as_u64()? as u32;
+    std::fs::read_dir("/proc")
+        .ok()?
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .find(|pid| {
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                .and_then(|s| s.parse::<u32>().ok());
+            ppid == Some(init) && comm.trim() == "stockade-zygote"
+        })
+}
+
+// Issue 24: the exec zygote (PID 1's forking helper, with PID 1's privileges) is out
+// of the code's reach: it cannot signal it, read its descriptors, environment or
+// memory; and a zygote killed from outside (as the OOM killer might) is replaced, with
+// execs and file operations working on.
+#[tokio::test]
+async fn the_exec_zygote_is_out_of_reach_and_comes_back_when_killed() {
+    if !require_root("the_exec_zygote_is_out_of_reach_and_comes_back_when_killed") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    // Every pid the code could name (it may not even see the zygote's): signals and
+    // /proc reads of anything not its own fail.
+    let probe = sh(
+        &sb,
+        "for p in $(seq 1 400); do [ $p = $$ ] && continue; \
+           kill -9 $p 2>/dev/null && echo \"killed $p $(cat /proc/$p/comm 2>/dev/null)\"; \
+           ls /proc/$p/fd/ 2>/dev/null | grep -q . && echo \"fds of $p\"; \
+           tr -d '\\0' < /proc/$p/environ 2>/dev/null | grep -q . && echo \"environ of $p\"; \
+         done; echo done",
+        60_000,
+    )
+    .await;
+    assert_eq!(
+        text(&probe.stdout).trim(),
+        "done",
+        "the code reached a process not its own: {probe:?}"
+    );
+    // The sandbox still works: execs (through the zygote) and file operations.
+    let out = sh(&sb, "echo still", 5_000).await;
+    assert_eq!(text(&out.stdout), "still\n", "{out:?}");
+    if !on_gvisor() && !on_microvm() {
+        let id = sb.id().to_string();
+        let zygote = host_zygote_pid(&id).expect("a native sandbox runs an exec zygote");
+        std::process::Command::new("kill")
+            .args(["-9", &zygote.to_string()])
+            .status()
+            .unwrap();
+        // The exec right after its death may fall back to spawning its shim; every exec
+        // and file operation works, and a new zygote serves them.
+        for i in 0..5 {
+            let out = sh(&sb, &format!("echo run {i}"), 5_000).await;
+            assert_eq!(text(&out.stdout), format!("run {i}\n"), "{out:?}");
+            sb.write("/tmp/z.txt", format!("file {i}"))
+                .await
+                .expect("write after the zygote died");
+            let back = sb.read("/tmp/z.txt").await.expect("read back");
+            assert_eq!(back, format!("file {i}").as_bytes());
+        }
+        let again = host_zygote_pid(&id).expect("a new exec zygote after the first was killed");
+        assert_ne!(again, zygote);
+    }
     destroy_clean(sb).await;
 }
 

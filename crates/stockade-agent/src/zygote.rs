@@ -1,0 +1,259 @@
+//! The exec zygote: a single-threaded child of PID 1 that starts each exec's shim and
+//! each file operation's child by forking itself, instead of PID 1 `exec`ing its own
+//! binary for each (a 4.6 MB static-pie: page faults and self-relocation of the whole
+//! file, then the seccomp filter built again from its rule table, on every exec).
+//!
+//! PID 1 cannot fork such a child itself: it serves with several threads, and a fork
+//! of a threaded process may copy a lock another thread held. So the zygote is forked
+//! once, before PID 1 starts any thread (or, where threads already exist, as in a
+//! microVM's init, started as `stockade-agent zygote`), builds the seccomp filter
+//! once, and then only waits for requests on a socket pair that PID 1 alone holds.
+//!
+//! Each request is one byte naming the role (`s` shim, `f` file operation) with the
+//! child's descriptors attached (`SCM_RIGHTS`: stdin, stdout, stderr and control
+//! socket for a shim; the control socket for a file operation). The zygote forks
+//! with `CLONE_PARENT`, so the child is PID 1's own child, exactly as a spawned shim
+//! was: PID 1's reaper collects it, its helper bookkeeping and orphan sweep see the
+//! same tree, and the zygote never has children to reap. The child puts the
+//! descriptors at 0-3, closes everything else (the zygote's socket among them) and
+//! runs the role's code, which is the same code as the `shim`/`fileop` commands. The
+//! answer is the child's pid (4 bytes), or a negative errno.
+//!
+//! The zygote keeps PID 1's privileges (the shim needs them to set up the exec and to
+//! kill its tree); it holds nothing the code can reach: no listener, no file of the
+//! sandbox, undumpable, the least likely OOM victim. Should it die anyway, PID 1
+//! starts a new one by `exec` and, failing that, falls back to `exec`ing shims.
+
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+
+use stockade_sys::process::{Forked, exit_now};
+
+/// What the zygote's child becomes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// An exec's shim: descriptors stdin, stdout, stderr, control socket.
+    Shim,
+    /// A file operation's child: descriptor control socket.
+    FileOp,
+}
+
+impl Role {
+    fn byte(self) -> u8 {
+        match self {
+            Role::Shim => b's',
+            Role::FileOp => b'f',
+        }
+    }
+
+    fn from_byte(b: u8) -> Option<Role> {
+        match b {
+            b's' => Some(Role::Shim),
+            b'f' => Some(Role::FileOp),
+            _ => None,
+        }
+    }
+
+    fn fds(self) -> usize {
+        match self {
+            Role::Shim => 4,
+            Role::FileOp => 1,
+        }
+    }
+}
+
+/// PID 1's handle on its zygote.
+pub struct Zygote {
+    /// The socket to the zygote, and its pid; `None` once it could not be restarted.
+    inner: Mutex<Option<(UnixStream, u32)>>,
+}
+
+impl Zygote {
+    /// Forks the zygote when this process is single-threaded; otherwise starts it as
+    /// `stockade-agent zygote`. `None` when neither works (shims are then `exec`ed).
+    pub fn start() -> Zygote {
+        let forked = fork_zygote().or_else(|_| exec_zygote());
+        Zygote {
+            inner: Mutex::new(forked.ok()),
+        }
+    }
+
+    /// The zygote's pid, while it runs (PID 1's orphan sweep spares it).
+    pub fn pid(&self) -> Option<u32> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .as_ref()
+            .map(|(_, pid)| *pid)
+    }
+
+    /// Starts a child in `role` with `fds` (as [`Role`] lists them). Returns its pid.
+    /// An error means no child was started (the caller falls back to `exec`); a
+    /// zygote that died is restarted once, for the next call.
+    pub fn spawn(&self, role: Role, fds: &[BorrowedFd<'_>]) -> io::Result<u32> {
+        let mut inner = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some((sock, _)) = inner.as_ref() else {
+            return Err(io::Error::other("the exec zygote is not running"));
+        };
+        match request(sock, role, fds) {
+            Ok(pid) => Ok(pid),
+            Err(Failure::Child(e)) => Err(e),
+            Err(Failure::Gone(e)) => {
+                // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
+                // a fresh one serves the next call.
+                *inner = exec_zygote().ok();
+                Err(e)
+            }
+        }
+    }
+}
+
+enum Failure {
+    /// The zygote answered that it could not fork.
+    Child(io::Error),
+    /// The zygote is gone or answered nonsense.
+    Gone(io::Error),
+}
+
+fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32, Failure> {
+    if fds.len() != role.fds() {
+        return Err(Failure::Child(io::Error::other(format!(
+            "a {role:?} takes {} descriptors, not {}",
+            role.fds(),
+            fds.len()
+        ))));
+    }
+    stockade_sys::net::send_fds(sock.as_fd(), &[role.byte()], fds)
+        .map_err(|e| Failure::Gone(io::Error::other(e.to_string())))?;
+    let mut answer = [0u8; 4];
+    let (n, _) = stockade_sys::net::recv_fds(sock.as_fd(), &mut answer)
+        .map_err(|e| Failure::Gone(io::Error::other(e.to_string())))?;
+    if n != 4 {
+        return Err(Failure::Gone(io::Error::other(
+            "the exec zygote closed its socket",
+        )));
+    }
+    match i32::from_le_bytes(answer) {
+        pid if pid > 0 => Ok(pid as u32),
+        errno => Err(Failure::Child(io::Error::from_raw_os_error(-errno))),
+    }
+}
+
+/// Forks the zygote (single-threaded callers only; `fork` refuses otherwise).
+fn fork_zygote() -> io::Result<(UnixStream, u32)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    match stockade_sys::process::fork().map_err(|e| io::Error::other(e.to_string()))? {
+        Forked::Child => {
+            drop(ours);
+            // Only the socket stays: fd 3, as when started by exec.
+            let _ = nix::unistd::dup2(theirs.as_raw_fd(), 3);
+            stockade_sys::process::close_fds_from(4);
+            exit_now(serve_forever(3))
+        }
+        Forked::Parent(pid) => Ok((ours, pid.as_raw() as u32)),
+    }
+}
+
+/// Starts `stockade-agent zygote` with its socket as fd 3.
+fn exec_zygote() -> io::Result<(UnixStream, u32)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    let mut cmd = Command::new("/proc/self/exe");
+    cmd.arg0("stockade-zygote")
+        .arg("zygote")
+        .env_clear()
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
+    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
+    let child = cmd.spawn()?;
+    // PID 1's reaper collects it; dropping Child does not wait.
+    Ok((ours, child.id()))
+}
+
+/// Entry point of `stockade-agent zygote` (its socket on fd 3).
+pub fn main() -> i32 {
+    if nix::fcntl::fcntl(3, nix::fcntl::FcntlArg::F_GETFD).is_err() {
+        eprintln!("stockade-zygote: no socket on fd 3; this command is run by the agent");
+        return 2;
+    }
+    serve_forever(3)
+}
+
+/// The zygote's loop: one child per request, until PID 1 closes the socket.
+fn serve_forever(fd: i32) -> i32 {
+    let _ = nix::sys::prctl::set_name(c"stockade-zygote");
+    let _ = nix::sys::prctl::set_dumpable(false);
+    let _ = stockade_sys::process::set_oom_score_adj(-1000);
+    // fd 3 is ours alone (dup'ed or inherited for this purpose).
+    let Some(sock) = stockade_sys::process::take_inherited_fd(fd) else {
+        return 2;
+    };
+    let sock = UnixStream::from(sock);
+    // Built once here; every shim forked below inherits it.
+    let filters = stockade_sys::seccomp::build().ok();
+    let mut byte = [0u8; 1];
+    loop {
+        let Ok((n, fds)) = stockade_sys::net::recv_fds(sock.as_fd(), &mut byte) else {
+            return 1;
+        };
+        if n == 0 {
+            return 0; // PID 1 is gone
+        }
+        let answer = match Role::from_byte(byte[0]) {
+            Some(role) if fds.len() == role.fds() => fork_child(role, &sock, fds, filters.as_ref()),
+            _ => -libc::EINVAL,
+        };
+        if stockade_sys::net::send_fds(sock.as_fd(), &answer.to_le_bytes(), &[]).is_err() {
+            return 1;
+        }
+    }
+}
+
+/// Forks one child as PID 1's own (`CLONE_PARENT`); returns its pid or `-errno`.
+fn fork_child(
+    role: Role,
+    sock: &UnixStream,
+    fds: Vec<OwnedFd>,
+    filters: Option<&stockade_sys::seccomp::Filters>,
+) -> i32 {
+    match stockade_sys::process::fork_sibling() {
+        Ok(Forked::Parent(pid)) => pid.as_raw(),
+        Ok(Forked::Child) => {
+            let _ = sock;
+            // The descriptors at 0-3 (a file operation's stdio stays /dev/null), then
+            // nothing else: not the zygote's socket, not the received originals.
+            let targets: &[i32] = match role {
+                Role::Shim => &[0, 1, 2, 3],
+                Role::FileOp => &[3],
+            };
+            for (fd, target) in fds.iter().zip(targets) {
+                if nix::unistd::dup2(fd.as_raw_fd(), *target).is_err() {
+                    exit_now(126);
+                }
+            }
+            std::mem::forget(fds);
+            stockade_sys::process::close_fds_from(4);
+            // A spawned helper starts with no signal blocked (the zygote inherited
+            // PID 1's blocked SIGCHLD).
+            let _ = nix::sys::signal::sigprocmask(
+                nix::sys::signal::SigmaskHow::SIG_SETMASK,
+                Some(&nix::sys::signal::SigSet::empty()),
+                None,
+            );
+            let code = match role {
+                Role::Shim => crate::shim::run(filters),
+                Role::FileOp => crate::fileop::main(),
+            };
+            exit_now(code)
+        }
+        Err(e) => -e.source.raw_os_error().unwrap_or(libc::EAGAIN),
+    }
+}
