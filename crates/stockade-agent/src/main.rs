@@ -47,7 +47,7 @@ fn main() {
     let code = match role.as_deref() {
         Some("monitor") => monitor::main(),
         Some("shim") => shim::main(),
-        Some("zygote") => zygote::main(),
+        Some("zygote") => zygote::main(&args.collect::<Vec<_>>()),
         Some("fileop") => fileop::main(),
         Some("ipc-clean") => cleanup::ipc_clean_main(args.collect()),
         Some("container") => container::main(),

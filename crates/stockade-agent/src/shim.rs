@@ -65,13 +65,14 @@ fn send(ctl: &mut UnixStream, ev: &ShimEvent) {
 
 /// Entry point of `stockade-agent shim`.
 pub fn main() -> i32 {
-    run(None)
+    run(false)
 }
 
 /// The shim, with the exec's stdio at fds 0-2 and its control socket at fd 3 (set up
-/// by PID 1's `pass_fd`, or by the zygote that forked us, which also hands over the
-/// seccomp filter it built once).
-pub fn run(prebuilt: Option<&stockade_sys::seccomp::Filters>) -> i32 {
+/// by PID 1's `pass_fd`, or by the zygote that forked us). `seccomp_in_force`: we are
+/// under the sandbox's seccomp filter already (the zygote's, inherited), so the
+/// code's process is too, without building or installing it again.
+pub fn run(seccomp_in_force: bool) -> i32 {
     let _ = nix::sys::prctl::set_name(c"stockade-shim");
     let Some(ctl) = stockade_sys::process::take_inherited_fd(3) else {
         eprintln!("stockade-shim: no control socket on fd 3; this command is run by the agent");
@@ -110,16 +111,13 @@ pub fn run(prebuilt: Option<&stockade_sys::seccomp::Filters>) -> i32 {
         );
         return 1;
     }
-    let built;
-    let filters = match (config.policy.seccomp, prebuilt) {
-        (false, _) => None,
-        (true, Some(f)) => Some(f),
-        (true, None) => {
-            built = stockade_sys::seccomp::build().ok();
-            built.as_ref()
-        }
+    let install = config.policy.seccomp && !seccomp_in_force;
+    let filters = if install {
+        stockade_sys::seccomp::build().ok()
+    } else {
+        None
     };
-    if config.policy.seccomp && filters.is_none() {
+    if install && filters.is_none() {
         report_failure(&mut ctl, "cannot build the seccomp filter");
         return 1;
     }
@@ -128,7 +126,7 @@ pub fn run(prebuilt: Option<&stockade_sys::seccomp::Filters>) -> i32 {
     let child = match fork() {
         Ok(Forked::Child) => {
             drop(err_r);
-            let msg = exec_child(&config, filters);
+            let msg = exec_child(&config, filters.as_ref());
             let mut w = fs::File::from(err_w);
             let _ = w.write_all(msg.as_bytes());
             exit_now(if msg.contains("permission denied") {

@@ -6,8 +6,10 @@
 //! PID 1 cannot fork such a child itself: it serves with several threads, and a fork
 //! of a threaded process may copy a lock another thread held. So the zygote is forked
 //! once, before PID 1 starts any thread (or, where threads already exist, as in a
-//! microVM's init, started as `stockade-agent zygote`), builds the seccomp filter
-//! once, and then only waits for requests on a socket pair that PID 1 alone holds.
+//! microVM's init, started as `stockade-agent zygote`), enters the sandbox's seccomp
+//! filter itself (so no exec builds it, nor has the kernel check and JIT-compile it
+//! again: a fork shares it), and then only waits for requests on a socket pair that
+//! PID 1 alone holds.
 //!
 //! Each request is one byte naming the role (`s` shim, `f` file operation) with the
 //! child's descriptors attached (`SCM_RIGHTS`: stdin, stdout, stderr and control
@@ -19,12 +21,14 @@
 //! runs the role's code, which is the same code as the `shim`/`fileop` commands. The
 //! answer is the child's pid (4 bytes), or a negative errno.
 //!
-//! The zygote keeps PID 1's privileges (the shim needs them to set up the exec and to
-//! kill its tree); it holds nothing the code can reach: no listener, no file of the
+//! The zygote keeps PID 1's capabilities (the shim needs them to set up the exec and
+//! to kill its tree) under the code's own seccomp filter and no_new_privs (neither
+//! the zygote nor the shim ever calls `execve`; the code does, after dropping every
+//! privilege); it holds nothing the code can reach: no listener, no file of the
 //! sandbox, undumpable, the least likely OOM victim. Should it die anyway, PID 1
 //! starts a new one by `exec` and, failing that, falls back to `exec`ing shims.
 
-use std::io;
+use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -70,15 +74,19 @@ impl Role {
 pub struct Zygote {
     /// The socket to the zygote, and its pid; `None` once it could not be restarted.
     inner: Mutex<Option<(UnixStream, u32)>>,
+    /// Whether it enters the seccomp filter (the sandbox's policy).
+    seccomp: bool,
 }
 
 impl Zygote {
     /// Forks the zygote when this process is single-threaded; otherwise starts it as
-    /// `stockade-agent zygote`. `None` when neither works (shims are then `exec`ed).
-    pub fn start() -> Zygote {
-        let forked = fork_zygote().or_else(|_| exec_zygote());
+    /// `stockade-agent zygote`. With `seccomp` it enters the seccomp filter first.
+    /// Not running when neither works (shims are then `exec`ed).
+    pub fn start(seccomp: bool) -> Zygote {
+        let started = fork_zygote(seccomp).or_else(|_| exec_zygote(seccomp));
         Zygote {
-            inner: Mutex::new(forked.ok()),
+            inner: Mutex::new(started.ok()),
+            seccomp,
         }
     }
 
@@ -108,7 +116,7 @@ impl Zygote {
             Err(Failure::Gone(e)) => {
                 // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
                 // a fresh one serves the next call.
-                *inner = exec_zygote().ok();
+                *inner = exec_zygote(self.seccomp).ok();
                 Err(e)
             }
         }
@@ -147,7 +155,7 @@ fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32,
 }
 
 /// Forks the zygote (single-threaded callers only; `fork` refuses otherwise).
-fn fork_zygote() -> io::Result<(UnixStream, u32)> {
+fn fork_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
     let (ours, theirs) = UnixStream::pair()?;
     match stockade_sys::process::fork().map_err(|e| io::Error::other(e.to_string()))? {
         Forked::Child => {
@@ -155,18 +163,31 @@ fn fork_zygote() -> io::Result<(UnixStream, u32)> {
             // Only the socket stays: fd 3, as when started by exec.
             let _ = nix::unistd::dup2(theirs.as_raw_fd(), 3);
             stockade_sys::process::close_fds_from(4);
-            exit_now(serve_forever(3))
+            exit_now(serve_forever(3, seccomp))
         }
-        Forked::Parent(pid) => Ok((ours, pid.as_raw() as u32)),
+        Forked::Parent(pid) => ready(ours, pid.as_raw() as u32),
+    }
+}
+
+/// Waits for the zygote's first byte: it is set up (its filter in force) and serves.
+fn ready(sock: UnixStream, pid: u32) -> io::Result<(UnixStream, u32)> {
+    let mut byte = [0u8; 1];
+    match (&sock).read(&mut byte) {
+        Ok(1) => Ok((sock, pid)),
+        Ok(_) => Err(io::Error::other(
+            "the exec zygote exited before it was ready",
+        )),
+        Err(e) => Err(e),
     }
 }
 
 /// Starts `stockade-agent zygote` with its socket as fd 3.
-fn exec_zygote() -> io::Result<(UnixStream, u32)> {
+fn exec_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
     let (ours, theirs) = UnixStream::pair()?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0("stockade-zygote")
         .arg("zygote")
+        .args(seccomp.then_some("--seccomp"))
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -174,21 +195,30 @@ fn exec_zygote() -> io::Result<(UnixStream, u32)> {
     stockade_sys::process::spawn_with_stdio_only(&mut cmd);
     stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
     let child = cmd.spawn()?;
+    drop(cmd);
     // PID 1's reaper collects it; dropping Child does not wait.
-    Ok((ours, child.id()))
+    ready(ours, child.id())
 }
 
-/// Entry point of `stockade-agent zygote` (its socket on fd 3).
-pub fn main() -> i32 {
+/// Entry point of `stockade-agent zygote [--seccomp]` (its socket on fd 3).
+pub fn main(args: &[String]) -> i32 {
+    let seccomp = match args {
+        [] => false,
+        [flag] if flag == "--seccomp" => true,
+        _ => {
+            eprintln!("stockade-zygote: bad arguments {args:?}; this command is run by the agent");
+            return 2;
+        }
+    };
     if nix::fcntl::fcntl(3, nix::fcntl::FcntlArg::F_GETFD).is_err() {
         eprintln!("stockade-zygote: no socket on fd 3; this command is run by the agent");
         return 2;
     }
-    serve_forever(3)
+    serve_forever(3, seccomp)
 }
 
 /// The zygote's loop: one child per request, until PID 1 closes the socket.
-fn serve_forever(fd: i32) -> i32 {
+fn serve_forever(fd: i32, seccomp: bool) -> i32 {
     let _ = nix::sys::prctl::set_name(c"stockade-zygote");
     let _ = nix::sys::prctl::set_dumpable(false);
     let _ = stockade_sys::process::set_oom_score_adj(-1000);
@@ -197,8 +227,21 @@ fn serve_forever(fd: i32) -> i32 {
         return 2;
     };
     let sock = UnixStream::from(sock);
-    // Built once here; every shim forked below inherits it.
-    let filters = stockade_sys::seccomp::build().ok();
+    // The code's filter, entered here once: every child forked below is under it
+    // already. No zygote serves without it (PID 1 then execs shims, which build it).
+    if seccomp {
+        let entered = nix::sys::prctl::set_no_new_privs()
+            .map_err(|e| e.to_string())
+            .and_then(|()| stockade_sys::seccomp::build().map_err(|e| e.to_string()))
+            .and_then(|f| f.apply().map_err(|e| e.to_string()));
+        if let Err(e) = entered {
+            eprintln!("stockade-zygote: cannot enter the seccomp filter: {e}");
+            return 1;
+        }
+    }
+    if (&sock).write_all(b"r").is_err() {
+        return 1;
+    }
     let mut byte = [0u8; 1];
     loop {
         let Ok((n, fds)) = stockade_sys::net::recv_fds(sock.as_fd(), &mut byte) else {
@@ -208,7 +251,7 @@ fn serve_forever(fd: i32) -> i32 {
             return 0; // PID 1 is gone
         }
         let answer = match Role::from_byte(byte[0]) {
-            Some(role) if fds.len() == role.fds() => fork_child(role, &sock, fds, filters.as_ref()),
+            Some(role) if fds.len() == role.fds() => fork_child(role, &sock, fds, seccomp),
             _ => -libc::EINVAL,
         };
         if stockade_sys::net::send_fds(sock.as_fd(), &answer.to_le_bytes(), &[]).is_err() {
@@ -218,12 +261,7 @@ fn serve_forever(fd: i32) -> i32 {
 }
 
 /// Forks one child as PID 1's own (`CLONE_PARENT`); returns its pid or `-errno`.
-fn fork_child(
-    role: Role,
-    sock: &UnixStream,
-    fds: Vec<OwnedFd>,
-    filters: Option<&stockade_sys::seccomp::Filters>,
-) -> i32 {
+fn fork_child(role: Role, sock: &UnixStream, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
     match stockade_sys::process::fork_sibling() {
         Ok(Forked::Parent(pid)) => pid.as_raw(),
         Ok(Forked::Child) => {
@@ -249,7 +287,7 @@ fn fork_child(
                 None,
             );
             let code = match role {
-                Role::Shim => crate::shim::run(filters),
+                Role::Shim => crate::shim::run(seccomp),
                 Role::FileOp => crate::fileop::main(),
             };
             exit_now(code)
