@@ -7,7 +7,8 @@
 //!   appends a small archive with its own `/config.json`;
 //! - the root image: an erofs image of the host-rootfs view (`/usr` and its
 //!   compatibility links, the `/etc` files programs need, a synthetic passwd and
-//!   group), keyed by the host's package database, built with `mkfs.erofs`.
+//!   group), keyed by the host's package database, built with `mkfs.erofs`; or, for
+//!   `--image`, an erofs image of the image's flattened rootfs, keyed by its digest.
 
 use std::collections::BTreeSet;
 use std::io::Write;
@@ -454,6 +455,106 @@ pub fn root_image(cache: &Path, progress: &mut (dyn FnMut(&str) + Send)) -> Resu
         ));
     }
     Ok(path)
+}
+
+/// What an image's root image takes from its rootfs: not the contents of the mount
+/// points the guest fills (`/proc`, `/sys`, `/dev`, `/tmp`) nor `/.stockade`.
+const IMAGE_EXCLUDE: &str = "^(proc|sys|dev|tmp|\\.stockade)/";
+
+/// The `/etc` files of an image's root image that Stockade writes, as on native (the
+/// image's `shadow`/`gshadow` are hidden by empty ones).
+const IMAGE_ETC: &[(&str, &str)] = &[
+    ("passwd", PASSWD),
+    ("group", GROUP),
+    ("shadow", ""),
+    ("gshadow", ""),
+    ("hosts", "127.0.0.1 localhost\n"),
+    ("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"),
+    ("resolv.conf", ""),
+];
+
+/// The root image of an OCI image whose flattened rootfs is `rootfs` (the store's
+/// `rootfs/<digest>`, so its name is the key): made once per image, with Stockade's
+/// `/etc` files over the image's, under the image's own ownership and modes.
+pub fn image_root_image(
+    cache: &Path,
+    rootfs: &Path,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<PathBuf> {
+    let digest = rootfs
+        .file_name()
+        .and_then(|n| n.to_str())
+        .filter(|n| n.len() >= 16 && n.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "{} is not an image store's rootfs directory",
+                rootfs.display()
+            ))
+        })?;
+    let mut h = Sha256::new();
+    h.update(format!("v1 {IMAGE_EXCLUDE} {IMAGE_ETC:?} {digest}"));
+    let path = cache.join(format!("image-{}.erofs", hex(&h.finalize()[..8])));
+    if path.exists() {
+        return Ok(path);
+    }
+    progress("building the VM root image of the image (once; mkfs.erofs)");
+    let stage = cache.join(format!("stage-{}", stockade_core::host::random_hex(6)));
+    let _ = std::fs::remove_dir_all(&stage);
+    let r = build_image_root_image(&stage, rootfs, &path);
+    let _ = std::fs::remove_dir_all(&stage);
+    r.map(|()| path)
+}
+
+fn build_image_root_image(stage: &Path, rootfs: &Path, out: &Path) -> Result<()> {
+    let etc = stage.join("layer/etc");
+    std::fs::create_dir_all(&etc).map_err(io(format!("cannot create {}", etc.display())))?;
+    std::fs::create_dir_all(stage.join("merged"))
+        .map_err(io(format!("cannot create {}", stage.display())))?;
+    for (name, text) in IMAGE_ETC {
+        std::fs::write(etc.join(name), text).map_err(io(format!("cannot write etc/{name}")))?;
+    }
+    let tmp = out.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
+    // The image's rootfs with our /etc files over it, as a read-only overlay in a
+    // private mount namespace (nothing stays mounted if this is killed); mkfs.erofs
+    // stores symlinks as symlinks, so an image's `etc -> /` points nowhere on the host.
+    let script = r#"set -e
+mount -t overlay overlay -o ro,lowerdir="$1/layer:$2" "$1/merged"
+exec mkfs.erofs --quiet -T0 --exclude-regex="$4" "$3" "$1/merged"
+"#;
+    let output = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            script,
+            "sh",
+        ])
+        .arg(stage)
+        .arg(rootfs)
+        .arg(&tmp)
+        .arg(IMAGE_EXCLUDE)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .map_err(|e| Error::Unavailable {
+            what: "building the microvm root image of an image".into(),
+            reason: format!("cannot run unshare: {e}"),
+            fix: "run as root on Linux with util-linux installed".into(),
+        })?;
+    if !output.status.success() {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::Unavailable {
+            what: "building the microvm root image of an image".into(),
+            reason: format!(
+                "overlay mount or mkfs.erofs failed: {}",
+                String::from_utf8_lossy(&output.stderr).trim()
+            ),
+            fix: "apt-get install erofs-utils (or run crates/stockade-microvm/ci-setup.sh)".into(),
+        });
+    }
+    std::fs::rename(&tmp, out).map_err(io(format!("cannot rename {}", tmp.display())))
 }
 
 fn build_root_image(stage: &Path, out: &Path) -> Result<()> {

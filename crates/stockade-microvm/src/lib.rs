@@ -96,6 +96,8 @@ pub struct MicrovmLauncher {
     vmm: Arc<dyn Vmm>,
     qemu: PathBuf,
     accel: Arc<OnceCell<(Accel, String)>>,
+    /// The image store `--image` reads (default: `$STOCKADE_HOME/images`).
+    image_store: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for MicrovmLauncher {
@@ -205,7 +207,45 @@ impl MicrovmLauncher {
             vmm: Arc::new(QemuMicrovm::default()),
             qemu: PathBuf::from("qemu-system-x86_64"),
             accel: Arc::default(),
+            image_store: None,
         }
+    }
+
+    /// Reads images from the store at `root` instead of `$STOCKADE_HOME/images`.
+    pub fn with_image_store(mut self, root: impl Into<PathBuf>) -> MicrovmLauncher {
+        self.image_store = Some(root.into());
+        self
+    }
+
+    /// The root image of `spec`: the host-rootfs view, or an erofs image of its OCI
+    /// image's flattened rootfs (pulled on first use, made once per image), with what
+    /// the image's config says about the execs.
+    async fn root_for(&self, spec: &stockade_core::ValidatedSpec) -> Result<(PathBuf, Option<plan::ImageRun>)> {
+        let Some(reference) = spec.image.clone() else {
+            let cache = self.cache.clone();
+            let root = tokio::task::spawn_blocking(move || assets::root_image(&cache, &mut |_| {}))
+                .await
+                .map_err(|e| Error::Internal(format!("root image task failed: {e}")))??;
+            return Ok((root, None));
+        };
+        let store = self.image_store.clone();
+        stockade_native::ensure_image(&reference, store.as_deref()).await?;
+        let cache = self.cache.clone();
+        tokio::task::spawn_blocking(move || {
+            // Held (kept from gc and `image rm`) while its erofs image is made; the VM
+            // then runs from that copy.
+            let (image, _held) = stockade_native::image_root(&reference, store.as_deref())?;
+            let root = assets::image_root_image(&cache, &image.rootfs, &mut |_| {})?;
+            let run = plan::ImageRun {
+                reference,
+                env: image.env.clone(),
+                workdir: image.workdir.clone(),
+                user: image.user,
+            };
+            Ok((root, Some(run)))
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("image task failed: {e}")))?
     }
 
     /// Keeps sandboxes under `root`.
@@ -389,12 +429,12 @@ impl MicrovmLauncher {
         std::fs::create_dir_all(&self.cache)
             .map_err(io(format!("cannot create {}", self.cache.display())))?;
         let (base, modules) = assets::base_initramfs(&self.cache, &agent, &kernel)?;
-        let root = assets::root_image(&self.cache, &mut |_| {})?;
+        let (root, image) = self.root_for(&spec).await?;
         let id = stockade_core::host::new_sandbox_id();
         let dir = self.make_dir(&id)?;
         let r = async {
             let now = now_ms();
-            let p = plan::plan(&spec, modules, now, accel);
+            let p = plan::plan(&spec, image.as_ref(), modules, now, accel);
             let config = serde_json::to_vec(&p.guest)
                 .map_err(|e| Error::Internal(format!("cannot encode the VM config: {e}")))?;
             assets::vm_initramfs(&base, &config, &dir.join("initrd"))?;
@@ -807,8 +847,8 @@ impl Launcher for MicrovmLauncher {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            // No OCI images yet: the root is the host-rootfs view.
-            images: false,
+            // OCI images: an erofs image of the flattened rootfs (see `assets`).
+            images: true,
             // No network device; egress through a filtered host tap is not built.
             network_egress: false,
             network_policy: false,

@@ -1,7 +1,7 @@
 //! From a spec to a VM: its size, the guest's config, the host cgroups around the
 //! VMM and the hardening lines `inspect` shows. Pure, so it is unit-tested.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use stockade_agent_proto::launch::{ExecPolicy, VmConfig};
 use stockade_core::ValidatedSpec;
@@ -35,17 +35,56 @@ pub struct Plan {
     pub applied: Vec<String>,
 }
 
-/// The VM for `spec`; `modules` are the initramfs's module files, in load order.
-pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Accel) -> Plan {
+/// What an OCI image's config says about the execs of a VM booted from it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ImageRun {
+    /// The reference the spec named.
+    pub reference: String,
+    /// `KEY=VALUE` lines; the spec's own `env` wins over them.
+    pub env: Vec<String>,
+    /// The image's working directory, unless the spec names one.
+    pub workdir: Option<PathBuf>,
+    /// The image's user as uid and gid, unless the spec names one.
+    pub user: Option<(u32, u32)>,
+}
+
+/// The VM for `spec` (booted from `image`'s root when given); `modules` are the
+/// initramfs's module files, in load order.
+pub fn plan(
+    spec: &ValidatedSpec,
+    image: Option<&ImageRun>,
+    modules: Vec<String>,
+    now_ms: u64,
+    accel: Accel,
+) -> Plan {
     let l = &spec.limits;
     let h = spec.hardening;
     let memory_mib = l.memory_bytes.div_ceil(1 << 20) + GUEST_OVERHEAD_MIB;
     let vcpus = (l.cpus.ceil() as u32).max(1);
-    let workdir = spec.effective_workdir().display().to_string();
+    // As on native: defaults, the image's `Env`, the spec's `env`; the image's
+    // working directory and user unless the spec names its own.
+    let mut env = spec.base_env();
+    let mut workdir = spec.effective_workdir().display().to_string();
+    let mut user = spec.user;
+    if let Some(img) = image {
+        for kv in &img.env {
+            if let Some((k, v)) = kv.split_once('=')
+                && !spec.env.contains_key(k)
+            {
+                env.insert(k.to_string(), v.to_string());
+            }
+        }
+        if let (None, Some(w)) = (&spec.workdir, &img.workdir) {
+            workdir = w.display().to_string();
+        }
+        if let (true, Some((uid, gid))) = (spec.user == stockade_spec::User::default(), img.user) {
+            user = stockade_spec::User { uid, gid };
+        }
+    }
     let exec = ExecPolicy {
-        uid: spec.user.uid,
-        gid: spec.user.gid,
-        env: spec.base_env(),
+        uid: user.uid,
+        gid: user.gid,
+        env,
         workdir: workdir.clone(),
         no_new_privs: h.no_new_privileges,
         drop_caps: h.drop_capabilities,
@@ -89,10 +128,17 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
             memory_mib
         ),
         "guest: Debian cloud kernel; the static stockade agent as PID 1 (initramfs)".into(),
-        if spec.writable {
-            "root: the host-rootfs view (erofs image, read-only) under a writable overlay in guest RAM (discarded at destroy)".into()
-        } else {
-            "root: the host-rootfs view (erofs image of /usr and selected /etc), read-only".into()
+        match (image, spec.writable) {
+            (Some(img), true) => format!(
+                "root: image {} (erofs image of its flattened rootfs, read-only) under a writable overlay in guest RAM (discarded at destroy)",
+                img.reference
+            ),
+            (Some(img), false) => format!(
+                "root: image {} (erofs image of its flattened rootfs), read-only",
+                img.reference
+            ),
+            (None, true) => "root: the host-rootfs view (erofs image, read-only) under a writable overlay in guest RAM (discarded at destroy)".into(),
+            (None, false) => "root: the host-rootfs view (erofs image of /usr and selected /etc), read-only".into(),
         },
         format!("/tmp: tmpfs {} bytes in the guest", l.tmp_bytes),
         format!(
@@ -102,7 +148,7 @@ pub fn plan(spec: &ValidatedSpec, modules: Vec<String>, now_ms: u64, accel: Acce
         "agent channel: a virtio-serial port on a host unix socket in a root-only directory, multiplexed".into(),
         format!(
             "user: uid {} gid {}, workdir {workdir}; seccomp {}, landlock {}, no_new_privs {}",
-            spec.user.uid, spec.user.gid, h.seccomp, h.landlock, h.no_new_privileges
+            user.uid, user.gid, h.seccomp, h.landlock, h.no_new_privileges
         ),
         format!("lifetime: {} s", spec.timeout_secs),
     ];
@@ -186,7 +232,7 @@ mod tests {
     #[test]
     fn the_vm_is_sized_from_the_spec_with_the_secure_defaults() {
         let spec = SandboxSpec::default().validate().unwrap();
-        let p = plan(&spec, vec!["virtio.ko".into()], 1000, Accel::Tcg);
+        let p = plan(&spec, None, vec!["virtio.ko".into()], 1000, Accel::Tcg);
         assert_eq!(p.memory_mib, 512 + GUEST_OVERHEAD_MIB);
         assert_eq!(p.vcpus, 1);
         assert!(!p.guest.writable);

@@ -232,3 +232,96 @@ async fn the_kvm_probe_is_reported_and_agrees_with_a_fresh_probe() {
         assert!(fresh.unwrap_err().contains("/dev/kvm"));
     }
 }
+
+// An OCI image as the VM's root: its files, `Env`, `WorkingDir` and `User`, with
+// Stockade's own /etc files over the image's (its shadow hidden); a missing image is
+// a clear NotFound and leaves nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oci_image_is_the_vm_root() {
+    let Some(_) = provider().await else { return };
+    let Some(base) = require(
+        "the Debian test image",
+        stockade_testkit::debian_test_image(),
+        stockade_testkit::DEBIAN_FIX,
+    ) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let layout = tmp.path().join("layout");
+    let config = serde_json::json!({
+        "Env": ["PATH=/usr/bin:/bin", "IMAGE_GREETING=from-image"],
+        "WorkingDir": "/srv", "User": "nobody",
+    });
+    stockade_testkit::oci_layout(
+        &layout,
+        &base,
+        &[
+            ("srv/hello.py", b"import os\nprint('hello', os.environ['IMAGE_GREETING'], os.getuid())\n"),
+            ("etc/shadow", b"root:$6$image-secret-hash:19000::::::\n"),
+        ],
+        config,
+        "localhost/stockade-test/vm-image:1",
+    );
+    let store = stockade_image::Store::open(tmp.path().join("images")).unwrap();
+    stockade_image::import(&store, &layout, None).unwrap();
+    let p: Arc<MicrovmProvider> = Arc::new(MicrovmProvider::from(
+        stockade_microvm::MicrovmLauncher::new().with_image_store(store.root()),
+    ));
+
+    // A missing image: NotFound naming how to get it, and no VM.
+    let mut missing = spec();
+    missing.image = Some("localhost/stockade-test/absent:1".into());
+    let before = std::fs::read_dir("/run/stockade-microvm")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    let err = Sandbox::create(
+        p.clone() as Arc<dyn Provider>,
+        missing,
+        CreateOptions::default(),
+    )
+    .await
+    .expect_err("an image the store lacks");
+    assert!(
+        matches!(err, Error::NotFound { .. } | Error::Unavailable { .. }),
+        "{err:?}"
+    );
+    let after = std::fs::read_dir("/run/stockade-microvm")
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(before, after, "a failed create left a sandbox directory");
+
+    let mut s = spec();
+    s.image = Some("localhost/stockade-test/vm-image:1".into());
+    let sb = vm(&p, s).await;
+    let id = sb.id().to_string();
+    let mut req = ExecRequest::new(["python3", "hello.py"]);
+    req.timeout_ms = Some(60_000);
+    let out = sb.exec(req).await.unwrap();
+    assert_eq!(
+        (out.exit_code, text(&out.stdout)),
+        (0, "hello from-image 65534\n".to_string()),
+        "{out:?}"
+    );
+    let out = sh(
+        &sb,
+        "pwd; wc -c < /etc/shadow; grep -c sandbox /etc/passwd; touch /srv/x 2>&1 || echo read-only",
+        30_000,
+    )
+    .await;
+    let o = text(&out.stdout);
+    let lines: Vec<&str> = o.lines().collect();
+    assert_eq!(lines.first(), Some(&"/srv"), "{o}");
+    assert_eq!(lines.get(1).map(|l| l.trim()), Some("0"), "the image's shadow shows: {o}");
+    assert_eq!(lines.get(2), Some(&"1"), "Stockade's passwd: {o}");
+    assert!(o.contains("read-only"), "the image's root is writable: {o}");
+    let info = p.inspect(&id).await.unwrap();
+    assert!(
+        info.applied
+            .iter()
+            .any(|l| l.contains("root: image localhost/stockade-test/vm-image:1")),
+        "{:?}",
+        info.applied
+    );
+    sb.destroy().await.unwrap();
+    assert!(leftovers(&id).is_empty(), "{:?}", leftovers(&id));
+}
