@@ -469,7 +469,10 @@ const IMAGE_ETC: &[(&str, &str)] = &[
     ("shadow", ""),
     ("gshadow", ""),
     ("hosts", "127.0.0.1 localhost\n"),
-    ("nsswitch.conf", "passwd: files\ngroup: files\nhosts: files dns\n"),
+    (
+        "nsswitch.conf",
+        "passwd: files\ngroup: files\nhosts: files dns\n",
+    ),
     ("resolv.conf", ""),
 ];
 

@@ -220,7 +220,10 @@ impl MicrovmLauncher {
     /// The root image of `spec`: the host-rootfs view, or an erofs image of its OCI
     /// image's flattened rootfs (pulled on first use, made once per image), with what
     /// the image's config says about the execs.
-    async fn root_for(&self, spec: &stockade_core::ValidatedSpec) -> Result<(PathBuf, Option<plan::ImageRun>)> {
+    async fn root_for(
+        &self,
+        spec: &stockade_core::ValidatedSpec,
+    ) -> Result<(PathBuf, Option<plan::ImageRun>)> {
         let Some(reference) = spec.image.clone() else {
             let cache = self.cache.clone();
             let root = tokio::task::spawn_blocking(move || assets::root_image(&cache, &mut |_| {}))

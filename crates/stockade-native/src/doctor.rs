@@ -140,6 +140,21 @@ pub fn host_checks() -> Vec<Check> {
         },
         fix: None,
     });
+    let pid_max = read(PID_MAX).trim().parse::<u64>().unwrap_or(0);
+    v.push(Check {
+        name: "pid_max".into(),
+        ok: true,
+        detail: if pid_max >= TUNED_PID_MAX {
+            format!("{pid_max}")
+        } else {
+            format!(
+                "{pid_max}: room for about {} idle sandboxes ({IDLE_TASKS} tasks each) with nothing else running; \
+                 `stockade setup tune` raises it to {TUNED_PID_MAX}",
+                pid_max / IDLE_TASKS
+            )
+        },
+        fix: None,
+    });
     let abi = stockade_sys::landlock::kernel_abi();
     v.push(check(
         "landlock",
@@ -237,6 +252,42 @@ pub fn cgroup2_mounts(mountinfo: &str) -> Vec<Cgroup2Mount> {
             Some(Cgroup2Mount { path, options })
         })
         .collect()
+}
+
+/// The kernel's pid limit (it counts threads too).
+const PID_MAX: &str = "/proc/sys/kernel/pid_max";
+
+/// What `setup tune` raises `pid_max` to: the 64-bit kernel's ceiling (2^22).
+pub const TUNED_PID_MAX: u64 = 1 << 22;
+
+/// Tasks an idle native sandbox holds: its monitor, PID 1 (two threads) and the exec
+/// zygote.
+pub const IDLE_TASKS: u64 = 4;
+
+/// `stockade setup tune`, second part: raises `kernel.pid_max` to [`TUNED_PID_MAX`]
+/// when it is lower (the Linux default of 32768 caps a host at a few thousand idle
+/// sandboxes). `--undo` leaves it: a higher limit takes nothing from anyone.
+pub fn tune_pid_max(raise: bool, dry_run: bool) -> stockade_core::Result<Vec<String>> {
+    use stockade_core::Error;
+    let now = read(PID_MAX).trim().parse::<u64>().unwrap_or(0);
+    if !raise {
+        return Ok(vec![format!(
+            "{PID_MAX}: left at {now} (a higher limit is harmless)"
+        )]);
+    }
+    if now >= TUNED_PID_MAX {
+        return Ok(vec![format!("{PID_MAX}: already {now}")]);
+    }
+    let what = format!("echo {TUNED_PID_MAX} > {PID_MAX} (was {now})");
+    if dry_run {
+        return Ok(vec![format!("would run: {what}")]);
+    }
+    std::fs::write(PID_MAX, TUNED_PID_MAX.to_string()).map_err(|e| Error::Unavailable {
+        what: "kernel.pid_max".into(),
+        reason: format!("{what} failed: {e}"),
+        fix: "run as root (in the host's pid namespace)".into(),
+    })?;
+    Ok(vec![format!("ran: {what}")])
 }
 
 /// The remount data that turns `favordynmods` on (or off) and keeps the mount's

@@ -36,7 +36,7 @@ use stockade_core::{
 };
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
-pub use doctor::{host_checks, tune_favordynmods};
+pub use doctor::{host_checks, tune_favordynmods, tune_pid_max};
 pub use image::{ensure_image, image_root};
 pub use state::default_state_root;
 pub use stockade_agent_host::find_agent;

@@ -27,7 +27,7 @@ pub use stockade_gvisor::{self as gvisor, GvisorLauncher, GvisorProvider};
 pub use stockade_microvm::{self as microvm, MicrovmLauncher, MicrovmProvider};
 pub use stockade_native::{
     self as native, NativeLauncher, NativeProvider, idpool, rootless, setup_rootless,
-    tune_favordynmods,
+    tune_favordynmods, tune_pid_max,
 };
 pub use stockade_wasm::{self as wasm, WasmProvider};
 

@@ -321,7 +321,7 @@ fn global_flags_are_listed_apart() {
 }
 
 #[test]
-fn setup_tune_dry_run_names_each_cgroup2_mount_and_changes_nothing() {
+fn setup_tune_dry_run_names_each_cgroup2_mount_and_pid_max_and_changes_nothing() {
     if !require_root("setup_tune_dry_run") {
         return;
     }
@@ -350,6 +350,20 @@ fn setup_tune_dry_run_names_each_cgroup2_mount_and_changes_nothing() {
         text.contains("would run: mount -o remount") || text.contains("already on"),
         "{text}"
     );
+    // pid_max: named, raised only when lower, and not by a dry run.
+    let pid_max = || {
+        std::fs::read_to_string("/proc/sys/kernel/pid_max")
+            .unwrap()
+            .trim()
+            .parse::<u64>()
+            .unwrap()
+    };
+    let pid_max_before = pid_max();
+    assert!(text.contains("/proc/sys/kernel/pid_max"), "{text}");
+    if pid_max_before < 1 << 22 {
+        assert!(text.contains("would run: echo 4194304"), "{text}");
+    }
+    assert_eq!(pid_max(), pid_max_before, "a dry run changed pid_max");
     let after = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
     let opts = |m: &str| -> Vec<String> {
         m.lines()

@@ -256,7 +256,10 @@ async fn an_oci_image_is_the_vm_root() {
         &layout,
         &base,
         &[
-            ("srv/hello.py", b"import os\nprint('hello', os.environ['IMAGE_GREETING'], os.getuid())\n"),
+            (
+                "srv/hello.py",
+                b"import os\nprint('hello', os.environ['IMAGE_GREETING'], os.getuid())\n",
+            ),
             ("etc/shadow", b"root:$6$image-secret-hash:19000::::::\n"),
         ],
         config,
@@ -272,7 +275,7 @@ async fn an_oci_image_is_the_vm_root() {
     let mut missing = spec();
     missing.image = Some("localhost/stockade-test/absent:1".into());
     let before = std::fs::read_dir("/run/stockade-microvm")
-        .map(|d| d.count())
+        .map(Iterator::count)
         .unwrap_or(0);
     let err = Sandbox::create(
         p.clone() as Arc<dyn Provider>,
@@ -286,7 +289,7 @@ async fn an_oci_image_is_the_vm_root() {
         "{err:?}"
     );
     let after = std::fs::read_dir("/run/stockade-microvm")
-        .map(|d| d.count())
+        .map(Iterator::count)
         .unwrap_or(0);
     assert_eq!(before, after, "a failed create left a sandbox directory");
 
@@ -311,7 +314,11 @@ async fn an_oci_image_is_the_vm_root() {
     let o = text(&out.stdout);
     let lines: Vec<&str> = o.lines().collect();
     assert_eq!(lines.first(), Some(&"/srv"), "{o}");
-    assert_eq!(lines.get(1).map(|l| l.trim()), Some("0"), "the image's shadow shows: {o}");
+    assert_eq!(
+        lines.get(1).map(|l| l.trim()),
+        Some("0"),
+        "the image's shadow shows: {o}"
+    );
     assert_eq!(lines.get(2), Some(&"1"), "Stockade's passwd: {o}");
     assert!(o.contains("read-only"), "the image's root is writable: {o}");
     let info = p.inspect(&id).await.unwrap();
