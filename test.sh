@@ -55,14 +55,13 @@ for t in "${gvisor_gaps[@]}"; do skips+=(--skip "$t"); done
 (cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
 # The same suites on the microvm provider (real QEMU, TCG where KVM is unusable;
 # crates/stockade-microvm/ci-setup.sh installs it): ~3 minutes here, a VM boot per
-# case. The two below are skipped BY NAME (ARCHITECTURE.md, microvm section, says
+# case. The one below is skipped BY NAME (ARCHITECTURE.md, microvm section, says
 # why); a missing QEMU, kernel or agent fails every case with how to fix it.
 if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
   echo "test.sh: qemu-system-x86_64 is missing: run crates/stockade-microvm/ci-setup.sh as root" >&2
   exit 1
 fi
 microvm_gaps=(
-  attacks::writes_outside_tmp_and_writable_mounts_fail
   attacks::the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim
 )
 echo "test.sh: microvm: skipping what cannot hold there: ${microvm_gaps[*]}" >&2

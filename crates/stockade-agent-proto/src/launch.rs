@@ -650,6 +650,20 @@ pub struct VmConfig {
     pub exec_pids: u64,
     /// The name of the virtio-serial port the host multiplexer is on.
     pub port_name: String,
+    /// Host directories to mount (virtiofs), in order.
+    #[serde(default)]
+    pub shares: Vec<GuestShare>,
+}
+
+/// A host directory shared into a microVM with virtiofs, as the guest mounts it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct GuestShare {
+    /// The virtiofs tag.
+    pub tag: String,
+    /// Where it is mounted in the guest.
+    pub target: String,
+    /// Mounted read-write (else read-only; the host side is read-only too).
+    pub writable: bool,
 }
 
 /// What the microVM provider tells `stockade-agent vm-host DIR` (the host-side
@@ -672,4 +686,8 @@ pub struct VmHostConfig {
     /// Host cgroups to put the VMM in (one per v1 hierarchy, or one v2 group), each
     /// with its settings (file, value); created by the supervisor, removed at its end.
     pub cgroups: Vec<(String, Vec<(String, String)>)>,
+    /// Daemons to start before the VMM, each with the socket it listens on once
+    /// ready (the virtiofsd of each shared directory): (command line, socket).
+    #[serde(default)]
+    pub daemons: Vec<(Vec<String>, String)>,
 }

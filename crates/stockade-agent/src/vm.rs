@@ -142,6 +142,18 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
         )
         .map_err(|e| format!("cannot move /{d} into the root: {e}"))?;
     }
+    // Shared host directories (virtiofs): their mount points made in the overlay,
+    // read-only unless asked (the host's virtiofsd then serves a read-only view too).
+    for share in &config.shares {
+        let target = format!("{NEWROOT}{}", share.target);
+        mkdir(&target)?;
+        let mut flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV;
+        if !share.writable {
+            flags |= MsFlags::MS_RDONLY;
+        }
+        mnt(&share.tag, &target, "virtiofs", flags, "")
+            .map_err(|e| format!("cannot mount the shared directory at {}: {e}", share.target))?;
+    }
     mkdir(&format!("{NEWROOT}/dev/shm"))?;
     mnt(
         "shm",

@@ -113,6 +113,9 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
         }
         None => None,
     };
+    // The VMM connects to their sockets at its start. Killed when we end (they are
+    // also in our process group, which a destroy kills).
+    let _daemons = start_daemons(dir, config)?;
     let log =
         fs::File::create(dir.join("vmm.log")).map_err(|e| format!("cannot create vmm.log: {e}"))?;
     let mut child = Command::new(&config.vmm[0])
@@ -190,6 +193,65 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
     }
     remove_cgroups(config);
     Ok(())
+}
+
+/// The daemons the VMM needs (a virtiofsd per shared directory); killed and reaped
+/// when dropped.
+struct Daemons(Vec<Child>);
+
+impl Drop for Daemons {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Starts each of `config.daemons` and waits until its socket exists (10 s at most;
+/// one that exits first fails the start, its output in `daemons.log`).
+fn start_daemons(dir: &Path, config: &VmHostConfig) -> Result<Daemons, String> {
+    let mut daemons = Daemons(Vec::new());
+    for (argv, socket) in &config.daemons {
+        let Some(program) = argv.first() else {
+            return Err("an empty daemon command line".into());
+        };
+        let _ = fs::remove_file(socket);
+        let log = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("daemons.log"))
+            .map_err(|e| format!("cannot create daemons.log: {e}"))?;
+        let child = Command::new(program)
+            .args(&argv[1..])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stderr(log)
+            .spawn()
+            .map_err(|e| format!("cannot start {program}: {e}"))?;
+        daemons.0.push(child);
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !Path::new(socket).exists() {
+            let exited = daemons
+                .0
+                .last_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let out = fs::read_to_string(dir.join("daemons.log")).unwrap_or_default();
+                return Err(format!(
+                    "{program} exited ({status}) before listening on {socket}: {}",
+                    out.trim()
+                ));
+            }
+            if std::time::Instant::now() > until {
+                return Err(format!("{program} did not listen on {socket} within 10 s"));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        // It binds, then listens: a moment for the second step.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    Ok(daemons)
 }
 
 /// Kills the VM (when running) and removes everything of the sandbox.

@@ -26,6 +26,7 @@ pub const MODULES: &[&str] = &[
     "virtio_rng",
     "erofs",
     "overlay",
+    "virtiofs",
 ];
 
 /// The `/etc` entries of the host-rootfs view (the native provider's list).
@@ -281,7 +282,7 @@ pub fn base_initramfs(
     let meta = std::fs::metadata(agent).map_err(io(format!("cannot read {}", agent.display())))?;
     let mut h = Sha256::new();
     h.update(format!(
-        "v1 {} {} {} {}",
+        "v2 {MODULES:?} {} {} {} {}",
         agent.display(),
         meta.len(),
         meta.mtime_nsec() + meta.mtime() * 1_000_000_000,

@@ -433,6 +433,7 @@ impl MicrovmLauncher {
             .map_err(io(format!("cannot create {}", self.cache.display())))?;
         let (base, modules) = assets::base_initramfs(&self.cache, &agent, &kernel)?;
         let (root, image) = self.root_for(&spec).await?;
+        let virtiofsd = shares_check(&spec)?;
         let id = stockade_core::host::new_sandbox_id();
         let dir = self.make_dir(&id)?;
         let r = async {
@@ -456,7 +457,26 @@ impl MicrovmLauncher {
                 control_socket: dir.join("qmp.sock"),
                 console_log: dir.join("console.log"),
                 incoming: None,
+                shares: p
+                    .guest
+                    .shares
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| vmm::Share {
+                        tag: g.tag.clone(),
+                        socket: dir.join(format!("fs-{i}.sock")),
+                    })
+                    .collect(),
             };
+            let daemons = spec
+                .mounts
+                .iter()
+                .zip(&vm.shares)
+                .map(|(m, share)| {
+                    let socket = share.socket.display().to_string();
+                    (virtiofsd_command(virtiofsd.as_deref(), m, &socket), socket)
+                })
+                .collect();
             let mut applied = p.applied.clone();
             let cgroups = plan::host_cgroups(Path::new("/sys/fs/cgroup"), &id, p.memory_mib, spec.limits.cpus);
             applied.push(if cgroups.is_empty() {
@@ -477,6 +497,7 @@ impl MicrovmLauncher {
                 owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
                 expires_at_ms: p.expires_at_ms,
                 cgroups,
+                daemons,
             };
             let record = Record {
                 info: SandboxInfo {
@@ -519,6 +540,9 @@ impl MicrovmLauncher {
         // command line, it is found through the record.
         if let Ok(r) = self.read_record(id) {
             kill_vmm_of(&r.plan.serial_socket);
+            for share in &r.plan.shares {
+                kill_daemon_of(&share.socket);
+            }
             for (cg, _) in &r.host.cgroups {
                 remove_cgroup(Path::new(cg)).await;
             }
@@ -537,6 +561,15 @@ impl MicrovmLauncher {
             return Err(Error::InvalidRequest(format!(
                 "sandbox {id} is already paused; resume it"
             )));
+        }
+        if !record.plan.shares.is_empty() {
+            return Err(stockade_core::unsupported(
+                "microvm",
+                "pause (and snapshot, fork) of a sandbox with workspaces",
+                "its shared directories are vhost-user (virtiofs) devices, which QEMU 7.2 \
+                 cannot migrate, so its memory cannot be saved; create it without mounts \
+                 (copy files in with `cp`/`fs write`) to pause or snapshot it",
+            ));
         }
         let (pid, ticks) = self.supervisor(id).ok_or_else(|| self.dead(id))?;
         let dir = self.dir(id);
@@ -745,6 +778,8 @@ impl MicrovmLauncher {
                     owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
                     expires_at_ms: now + r.lifetime_ms,
                     cgroups,
+                    // A restored VM has no shares (a VM with any cannot be saved).
+                    daemons: Vec::new(),
                 };
                 let record = Record {
                     info: SandboxInfo {
@@ -812,8 +847,110 @@ impl MicrovmLauncher {
 
 /// Kills a VMM left without its supervisor: the QEMU process whose command line
 /// names this sandbox's serial socket.
+/// Where the shared directories of `spec` can be served from: the virtiofsd binary
+/// (`None` when nothing is shared). Each must be an existing directory.
+fn shares_check(spec: &stockade_core::ValidatedSpec) -> Result<Option<PathBuf>> {
+    if spec.mounts.is_empty() {
+        return Ok(None);
+    }
+    for m in &spec.mounts {
+        match std::fs::metadata(&m.host) {
+            Ok(md) if md.is_dir() => {}
+            Ok(_) => {
+                return Err(Error::InvalidRequest(format!(
+                    "mount source {} is not a directory: the microvm provider shares \
+                     directories (virtiofs); mount the directory that holds it",
+                    m.host.display()
+                )));
+            }
+            Err(e) => {
+                return Err(Error::InvalidRequest(format!(
+                    "mount source {} cannot be used: {e}",
+                    m.host.display()
+                )));
+            }
+        }
+    }
+    find_virtiofsd().map(Some).ok_or_else(|| Error::Unavailable {
+        what: "workspaces on the microvm provider".into(),
+        reason: "no virtiofsd on this host (looked in /usr/libexec, /usr/lib/qemu and PATH)".into(),
+        fix: "apt-get install qemu-system-common (Debian 12: /usr/lib/qemu/virtiofsd), or virtiofsd".into(),
+    })
+}
+
+/// The virtiofsd binary, if the host has one.
+fn find_virtiofsd() -> Option<PathBuf> {
+    let mut candidates = vec![
+        PathBuf::from("/usr/libexec/virtiofsd"),
+        PathBuf::from("/usr/lib/qemu/virtiofsd"),
+    ];
+    if let Some(path) = std::env::var_os("PATH") {
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join("virtiofsd")));
+    }
+    candidates.into_iter().find(|p| p.is_file())
+}
+
+/// The command line serving `m` on `socket`: virtiofsd confined to the directory
+/// (its own mount, pid and network namespaces, `pivot_root` into it, so no `..` or
+/// symlink reaches past it); for a read-only mount, in a private mount namespace
+/// where the directory is a read-only bind of itself, so the host side refuses
+/// writes too, whatever the guest kernel does.
+fn virtiofsd_command(
+    virtiofsd: Option<&Path>,
+    m: &stockade_spec::Mount,
+    socket: &str,
+) -> Vec<String> {
+    let bin = virtiofsd
+        .unwrap_or(Path::new("/usr/lib/qemu/virtiofsd"))
+        .display()
+        .to_string();
+    let source = m.host.display().to_string();
+    let serve = vec![
+        bin.clone(),
+        format!("--socket-path={socket}"),
+        "-o".into(),
+        format!("source={source}"),
+        "-o".into(),
+        "sandbox=namespace".into(),
+        "-o".into(),
+        "cache=auto".into(),
+        "-o".into(),
+        "no_posix_lock".into(),
+        "-o".into(),
+        "no_xattr".into(),
+    ];
+    if m.writable {
+        return serve;
+    }
+    let mut v: Vec<String> = [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "sh",
+        "-c",
+        "mount --bind -o ro \"$1\" \"$1\" && shift && exec \"$@\"",
+        "sh",
+    ]
+    .iter()
+    .map(|s| (*s).to_string())
+    .collect();
+    v.push(source);
+    v.extend(serve);
+    v
+}
+
+/// Kills a virtiofsd a crashed supervisor left, found by its socket's path.
+fn kill_daemon_of(socket: &Path) {
+    kill_matching(&format!("--socket-path={}", socket.display()));
+}
+
 fn kill_vmm_of(serial_socket: &Path) {
-    let needle = format!("path={},", serial_socket.display());
+    kill_matching(&format!("path={},", serial_socket.display()));
+}
+
+/// SIGKILLs every process whose command line contains `needle`.
+fn kill_matching(needle: &str) {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return;
     };
@@ -822,7 +959,7 @@ fn kill_vmm_of(serial_socket: &Path) {
             continue;
         };
         let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        if String::from_utf8_lossy(&cmdline).contains(&needle)
+        if String::from_utf8_lossy(&cmdline).contains(needle)
             && let Some(p) = rustix::process::Pid::from_raw(pid)
         {
             let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
@@ -855,8 +992,8 @@ impl Launcher for MicrovmLauncher {
             // No network device; egress through a filtered host tap is not built.
             network_egress: false,
             network_policy: false,
-            // No virtiofs: host paths are not shared into the guest.
-            mounts: false,
+            // Directories shared with virtiofs (files are refused by name).
+            mounts: true,
             ..Capabilities::FULL_LINUX
         }
     }

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stockade_agent_proto::launch::{ExecPolicy, VmConfig};
+use stockade_agent_proto::launch::{ExecPolicy, GuestShare, VmConfig};
 use stockade_core::ValidatedSpec;
 
 use crate::vmm::{Accel, PORT_NAME};
@@ -33,6 +33,11 @@ pub struct Plan {
     pub guest: VmConfig,
     pub expires_at_ms: u64,
     pub applied: Vec<String>,
+}
+
+/// The virtiofs tag of the `i`th shared directory.
+pub fn share_tag(i: usize) -> String {
+    format!("ws{i}")
 }
 
 /// What an OCI image's config says about the execs of a VM booted from it.
@@ -93,7 +98,14 @@ pub fn plan(
             if spec.writable {
                 vec!["/".to_string()]
             } else {
-                vec!["/tmp".to_string(), "/dev/shm".to_string()]
+                let mut w = vec!["/tmp".to_string(), "/dev/shm".to_string()];
+                w.extend(
+                    spec.mounts
+                        .iter()
+                        .filter(|m| m.writable)
+                        .map(|m| m.target.display().to_string()),
+                );
+                w
             }
         }),
         idle_timeout_ms: spec.idle_timeout_secs.map(|s| s * 1000),
@@ -116,6 +128,16 @@ pub fn plan(
         pids: u64::from(l.pids) + AGENT_PIDS,
         exec_pids: u64::from(l.pids),
         port_name: PORT_NAME.into(),
+        shares: spec
+            .mounts
+            .iter()
+            .enumerate()
+            .map(|(i, m)| GuestShare {
+                tag: share_tag(i),
+                target: m.target.display().to_string(),
+                writable: m.writable,
+            })
+            .collect(),
     };
     let applied = vec![
         format!(
@@ -152,6 +174,16 @@ pub fn plan(
         ),
         format!("lifetime: {} s", spec.timeout_secs),
     ];
+    let mut applied = applied;
+    for m in &spec.mounts {
+        applied.push(format!(
+            "workspace: {} at {} (virtiofs, {}; the host side served {} by a virtiofsd confined to it)",
+            m.host.display(),
+            m.target.display(),
+            if m.writable { "read-write" } else { "read-only" },
+            if m.writable { "read-write" } else { "read-only" },
+        ));
+    }
     Plan {
         memory_mib,
         vcpus,

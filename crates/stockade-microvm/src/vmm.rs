@@ -56,6 +56,19 @@ pub struct VmPlan {
     pub console_log: PathBuf,
     /// Restore from this saved state instead of booting.
     pub incoming: Option<PathBuf>,
+    /// Host directories shared into the guest (virtiofs), in mount order.
+    #[serde(default)]
+    pub shares: Vec<Share>,
+}
+
+/// A host directory shared into the guest with virtiofs: a `virtiofsd` (started by
+/// the VM's supervisor) serves it on `socket`, the guest mounts it by `tag`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Share {
+    /// The virtiofs tag the guest mounts (`ws0`, `ws1`, ...).
+    pub tag: String,
+    /// The vhost-user socket its virtiofsd listens on.
+    pub socket: PathBuf,
 }
 
 /// A virtual machine monitor.
@@ -137,7 +150,12 @@ impl Vmm for QemuMicrovm {
         // its command line). Under TCG the guest has no kvmclock and ACPI's reduced
         // hardware has no PIT or HPET to calibrate the TSC against: its rate is given
         // on the command line ([`kernel_args`]).
-        let machine = "microvm,isa-serial=on";
+        // vhost-user devices (virtiofs) need the guest's RAM shared with their daemon.
+        let machine = if plan.shares.is_empty() {
+            "microvm,isa-serial=on"
+        } else {
+            "microvm,isa-serial=on,memory-backend=mem"
+        };
         let mut v: Vec<String> = vec![
             path(&self.binary),
             "-M".into(),
@@ -195,6 +213,26 @@ impl Vmm for QemuMicrovm {
             "-nic".into(),
             "none".into(),
         ];
+        if !plan.shares.is_empty() {
+            // libvhost-user (virtiofsd) serves modern virtio only; microvm's
+            // virtio-mmio transport is legacy unless told otherwise.
+            v.push("-global".into());
+            v.push("virtio-mmio.force-legacy=false".into());
+            v.push("-object".into());
+            v.push(format!(
+                "memory-backend-memfd,id=mem,size={}M,share=on",
+                plan.memory_mib
+            ));
+        }
+        for (i, share) in plan.shares.iter().enumerate() {
+            v.push("-chardev".into());
+            v.push(format!("socket,id=fs{i},path={}", path(&share.socket)));
+            v.push("-device".into());
+            v.push(format!(
+                "vhost-user-fs-device,chardev=fs{i},tag={}",
+                share.tag
+            ));
+        }
         if let Some(from) = &plan.incoming {
             v.push("-incoming".into());
             v.push(format!("exec:cat {}", path(from)));
@@ -424,6 +462,7 @@ mod tests {
             control_socket: "/s/qmp.sock".into(),
             console_log: "/s/console.log".into(),
             incoming: None,
+            shares: Vec::new(),
         }
     }
 
