@@ -5,6 +5,16 @@
     cargo build --release -p stockade-cli --bin stockade
     cargo build --release -p stockade-e2b --example native_client
     /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py [N [ROUNDS]]
+    /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py tti [N [BURST]]
+
+`tti` (as root: the daemon's state goes on a tmpfs, as under /run on a normal host)
+measures time to interactive, `Sandbox.create()` to the first `commands.run`
+result, N times one at a time and in bursts of BURST at once (threads, N / BURST
+bursts), for a template with a warm pool (`pool = BURST` in its `[templates.warm]`
+table of the configuration file the bench writes) and for the built-in `base`
+(cold: no pool), then the `run_code("1+1")` round trip. Between bursts every
+sandbox is killed and the pool is let fill up again. It prints the load average
+before and after.
 
 (the venv is the one crates/stockade-e2b/test.sh makes; run as root. STOCKADE_BIN
 and STOCKADE_NATIVE_CLIENT name other builds of the two binaries.) Rounds
@@ -40,9 +50,27 @@ def free_port():
         return s.getsockname()[1]
 
 
-def start_server(tmp):
+def on_tmpfs(tmp):
+    """Puts the bench's directory (the daemon's state, its redb store) on a tmpfs, as
+    the daemon's default state directory under /run is on a normal host: a commit then
+    costs no disk flush. (On a host whose /run is on disk, each create's commits wait
+    for the disk, and a burst of creates waits for them one after another.)"""
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1g,mode=0700", "tmpfs", tmp], check=True)
+
+
+def cleanup(tmp):
+    subprocess.run(["umount", "-l", tmp], check=False)
+    shutil.rmtree(tmp, ignore_errors=True)
+
+
+def start_server(tmp, pool=0):
     with open(os.path.join(tmp, "tokens"), "w") as f:
         f.write(KEY + "\n")
+    config = os.path.join(tmp, "config.toml")
+    with open(config, "w") as f:
+        if pool:
+            f.write(f"[templates.warm]\npool = {pool}\n")
+    env = dict(os.environ, STOCKADE_CONFIG=config)
     port = free_port()
     proc = subprocess.Popen(
         [
@@ -52,7 +80,7 @@ def start_server(tmp):
             "--state-dir", os.path.join(tmp, "state"),
             "--e2b-listen", f"127.0.0.1:{port}",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -108,7 +136,86 @@ def native_rows(sock, n):
     return json.loads(out.stdout)
 
 
+def tti_once(template):
+    from e2b import Sandbox
+
+    t = time.perf_counter()
+    s = Sandbox.create(template=template, timeout=120)
+    r = s.commands.run("true")
+    ms = (time.perf_counter() - t) * 1000
+    assert r.exit_code == 0
+    return ms, s
+
+
+def wait_pool_full(tmp, size):
+    """Waits until the daemon's pool of `warm` holds `size` idle sandboxes."""
+    exe = os.environ.get("STOCKADE_BIN", f"{TARGET}/release/stockade")
+    env = dict(os.environ, STOCKADE_HOST=f"unix://{tmp}/d.sock", STOCKADE_TOKEN=KEY)
+    for _ in range(1200):
+        out = subprocess.run([exe, "--json", "pool", "ls"], capture_output=True, text=True, env=env)
+        pools = json.loads(out.stdout or "[]")
+        if pools and all(p["idle"] >= size for p in pools):
+            return
+        time.sleep(0.05)
+    sys.exit(f"the pool did not fill: {out.stdout} {out.stderr}")
+
+
+def tti_main():
+    from concurrent.futures import ThreadPoolExecutor
+
+    from e2b_code_interpreter import Sandbox as CI
+
+    n = int(sys.argv[2]) if len(sys.argv) > 2 else 100
+    burst = int(sys.argv[3]) if len(sys.argv) > 3 else 50
+    load0 = os.getloadavg()
+    tmp = tempfile.mkdtemp(prefix="stockade-e2b-bench-")
+    on_tmpfs(tmp)
+    proc, url = start_server(tmp, pool=burst)
+    os.environ.update(E2B_API_URL=url, E2B_SANDBOX_URL=url, E2B_API_KEY=KEY)
+    rows = []
+    try:
+        wait_pool_full(tmp, burst)
+        for label, template in (("warm pool", "warm"), ("cold (no pool)", "base")):
+            tti_once(template)[1].kill()  # warm-up, not counted
+            if template == "warm":
+                wait_pool_full(tmp, burst)
+            seq = []
+            for _ in range(n):
+                ms, s = tti_once(template)
+                seq.append(ms)
+                s.kill()
+            rows.append((f"one at a time, {label}", seq))
+            par = []
+            with ThreadPoolExecutor(max_workers=burst) as ex:
+                for _ in range(max(1, n // burst)):
+                    if template == "warm":
+                        wait_pool_full(tmp, burst)
+                    got = list(ex.map(lambda _: tti_once(template), range(burst)))
+                    par.extend(ms for ms, _ in got)
+                    for _, s in got:
+                        s.kill()
+            rows.append((f"{burst} at once, {label}", par))
+        c = CI.create(timeout=120)
+        code = timed(n, lambda: c.run_code("1+1"))
+        c.kill()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=60)
+        cleanup(tmp)
+    load1 = os.getloadavg()
+    print(f"load average before {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}, "
+          f"after (the bench's own load included) {load1[0]:.2f} {load1[1]:.2f} {load1[2]:.2f}; ms")
+    print("| Sandbox.create() to the first commands.run result | n | median | p99 | max |")
+    print("|---|---:|---:|---:|---:|")
+    for label, v in rows:
+        print(f"| {label} | {len(v)} | {statistics.median(v):.1f} | {pct(v, 0.99):.1f} | {max(v):.1f} |")
+    print(f"| run_code(\"1+1\") round trip | {len(code)} | {statistics.median(code):.1f} | "
+          f"{pct(code, 0.99):.1f} | {max(code):.1f} |")
+
+
 def main():
+    if len(sys.argv) > 1 and sys.argv[1] == "tti":
+        return tti_main()
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20
     rounds = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     tmp = tempfile.mkdtemp(prefix="stockade-e2b-bench-")

@@ -222,3 +222,39 @@ test('runCode keeps state across cells, reports tracebacks, and survives an inte
     await s.kill()
   }
 })
+
+test('runCode in JavaScript and bash contexts keeps state; a missing runtime is named', async () => {
+  const s = await CodeSandbox.create({ timeoutMs: 120_000 })
+  try {
+    const js = await s.runCode("const base = 40; console.log('js side'); base + 2", { language: 'js' })
+    assert.equal(js.text, '42')
+    assert.deepEqual(js.logs.stdout, ['js side\n'])
+    assert.equal((await s.runCode('base * 2', { language: 'javascript' })).text, '80')
+    const jerr = (await s.runCode("throw new RangeError('too far')", { language: 'js' })).error
+    assert.equal(jerr.name, 'RangeError')
+    assert.equal(jerr.value, 'too far')
+    await assert.rejects(s.runCode('for (;;) {}', { language: 'js', timeoutMs: 3000 }))
+    assert.equal((await s.runCode('base', { language: 'js' })).text, '40')
+
+    const sh = await s.createCodeContext({ language: 'bash' })
+    assert.equal(sh.language, 'bash')
+    await s.runCode('n=5; cd /tmp', { context: sh })
+    const out = await s.runCode('echo $((n * 2)); pwd', { context: sh })
+    assert.deepEqual(out.logs.stdout.join(''), '10\n/tmp\n')
+    const bad = (await s.runCode('ls /nowhere', { context: sh })).error
+    assert.equal(bad.name, 'ExitStatusError')
+    assert.match(bad.traceback, /No such file/)
+    // (this SDK keeps only the status of the 400; the Python one shows the reason)
+    await assert.rejects(s.createCodeContext({ language: 'r' }), /400/)
+  } finally {
+    await s.kill()
+  }
+  const bare = await CodeSandbox.create({ timeoutMs: 60_000, envs: { PATH: '/nonexistent' } })
+  try {
+    const e = (await bare.runCode('1', { language: 'js' })).error
+    assert.equal(e.name, 'InterpreterError')
+    assert.match(e.value, /no `node`/)
+  } finally {
+    await bare.kill()
+  }
+})

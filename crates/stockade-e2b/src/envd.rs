@@ -89,14 +89,9 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         Err(e) => return e.into_response(),
     };
     // Root is served for commands (root of the sandbox's own user namespace); file
-    // operations run as the sandbox's user only.
+    // operations run as the sandbox's user only (see ROOT_FILES).
     if uid.is_some() && path.starts_with("/filesystem.") {
-        return ConnectError::new(
-            "unauthenticated",
-            "user \"root\" is served for commands only: Stockade's E2B sandboxes serve file \
-             operations as \"user\" (uid 1000); run them as \"user\", or through a root command",
-        )
-        .into_response();
+        return ConnectError::new("unauthenticated", ROOT_FILES).into_response();
     }
     let timeout_ms = header_u64(req.headers(), "connect-timeout-ms");
     let keepalive = header_u64(req.headers(), "keepalive-ping-interval")
@@ -196,6 +191,16 @@ fn reply(r: Result<Value, ConnectError>) -> Response {
         Err(e) => e.into_response(),
     }
 }
+
+/// Why file operations as root are refused. The agent runs a file operation in a
+/// child that becomes the sandbox user (`ClientMsg::File` has no uid, unlike
+/// `ClientMsg::ExecAs` for commands); serving root needs an agent message that carries
+/// one (`FileAs { uid, op }`, checked and applied as `ExecAs` is) and a uid on the
+/// host side's `Provider::file`.
+pub const ROOT_FILES: &str = "user \"root\" is served for commands only: the sandbox's \
+    agent runs file operations as the sandbox user (uid 1000) alone, and has no file \
+    operation as another uid yet; use \"user\" for files, or a command with user=\"root\" \
+    (cat, tee, mkdir...) for what only root may touch";
 
 /// An absolute path: relative ones are under the user's home; `~` is the home.
 pub fn resolve(path: &str) -> String {

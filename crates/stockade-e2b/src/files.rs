@@ -71,12 +71,15 @@ pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
             .find(|(k, _)| k == "username")
             .map(|(_, v)| v.into_owned())
     });
+    if user.as_deref() == Some("root") {
+        return error(401, crate::envd::ROOT_FILES);
+    }
     if let Some(u) = user.filter(|u| !u.is_empty() && u != "user") {
         return error(
             401,
             &format!(
                 "invalid username {u:?}: Stockade's E2B sandboxes serve files as \"user\" \
-                 (uid 1000, home /home/user) only; \"root\" is served for commands"
+                 (uid 1000, home /home/user), and \"root\" for commands"
             ),
         );
     }

@@ -2,8 +2,9 @@
 # standard library only. Requests arrive on fd 0, one JSON object a line:
 # {"code": ..., "env_vars": {...} | null}. Answers go out on the original fd 1 as
 # the E2B NDJSON lines (stdout, stderr, result, error, number_of_executions), the
-# last of each execution being {"type": "end_of_execution"}. The cell's own fd 1
-# goes to fd 2, so a child process's output cannot break the protocol.
+# last of each execution being {"type": "end_of_execution"}; {"type": "ready"} first
+# says it is ready for cells. The cell's own fd 1 goes to fd 2, so a child process's
+# output cannot break the protocol.
 import ast
 import base64
 import datetime
@@ -149,6 +150,7 @@ def main():
     ns = {"__name__": "__main__", "__builtins__": __builtins__, "__stockade_shell__": _shell}
     count = 0
     threading.Thread(target=_reader, daemon=True).start()
+    _send({"type": "ready"})
     while True:
         try:
             req = _queue.get()

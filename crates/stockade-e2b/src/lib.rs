@@ -50,6 +50,7 @@ pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
     let mut e2b = E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?;
     e2b.domain = ctx.domain;
     let e2b = Arc::new(e2b);
+    e2b.warm_configured();
     tokio::spawn(e2b.clone().expirer());
     let app = router(e2b.clone());
     let mut stop = ctx.stop;

@@ -38,7 +38,6 @@ pub struct Sbx {
     pub metadata: BTreeMap<String, String>,
     pub started_ms: u64,
     pub end_ms: Mutex<u64>,
-    pub home: PathBuf,
     pub memory_mb: u64,
     pub cpus: u64,
     pub procs: Mutex<HashMap<u32, Arc<Proc>>>,
@@ -61,6 +60,46 @@ pub struct E2b {
     auth: Auth,
     homes: PathBuf,
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
+    /// The daemon's pool (template id) of each tenant's pooled template, by (tenant,
+    /// template name): a pool whose template changed or lost its `pool` is drained.
+    pools: Mutex<HashMap<(String, String), Result<String, String>>>,
+}
+
+/// The kind of the daemon pools of E2B sandboxes (their homes are made per sandbox).
+pub const HOME_KIND: &str = "e2b-home";
+
+/// Makes each E2B sandbox's `/home/user`: a size-capped host tmpfs of its own, made
+/// before the sandbox (warm or cold) and released by the daemon when it is gone.
+struct HomeMaker {
+    homes: PathBuf,
+    size: u64,
+}
+
+impl stockade_server::daemon::MountMaker for HomeMaker {
+    fn kind(&self) -> &str {
+        HOME_KIND
+    }
+
+    fn make(&self) -> stockade::Result<Vec<Mount>> {
+        let home = self
+            .homes
+            .join(format!("h{}", stockade::host::random_hex(10)));
+        make_home(&home, self.size)?;
+        Ok(vec![Mount {
+            host: home,
+            target: "/home/user".into(),
+            writable: true,
+        }])
+    }
+
+    fn release(&self, mounts: &[Mount]) {
+        for m in mounts {
+            // Only what this maker made (a path under its directory).
+            if m.host.parent() == Some(self.homes.as_path()) {
+                remove_home(&m.host);
+            }
+        }
+    }
 }
 
 /// Compares two byte strings without stopping at the first difference.
@@ -96,7 +135,87 @@ impl E2b {
             auth,
             homes,
             sandboxes: Mutex::new(HashMap::new()),
+            pools: Mutex::new(HashMap::new()),
         })
+    }
+
+    fn maker(&self, spec: &SandboxSpec) -> Arc<dyn stockade_server::daemon::MountMaker> {
+        Arc::new(HomeMaker {
+            homes: self.homes.clone(),
+            size: spec.limits.tmp_bytes,
+        })
+    }
+
+    /// Warms the pools the configuration file asks for (`pool = N` in a
+    /// `[templates.NAME]` table), for every tenant of the token file: at start, so
+    /// the first creates are warm too. Problems are logged; creates then start cold.
+    pub fn warm_configured(&self) {
+        let config = match stockade_image::Config::load() {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("E2B pools: the configuration file is not valid: {e}");
+                return;
+            }
+        };
+        for tenant in self.auth.tenants() {
+            for (name, t) in &config.templates {
+                if t.pool.unwrap_or(0) > 0 {
+                    self.ensure_pool(&tenant, name, Some(t));
+                }
+            }
+        }
+    }
+
+    /// Makes the tenant's pool of a template what its table says (`pool = N`):
+    /// warmed, resized, replaced when the template changed, drained when `pool` went.
+    /// Cheap when nothing changed (the daemon compares and returns).
+    pub fn ensure_pool(
+        &self,
+        tenant: &str,
+        template: &str,
+        custom: Option<&stockade_image::TemplateConfig>,
+    ) {
+        let size = custom.and_then(|t| t.pool).unwrap_or(0);
+        let key = (tenant.to_string(), template.to_string());
+        let want: Option<Result<String, String>> = if size == 0 {
+            None
+        } else {
+            let spec = template_spec(template, custom, false);
+            let maker = self.maker(&spec);
+            Some(
+                self.daemon
+                    .pool_warm_made(tenant, "", spec, size, size, maker)
+                    .map(|v| v.record.template_id)
+                    .map_err(|e| e.to_string()),
+            )
+        };
+        let old = {
+            let mut pools = lock(&self.pools);
+            let old = match &want {
+                Some(w) => pools.insert(key, w.clone()),
+                None => pools.remove(&key),
+            };
+            if let Some(Err(e)) = &want
+                && old.as_ref().and_then(|o| o.as_ref().err()) != Some(e)
+            {
+                tracing::warn!(
+                    template,
+                    tenant,
+                    "the E2B pool of {size} was refused (creates start cold): {e}"
+                );
+            }
+            let live = want.as_ref().and_then(|w| w.as_ref().ok());
+            old.and_then(Result::ok).filter(|o| Some(o) != live)
+        };
+        if let Some(old) = old {
+            let d = self.daemon.clone();
+            let tenant = tenant.to_string();
+            tokio::spawn(async move {
+                if let Err(e) = d.pool_drain(&tenant, Some(&old)).await {
+                    tracing::debug!("drain of the E2B pool {old}: {e}");
+                }
+            });
+        }
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Sbx>>> {
@@ -173,62 +292,18 @@ impl E2b {
         internet: bool,
     ) -> stockade::Result<Arc<Sbx>> {
         let id = format!("i{}", stockade::host::random_hex(10));
-        let home = self.homes.join(&id);
-        let mut spec = SandboxSpec {
-            timeout_secs: MAX_TIMEOUT_SECS,
-            workdir: Some("/home/user".into()),
-            ..SandboxSpec::default()
-        };
-        if internet {
-            spec.network = Network::Egress;
-        }
-        if let Some(t) = custom {
-            spec.image.clone_from(&t.image);
-            if let Some(m) = t.memory {
-                spec.limits.memory_bytes = m;
-            }
-            if let Some(c) = t.cpus {
-                spec.limits.cpus = c;
-            }
-            if let Some(p) = t.pids {
-                spec.limits.pids = p;
-            }
-            spec.env.extend(t.env.clone());
-            // The operator's allowlist holds whatever the caller asks.
-            if !t.allow.is_empty() {
-                spec.network = Network::Policy(stockade::spec::EgressPolicy {
-                    allow: t.allow.clone(),
-                    ..Default::default()
-                });
-            }
-        }
-        spec.env.insert("HOME".into(), "/home/user".into());
-        spec.env.insert("USER".into(), "user".into());
-        spec.env.insert("LOGNAME".into(), "user".into());
-        spec.env.insert("E2B_SANDBOX".into(), "true".into());
+        self.ensure_pool(tenant, template, custom);
+        let mut spec = template_spec(template, custom, internet);
+        // Bound per create (a warm sandbox gets them at hand-over, as late-bound env).
         spec.env.insert("E2B_SANDBOX_ID".into(), id.clone());
         spec.env.extend(env_vars);
-        spec.labels.insert("e2b.sandbox-id".into(), id.clone());
-        spec.labels.insert("e2b.template".into(), template.into());
-        make_home(&home, spec.limits.tmp_bytes)?;
         let memory_mb = spec.limits.memory_bytes >> 20;
         let cpus = spec.limits.cpus.ceil() as u64;
-        let own = vec![Mount {
-            host: home.clone(),
-            target: "/home/user".into(),
-            writable: true,
-        }];
-        let created = self
+        let maker = self.maker(&spec);
+        let (info, _warm) = self
             .daemon
-            .create_with_mounts(tenant, "", spec, None, true, own)
-            .await;
-        let info = match created {
-            Ok((info, _)) => info,
-            Err(e) => {
-                remove_home(&home);
-                return Err(e);
-            }
-        };
+            .create_made(tenant, "", spec, None, maker)
+            .await?;
         let now = stockade::now_ms();
         let s = Arc::new(Sbx {
             id: id.clone(),
@@ -240,7 +315,6 @@ impl E2b {
             metadata,
             started_ms: now,
             end_ms: Mutex::new(now + timeout_secs * 1000),
-            home,
             memory_mb,
             cpus,
             procs: Mutex::new(HashMap::new()),
@@ -283,10 +357,10 @@ impl E2b {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
+        // The daemon releases its home once it is gone.
         if let Err(e) = self.daemon.destroy(&s.tenant, &s.daemon_id).await {
             tracing::debug!(sandbox = %s.id, "destroy: {e}");
         }
-        remove_home(&s.home);
     }
 
     /// Kills sandboxes whose E2B timeout passed, and forgets those the daemon lost
@@ -328,10 +402,54 @@ impl E2b {
             {
                 tracing::info!(sandbox = %s.id, "the daemon no longer has it: forgotten");
                 self.table().remove(&s.id);
-                remove_home(&s.home);
             }
         }
     }
+}
+
+/// The spec of a template's sandboxes: a built-in one, or `custom` (a
+/// `[templates.NAME]` table of the configuration file) over the defaults; without
+/// what each create binds (the sandbox's id, the caller's env vars), so sandboxes of
+/// one template share a pool.
+fn template_spec(
+    template: &str,
+    custom: Option<&stockade_image::TemplateConfig>,
+    internet: bool,
+) -> SandboxSpec {
+    let mut spec = SandboxSpec {
+        timeout_secs: MAX_TIMEOUT_SECS,
+        workdir: Some("/home/user".into()),
+        ..SandboxSpec::default()
+    };
+    if internet {
+        spec.network = Network::Egress;
+    }
+    if let Some(t) = custom {
+        spec.image.clone_from(&t.image);
+        if let Some(m) = t.memory {
+            spec.limits.memory_bytes = m;
+        }
+        if let Some(c) = t.cpus {
+            spec.limits.cpus = c;
+        }
+        if let Some(p) = t.pids {
+            spec.limits.pids = p;
+        }
+        spec.env.extend(t.env.clone());
+        // The operator's allowlist holds whatever the caller asks.
+        if !t.allow.is_empty() {
+            spec.network = Network::Policy(stockade::spec::EgressPolicy {
+                allow: t.allow.clone(),
+                ..Default::default()
+            });
+        }
+    }
+    spec.env.insert("HOME".into(), "/home/user".into());
+    spec.env.insert("USER".into(), "user".into());
+    spec.env.insert("LOGNAME".into(), "user".into());
+    spec.env.insert("E2B_SANDBOX".into(), "true".into());
+    spec.labels.insert("e2b.template".into(), template.into());
+    spec
 }
 
 /// A sandbox's home on the host: a tmpfs of `size` bytes (as the sandbox's `/tmp`),

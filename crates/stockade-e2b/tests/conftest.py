@@ -17,8 +17,13 @@ KEY_A = "e2b-test-tenant-a-0123456789"
 KEY_B = "e2b-test-tenant-b-0123456789"
 
 
-# `tiny`: smaller limits and an environment; `pypi-only`: an egress allowlist.
+# `tiny`: smaller limits and an environment; `pypi-only`: an egress allowlist;
+# `pooled`: two warm sandboxes kept ready per tenant.
 TEMPLATES_TOML = """
+[templates.pooled]
+env = { TEMPLATE_GREETING = "hello from the pool" }
+pool = 2
+
 [templates.tiny]
 memory = "256M"
 cpus = 1.0
@@ -54,6 +59,10 @@ def server():
         f.write(TEMPLATES_TOML)
     os.environ["STOCKADE_TEST_E2B_CONFIG"] = config
     port = _free_port()
+    metrics_port = _free_port()
+    os.environ["STOCKADE_TEST_METRICS_URL"] = f"http://127.0.0.1:{metrics_port}/metrics"
+    os.environ["STOCKADE_TEST_STATE_DIR"] = os.path.join(tmp, "state")
+    os.environ["STOCKADE_TEST_SOCKET"] = f"unix://{tmp}/d.sock"
     log = open(os.path.join(tmp, "serve.log"), "w")
     proc = subprocess.Popen(
         [
@@ -62,6 +71,7 @@ def server():
             "--token-file", tokens,
             "--state-dir", os.path.join(tmp, "state"),
             "--e2b-listen", f"127.0.0.1:{port}",
+            "--metrics-listen", f"127.0.0.1:{metrics_port}",
         ],
         stdout=log, stderr=subprocess.STDOUT,
         env=dict(os.environ, STOCKADE_CONFIG=config),

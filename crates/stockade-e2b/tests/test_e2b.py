@@ -57,7 +57,10 @@ def test_root_commands_run_as_root_of_the_sandbox(sbx):
     # Files are served as "user" only: a clear refusal names root.
     with pytest.raises(AuthenticationException) as e:
         sbx.files.write("/tmp/r.txt", "x", user="root")
-    assert "root" in str(e.value)
+    assert "root" in str(e.value) and "no file operation as another uid" in str(e.value)
+    with pytest.raises(AuthenticationException) as e:
+        sbx.files.read("/tmp/r.txt", user="root")
+    assert "no file operation as another uid" in str(e.value), str(e.value)
     with pytest.raises(AuthenticationException) as e:
         sbx.files.list("/tmp", user="root")
     assert "commands only" in str(e.value)

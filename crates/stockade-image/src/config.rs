@@ -27,6 +27,7 @@
 //! pids = 256
 //! env = { MPLBACKEND = "Agg" }
 //! allow = ["pypi.org", "files.pythonhosted.org"]  # an egress allowlist
+//! pool = 8                                   # warm sandboxes kept per tenant
 //! ```
 
 use std::collections::BTreeMap;
@@ -81,7 +82,14 @@ pub struct TemplateConfig {
     /// nothing else. Empty: no network unless the caller asks for the internet.
     #[serde(default)]
     pub allow: Vec<String>,
+    /// Warm sandboxes of this template kept ready per tenant by the E2B API (0 or
+    /// none: each create starts one cold), at most [`TEMPLATE_POOL_MAX`].
+    #[serde(default)]
+    pub pool: Option<u32>,
 }
+
+/// The largest `pool` of a template.
+pub const TEMPLATE_POOL_MAX: u32 = 256;
 
 /// The longest template name.
 pub const TEMPLATE_NAME_MAX: usize = 64;
@@ -295,6 +303,14 @@ impl Config {
                     "templates.{name}.pids: {p} is too few (at least 8)"
                 ));
             }
+            if let Some(n) = t.pool
+                && n > TEMPLATE_POOL_MAX
+            {
+                problems.push(format!(
+                    "templates.{name}.pool: {n} is too many (at most {TEMPLATE_POOL_MAX} warm \
+                     sandboxes per tenant; the daemon's --max-pool-per-tenant caps the sum)"
+                ));
+            }
             for k in t.env.keys() {
                 if k.is_empty() || k.contains('=') || k.contains('\0') {
                     problems.push(format!(
@@ -335,7 +351,7 @@ mod tests {
     #[test]
     fn templates_parse_and_every_bad_field_is_named() {
         let c = Config::parse(
-            "[templates.data]\nimage = \"reg.lan:5000/py:3\"\nmemory = \"1G\"\ncpus = 1.5\npids = 128\nenv = { A = \"b\" }\nallow = [\"pypi.org\"]\n[templates.bare]\n",
+            "[templates.data]\nimage = \"reg.lan:5000/py:3\"\nmemory = \"1G\"\ncpus = 1.5\npids = 128\nenv = { A = \"b\" }\nallow = [\"pypi.org\"]\npool = 4\n[templates.bare]\n",
         )
         .unwrap();
         let t = &c.templates["data"];
@@ -346,9 +362,10 @@ mod tests {
         );
         assert_eq!(t.env["A"], "b");
         assert_eq!(t.allow, ["pypi.org"]);
+        assert_eq!(t.pool, Some(4));
         assert_eq!(c.templates["bare"], TemplateConfig::default());
         let e = Config::parse(
-            "[templates.Bad]\n[templates.x]\nimage = \"UPPER/x:1\"\nmemory = 1\ncpus = 0.0\npids = 2\nenv = { \"A=B\" = \"c\" }\n",
+            "[templates.Bad]\n[templates.x]\nimage = \"UPPER/x:1\"\nmemory = 1\ncpus = 0.0\npids = 2\nenv = { \"A=B\" = \"c\" }\npool = 100000\n",
         )
         .unwrap_err();
         for field in [
@@ -358,6 +375,7 @@ mod tests {
             "templates.x.cpus",
             "templates.x.pids",
             "templates.x.env",
+            "templates.x.pool",
         ] {
             assert!(e.contains(field), "{field} not named in: {e}");
         }

@@ -79,6 +79,14 @@ impl Auth {
         Ok(Auth { tokens })
     }
 
+    /// The tenants of the tokens (each once, sorted; empty without tokens).
+    pub fn tenants(&self) -> Vec<String> {
+        let mut v: Vec<String> = self.tokens.iter().map(|(_, t)| t.clone()).collect();
+        v.sort();
+        v.dedup();
+        v
+    }
+
     /// Whether callers must send a token.
     pub fn required(&self) -> bool {
         !self.tokens.is_empty()

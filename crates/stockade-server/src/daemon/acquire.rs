@@ -65,7 +65,17 @@ impl Daemon {
                 self.destroy_quietly(p, &t.id, ReapReason::Broken).await;
                 continue;
             }
-            if let Some(w) = &req.spec.workdir {
+            // A workdir that is the target of one of the daemon's own mounts of the
+            // sandbox (an E2B home) exists: no file operation (a process in the
+            // sandbox) for it.
+            let mounted = req.spec.workdir.as_ref().is_some_and(|w| {
+                self.lock()
+                    .entries
+                    .get(&t.id)
+                    .and_then(|e| e.made.as_ref())
+                    .is_some_and(|m| m.mounts().iter().any(|x| x.target == *w))
+            });
+            if let Some(w) = req.spec.workdir.as_ref().filter(|_| !mounted) {
                 // A workdir the sandbox user cannot create shows as the exec's error.
                 let _ = p
                     .file(

@@ -9,9 +9,10 @@ use std::time::Instant;
 use stockade::{CheckedSpec, CreateOptions, Error, Provider, Result, SandboxInfo, SandboxSpec};
 
 use super::entry::{Entry, PoolKey, ReapReason, State};
+use super::made::{Made, MountMaker};
 use super::{
     DAEMON_LABEL, Daemon, QUOTA_POLL, QUOTA_WAIT_FOR_DESTROYS, TENANT_LABEL, check_image, internal,
-    now_ms, template_of,
+    now_ms, template_of_kind,
 };
 use crate::store::SandboxRecord;
 
@@ -37,9 +38,9 @@ pub(super) struct Request {
     pub spec: SandboxSpec,
     pub spec_json: serde_json::Value,
     pub owner_pid: Option<u32>,
-    /// Host mounts the daemon itself made for this sandbox (not the tenant's: they
-    /// skip the tenant's mount policy).
-    pub own_mounts: Vec<stockade::spec::Mount>,
+    /// What makes the host mounts the daemon itself gives this sandbox (not the
+    /// tenant's: they skip the tenant's mount policy).
+    pub maker: Option<Arc<dyn MountMaker>>,
 }
 
 impl Request {
@@ -64,24 +65,38 @@ impl Daemon {
         owner_pid: Option<u32>,
         no_pool: bool,
     ) -> Result<(SandboxInfo, bool)> {
-        self.create_with_mounts(tenant, provider, spec, owner_pid, no_pool, Vec::new())
+        self.create_inner(tenant, provider, spec, owner_pid, no_pool, None)
             .await
     }
 
-    /// [`Daemon::create`] with host mounts that in-process code of the daemon made
-    /// and vouches for (a per-sandbox home directory, say): they are added after the
-    /// tenant's mounts are checked and staged, so the tenant's mount policy does not
-    /// apply to them. A sandbox with such mounts never comes from a pool.
-    pub async fn create_with_mounts(
+    /// [`Daemon::create`] for a sandbox that also gets host mounts in-process code
+    /// of the daemon makes and vouches for (a per-sandbox home directory, say):
+    /// `maker` makes them for each sandbox, cold or warm, and releases them when the
+    /// sandbox is gone; they are added after the tenant's mounts are checked and
+    /// staged, so the tenant's mount policy does not apply to them. The sandbox comes
+    /// from the tenant's pool of the spec and `maker`'s kind when there is one
+    /// ([`Daemon::pool_warm_made`]), never from a plain pool of the spec.
+    pub async fn create_made(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        owner_pid: Option<u32>,
+        maker: Arc<dyn MountMaker>,
+    ) -> Result<(SandboxInfo, bool)> {
+        self.create_inner(tenant, provider, spec, owner_pid, false, Some(maker))
+            .await
+    }
+
+    async fn create_inner(
         self: &Arc<Self>,
         tenant: &str,
         provider: &str,
         spec: SandboxSpec,
         owner_pid: Option<u32>,
         no_pool: bool,
-        own_mounts: Vec<stockade::spec::Mount>,
+        maker: Option<Arc<dyn MountMaker>>,
     ) -> Result<(SandboxInfo, bool)> {
-        let no_pool = no_pool || !own_mounts.is_empty();
         if self.stopping.load(Ordering::SeqCst) {
             return Err(Error::Unavailable {
                 what: "stockaded".into(),
@@ -93,7 +108,7 @@ impl Daemon {
         self.check_spec(p.as_ref(), &spec)?;
         let _slot = self.reserve_after_destroys(tenant).await?;
         self.charge_image(tenant, &pname, &spec).await?;
-        let (template, _) = template_of(&pname, &spec);
+        let (template, _) = template_of_kind(&pname, &spec, maker.as_ref().map(|m| m.kind()));
         let key = PoolKey::new(tenant, &template);
         let req = Request {
             tenant: tenant.to_string(),
@@ -101,7 +116,7 @@ impl Daemon {
             spec,
             provider: pname,
             owner_pid: owner_pid.filter(|_| self.limits.honour_owner_pid),
-            own_mounts,
+            maker,
         };
         if !no_pool {
             if let Some(info) = self.acquire(&p, &key, &req).await? {
@@ -118,8 +133,16 @@ impl Daemon {
     /// Creates a sandbox on the provider for the caller and records it as in use.
     async fn create_cold(&self, p: &Arc<dyn Provider>, req: Request) -> Result<SandboxInfo> {
         let labelled = self.labelled(req.spec.clone(), &req.tenant);
+        let made = match &req.maker {
+            Some(m) => Some(Made::make(m)?),
+            None => None,
+        };
+        let own = made
+            .as_ref()
+            .map(|m| m.mounts().to_vec())
+            .unwrap_or_default();
         let t0 = Instant::now();
-        let info = match self.create_on(p, labelled, req.own_mounts.clone()).await {
+        let info = match self.create_on(p, labelled, own).await {
             Ok(i) => i,
             Err(e) => {
                 self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
@@ -144,10 +167,9 @@ impl Daemon {
             destroying: false,
             paused_at_ms: None,
         };
-        self.lock().entries.insert(
-            rec.id.clone(),
-            Entry::new(rec.clone(), State::Creating, now_ms()),
-        );
+        let mut entry = Entry::new(rec.clone(), State::Creating, now_ms());
+        entry.made = made;
+        self.lock().entries.insert(rec.id.clone(), entry);
         if let Err(e) = self.save(&rec) {
             self.destroy_quietly(p, &rec.id, ReapReason::Unsaved).await;
             return Err(e);

@@ -164,6 +164,9 @@ pub struct Entry {
     /// Counted in its pool's `in_use` (taken from the pool, or adopted in use); the
     /// count is given back exactly once, when the entry is removed.
     pub pool_in_use: bool,
+    /// Host mounts the daemon made for it ([`super::MountMaker`]): released when the
+    /// entry goes (the sandbox is gone).
+    pub made: Option<super::made::Made>,
 }
 
 impl Entry {
@@ -176,6 +179,7 @@ impl Entry {
             warm_info: None,
             healthy_at_ms: None,
             pool_in_use: false,
+            made: None,
         }
     }
 
@@ -191,6 +195,10 @@ pub struct PoolEntry {
     /// The template as a spec (env and workdir empty).
     pub spec: stockade::SandboxSpec,
     pub pool: Pool<String>,
+    /// What makes each of its sandboxes' own host mounts, if they have any. Such a
+    /// pool belongs to the front end that made it: it is not saved (a restart
+    /// finds no maker for it), and its sandboxes are reaped at a restart.
+    pub maker: Option<std::sync::Arc<dyn super::MountMaker>>,
 }
 
 /// The daemon's in-memory state (behind its one lock).
@@ -325,6 +333,7 @@ mod tests {
                 },
                 spec: Default::default(),
                 pool: Pool::new(PoolConfig::new(2, 2)),
+                maker: None,
             },
         );
         (g, key)

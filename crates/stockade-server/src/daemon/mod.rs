@@ -33,6 +33,7 @@ mod create;
 pub mod entry;
 mod exec;
 mod images;
+mod made;
 mod paths;
 mod pools;
 mod reaper;
@@ -42,6 +43,7 @@ mod snapshot;
 
 pub use entry::{PoolKey, ReapReason, State};
 pub use exec::{ExecEvent, InUse};
+pub use made::MountMaker;
 pub use paths::{MountPolicy, STAGED_LABEL, check_image, check_session_name};
 
 use crate::metrics::{Gauges, Metrics};
@@ -147,6 +149,16 @@ pub struct PoolView {
 /// lifetime is bound late too (it runs from acquisition), so it is not part of the
 /// id; the template keeps it as the lifetime its warm sandboxes are made for.
 pub fn template_of(provider: &str, spec: &SandboxSpec) -> (String, SandboxSpec) {
+    template_of_kind(provider, spec, None)
+}
+
+/// [`template_of`] of sandboxes that also get host mounts of a [`MountMaker`]'s
+/// `kind`: the kind is part of the id (a plain pool never serves them).
+pub fn template_of_kind(
+    provider: &str,
+    spec: &SandboxSpec,
+    kind: Option<&str>,
+) -> (String, SandboxSpec) {
     use sha2::Digest;
     let mut t = spec.clone();
     t.env.clear();
@@ -156,7 +168,10 @@ pub fn template_of(provider: &str, spec: &SandboxSpec) -> (String, SandboxSpec) 
         ..t.clone()
     };
     let json = serde_json::to_string(&keyed).unwrap_or_default();
-    let d = sha2::Sha256::digest(format!("{provider}\n{json}").as_bytes());
+    let d = match kind {
+        None => sha2::Sha256::digest(format!("{provider}\n{json}").as_bytes()),
+        Some(k) => sha2::Sha256::digest(format!("{provider}\n{json}\nmounts:{k}").as_bytes()),
+    };
     let id = d[..6].iter().map(|b| format!("{b:02x}")).collect();
     (id, t)
 }

@@ -10,8 +10,10 @@ use stockade::{Error, Result, SandboxSpec};
 use stockade_pool::{Pool, PoolConfig};
 
 use super::entry::{Entry, PoolEntry, PoolKey, ReapReason, State};
+use super::made::{Made, MountMaker};
 use super::{
-    Daemon, MAX_LIFETIME_SECS, PoolView, WARM_LIFETIME_MARGIN_SECS, internal, now_ms, template_of,
+    Daemon, MAX_LIFETIME_SECS, PoolView, WARM_LIFETIME_MARGIN_SECS, internal, now_ms,
+    template_of_kind,
 };
 use crate::store::{PoolRecord, SandboxRecord};
 
@@ -24,6 +26,35 @@ impl Daemon {
         spec: SandboxSpec,
         size: u32,
         max: u32,
+    ) -> Result<PoolView> {
+        self.pool_warm_inner(tenant, provider, spec, size, max, None)
+    }
+
+    /// Creates or resizes the tenant's pool of sandboxes of `spec` that get the host
+    /// mounts `maker` makes (what [`Daemon::create_made`] with a maker of the same
+    /// kind takes from). Such a pool is the caller's: it is not saved, so a restart
+    /// neither refills it nor keeps its warm sandboxes. Unchanged sizes cost nothing
+    /// but a lookup, so a front end may call this at every create.
+    pub fn pool_warm_made(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        size: u32,
+        max: u32,
+        maker: Arc<dyn MountMaker>,
+    ) -> Result<PoolView> {
+        self.pool_warm_inner(tenant, provider, spec, size, max, Some(maker))
+    }
+
+    fn pool_warm_inner(
+        self: &Arc<Self>,
+        tenant: &str,
+        provider: &str,
+        spec: SandboxSpec,
+        size: u32,
+        max: u32,
+        maker: Option<Arc<dyn MountMaker>>,
     ) -> Result<PoolView> {
         let (pname, p) = self.provider(provider)?;
         self.check_spec(p.as_ref(), &spec)?;
@@ -42,7 +73,8 @@ impl Daemon {
                 "pool max {max} is below its size {size}"
             )));
         }
-        let (template_id, tspec) = template_of(&pname, &spec);
+        let (template_id, tspec) =
+            template_of_kind(&pname, &spec, maker.as_ref().map(|m| m.kind()));
         let key = PoolKey::new(tenant, &template_id);
         let record = PoolRecord {
             template_id: template_id.clone(),
@@ -76,9 +108,22 @@ impl Daemon {
                 });
             }
             match g.pools.get_mut(&key) {
+                // Already so: nothing to save or start.
+                Some(e)
+                    if maker.is_some()
+                        && e.record == record
+                        && e.pool.config() == config
+                        && !e.pool.is_draining() =>
+                {
+                    return Ok(PoolView {
+                        record,
+                        stats: e.pool.stats(),
+                    });
+                }
                 Some(e) => {
                     e.pool.resize(config);
                     e.record = record.clone();
+                    e.maker.clone_from(&maker);
                 }
                 None => {
                     g.pools.insert(
@@ -87,12 +132,15 @@ impl Daemon {
                             record: record.clone(),
                             spec: tspec,
                             pool: Pool::new(config),
+                            maker: maker.clone(),
                         },
                     );
                 }
             }
         }
-        self.store.put_pool(&record).map_err(internal)?;
+        if maker.is_none() {
+            self.store.put_pool(&record).map_err(internal)?;
+        }
         self.refill(&key);
         let stats = self.lock().pools.get(&key).map(|e| e.pool.stats());
         Ok(PoolView {
@@ -164,7 +212,7 @@ impl Daemon {
 
     /// Starts the creations the pool `key` wants, each in its own task.
     pub(super) fn refill(self: &Arc<Self>, key: &PoolKey) {
-        let (n, spec, tenant, pname) = {
+        let (n, spec, tenant, pname, maker) = {
             let mut g = self.lock();
             let total = g.total();
             let Some(e) = g.pools.get_mut(key) else {
@@ -185,6 +233,7 @@ impl Daemon {
                 e.spec.clone(),
                 e.record.tenant.clone(),
                 e.record.provider.clone(),
+                e.maker.clone(),
             )
         };
         for _ in 0..n {
@@ -193,7 +242,8 @@ impl Daemon {
             let spec = spec.clone();
             let tenant = tenant.clone();
             let pname = pname.clone();
-            tokio::spawn(async move { d.create_warm(key, tenant, pname, spec).await });
+            let maker = maker.clone();
+            tokio::spawn(async move { d.create_warm(key, tenant, pname, spec, maker).await });
         }
     }
 
@@ -203,6 +253,7 @@ impl Daemon {
         tenant: String,
         pname: String,
         spec: SandboxSpec,
+        maker: Option<Arc<dyn MountMaker>>,
     ) {
         let template = spec.clone();
         let mut spec = self.labelled(spec, &tenant);
@@ -216,13 +267,21 @@ impl Daemon {
         let made = async {
             let (_, p) = self.provider(&pname)?;
             self.charge_image(&tenant, &pname, &template).await?;
+            let made = match &maker {
+                Some(m) => Some(Made::make(m)?),
+                None => None,
+            };
+            let own = made
+                .as_ref()
+                .map(|m| m.mounts().to_vec())
+                .unwrap_or_default();
             let t0 = Instant::now();
-            let info = self.create_on(&p, spec, Vec::new()).await?;
+            let info = self.create_on(&p, spec, own).await?;
             self.metrics.create_seconds.observe(t0.elapsed());
-            Ok::<_, Error>((p, info))
+            Ok::<_, Error>((p, info, made))
         }
         .await;
-        let (p, info) = match made {
+        let (p, info, made) = match made {
             Ok(x) => x,
             Err(e) => {
                 self.metrics.creates_failed.fetch_add(1, Ordering::Relaxed);
@@ -251,10 +310,9 @@ impl Daemon {
             destroying: false,
             paused_at_ms: None,
         };
-        self.lock().entries.insert(
-            rec.id.clone(),
-            Entry::new(rec.clone(), State::Creating, now_ms()),
-        );
+        let mut entry = Entry::new(rec.clone(), State::Creating, now_ms());
+        entry.made = made;
+        self.lock().entries.insert(rec.id.clone(), entry);
         if self.save(&rec).is_err() {
             if let Some(en) = self.lock().pools.get_mut(&key) {
                 en.pool.create_failed(now_ms());

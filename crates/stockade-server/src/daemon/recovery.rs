@@ -45,6 +45,7 @@ impl Daemon {
                         record: r,
                         spec,
                         pool: Pool::new(config),
+                        maker: None,
                     },
                 );
             }

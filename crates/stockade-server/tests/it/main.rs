@@ -4,6 +4,7 @@
 mod harness;
 mod images;
 mod listeners;
+mod made;
 mod pause;
 mod peers;
 mod race;
