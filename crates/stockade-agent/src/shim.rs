@@ -65,14 +65,15 @@ fn send(ctl: &mut UnixStream, ev: &ShimEvent) {
 
 /// Entry point of `stockade-agent shim`.
 pub fn main() -> i32 {
-    run(false)
+    run(false, false)
 }
 
 /// The shim, with the exec's stdio at fds 0-2 and its control socket at fd 3 (set up
 /// by PID 1's `pass_fd`, or by the zygote that forked us). `seccomp_in_force`: we are
 /// under the sandbox's seccomp filter already (the zygote's, inherited), so the
 /// code's process is too, without building or installing it again.
-pub fn run(seccomp_in_force: bool) -> i32 {
+/// `signals_clean`: every disposition is the default but SIGPIPE's (the zygote's).
+pub fn run(seccomp_in_force: bool, signals_clean: bool) -> i32 {
     let _ = nix::sys::prctl::set_name(c"stockade-shim");
     let Some(ctl) = stockade_sys::process::take_inherited_fd(3) else {
         eprintln!("stockade-shim: no control socket on fd 3; this command is run by the agent");
@@ -126,7 +127,7 @@ pub fn run(seccomp_in_force: bool) -> i32 {
     let child = match fork() {
         Ok(Forked::Child) => {
             drop(err_r);
-            let msg = exec_child(&config, filters.as_ref());
+            let msg = exec_child(&config, filters.as_ref(), signals_clean);
             let mut w = fs::File::from(err_w);
             let _ = w.write_all(msg.as_bytes());
             exit_now(if msg.contains("permission denied") {
@@ -387,8 +388,12 @@ fn kill_descendants(child: Pid) -> WaitStatus {
 
 /// In the forked child: apply the policy and exec. Returns only on failure, with the
 /// reason (also written to the exec's stderr).
-fn exec_child(config: &ShimConfig, filters: Option<&stockade_sys::seccomp::Filters>) -> String {
-    let msg = match prepare_and_exec(config, filters) {
+fn exec_child(
+    config: &ShimConfig,
+    filters: Option<&stockade_sys::seccomp::Filters>,
+    signals_clean: bool,
+) -> String {
+    let msg = match prepare_and_exec(config, filters, signals_clean) {
         Ok(never) => match never {},
         Err(m) => m,
     };
@@ -399,6 +404,7 @@ fn exec_child(config: &ShimConfig, filters: Option<&stockade_sys::seccomp::Filte
 fn prepare_and_exec(
     config: &ShimConfig,
     filters: Option<&stockade_sys::seccomp::Filters>,
+    signals_clean: bool,
 ) -> Result<std::convert::Infallible, String> {
     let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
     // Our own /proc files must be ours to write: the shim made itself undumpable,
@@ -409,7 +415,11 @@ fn prepare_and_exec(
     // floor the code cannot lower it below.
     stockade_sys::process::set_oom_score_adj(1000)
         .map_err(|e| format!("cannot raise the OOM score: {e}"))?;
-    stockade_sys::process::reset_signals();
+    if signals_clean {
+        stockade_sys::process::reset_sigpipe_and_mask();
+    } else {
+        stockade_sys::process::reset_signals();
+    }
     become_sandbox_user(&config.policy)?;
     nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {
         format!(

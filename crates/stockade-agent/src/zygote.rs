@@ -70,23 +70,78 @@ impl Role {
     }
 }
 
+/// What the zygote sets up once for all its children (from the sandbox's policy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Setup {
+    /// Enter the code's seccomp filter.
+    pub seccomp: bool,
+    /// Limit the bounding set: to nothing, or to root's capabilities where the
+    /// sandbox has its own user namespace (an exec or file operation as uid 0 keeps
+    /// those); `None` leaves it.
+    pub bounding: Option<&'static [&'static str]>,
+}
+
+impl Setup {
+    /// The setup for `policy`.
+    pub fn of(policy: &stockade_agent_proto::launch::ExecPolicy) -> Setup {
+        let bounding = match (policy.drop_caps, policy.root_caps) {
+            (false, _) => None,
+            (true, true) => Some(stockade_agent_proto::launch::ROOT_CAPS),
+            (true, false) => Some(&[][..]),
+        };
+        Setup {
+            seccomp: policy.seccomp,
+            bounding,
+        }
+    }
+
+    fn args(self) -> Vec<&'static str> {
+        let mut v = Vec::new();
+        if self.seccomp {
+            v.push("--seccomp");
+        }
+        match self.bounding {
+            None => {}
+            Some([]) => v.push("--bounding=none"),
+            Some(_) => v.push("--bounding=root"),
+        }
+        v
+    }
+
+    fn parse(args: &[String]) -> Option<Setup> {
+        let mut setup = Setup {
+            seccomp: false,
+            bounding: None,
+        };
+        for a in args {
+            match a.as_str() {
+                "--seccomp" => setup.seccomp = true,
+                "--bounding=none" => setup.bounding = Some(&[]),
+                "--bounding=root" => setup.bounding = Some(stockade_agent_proto::launch::ROOT_CAPS),
+                _ => return None,
+            }
+        }
+        Some(setup)
+    }
+}
+
 /// PID 1's handle on its zygote.
 pub struct Zygote {
     /// The socket to the zygote, and its pid; `None` once it could not be restarted.
     inner: Mutex<Option<(UnixStream, u32)>>,
-    /// Whether it enters the seccomp filter (the sandbox's policy).
-    seccomp: bool,
+    /// What it sets up (the sandbox's policy).
+    setup: Setup,
 }
 
 impl Zygote {
     /// Forks the zygote when this process is single-threaded; otherwise starts it as
     /// `stockade-agent zygote`. With `seccomp` it enters the seccomp filter first.
     /// Not running when neither works (shims are then `exec`ed).
-    pub fn start(seccomp: bool) -> Zygote {
-        let started = fork_zygote(seccomp).or_else(|_| exec_zygote(seccomp));
+    pub fn start(setup: Setup) -> Zygote {
+        let started = fork_zygote(setup).or_else(|_| exec_zygote(setup));
         Zygote {
             inner: Mutex::new(started.ok()),
-            seccomp,
+            setup,
         }
     }
 
@@ -116,7 +171,7 @@ impl Zygote {
             Err(Failure::Gone(e)) => {
                 // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
                 // a fresh one serves the next call.
-                *inner = exec_zygote(self.seccomp).ok();
+                *inner = exec_zygote(self.setup).ok();
                 Err(e)
             }
         }
@@ -155,7 +210,7 @@ fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32,
 }
 
 /// Forks the zygote (single-threaded callers only; `fork` refuses otherwise).
-fn fork_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
+fn fork_zygote(setup: Setup) -> io::Result<(UnixStream, u32)> {
     let (ours, theirs) = UnixStream::pair()?;
     match stockade_sys::process::fork().map_err(|e| io::Error::other(e.to_string()))? {
         Forked::Child => {
@@ -163,7 +218,7 @@ fn fork_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
             // Only the socket stays: fd 3, as when started by exec.
             let _ = nix::unistd::dup2(theirs.as_raw_fd(), 3);
             stockade_sys::process::close_fds_from(4);
-            exit_now(serve_forever(3, seccomp))
+            exit_now(serve_forever(3, setup))
         }
         Forked::Parent(pid) => ready(ours, pid.as_raw() as u32),
     }
@@ -182,12 +237,12 @@ fn ready(sock: UnixStream, pid: u32) -> io::Result<(UnixStream, u32)> {
 }
 
 /// Starts `stockade-agent zygote` with its socket as fd 3.
-fn exec_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
+fn exec_zygote(setup: Setup) -> io::Result<(UnixStream, u32)> {
     let (ours, theirs) = UnixStream::pair()?;
     let mut cmd = Command::new("/proc/self/exe");
     cmd.arg0("stockade-zygote")
         .arg("zygote")
-        .args(seccomp.then_some("--seccomp"))
+        .args(setup.args())
         .env_clear()
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -200,25 +255,22 @@ fn exec_zygote(seccomp: bool) -> io::Result<(UnixStream, u32)> {
     ready(ours, child.id())
 }
 
-/// Entry point of `stockade-agent zygote [--seccomp]` (its socket on fd 3).
+/// Entry point of `stockade-agent zygote [--seccomp] [--bounding=none|root]` (its
+/// socket on fd 3).
 pub fn main(args: &[String]) -> i32 {
-    let seccomp = match args {
-        [] => false,
-        [flag] if flag == "--seccomp" => true,
-        _ => {
-            eprintln!("stockade-zygote: bad arguments {args:?}; this command is run by the agent");
-            return 2;
-        }
+    let Some(setup) = Setup::parse(args) else {
+        eprintln!("stockade-zygote: bad arguments {args:?}; this command is run by the agent");
+        return 2;
     };
     if nix::fcntl::fcntl(3, nix::fcntl::FcntlArg::F_GETFD).is_err() {
         eprintln!("stockade-zygote: no socket on fd 3; this command is run by the agent");
         return 2;
     }
-    serve_forever(3, seccomp)
+    serve_forever(3, setup)
 }
 
 /// The zygote's loop: one child per request, until PID 1 closes the socket.
-fn serve_forever(fd: i32, seccomp: bool) -> i32 {
+fn serve_forever(fd: i32, setup: Setup) -> i32 {
     let _ = nix::sys::prctl::set_name(c"stockade-zygote");
     let _ = nix::sys::prctl::set_dumpable(false);
     let _ = stockade_sys::process::set_oom_score_adj(-1000);
@@ -227,6 +279,16 @@ fn serve_forever(fd: i32, seccomp: bool) -> i32 {
         return 2;
     };
     let sock = UnixStream::from(sock);
+    // Signals and the bounding set once here, for every child: theirs then only
+    // reset SIGPIPE and the mask, and drop what is left of the bounding set.
+    stockade_sys::process::reset_signals_but_ignore_sigpipe();
+    if let Some(keep) = setup.bounding
+        && let Err(e) = stockade_sys::caps::limit_bounding(keep)
+    {
+        eprintln!("stockade-zygote: cannot limit the bounding set: {e}");
+        return 1;
+    }
+    let seccomp = setup.seccomp;
     // The code's filter, entered here once: every child forked below is under it
     // already. No zygote serves without it (PID 1 then execs shims, which build it).
     if seccomp {
@@ -287,11 +349,70 @@ fn fork_child(role: Role, sock: &UnixStream, fds: Vec<OwnedFd>, seccomp: bool) -
                 None,
             );
             let code = match role {
-                Role::Shim => crate::shim::run(seccomp),
+                Role::Shim => crate::shim::run(seccomp, true),
                 Role::FileOp => crate::fileop::main(),
             };
             exit_now(code)
         }
         Err(e) => -e.source.raw_os_error().unwrap_or(libc::EAGAIN),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stockade_agent_proto::launch::{ExecPolicy, ROOT_CAPS};
+
+    #[test]
+    fn the_setup_follows_the_policy_and_survives_the_command_line() {
+        let mut p = ExecPolicy {
+            uid: 1000,
+            gid: 1000,
+            env: Default::default(),
+            workdir: "/tmp".into(),
+            no_new_privs: true,
+            drop_caps: true,
+            seccomp: true,
+            landlock_writable: None,
+            idle_timeout_ms: None,
+            root_caps: true,
+            landlock_min_abi: None,
+            rlimit_as_bytes: None,
+            rlimit_nproc: None,
+            sweep_orphans: false,
+            exec_cgroup: None,
+        };
+        let s = Setup::of(&p);
+        assert_eq!(s.bounding, Some(ROOT_CAPS));
+        assert!(s.seccomp);
+        p.root_caps = false;
+        assert_eq!(Setup::of(&p).bounding, Some(&[][..]));
+        p.drop_caps = false;
+        p.seccomp = false;
+        assert_eq!(Setup::of(&p).bounding, None);
+        for setup in [
+            Setup::of(&p),
+            Setup {
+                seccomp: true,
+                bounding: Some(&[]),
+            },
+            Setup {
+                seccomp: false,
+                bounding: Some(ROOT_CAPS),
+            },
+        ] {
+            let args: Vec<String> = setup.args().iter().map(|a| (*a).to_string()).collect();
+            assert_eq!(Setup::parse(&args), Some(setup), "{args:?}");
+        }
+        assert_eq!(Setup::parse(&["--bounding=all".to_string()]), None);
+    }
+
+    #[test]
+    fn roles_round_trip_and_name_their_descriptors() {
+        for role in [Role::Shim, Role::FileOp] {
+            assert_eq!(Role::from_byte(role.byte()), Some(role));
+        }
+        assert_eq!(Role::from_byte(b'x'), None);
+        assert_eq!((Role::Shim.fds(), Role::FileOp.fds()), (4, 1));
     }
 }

@@ -7,8 +7,26 @@ use crate::{Result, SysError};
 /// Drops every capability from the bounding set (needs CAP_SETPCAP, so call it before
 /// changing uid).
 pub fn drop_bounding() -> Result<()> {
+    // Only what is still there (one read of /proc instead of a PR_CAPBSET_READ per
+    // capability: an exec's shim may have dropped most of them already).
+    if let Some(bounding) = bounding_now() {
+        for cap in caps::all() {
+            if bounding & (1u64 << cap.index()) != 0 {
+                caps::drop(None, CapSet::Bounding, cap)
+                    .map_err(|e| SysError::other("prctl", format!("PR_CAPBSET_DROP {cap}"), e))?;
+            }
+        }
+        return Ok(());
+    }
     caps::clear(None, CapSet::Bounding)
         .map_err(|e| SysError::other("prctl", "PR_CAPBSET_DROP all", e))
+}
+
+/// The bounding set as the kernel reports it (`CapBnd` of `/proc/self/status`).
+fn bounding_now() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let hex = status.lines().find_map(|l| l.strip_prefix("CapBnd:"))?;
+    u64::from_str_radix(hex.trim(), 16).ok()
 }
 
 /// Clears the ambient, inheritable, effective and permitted sets.
@@ -43,10 +61,22 @@ pub fn has_any() -> bool {
     .any(|s| caps::read(None, *s).map(|c| !c.is_empty()).unwrap_or(true))
 }
 
-/// Keeps only `names` (e.g. `chown`, `dac_override`) in the bounding, permitted and
-/// effective sets and clears the inheritable and ambient ones. Needs CAP_SETPCAP in the
-/// bounding step, so call it as root before anything else drops it.
-pub fn keep_only(names: &[&str]) -> Result<()> {
+/// Keeps only `names` in the bounding set (nothing else changes: the permitted and
+/// effective sets stay, so the caller keeps its powers; only what a later `execve`
+/// can gain is limited). The exec zygote does this once for all its children.
+pub fn limit_bounding(names: &[&str]) -> Result<()> {
+    let keep = parse_names(names)?;
+    let bounding = bounding_now().unwrap_or(u64::MAX);
+    for cap in caps::all() {
+        if !keep.contains(&cap) && bounding & (1u64 << cap.index()) != 0 {
+            caps::drop(None, CapSet::Bounding, cap)
+                .map_err(|e| SysError::other("prctl", format!("PR_CAPBSET_DROP {cap}"), e))?;
+        }
+    }
+    Ok(())
+}
+
+fn parse_names(names: &[&str]) -> Result<caps::CapsHashSet> {
     let mut keep = caps::CapsHashSet::new();
     for n in names {
         let cap: caps::Capability = format!("CAP_{}", n.to_ascii_uppercase())
@@ -54,8 +84,17 @@ pub fn keep_only(names: &[&str]) -> Result<()> {
             .map_err(|e| SysError::other("capset", format!("unknown capability {n}"), e))?;
         keep.insert(cap);
     }
+    Ok(keep)
+}
+
+/// Keeps only `names` (e.g. `chown`, `dac_override`) in the bounding, permitted and
+/// effective sets and clears the inheritable and ambient ones. Needs CAP_SETPCAP in the
+/// bounding step, so call it as root before anything else drops it.
+pub fn keep_only(names: &[&str]) -> Result<()> {
+    let keep = parse_names(names)?;
+    let bounding = bounding_now().unwrap_or(u64::MAX);
     for cap in caps::all() {
-        if !keep.contains(&cap) {
+        if !keep.contains(&cap) && bounding & (1u64 << cap.index()) != 0 {
             caps::drop(None, CapSet::Bounding, cap)
                 .map_err(|e| SysError::other("prctl", format!("PR_CAPBSET_DROP {cap}"), e))?;
         }

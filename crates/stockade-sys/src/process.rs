@@ -362,6 +362,28 @@ pub fn set_oom_score_adj(value: i32) -> Result<()> {
     })
 }
 
+/// Resets every signal disposition to the default but SIGPIPE, which is ignored (as
+/// Rust's runtime sets it), once, in the agent's exec zygote: its children then need
+/// only [`reset_sigpipe_and_mask`] before they `execve`.
+pub fn reset_signals_but_ignore_sigpipe() {
+    reset_signals();
+    // SAFETY: installing SIG_IGN runs no code of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+}
+
+/// Resets SIGPIPE to the default and unblocks every signal: all [`reset_signals`]
+/// does, for a process whose other dispositions are the defaults already (a child of
+/// the agent's exec zygote, which reset them once, keeping SIGPIPE ignored).
+pub fn reset_sigpipe_and_mask() {
+    // SAFETY: installing SIG_DFL runs no code of ours.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    let _ = nix::sys::signal::sigprocmask(
+        nix::sys::signal::SigmaskHow::SIG_SETMASK,
+        Some(&nix::sys::signal::SigSet::empty()),
+        None,
+    );
+}
+
 /// Resets every signal disposition to the default and unblocks all signals, so a
 /// program started after fork does not inherit our ignored SIGPIPE or blocked SIGCHLD.
 pub fn reset_signals() {
