@@ -17,6 +17,7 @@
 //! a crash left.
 
 pub mod bundle;
+pub mod cgroup;
 pub mod runsc;
 
 use std::path::{Path, PathBuf};
@@ -47,6 +48,53 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A state directory this young may belong to a creation in progress: gc leaves it.
 const YOUNG: Duration = Duration::from_secs(60);
+
+/// Per-step timings of one create or destroy, printed to stderr when
+/// `STOCKADE_GVISOR_TIMINGS` is set (for profiling; see BENCHMARKS.md).
+struct Steps {
+    what: String,
+    last: Instant,
+    steps: Vec<(&'static str, Duration)>,
+    on: bool,
+}
+
+impl Steps {
+    fn new(what: String) -> Steps {
+        Steps {
+            what,
+            last: Instant::now(),
+            steps: Vec::new(),
+            on: std::env::var_os("STOCKADE_GVISOR_TIMINGS").is_some(),
+        }
+    }
+
+    fn step(&mut self, name: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.steps.push((name, now - self.last));
+            self.last = now;
+        }
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        if self.on {
+            let total: Duration = self.steps.iter().map(|s| s.1).sum();
+            let parts: Vec<String> = self
+                .steps
+                .iter()
+                .map(|(n, d)| format!("{n} {:.1}", d.as_secs_f64() * 1000.0))
+                .collect();
+            eprintln!(
+                "stockade-gvisor: {} {:.1} ms: {}",
+                self.what,
+                total.as_secs_f64() * 1000.0,
+                parts.join(", ")
+            );
+        }
+    }
+}
 
 /// What a sandbox's directory records (`sandbox.json`), for list, inspect and gc.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -172,7 +220,7 @@ impl GvisorLauncher {
                     Some(p) => p.clone(),
                     None => runsc::locate()?,
                 };
-                let runsc = Runsc::open(&path).await?;
+                let runsc = open_runsc(&path).await?;
                 let kvm = self.kvm_works(&runsc).await;
                 Ok(Setup {
                     platform: runsc::choose(kvm.is_ok(), runsc.has_systrap),
@@ -217,29 +265,6 @@ impl GvisorLauncher {
         answer
     }
 
-    /// `runsc --root R ARGS`, waited for with a deadline.
-    async fn runsc(&self, args: &[&str]) -> Result<std::process::Output> {
-        let setup = self.setup().await?;
-        let mut cmd = tokio::process::Command::new(&setup.runsc.path);
-        cmd.arg(format!("--root={}", self.runsc_root().display()))
-            .args(args)
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped())
-            .kill_on_drop(true);
-        let what = format!("runsc {}", args.join(" "));
-        let child = cmd
-            .spawn()
-            .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
-        match tokio::time::timeout(START_TIMEOUT, child.wait_with_output()).await {
-            Ok(r) => r.map_err(|e| Error::io(format!("cannot run {what}"), e)),
-            Err(_) => Err(Error::Timeout {
-                operation: what,
-                after_ms: START_TIMEOUT.as_millis() as u64,
-            }),
-        }
-    }
-
     fn record(&self, id: &str) -> Option<Record> {
         let text = std::fs::read(self.dir(id).join("sandbox.json")).ok()?;
         serde_json::from_slice(&text).ok()
@@ -249,30 +274,45 @@ impl GvisorLauncher {
         stockade_sys::process::is_same_process(r.init_pid, r.init_ticks)
     }
 
-    /// Kills the sandbox (its gVisor kernel first: everything inside goes with it),
-    /// has runsc delete its state and cgroups, and removes the state directory.
+    /// Kills the sandbox and removes everything of it, without `runsc delete`: that
+    /// SIGKILLs the sandbox and then polls (every 100 ms) until the killed process is
+    /// *reaped*, by its parent, which is the host's init since `runsc run --detach`
+    /// leaves it an orphan; where init reaps slowly (this project's VMs: ~2 s) a
+    /// destroy took 1.6-2 s. Here: runsc's state files first (so the `runsc delete`
+    /// the watcher runs when it sees the kernel die finds nothing and returns at
+    /// once), then every process of the sandbox's cgroups (frozen, killed, thawed:
+    /// nothing forks past the kill, and a paused sandbox dies too), its cgroups (they
+    /// can be removed once their tasks are dead, zombies or not), its state directory.
     async fn remove(&self, id: &str) -> Result<()> {
-        if let Some(r) = self.record(id)
-            && Self::alive(&r)
+        let mut steps = Steps::new(format!("destroy {id}"));
+        let record = self.record(id);
+        remove_runsc_state(&self.runsc_root(), id)?;
+        steps.step("runsc state");
+        let cgroups = cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id);
+        cgroup::kill(&cgroups);
+        // Outside its cgroups only if runsc never moved it in (a failed start).
+        if let Some(r) = &record
+            && Self::alive(r)
+            && let Some(p) = rustix::process::Pid::from_raw(r.init_pid as i32)
         {
-            let _ = rustix::process::Pid::from_raw(r.init_pid as i32)
-                .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL));
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
         }
-        let out = self.runsc(&["delete", "--force", id]).await?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && !stderr.contains("does not exist") {
-            return Err(Error::Internal(format!(
-                "runsc delete --force {id} failed ({}): {}",
-                out.status,
-                stderr.trim()
-            )));
+        steps.step("kill");
+        let left = tokio::task::spawn_blocking(move || cgroup::remove(&cgroups))
+            .await
+            .map_err(|e| Error::Internal(format!("cgroup removal task failed: {e}")))?;
+        steps.step("cgroups");
+        if let Some(e) = left {
+            return Err(Error::Internal(format!("destroying sandbox {id}: {e}")));
         }
         let dir = self.dir(id);
-        match std::fs::remove_dir_all(&dir) {
+        let r = match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
             Err(e) => Err(io("remove", &dir)(e)),
-        }
+        };
+        steps.step("state dir");
+        r
     }
 
     /// Why sandbox `id`, whose agent stopped answering, is gone.
@@ -301,7 +341,9 @@ impl GvisorLauncher {
 
     async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
         need_root()?;
+        let mut steps = Steps::new("create".into());
         let setup = self.setup().await?.clone();
+        steps.step("setup");
         let agent = stockade_agent_host::find_static_agent().map_err(|e| match e {
             Error::Unavailable { reason, fix, .. } => Error::Unavailable {
                 what: "the gvisor provider's agent".into(),
@@ -310,10 +352,13 @@ impl GvisorLauncher {
             },
             e => e,
         })?;
+        steps.step("find agent");
         let id = stockade_core::host::new_sandbox_id();
         let dir = self.dir(&id);
         make_dirs(&self.state_root, &dir)?;
-        let r = self.start_in(spec, opts, &setup, &agent, &id, &dir).await;
+        let r = self
+            .start_in(spec, opts, &setup, &agent, &id, &mut steps)
+            .await;
         if r.is_err() {
             let _ = self.remove(&id).await;
         }
@@ -327,8 +372,9 @@ impl GvisorLauncher {
         setup: &Setup,
         agent: &Path,
         id: &str,
-        dir: &Path,
+        steps: &mut Steps,
     ) -> Result<SandboxInfo> {
+        let dir = &self.dir(id);
         let mount_is_file = spec
             .mounts
             .iter()
@@ -353,6 +399,7 @@ impl GvisorLauncher {
             }
             None => (None, None),
         };
+        steps.step("image");
         let created = now_ms();
         let in_use_lock = image.as_ref().and_then(|i| i.in_use_lock.clone());
         let image_rootfs = image.as_ref().map(|i| i.rootfs.clone());
@@ -371,6 +418,7 @@ impl GvisorLauncher {
             userns: None,
             rootless: None,
         };
+        steps.step("layout");
         let plan = stockade_native::plan::plan(spec, &ctx)?;
         let input = bundle::BundleInput {
             agent: agent.to_path_buf(),
@@ -383,6 +431,7 @@ impl GvisorLauncher {
             cgroup_parent: stockade_native::plan::CGROUP_PARENT.into(),
         };
         let b = bundle::bundle(spec, &plan, &input)?;
+        steps.step("plan+bundle");
         let base = if input.image_rootfs.is_some() {
             &input.files_dir
         } else {
@@ -398,6 +447,7 @@ impl GvisorLauncher {
         std::fs::write(input.agent_dir.join("agent"), b"")
             .map_err(io("create", &input.agent_dir))?;
         write_json(&dir.join("config.json"), &b.config)?;
+        steps.step("write root");
 
         let console = std::fs::File::create(dir.join("console.log"))
             .map_err(io("create", &dir.join("console.log")))?;
@@ -406,6 +456,14 @@ impl GvisorLauncher {
         cmd.arg(format!("--root={}", self.runsc_root().display()))
             .arg(format!("--platform={}", setup.platform.as_str()))
             .args(["--network=none", "--host-uds=create"]);
+        // Diagnostics: gVisor's debug log with every system call of the sandbox
+        // (`--strace`), one file per runsc process, in this directory.
+        if let Some(log) = std::env::var_os("STOCKADE_GVISOR_DEBUG_LOG").filter(|d| !d.is_empty()) {
+            let mut flag = std::ffi::OsString::from("--debug-log=");
+            flag.push(&log);
+            flag.push("/");
+            cmd.args(["--debug", "--strace"]).arg(flag);
+        }
         if input.image_rootfs.is_some() {
             // Mount points the image lacks are made in memory, never in the store.
             cmd.arg("--overlay2=root:memory");
@@ -436,6 +494,7 @@ impl GvisorLauncher {
                 console_tail(dir)
             )));
         }
+        steps.step("runsc run");
         let init_pid: u32 = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -469,6 +528,7 @@ impl GvisorLauncher {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        steps.step("agent up");
         let info = SandboxInfo {
             id: id.to_string(),
             provider: "gvisor".into(),
@@ -489,6 +549,7 @@ impl GvisorLauncher {
         write_json(&dir.join("sandbox.json"), &record)?;
         self.watch(setup, agent, &record, dir, in_use_lock.as_deref())
             .await?;
+        steps.step("watcher");
         drop(image_guard);
         Ok(info)
     }
@@ -578,25 +639,105 @@ impl GvisorLauncher {
                 }
             }
         }
-        // Containers runsc knows that have no directory (a crash between the two).
-        // Looked at again now: a sandbox created since the listing above has its
-        // directory (made before its container) and is not an orphan.
-        if self.runsc_root().exists() {
-            let out = self.runsc(&["list", "-quiet"]).await?;
-            for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim) {
-                if check_id(id).is_ok()
-                    && !known.iter().any(|k| k == id)
-                    && !self.state_root.join(id).exists()
-                {
-                    match self.remove(id).await {
-                        Ok(()) => report.reaped.push(id.to_string()),
-                        Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
-                    }
+        // Containers runsc knows that have no directory (a crash between the two;
+        // or a lock file a `runsc delete` of the watcher made again while a destroy
+        // removed the state, left once it is a minute old). Looked at again now: a
+        // sandbox created since the listing above has its directory (made before its
+        // container) and is not an orphan.
+        for (id, age) in runsc_ids(&self.runsc_root()) {
+            if check_id(&id).is_ok()
+                && !known.contains(&id)
+                && !self.state_root.join(&id).exists()
+                && age > YOUNG
+            {
+                match self.remove(&id).await {
+                    Ok(()) => report.reaped.push(id),
+                    Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
                 }
             }
         }
         Ok(report)
     }
+}
+
+/// runsc's files of sandbox `id` in its state root (`ID_sandbox:ID.state` and
+/// `.lock`).
+fn runsc_files(runsc_root: &Path, id: &str) -> Vec<PathBuf> {
+    let prefix = format!("{id}_sandbox:");
+    std::fs::read_dir(runsc_root)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes runsc's state of sandbox `id`: from then on runsc does not know it.
+fn remove_runsc_state(runsc_root: &Path, id: &str) -> Result<()> {
+    for f in runsc_files(runsc_root, id) {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove", &f)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox ids runsc has files of in `runsc_root`, with the age of the youngest.
+fn runsc_ids(runsc_root: &Path) -> Vec<(String, Duration)> {
+    let mut v: Vec<(String, Duration)> = Vec::new();
+    for e in std::fs::read_dir(runsc_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((id, _)) = name.split_once("_sandbox:") else {
+            continue;
+        };
+        let age = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed().unwrap_or_default())
+            .unwrap_or_default();
+        match v.iter_mut().find(|(i, _)| i == id) {
+            Some((_, a)) => *a = (*a).min(age),
+            None => v.push((id.to_string(), age)),
+        }
+    }
+    v
+}
+
+/// [`Runsc::open`], whose answer (two runs of runsc, ~50 ms, on every create of a
+/// fresh process such as the CLI) is kept per build of the binary
+/// ([`runsc::identity`]) in `runsc-info.json` of the runtime directory. Only a runsc
+/// that answered is kept; a missing or broken one is asked again each time.
+async fn open_runsc(path: &Path) -> Result<Runsc> {
+    let cache_dir = stockade_core::host::runtime_dir("stockade-gvisor");
+    let cache = cache_dir.join("runsc-info.json");
+    let key = runsc::identity(path);
+    if let Some(key) = &key
+        && let Ok(text) = std::fs::read_to_string(&cache)
+        && let Ok((k, r)) = serde_json::from_str::<(String, Runsc)>(&text)
+        && k == *key
+        && r.path == path
+    {
+        return Ok(r);
+    }
+    let runsc = Runsc::open(path).await?;
+    if let Some(key) = key
+        && std::fs::create_dir_all(&cache_dir).is_ok()
+        && let Ok(text) = serde_json::to_string(&(key, &runsc))
+    {
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &cache);
+        }
+    }
+    Ok(runsc)
 }
 
 fn console_tail(dir: &Path) -> String {
