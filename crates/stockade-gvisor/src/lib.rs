@@ -27,11 +27,13 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::ContainerConfig;
+use stockade_agent_proto::launch::{PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
 };
+use stockade_native::freezer;
 use tokio::sync::OnceCell;
 
 pub use runsc::{Platform, Runsc};
@@ -265,6 +267,41 @@ impl GvisorLauncher {
         answer
     }
 
+    /// `runsc --root R ARGS` within [`START_TIMEOUT`]; its stdout, or its stderr in
+    /// the error when it fails.
+    async fn runsc_ok(&self, args: &[&str]) -> Result<String> {
+        let setup = self.setup().await?;
+        let mut cmd = tokio::process::Command::new(&setup.runsc.path);
+        cmd.arg(format!("--root={}", self.runsc_root().display()))
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let what = format!("runsc {}", args.join(" "));
+        let child = cmd
+            .spawn()
+            .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
+        let out = match tokio::time::timeout(START_TIMEOUT, child.wait_with_output()).await {
+            Ok(r) => r.map_err(|e| Error::io(format!("cannot run {what}"), e))?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: what,
+                    after_ms: START_TIMEOUT.as_millis() as u64,
+                });
+            }
+        };
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(Error::Internal(format!(
+                "{what} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
+        }
+    }
+
     fn record(&self, id: &str) -> Option<Record> {
         let text = std::fs::read(self.dir(id).join("sandbox.json")).ok()?;
         serde_json::from_slice(&text).ok()
@@ -272,6 +309,26 @@ impl GvisorLauncher {
 
     fn alive(r: &Record) -> bool {
         stockade_sys::process::is_same_process(r.init_pid, r.init_ticks)
+    }
+
+    /// What `list` and `inspect` say of a live sandbox: paused or running.
+    fn info(&self, r: Record) -> SandboxInfo {
+        let mut info = r.info;
+        if freezer::is_paused(&self.dir(&info.id)) {
+            info.state = stockade_core::RunState::Paused;
+        }
+        info
+    }
+
+    /// The state directory of live sandbox `id`.
+    fn live_dir(&self, id: &str) -> Result<PathBuf> {
+        check_id(id)?;
+        let r = self.record(id).ok_or_else(|| not_found(id))?;
+        if Self::alive(&r) {
+            Ok(self.dir(id))
+        } else {
+            Err(self.gone(id, not_found(id)))
+        }
     }
 
     /// Kills the sandbox and removes everything of it, without `runsc delete`: that
@@ -660,6 +717,20 @@ impl GvisorLauncher {
     }
 }
 
+/// Serializes pause and resume of one sandbox (any process): both read, then change,
+/// the pause files.
+fn pause_lock(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("pause.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("open", &path))?;
+    f.lock().map_err(io("lock", &path))?;
+    Ok(f)
+}
+
 /// runsc's files of sandbox `id` in its state root (`ID_sandbox:ID.state` and
 /// `.lock`).
 fn runsc_files(runsc_root: &Path, id: &str) -> Vec<PathBuf> {
@@ -935,6 +1006,10 @@ impl Launcher for GvisorLauncher {
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)));
         }
+        // Its agent is frozen with the rest and would not answer.
+        if freezer::is_paused(&self.dir(id)) {
+            return Err(stockade_core::paused_error(id));
+        }
         Ok(UnixSocket::new(id, sock))
     }
 
@@ -954,7 +1029,7 @@ impl Launcher for GvisorLauncher {
             .flatten()
             .filter_map(|e| self.record(&e.file_name().to_string_lossy()))
             .filter(Self::alive)
-            .map(|r| r.info)
+            .map(|r| self.info(r))
             .collect();
         v.sort_by_key(|i| i.created_at_ms);
         Ok(v)
@@ -964,7 +1039,7 @@ impl Launcher for GvisorLauncher {
         check_id(id)?;
         let r = self.record(id).ok_or_else(|| not_found(id))?;
         if Self::alive(&r) {
-            Ok(r.info)
+            Ok(self.info(r))
         } else {
             Err(self.gone(id, not_found(id)))
         }
@@ -979,5 +1054,72 @@ impl Launcher for GvisorLauncher {
 
     async fn explain(&self, id: &str, error: Error) -> Error {
         self.gone(id, error)
+    }
+
+    /// `runsc pause`: gVisor's kernel stops every task of the sandbox where it is
+    /// (their memory stays in RAM); the sentry itself keeps running, so a `runsc
+    /// delete` (the watcher's, at the owner's death or the lifetime's end) and a
+    /// destroy still end it. Chosen over freezing the sandbox's host cgroup (as
+    /// native does), which also stops the sentry: a frozen sentry cannot be killed
+    /// by runsc (a v1-frozen task dies only once thawed), so the watcher would leave
+    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`
+    /// in the state directory): execs and file operations are refused on them
+    /// without asking the stopped agent.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let dir = self.live_dir(id)?;
+        let _lock = pause_lock(&dir)?;
+        if freezer::is_paused(&dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is already paused; resume it (stockade resume {id})"
+            )));
+        }
+        // Marked first: from here on no new exec reaches the agent, which is about to
+        // stop answering.
+        let marker = dir.join(PAUSED_FILE);
+        std::fs::write(&marker, now_ms().to_string()).map_err(io("write", &marker))?;
+        if let Err(e) = self.runsc_ok(&["pause", id]).await {
+            let _ = std::fs::remove_file(&marker);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        let dir = self.live_dir(id)?;
+        let _lock = pause_lock(&dir)?;
+        if !freezer::is_paused(&dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is not paused; only a paused sandbox can be resumed"
+            )));
+        }
+        if let Err(e) = self.runsc_ok(&["resume", id]).await {
+            // Marked but never paused (a crash between the two): running already.
+            let state = self.runsc_ok(&["state", id]).await.unwrap_or_default();
+            if !state.contains("\"running\"") {
+                return Err(e);
+            }
+        }
+        let total = PausedTime::read(&dir, now_ms()).total_ms;
+        let tmp = dir.join(".paused-ms.tmp");
+        std::fs::write(&tmp, total.to_string())
+            .and_then(|()| std::fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
+            .map_err(io("record the pause in", &dir))?;
+        match std::fs::remove_file(dir.join(PAUSED_FILE)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("unmark", &dir)(e)),
+        }
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (count, opts);
+        self.live_dir(id)?;
+        Err(stockade_core::unsupported(
+            "gvisor",
+            "fork",
+            "copying a running gVisor sandbox into new ones would take runsc checkpoint and \
+             restore, which this provider does not do; pause and resume work (runsc \
+             pause)",
+        ))
     }
 }

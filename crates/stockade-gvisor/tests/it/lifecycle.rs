@@ -177,6 +177,43 @@ async fn sigkill_of_the_owner_leaves_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_of_the_owner_of_a_paused_sandbox_leaves_nothing() {
+    if !ready() {
+        return;
+    }
+    let mut owner = Owner::spawn();
+    let sb = Sandbox::create(
+        provider(),
+        SandboxSpec::default(),
+        CreateOptions {
+            owner_pid: Some(owner.pid()),
+        },
+    )
+    .await
+    .unwrap();
+    let id = sb.id().to_string();
+    sb.pause().await.expect("pause");
+    let e = sh_err(&sb).await;
+    assert!(e.contains("is paused; resume it first"), "{e}");
+    owner.kill();
+    assert!(
+        eventually(15, || processes_of(&id).is_empty()
+            && !state_root().join(&id).exists())
+        .await,
+        "left after the owner of a paused sandbox died: {:?}",
+        processes_of(&id)
+    );
+    assert_no_trace(&id);
+}
+
+async fn sh_err(sb: &Sandbox) -> String {
+    sb.exec(ExecRequest::new(["/bin/true"]))
+        .await
+        .unwrap_err()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gc_reaps_a_sandbox_whose_watcher_and_owner_died() {
     if !ready() {
         return;
