@@ -108,6 +108,11 @@ struct Record {
     owner_ticks: Option<u64>,
     /// The sandbox's host memory limit (for explaining an OOM death).
     host_memory_bytes: u64,
+    /// The detached watcher (`stockade-agent gvisor-watch`) and its start time: a
+    /// destroy ends it first, so it does not run its own `runsc delete` as the
+    /// sandbox dies.
+    #[serde(default)]
+    watcher: Option<(u32, u64)>,
 }
 
 /// The runsc this launcher uses and the platform it picked.
@@ -343,6 +348,14 @@ impl GvisorLauncher {
     async fn remove(&self, id: &str) -> Result<()> {
         let mut steps = Steps::new(format!("destroy {id}"));
         let record = self.record(id);
+        // The watcher would run `runsc delete` when it sees the kernel die: wasted
+        // work (a Go program's start, ~25 ms of CPU) racing this removal.
+        if let Some((pid, ticks)) = record.as_ref().and_then(|r| r.watcher)
+            && stockade_sys::process::is_same_process(pid, ticks)
+            && let Some(p) = rustix::process::Pid::from_raw(pid as i32)
+        {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
         remove_runsc_state(&self.runsc_root(), id)?;
         steps.step("runsc state");
         let cgroups = cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id);
@@ -602,10 +615,16 @@ impl GvisorLauncher {
             init_ticks,
             owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
             host_memory_bytes: spec.limits.memory_bytes + bundle::SENTRY_OVERHEAD_BYTES,
+            watcher: None,
         };
         write_json(&dir.join("sandbox.json"), &record)?;
         self.watch(setup, agent, &record, dir, in_use_lock.as_deref())
             .await?;
+        let record = Record {
+            watcher: find_watcher(id, dir),
+            ..record
+        };
+        write_json(&dir.join("sandbox.json"), &record)?;
         steps.step("watcher");
         drop(image_guard);
         Ok(info)
@@ -715,6 +734,28 @@ impl GvisorLauncher {
         }
         Ok(report)
     }
+}
+
+/// The detached watcher of sandbox `id` (its command line is `... gvisor-watch RUNSC
+/// ROOT ID INIT OWNER EXPIRES DIR LOCK`) and its start time.
+fn find_watcher(id: &str, dir: &Path) -> Option<(u32, u64)> {
+    let dir = dir.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        if args.get(1) == Some(&b"gvisor-watch".as_slice())
+            && args.get(4) == Some(&id.as_bytes())
+            && args.get(8) == Some(&dir)
+        {
+            return stockade_sys::process::start_ticks(pid).map(|t| (pid, t));
+        }
+    }
+    None
 }
 
 /// Serializes pause and resume of one sandbox (any process): both read, then change,
