@@ -376,11 +376,9 @@ impl GvisorLauncher {
             return Err(Error::Internal(format!("destroying sandbox {id}: {e}")));
         }
         let dir = self.dir(id);
-        let r = match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("remove", &dir)(e)),
-        };
+        let r = tokio::task::spawn_blocking(move || remove_tree(&dir).map_err(io("remove", &dir)))
+            .await
+            .map_err(|e| Error::Internal(format!("state dir removal task failed: {e}")))?;
         steps.step("state dir");
         r
     }
@@ -756,6 +754,58 @@ fn find_watcher(id: &str, dir: &Path) -> Option<(u32, u64)> {
         }
     }
     None
+}
+
+/// Removes `dir` and everything below it (never following a symlink), like
+/// `remove_dir_all`, but the directories of one depth in parallel: the root's mount
+/// points were mount points in the gofer's mount namespace, just ended, and each
+/// rmdir of one waits for an RCU grace period (~3 ms each here, ~30 ms a sandbox one
+/// after the other); in parallel the waits overlap. A missing `dir` is not an error.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    fn walk(d: &Path, depth: usize, dirs: &mut Vec<(usize, PathBuf)>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(d)? {
+            let e = e?;
+            let path = e.path();
+            if e.file_type()?.is_dir() {
+                walk(&path, depth + 1, dirs)?;
+            } else {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        dirs.push((depth, d.to_path_buf()));
+        Ok(())
+    }
+    let mut dirs = Vec::new();
+    match walk(dir, 0, &mut dirs) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
+    for level in dirs.chunk_by(|a, b| a.0 == b.0) {
+        let results: Vec<std::io::Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = level
+                .iter()
+                .map(|(_, d)| s.spawn(move || std::fs::remove_dir(d)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+                })
+                .collect()
+        });
+        for r in results {
+            match r {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Serializes pause and resume of one sandbox (any process): both read, then change,
@@ -1162,5 +1212,30 @@ impl Launcher for GvisorLauncher {
              restore, which this provider does not do; pause and resume work (runsc \
              pause)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_tree_removes_everything_and_never_follows_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "x").unwrap();
+        let d = t.path().join("sb");
+        for sub in ["a/b/c", "a/d", "e"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("a/b/c/f"), "1").unwrap();
+        std::fs::write(d.join("top"), "2").unwrap();
+        std::os::unix::fs::symlink(&outside, d.join("a/d/link")).unwrap();
+        remove_tree(&d).unwrap();
+        assert!(!d.exists());
+        assert!(outside.join("keep").exists(), "followed a symlink");
+        // Missing: nothing to do.
+        remove_tree(&d).unwrap();
     }
 }
