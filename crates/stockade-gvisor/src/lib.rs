@@ -573,30 +573,6 @@ impl GvisorLauncher {
                 console_tail(dir)
             ))
         })?;
-        let transport = UnixSocket::new(id, input.agent_dir.join("agent.sock"));
-        let started = Instant::now();
-        loop {
-            if stockade_agent_host::client::ping(id, &transport)
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            if !stockade_sys::process::is_same_process(init_pid, init_ticks) {
-                return Err(Error::Internal(format!(
-                    "the agent of sandbox {id} did not start: {}",
-                    console_tail(dir)
-                )));
-            }
-            if started.elapsed() > START_TIMEOUT {
-                return Err(Error::Timeout {
-                    operation: format!("starting sandbox {id}"),
-                    after_ms: START_TIMEOUT.as_millis() as u64,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
-        steps.step("agent up");
         let info = SandboxInfo {
             id: id.to_string(),
             provider: "gvisor".into(),
@@ -615,15 +591,44 @@ impl GvisorLauncher {
             host_memory_bytes: spec.limits.memory_bytes + bundle::SENTRY_OVERHEAD_BYTES,
             watcher: None,
         };
-        write_json(&dir.join("sandbox.json"), &record)?;
-        self.watch(setup, agent, &record, dir, in_use_lock.as_deref())
-            .await?;
+        let transport = UnixSocket::new(id, input.agent_dir.join("agent.sock"));
+        let agent_up = async {
+            let started = Instant::now();
+            loop {
+                if stockade_agent_host::client::ping(id, &transport)
+                    .await
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                if !stockade_sys::process::is_same_process(init_pid, init_ticks) {
+                    return Err(Error::Internal(format!(
+                        "the agent of sandbox {id} did not start: {}",
+                        console_tail(dir)
+                    )));
+                }
+                if started.elapsed() > START_TIMEOUT {
+                    return Err(Error::Timeout {
+                        operation: format!("starting sandbox {id}"),
+                        after_ms: START_TIMEOUT.as_millis() as u64,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        // The watcher starts while the agent comes up (it needs only the kernel's
+        // pid); should either fail, the caller's removal kills both.
+        let watcher = self.watch(setup, agent, &record, dir, in_use_lock.as_deref());
+        let (up, watched) = tokio::join!(agent_up, watcher);
+        up?;
+        watched?;
+        steps.step("agent up + watcher");
         let record = Record {
             watcher: find_watcher(id, dir),
             ..record
         };
         write_json(&dir.join("sandbox.json"), &record)?;
-        steps.step("watcher");
+        steps.step("record");
         drop(image_guard);
         Ok(info)
     }
