@@ -1,11 +1,11 @@
 //! A gVisor sandbox's host cgroups (runsc makes `<parent>/<id>` in every hierarchy
-//! from the bundle's `cgroupsPath`): finding them, freezing them (pause), killing
-//! everything in them and removing them (destroy).
+//! from the bundle's `cgroupsPath`): finding them, killing everything in them and
+//! removing them (destroy).
 //!
 //! runsc puts the whole sandbox in them: the sentry (`runsc-sandbox`), the gofer and,
 //! on the ptrace platform, the sentry's stub processes. Nothing inside gVisor makes a
-//! host process itself (the sentry does, for it), so once the group is frozen and
-//! every listed process SIGKILLed, nothing of the sandbox runs again.
+//! host process itself (the sentry does, for it), so once the sentry and then every
+//! listed process are SIGKILLed, nothing of the sandbox runs again.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -62,26 +62,30 @@ fn sigkill(pid: u32) {
     }
 }
 
-/// Kills every process in `dirs`: `cgroup.kill` where the kernel has it (v2), else
-/// the group frozen first (so no process forks past the kill), then each listed
-/// process SIGKILLed, and the group thawed (a frozen v1 task does not die until
-/// thawed; a paused sandbox is thawed only after the kill, so none of its code runs
-/// again).
-pub fn kill(dirs: &[PathBuf]) {
-    let v2 = dirs.iter().any(|d| {
+/// Kills every process in `dirs`: `cgroup.kill` where the kernel has it (v2), and
+/// each listed process SIGKILLed, `first` (the sentry) before the rest: only the
+/// sentry makes host processes (the ptrace platform's stubs, which also die with
+/// it as their tracer), so nothing new appears once it is dead, and [`remove`] kills
+/// whatever is still listed until the groups are empty. A group found frozen (v1
+/// freezer: its tasks die only once thawed) is thawed after the kill. No freeze
+/// first: a v1 freeze of ptrace-stopped tasks can stay `FREEZING` (measured: one
+/// destroy in 40 waited out a 10 s freeze timeout).
+pub fn kill(dirs: &[PathBuf], first: Option<u32>) {
+    if let Some(pid) = first {
+        sigkill(pid);
+    }
+    for d in dirs {
         let f = d.join("cgroup.kill");
-        f.exists() && std::fs::write(&f, "1").is_ok()
-    });
-    let freezer = freezer(dirs);
-    if !v2 && let Some(f) = &freezer {
-        let _ = f.freeze();
+        if f.exists() {
+            let _ = std::fs::write(&f, "1");
+        }
     }
     for d in dirs {
         for pid in procs(d) {
             sigkill(pid);
         }
     }
-    if let Some(f) = &freezer {
+    if let Some(f) = freezer(dirs) {
         let _ = f.thaw();
     }
 }

@@ -342,9 +342,9 @@ impl GvisorLauncher {
     /// leaves it an orphan; where init reaps slowly (this project's VMs: ~2 s) a
     /// destroy took 1.6-2 s. Here: runsc's state files first (so the `runsc delete`
     /// the watcher runs when it sees the kernel die finds nothing and returns at
-    /// once), then every process of the sandbox's cgroups (frozen, killed, thawed:
-    /// nothing forks past the kill, and a paused sandbox dies too), its cgroups (they
-    /// can be removed once their tasks are dead, zombies or not), its state directory.
+    /// once), then the sentry and every process of the sandbox's cgroups
+    /// ([`cgroup::kill`]), its cgroups (they can be removed once their tasks are dead,
+    /// zombies or not), its state directory.
     async fn remove(&self, id: &str) -> Result<()> {
         let mut steps = Steps::new(format!("destroy {id}"));
         let record = self.record(id);
@@ -359,14 +359,13 @@ impl GvisorLauncher {
         remove_runsc_state(&self.runsc_root(), id)?;
         steps.step("runsc state");
         let cgroups = cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id);
-        cgroup::kill(&cgroups);
-        // Outside its cgroups only if runsc never moved it in (a failed start).
-        if let Some(r) = &record
-            && Self::alive(r)
-            && let Some(p) = rustix::process::Pid::from_raw(r.init_pid as i32)
-        {
-            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
-        }
+        // The sentry first (also when runsc never moved it into its cgroups: a
+        // failed start), then the rest of its cgroups.
+        let sentry = record
+            .as_ref()
+            .filter(|r| Self::alive(r))
+            .map(|r| r.init_pid);
+        cgroup::kill(&cgroups, sentry);
         steps.step("kill");
         let left = tokio::task::spawn_blocking(move || cgroup::remove(&cgroups))
             .await
