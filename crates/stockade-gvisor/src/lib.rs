@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::ContainerConfig;
-use stockade_agent_proto::launch::{PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
+use stockade_agent_proto::launch::{ContainerConfig, PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,

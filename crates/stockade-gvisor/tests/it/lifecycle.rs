@@ -208,6 +208,34 @@ async fn sigkill_of_the_owner_of_a_paused_sandbox_leaves_nothing() {
     assert_no_trace(&id);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_resume_and_fork_of_unknown_or_bad_ids_are_refused_clearly() {
+    if !ready() {
+        return;
+    }
+    let p = provider();
+    for e in [
+        p.pause("sb-000000000000").await.unwrap_err(),
+        p.resume("sb-000000000000").await.unwrap_err(),
+    ] {
+        assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    }
+    let e = p.pause("../etc").await.unwrap_err();
+    assert!(e.to_string().contains("is not valid"), "{e}");
+    // Fork of a live sandbox: refused, naming the provider and why.
+    let sb = sandbox(SandboxSpec::default()).await;
+    let e = sb.fork(1, CreateOptions::default()).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::Unavailable, "{e}");
+    assert!(
+        e.to_string().contains("fork on the gvisor provider")
+            && e.to_string().contains("runsc checkpoint"),
+        "{e}"
+    );
+    let id = sb.id().to_string();
+    sb.destroy().await.unwrap();
+    assert_no_trace(&id);
+}
+
 async fn sh_err(sb: &Sandbox) -> String {
     sb.exec(ExecRequest::new(["/bin/true"]))
         .await
