@@ -318,18 +318,25 @@ impl GvisorLauncher {
     /// What `list` and `inspect` say of a live sandbox: paused or running.
     fn info(&self, r: Record) -> SandboxInfo {
         let mut info = r.info;
-        if freezer::is_paused(&self.dir(&info.id)) {
+        if freezer::is_paused(&self.pause_dir(&info.id)) {
             info.state = stockade_core::RunState::Paused;
         }
         info
     }
 
-    /// The state directory of live sandbox `id`.
+    /// Where the pause files of sandbox `id` are (`paused`, `paused-ms`, as native's):
+    /// its agent directory, PID 1's `/.stockade` (root's alone, out of the code's
+    /// reach), as in a docker sandbox, so PID 1 of either can read them.
+    fn pause_dir(&self, id: &str) -> PathBuf {
+        self.dir(id).join("agent")
+    }
+
+    /// The pause directory of live sandbox `id`.
     fn live_dir(&self, id: &str) -> Result<PathBuf> {
         check_id(id)?;
         let r = self.record(id).ok_or_else(|| not_found(id))?;
         if Self::alive(&r) {
-            Ok(self.dir(id))
+            Ok(self.pause_dir(id))
         } else {
             Err(self.gone(id, not_found(id)))
         }
@@ -1101,7 +1108,7 @@ impl Launcher for GvisorLauncher {
             return Err(self.gone(id, not_found(id)));
         }
         // Its agent is frozen with the rest and would not answer.
-        if freezer::is_paused(&self.dir(id)) {
+        if freezer::is_paused(&self.pause_dir(id)) {
             return Err(stockade_core::paused_error(id));
         }
         Ok(UnixSocket::new(id, sock))
@@ -1156,9 +1163,9 @@ impl Launcher for GvisorLauncher {
     /// destroy still end it. Chosen over freezing the sandbox's host cgroup (as
     /// native does), which also stops the sentry: a frozen sentry cannot be killed
     /// by runsc (a v1-frozen task dies only once thawed), so the watcher would leave
-    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`
-    /// in the state directory): execs and file operations are refused on them
-    /// without asking the stopped agent.
+    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`,
+    /// here in the agent directory: [`Self::pause_dir`]): execs and file operations
+    /// are refused on them without asking the stopped agent.
     async fn pause(&self, id: &str) -> Result<()> {
         let dir = self.live_dir(id)?;
         let _lock = pause_lock(&dir)?;
