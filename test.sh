@@ -37,7 +37,7 @@ for l in sys.stdin:
     if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
 (cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle:: egress::)
 # The same suites on the gvisor provider (real runsc; crates/stockade-gvisor/ci-setup.sh
-# installs it): the conformance cases and the attacks. The attacks below are skipped BY
+# installs it): the conformance cases, the attacks and pause/resume. The attacks below are skipped BY
 # NAME because the gvisor provider does not meet them yet (ARCHITECTURE.md, gvisor
 # section, says why); behaviour::, files:: and lifecycle:: still assume native.
 if ! command -v runsc >/dev/null 2>&1; then
@@ -52,7 +52,7 @@ gvisor_gaps=(
 echo "test.sh: gvisor: skipping known gaps: ${gvisor_gaps[*]}" >&2
 skips=()
 for t in "${gvisor_gaps[@]}"; do skips+=(--skip "$t"); done
-(cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
+(cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: pause:: --test-threads=1 "${skips[@]}")
 # The same suites on the microvm provider (real QEMU, TCG where KVM is unusable;
 # crates/stockade-microvm/ci-setup.sh installs it): ~3 minutes here, a VM boot per
 # case. The one below is skipped BY NAME (ARCHITECTURE.md, microvm section, says

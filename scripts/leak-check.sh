@@ -46,6 +46,8 @@ for _ in $(seq 50); do
 done
 dirs=$(find /run/stockade-gvisor /run/stockade-gvisor-it -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/null)
 [ -z "$dirs" ] || report "gvisor sandbox dirs left: $dirs"
+runsc_files=$(find /run/stockade-gvisor/runsc /run/stockade-gvisor-it/runsc -mindepth 1 -maxdepth 1 -name 'sb-*' 2>/dev/null)
+[ -z "$runsc_files" ] || report "gvisor runsc state left: $runsc_files"
 gv=$(live 'runsc-sandbox|runsc-gofer|stockade-agent gvisor-watch')
 [ -z "$gv" ] || report "gvisor processes left: $gv"
 # Remove the (empty) per-run state roots of the test binaries.

@@ -28,7 +28,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::NetworkPlan;
+use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
 use stockade_agent_proto::{EgressDenial, now_ms};
 use stockade_core::spec::Network;
 use stockade_core::{
@@ -162,6 +162,28 @@ impl DockerLauncher {
 
     fn dir(&self, id: &str) -> PathBuf {
         self.state_root.join(id)
+    }
+
+    /// Whether sandbox `id` is paused: the marker in its host directory, written
+    /// before `docker pause` and removed after `docker unpause` (execs are refused on
+    /// it without asking dockerd).
+    fn is_paused(&self, id: &str) -> bool {
+        self.dir(id).join(PAUSED_FILE).exists()
+    }
+
+    /// The running (or paused) container of sandbox `id`, and whether docker has it
+    /// paused; a dead one is explained.
+    async fn live(&self, id: &str) -> Result<bool> {
+        check_id(id)?;
+        let c = self
+            .inspect_container(id)
+            .await?
+            .ok_or_else(|| not_found(id))?;
+        let state = c.state.unwrap_or_default();
+        if state.running != Some(true) {
+            return Err(self.gone(id, not_found(id)).await);
+        }
+        Ok(state.paused == Some(true))
     }
 
     async fn inspect_container(&self, id: &str) -> Result<Option<ContainerInspectResponse>> {
@@ -517,7 +539,9 @@ impl DockerLauncher {
             // A container being created right now is `created` until it starts.
             let starting = state == "created"
                 && num(labels::CREATED).is_some_and(|c| now.saturating_sub(c) < 60_000);
-            let dead = state != "running" && !starting;
+            // A paused container is alive (docker pause); its owner's death and its
+            // lifetime still end it.
+            let dead = state != "running" && state != "paused" && !starting;
             let owner_dead = match (num(labels::OWNER_PID), num(labels::OWNER_TICKS)) {
                 (Some(pid), Some(ticks)) => {
                     !stockade_sys::process::is_same_process(pid as u32, ticks)
@@ -878,6 +902,10 @@ impl Launcher for DockerLauncher {
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)).await);
         }
+        // Its agent is frozen with the rest and would not answer.
+        if self.is_paused(id) {
+            return Err(stockade_core::paused_error(id));
+        }
         Ok(agent_socket(id, sock))
     }
 
@@ -891,8 +919,14 @@ impl Launcher for DockerLauncher {
             .containers()
             .await?
             .iter()
-            .filter(|(_, state, _)| state == "running")
-            .map(|(id, _, l)| self.with_live_network(Self::info_from_labels(id, l)))
+            .filter(|(_, state, _)| state == "running" || state == "paused")
+            .map(|(id, state, l)| {
+                let mut info = self.with_live_network(Self::info_from_labels(id, l));
+                if state == "paused" || self.is_paused(id) {
+                    info.state = stockade_core::RunState::Paused;
+                }
+                info
+            })
             .collect())
     }
 
@@ -905,8 +939,13 @@ impl Launcher for DockerLauncher {
         if c.state.as_ref().and_then(|s| s.running) != Some(true) {
             return Err(self.gone(id, not_found(id)).await);
         }
+        let paused = c.state.as_ref().and_then(|s| s.paused) == Some(true);
         let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
-        Ok(self.with_live_network(Self::info_from_labels(id, &labels)))
+        let mut info = self.with_live_network(Self::info_from_labels(id, &labels));
+        if paused || self.is_paused(id) {
+            info.state = stockade_core::RunState::Paused;
+        }
+        Ok(info)
     }
 
     async fn gc(&self) -> Result<GcReport> {
@@ -937,4 +976,85 @@ impl Launcher for DockerLauncher {
     async fn explain(&self, id: &str, error: Error) -> Error {
         self.gone(id, error).await
     }
+
+    /// `docker pause`: dockerd freezes the container's cgroup (runc's freezer), so
+    /// every process stops at once, invisibly to it, and its memory stays in RAM.
+    /// Through dockerd rather than our own freeze of its cgroup, so docker knows
+    /// (`docker ps` says Paused, and `docker rm -f` of it works).
+    async fn pause(&self, id: &str) -> Result<()> {
+        let docker_paused = self.live(id).await?;
+        let dir = self.dir(id);
+        let _lock = pause_lock(&dir)?;
+        if docker_paused || self.is_paused(id) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is already paused; resume it (stockade resume {id})"
+            )));
+        }
+        // Marked first: from here on no new exec reaches the agent, which is about to
+        // stop answering.
+        let marker = dir.join(PAUSED_FILE);
+        std::fs::write(&marker, now_ms().to_string())
+            .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+        let docker = self.docker().await?;
+        if let Err(e) = docker.pause_container(&container_name(id)).await {
+            let _ = std::fs::remove_file(&marker);
+            return Err(engine::docker_error(&format!("pause sandbox {id}"), e));
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        let docker_paused = self.live(id).await?;
+        let dir = self.dir(id);
+        let _lock = pause_lock(&dir)?;
+        if !docker_paused && !self.is_paused(id) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is not paused; only a paused sandbox can be resumed"
+            )));
+        }
+        if docker_paused {
+            let docker = self.docker().await?;
+            docker
+                .unpause_container(&container_name(id))
+                .await
+                .map_err(|e| engine::docker_error(&format!("resume sandbox {id}"), e))?;
+        }
+        let total = PausedTime::read(&dir, now_ms()).total_ms;
+        let tmp = dir.join(".paused-ms.tmp");
+        std::fs::write(&tmp, total.to_string())
+            .and_then(|()| std::fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
+            .map_err(|e| Error::io(format!("cannot record the pause in {}", dir.display()), e))?;
+        match std::fs::remove_file(dir.join(PAUSED_FILE)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("cannot unmark {}", dir.display()), e)),
+        }
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (count, opts);
+        self.live(id).await?;
+        Err(stockade_core::unsupported(
+            "docker",
+            "fork",
+            "docker cannot copy a running container's processes into new containers (its \
+             CRIU checkpoint is experimental and not used here); pause and resume work \
+             (docker pause)",
+        ))
+    }
+}
+
+/// Serializes pause and resume of one sandbox (any process): both read, then change,
+/// the pause files.
+fn pause_lock(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("pause.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
+    f.lock()
+        .map_err(|e| Error::io(format!("cannot lock {}", path.display()), e))?;
+    Ok(f)
 }

@@ -17,6 +17,7 @@
 //! a crash left.
 
 pub mod bundle;
+pub mod cgroup;
 pub mod runsc;
 
 use std::path::{Path, PathBuf};
@@ -25,12 +26,13 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::ContainerConfig;
+use stockade_agent_proto::launch::{ContainerConfig, PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
 };
+use stockade_native::freezer;
 use tokio::sync::OnceCell;
 
 pub use runsc::{Platform, Runsc};
@@ -48,6 +50,53 @@ const START_TIMEOUT: Duration = Duration::from_secs(30);
 /// A state directory this young may belong to a creation in progress: gc leaves it.
 const YOUNG: Duration = Duration::from_secs(60);
 
+/// Per-step timings of one create or destroy, printed to stderr when
+/// `STOCKADE_GVISOR_TIMINGS` is set (for profiling; see BENCHMARKS.md).
+struct Steps {
+    what: String,
+    last: Instant,
+    steps: Vec<(&'static str, Duration)>,
+    on: bool,
+}
+
+impl Steps {
+    fn new(what: String) -> Steps {
+        Steps {
+            what,
+            last: Instant::now(),
+            steps: Vec::new(),
+            on: std::env::var_os("STOCKADE_GVISOR_TIMINGS").is_some(),
+        }
+    }
+
+    fn step(&mut self, name: &'static str) {
+        if self.on {
+            let now = Instant::now();
+            self.steps.push((name, now - self.last));
+            self.last = now;
+        }
+    }
+}
+
+impl Drop for Steps {
+    fn drop(&mut self) {
+        if self.on {
+            let total: Duration = self.steps.iter().map(|s| s.1).sum();
+            let parts: Vec<String> = self
+                .steps
+                .iter()
+                .map(|(n, d)| format!("{n} {:.1}", d.as_secs_f64() * 1000.0))
+                .collect();
+            eprintln!(
+                "stockade-gvisor: {} {:.1} ms: {}",
+                self.what,
+                total.as_secs_f64() * 1000.0,
+                parts.join(", ")
+            );
+        }
+    }
+}
+
 /// What a sandbox's directory records (`sandbox.json`), for list, inspect and gc.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 struct Record {
@@ -58,6 +107,11 @@ struct Record {
     owner_ticks: Option<u64>,
     /// The sandbox's host memory limit (for explaining an OOM death).
     host_memory_bytes: u64,
+    /// The detached watcher (`stockade-agent gvisor-watch`) and its start time: a
+    /// destroy ends it first, so it does not run its own `runsc delete` as the
+    /// sandbox dies.
+    #[serde(default)]
+    watcher: Option<(u32, u64)>,
 }
 
 /// The runsc this launcher uses and the platform it picked.
@@ -172,7 +226,7 @@ impl GvisorLauncher {
                     Some(p) => p.clone(),
                     None => runsc::locate()?,
                 };
-                let runsc = Runsc::open(&path).await?;
+                let runsc = open_runsc(&path).await?;
                 let kvm = self.kvm_works(&runsc).await;
                 Ok(Setup {
                     platform: runsc::choose(kvm.is_ok(), runsc.has_systrap),
@@ -217,8 +271,9 @@ impl GvisorLauncher {
         answer
     }
 
-    /// `runsc --root R ARGS`, waited for with a deadline.
-    async fn runsc(&self, args: &[&str]) -> Result<std::process::Output> {
+    /// `runsc --root R ARGS` within [`START_TIMEOUT`]; its stdout, or its stderr in
+    /// the error when it fails.
+    async fn runsc_ok(&self, args: &[&str]) -> Result<String> {
         let setup = self.setup().await?;
         let mut cmd = tokio::process::Command::new(&setup.runsc.path);
         cmd.arg(format!("--root={}", self.runsc_root().display()))
@@ -231,12 +286,23 @@ impl GvisorLauncher {
         let child = cmd
             .spawn()
             .map_err(|e| Error::io(format!("cannot start {what}"), e))?;
-        match tokio::time::timeout(START_TIMEOUT, child.wait_with_output()).await {
-            Ok(r) => r.map_err(|e| Error::io(format!("cannot run {what}"), e)),
-            Err(_) => Err(Error::Timeout {
-                operation: what,
-                after_ms: START_TIMEOUT.as_millis() as u64,
-            }),
+        let out = match tokio::time::timeout(START_TIMEOUT, child.wait_with_output()).await {
+            Ok(r) => r.map_err(|e| Error::io(format!("cannot run {what}"), e))?,
+            Err(_) => {
+                return Err(Error::Timeout {
+                    operation: what,
+                    after_ms: START_TIMEOUT.as_millis() as u64,
+                });
+            }
+        };
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        } else {
+            Err(Error::Internal(format!(
+                "{what} failed ({}): {}",
+                out.status,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )))
         }
     }
 
@@ -249,30 +315,77 @@ impl GvisorLauncher {
         stockade_sys::process::is_same_process(r.init_pid, r.init_ticks)
     }
 
-    /// Kills the sandbox (its gVisor kernel first: everything inside goes with it),
-    /// has runsc delete its state and cgroups, and removes the state directory.
-    async fn remove(&self, id: &str) -> Result<()> {
-        if let Some(r) = self.record(id)
-            && Self::alive(&r)
-        {
-            let _ = rustix::process::Pid::from_raw(r.init_pid as i32)
-                .map(|p| rustix::process::kill_process(p, rustix::process::Signal::KILL));
+    /// What `list` and `inspect` say of a live sandbox: paused or running.
+    fn info(&self, r: Record) -> SandboxInfo {
+        let mut info = r.info;
+        if freezer::is_paused(&self.pause_dir(&info.id)) {
+            info.state = stockade_core::RunState::Paused;
         }
-        let out = self.runsc(&["delete", "--force", id]).await?;
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        if !out.status.success() && !stderr.contains("does not exist") {
-            return Err(Error::Internal(format!(
-                "runsc delete --force {id} failed ({}): {}",
-                out.status,
-                stderr.trim()
-            )));
+        info
+    }
+
+    /// Where the pause files of sandbox `id` are (`paused`, `paused-ms`, as native's):
+    /// its agent directory, PID 1's `/.stockade` (root's alone, out of the code's
+    /// reach), as in a docker sandbox, so PID 1 of either can read them.
+    fn pause_dir(&self, id: &str) -> PathBuf {
+        self.dir(id).join("agent")
+    }
+
+    /// The pause directory of live sandbox `id`.
+    fn live_dir(&self, id: &str) -> Result<PathBuf> {
+        check_id(id)?;
+        let r = self.record(id).ok_or_else(|| not_found(id))?;
+        if Self::alive(&r) {
+            Ok(self.pause_dir(id))
+        } else {
+            Err(self.gone(id, not_found(id)))
+        }
+    }
+
+    /// Kills the sandbox and removes everything of it, without `runsc delete`: that
+    /// SIGKILLs the sandbox and then polls (every 100 ms) until the killed process is
+    /// *reaped*, by its parent, which is the host's init since `runsc run --detach`
+    /// leaves it an orphan; where init reaps slowly (this project's VMs: ~2 s) a
+    /// destroy took 1.6-2 s. Here: runsc's state files first (so the `runsc delete`
+    /// the watcher runs when it sees the kernel die finds nothing and returns at
+    /// once), then the sentry and every process of the sandbox's cgroups
+    /// ([`cgroup::kill`]), its cgroups (they can be removed once their tasks are dead,
+    /// zombies or not), its state directory.
+    async fn remove(&self, id: &str) -> Result<()> {
+        let mut steps = Steps::new(format!("destroy {id}"));
+        let record = self.record(id);
+        // The watcher would run `runsc delete` when it sees the kernel die: wasted
+        // work (a Go program's start, ~25 ms of CPU) racing this removal.
+        if let Some((pid, ticks)) = record.as_ref().and_then(|r| r.watcher)
+            && stockade_sys::process::is_same_process(pid, ticks)
+            && let Some(p) = rustix::process::Pid::from_raw(pid as i32)
+        {
+            let _ = rustix::process::kill_process(p, rustix::process::Signal::KILL);
+        }
+        remove_runsc_state(&self.runsc_root(), id)?;
+        steps.step("runsc state");
+        let cgroups = cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id);
+        // The sentry first (also when runsc never moved it into its cgroups: a
+        // failed start), then the rest of its cgroups.
+        let sentry = record
+            .as_ref()
+            .filter(|r| Self::alive(r))
+            .map(|r| r.init_pid);
+        cgroup::kill(&cgroups, sentry);
+        steps.step("kill");
+        let left = tokio::task::spawn_blocking(move || cgroup::remove(&cgroups))
+            .await
+            .map_err(|e| Error::Internal(format!("cgroup removal task failed: {e}")))?;
+        steps.step("cgroups");
+        if let Some(e) = left {
+            return Err(Error::Internal(format!("destroying sandbox {id}: {e}")));
         }
         let dir = self.dir(id);
-        match std::fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("remove", &dir)(e)),
-        }
+        let r = tokio::task::spawn_blocking(move || remove_tree(&dir).map_err(io("remove", &dir)))
+            .await
+            .map_err(|e| Error::Internal(format!("state dir removal task failed: {e}")))?;
+        steps.step("state dir");
+        r
     }
 
     /// Why sandbox `id`, whose agent stopped answering, is gone.
@@ -301,7 +414,9 @@ impl GvisorLauncher {
 
     async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
         need_root()?;
+        let mut steps = Steps::new("create".into());
         let setup = self.setup().await?.clone();
+        steps.step("setup");
         let agent = stockade_agent_host::find_static_agent().map_err(|e| match e {
             Error::Unavailable { reason, fix, .. } => Error::Unavailable {
                 what: "the gvisor provider's agent".into(),
@@ -310,10 +425,13 @@ impl GvisorLauncher {
             },
             e => e,
         })?;
+        steps.step("find agent");
         let id = stockade_core::host::new_sandbox_id();
         let dir = self.dir(&id);
         make_dirs(&self.state_root, &dir)?;
-        let r = self.start_in(spec, opts, &setup, &agent, &id, &dir).await;
+        let r = self
+            .start_in(spec, opts, &setup, &agent, &id, &mut steps)
+            .await;
         if r.is_err() {
             let _ = self.remove(&id).await;
         }
@@ -327,8 +445,9 @@ impl GvisorLauncher {
         setup: &Setup,
         agent: &Path,
         id: &str,
-        dir: &Path,
+        steps: &mut Steps,
     ) -> Result<SandboxInfo> {
+        let dir = &self.dir(id);
         let mount_is_file = spec
             .mounts
             .iter()
@@ -353,6 +472,7 @@ impl GvisorLauncher {
             }
             None => (None, None),
         };
+        steps.step("image");
         let created = now_ms();
         let in_use_lock = image.as_ref().and_then(|i| i.in_use_lock.clone());
         let image_rootfs = image.as_ref().map(|i| i.rootfs.clone());
@@ -371,6 +491,7 @@ impl GvisorLauncher {
             userns: None,
             rootless: None,
         };
+        steps.step("layout");
         let plan = stockade_native::plan::plan(spec, &ctx)?;
         let input = bundle::BundleInput {
             agent: agent.to_path_buf(),
@@ -383,6 +504,7 @@ impl GvisorLauncher {
             cgroup_parent: stockade_native::plan::CGROUP_PARENT.into(),
         };
         let b = bundle::bundle(spec, &plan, &input)?;
+        steps.step("plan+bundle");
         let base = if input.image_rootfs.is_some() {
             &input.files_dir
         } else {
@@ -398,6 +520,7 @@ impl GvisorLauncher {
         std::fs::write(input.agent_dir.join("agent"), b"")
             .map_err(io("create", &input.agent_dir))?;
         write_json(&dir.join("config.json"), &b.config)?;
+        steps.step("write root");
 
         let console = std::fs::File::create(dir.join("console.log"))
             .map_err(io("create", &dir.join("console.log")))?;
@@ -406,6 +529,14 @@ impl GvisorLauncher {
         cmd.arg(format!("--root={}", self.runsc_root().display()))
             .arg(format!("--platform={}", setup.platform.as_str()))
             .args(["--network=none", "--host-uds=create"]);
+        // Diagnostics: gVisor's debug log with every system call of the sandbox
+        // (`--strace`), one file per runsc process, in this directory.
+        if let Some(log) = std::env::var_os("STOCKADE_GVISOR_DEBUG_LOG").filter(|d| !d.is_empty()) {
+            let mut flag = std::ffi::OsString::from("--debug-log=");
+            flag.push(&log);
+            flag.push("/");
+            cmd.args(["--debug", "--strace"]).arg(flag);
+        }
         if input.image_rootfs.is_some() {
             // Mount points the image lacks are made in memory, never in the store.
             cmd.arg("--overlay2=root:memory");
@@ -436,6 +567,7 @@ impl GvisorLauncher {
                 console_tail(dir)
             )));
         }
+        steps.step("runsc run");
         let init_pid: u32 = std::fs::read_to_string(&pid_file)
             .ok()
             .and_then(|s| s.trim().parse().ok())
@@ -446,29 +578,6 @@ impl GvisorLauncher {
                 console_tail(dir)
             ))
         })?;
-        let transport = UnixSocket::new(id, input.agent_dir.join("agent.sock"));
-        let started = Instant::now();
-        loop {
-            if stockade_agent_host::client::ping(id, &transport)
-                .await
-                .is_ok()
-            {
-                break;
-            }
-            if !stockade_sys::process::is_same_process(init_pid, init_ticks) {
-                return Err(Error::Internal(format!(
-                    "the agent of sandbox {id} did not start: {}",
-                    console_tail(dir)
-                )));
-            }
-            if started.elapsed() > START_TIMEOUT {
-                return Err(Error::Timeout {
-                    operation: format!("starting sandbox {id}"),
-                    after_ms: START_TIMEOUT.as_millis() as u64,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(2)).await;
-        }
         let info = SandboxInfo {
             id: id.to_string(),
             provider: "gvisor".into(),
@@ -485,10 +594,46 @@ impl GvisorLauncher {
             init_ticks,
             owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
             host_memory_bytes: spec.limits.memory_bytes + bundle::SENTRY_OVERHEAD_BYTES,
+            watcher: None,
+        };
+        let transport = UnixSocket::new(id, input.agent_dir.join("agent.sock"));
+        let agent_up = async {
+            let started = Instant::now();
+            loop {
+                if stockade_agent_host::client::ping(id, &transport)
+                    .await
+                    .is_ok()
+                {
+                    return Ok(());
+                }
+                if !stockade_sys::process::is_same_process(init_pid, init_ticks) {
+                    return Err(Error::Internal(format!(
+                        "the agent of sandbox {id} did not start: {}",
+                        console_tail(dir)
+                    )));
+                }
+                if started.elapsed() > START_TIMEOUT {
+                    return Err(Error::Timeout {
+                        operation: format!("starting sandbox {id}"),
+                        after_ms: START_TIMEOUT.as_millis() as u64,
+                    });
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+        };
+        // The watcher starts while the agent comes up (it needs only the kernel's
+        // pid); should either fail, the caller's removal kills both.
+        let watcher = self.watch(setup, agent, &record, dir, in_use_lock.as_deref());
+        let (up, watched) = tokio::join!(agent_up, watcher);
+        up?;
+        watched?;
+        steps.step("agent up + watcher");
+        let record = Record {
+            watcher: find_watcher(id, dir),
+            ..record
         };
         write_json(&dir.join("sandbox.json"), &record)?;
-        self.watch(setup, agent, &record, dir, in_use_lock.as_deref())
-            .await?;
+        steps.step("record");
         drop(image_guard);
         Ok(info)
     }
@@ -578,25 +723,193 @@ impl GvisorLauncher {
                 }
             }
         }
-        // Containers runsc knows that have no directory (a crash between the two).
-        // Looked at again now: a sandbox created since the listing above has its
-        // directory (made before its container) and is not an orphan.
-        if self.runsc_root().exists() {
-            let out = self.runsc(&["list", "-quiet"]).await?;
-            for id in String::from_utf8_lossy(&out.stdout).lines().map(str::trim) {
-                if check_id(id).is_ok()
-                    && !known.iter().any(|k| k == id)
-                    && !self.state_root.join(id).exists()
-                {
-                    match self.remove(id).await {
-                        Ok(()) => report.reaped.push(id.to_string()),
-                        Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
-                    }
+        // Containers runsc knows that have no directory (a crash between the two;
+        // or a lock file a `runsc delete` of the watcher made again while a destroy
+        // removed the state, left once it is a minute old). Looked at again now: a
+        // sandbox created since the listing above has its directory (made before its
+        // container) and is not an orphan.
+        for (id, age) in runsc_ids(&self.runsc_root()) {
+            if check_id(&id).is_ok()
+                && !known.contains(&id)
+                && !self.state_root.join(&id).exists()
+                && age > YOUNG
+            {
+                match self.remove(&id).await {
+                    Ok(()) => report.reaped.push(id),
+                    Err(err) => report.errors.push(format!("sandbox {id}: {err}")),
                 }
             }
         }
         Ok(report)
     }
+}
+
+/// The detached watcher of sandbox `id` (its command line is `... gvisor-watch RUNSC
+/// ROOT ID INIT OWNER EXPIRES DIR LOCK`) and its start time.
+fn find_watcher(id: &str, dir: &Path) -> Option<(u32, u64)> {
+    let dir = dir.as_os_str().as_encoded_bytes();
+    for e in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        if args.get(1) == Some(&b"gvisor-watch".as_slice())
+            && args.get(4) == Some(&id.as_bytes())
+            && args.get(8) == Some(&dir)
+        {
+            return stockade_sys::process::start_ticks(pid).map(|t| (pid, t));
+        }
+    }
+    None
+}
+
+/// Removes `dir` and everything below it (never following a symlink), like
+/// `remove_dir_all`, but the directories of one depth in parallel: the root's mount
+/// points were mount points in the gofer's mount namespace, just ended, and each
+/// rmdir of one waits for an RCU grace period (~3 ms each here, ~30 ms a sandbox one
+/// after the other); in parallel the waits overlap. A missing `dir` is not an error.
+fn remove_tree(dir: &Path) -> std::io::Result<()> {
+    fn walk(d: &Path, depth: usize, dirs: &mut Vec<(usize, PathBuf)>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(d)? {
+            let e = e?;
+            let path = e.path();
+            if e.file_type()?.is_dir() {
+                walk(&path, depth + 1, dirs)?;
+            } else {
+                match std::fs::remove_file(&path) {
+                    Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+        dirs.push((depth, d.to_path_buf()));
+        Ok(())
+    }
+    let mut dirs = Vec::new();
+    match walk(dir, 0, &mut dirs) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        r => r?,
+    }
+    dirs.sort_by_key(|d| std::cmp::Reverse(d.0));
+    for level in dirs.chunk_by(|a, b| a.0 == b.0) {
+        let results: Vec<std::io::Result<()>> = std::thread::scope(|s| {
+            let handles: Vec<_> = level
+                .iter()
+                .map(|(_, d)| s.spawn(move || std::fs::remove_dir(d)))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| {
+                    h.join()
+                        .unwrap_or_else(|_| Err(std::io::Error::other("panicked")))
+                })
+                .collect()
+        });
+        for r in results {
+            match r {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Serializes pause and resume of one sandbox (any process): both read, then change,
+/// the pause files.
+fn pause_lock(dir: &Path) -> Result<std::fs::File> {
+    let path = dir.join("pause.lock");
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(io("open", &path))?;
+    f.lock().map_err(io("lock", &path))?;
+    Ok(f)
+}
+
+/// runsc's files of sandbox `id` in its state root (`ID_sandbox:ID.state` and
+/// `.lock`).
+fn runsc_files(runsc_root: &Path, id: &str) -> Vec<PathBuf> {
+    let prefix = format!("{id}_sandbox:");
+    std::fs::read_dir(runsc_root)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Removes runsc's state of sandbox `id`: from then on runsc does not know it.
+fn remove_runsc_state(runsc_root: &Path, id: &str) -> Result<()> {
+    for f in runsc_files(runsc_root, id) {
+        match std::fs::remove_file(&f) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io("remove", &f)(e)),
+        }
+    }
+    Ok(())
+}
+
+/// The sandbox ids runsc has files of in `runsc_root`, with the age of the youngest.
+fn runsc_ids(runsc_root: &Path) -> Vec<(String, Duration)> {
+    let mut v: Vec<(String, Duration)> = Vec::new();
+    for e in std::fs::read_dir(runsc_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some((id, _)) = name.split_once("_sandbox:") else {
+            continue;
+        };
+        let age = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .map(|t| t.elapsed().unwrap_or_default())
+            .unwrap_or_default();
+        match v.iter_mut().find(|(i, _)| i == id) {
+            Some((_, a)) => *a = (*a).min(age),
+            None => v.push((id.to_string(), age)),
+        }
+    }
+    v
+}
+
+/// [`Runsc::open`], whose answer (two runs of runsc, ~50 ms, on every create of a
+/// fresh process such as the CLI) is kept per build of the binary
+/// ([`runsc::identity`]) in `runsc-info.json` of the runtime directory. Only a runsc
+/// that answered is kept; a missing or broken one is asked again each time.
+async fn open_runsc(path: &Path) -> Result<Runsc> {
+    let cache_dir = stockade_core::host::runtime_dir("stockade-gvisor");
+    let cache = cache_dir.join("runsc-info.json");
+    let key = runsc::identity(path);
+    if let Some(key) = &key
+        && let Ok(text) = std::fs::read_to_string(&cache)
+        && let Ok((k, r)) = serde_json::from_str::<(String, Runsc)>(&text)
+        && k == *key
+        && r.path == path
+    {
+        return Ok(r);
+    }
+    let runsc = Runsc::open(path).await?;
+    if let Some(key) = key
+        && std::fs::create_dir_all(&cache_dir).is_ok()
+        && let Ok(text) = serde_json::to_string(&(key, &runsc))
+    {
+        let tmp = cache.with_extension(format!("tmp{}", std::process::id()));
+        if std::fs::write(&tmp, text).is_ok() {
+            let _ = std::fs::rename(&tmp, &cache);
+        }
+    }
+    Ok(runsc)
 }
 
 fn console_tail(dir: &Path) -> String {
@@ -794,6 +1107,10 @@ impl Launcher for GvisorLauncher {
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)));
         }
+        // Its agent is frozen with the rest and would not answer.
+        if freezer::is_paused(&self.pause_dir(id)) {
+            return Err(stockade_core::paused_error(id));
+        }
         Ok(UnixSocket::new(id, sock))
     }
 
@@ -813,7 +1130,7 @@ impl Launcher for GvisorLauncher {
             .flatten()
             .filter_map(|e| self.record(&e.file_name().to_string_lossy()))
             .filter(Self::alive)
-            .map(|r| r.info)
+            .map(|r| self.info(r))
             .collect();
         v.sort_by_key(|i| i.created_at_ms);
         Ok(v)
@@ -823,7 +1140,7 @@ impl Launcher for GvisorLauncher {
         check_id(id)?;
         let r = self.record(id).ok_or_else(|| not_found(id))?;
         if Self::alive(&r) {
-            Ok(r.info)
+            Ok(self.info(r))
         } else {
             Err(self.gone(id, not_found(id)))
         }
@@ -838,5 +1155,97 @@ impl Launcher for GvisorLauncher {
 
     async fn explain(&self, id: &str, error: Error) -> Error {
         self.gone(id, error)
+    }
+
+    /// `runsc pause`: gVisor's kernel stops every task of the sandbox where it is
+    /// (their memory stays in RAM); the sentry itself keeps running, so a `runsc
+    /// delete` (the watcher's, at the owner's death or the lifetime's end) and a
+    /// destroy still end it. Chosen over freezing the sandbox's host cgroup (as
+    /// native does), which also stops the sentry: a frozen sentry cannot be killed
+    /// by runsc (a v1-frozen task dies only once thawed), so the watcher would leave
+    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`,
+    /// here in the agent directory: [`Self::pause_dir`]): execs and file operations
+    /// are refused on them without asking the stopped agent.
+    async fn pause(&self, id: &str) -> Result<()> {
+        let dir = self.live_dir(id)?;
+        let _lock = pause_lock(&dir)?;
+        if freezer::is_paused(&dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is already paused; resume it (stockade resume {id})"
+            )));
+        }
+        // Marked first: from here on no new exec reaches the agent, which is about to
+        // stop answering.
+        let marker = dir.join(PAUSED_FILE);
+        std::fs::write(&marker, now_ms().to_string()).map_err(io("write", &marker))?;
+        if let Err(e) = self.runsc_ok(&["pause", id]).await {
+            let _ = std::fs::remove_file(&marker);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    async fn resume(&self, id: &str) -> Result<()> {
+        let dir = self.live_dir(id)?;
+        let _lock = pause_lock(&dir)?;
+        if !freezer::is_paused(&dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is not paused; only a paused sandbox can be resumed"
+            )));
+        }
+        if let Err(e) = self.runsc_ok(&["resume", id]).await {
+            // Marked but never paused (a crash between the two): running already.
+            let state = self.runsc_ok(&["state", id]).await.unwrap_or_default();
+            if !state.contains("\"running\"") {
+                return Err(e);
+            }
+        }
+        let total = PausedTime::read(&dir, now_ms()).total_ms;
+        let tmp = dir.join(".paused-ms.tmp");
+        std::fs::write(&tmp, total.to_string())
+            .and_then(|()| std::fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
+            .map_err(io("record the pause in", &dir))?;
+        match std::fs::remove_file(dir.join(PAUSED_FILE)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(io("unmark", &dir)(e)),
+        }
+    }
+
+    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
+        let _ = (count, opts);
+        self.live_dir(id)?;
+        Err(stockade_core::unsupported(
+            "gvisor",
+            "fork",
+            "copying a running gVisor sandbox into new ones would take runsc checkpoint and \
+             restore, which this provider does not do; pause and resume work (runsc \
+             pause)",
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn remove_tree_removes_everything_and_never_follows_a_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let outside = t.path().join("outside");
+        std::fs::create_dir(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "x").unwrap();
+        let d = t.path().join("sb");
+        for sub in ["a/b/c", "a/d", "e"] {
+            std::fs::create_dir_all(d.join(sub)).unwrap();
+        }
+        std::fs::write(d.join("a/b/c/f"), "1").unwrap();
+        std::fs::write(d.join("top"), "2").unwrap();
+        std::os::unix::fs::symlink(&outside, d.join("a/d/link")).unwrap();
+        remove_tree(&d).unwrap();
+        assert!(!d.exists());
+        assert!(outside.join("keep").exists(), "followed a symlink");
+        // Missing: nothing to do.
+        remove_tree(&d).unwrap();
     }
 }

@@ -43,7 +43,7 @@ impl Platform {
 }
 
 /// A runsc binary that answered `--version`.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Runsc {
     /// The binary.
     pub path: PathBuf,
@@ -81,6 +81,24 @@ pub fn locate() -> Result<PathBuf> {
             reason: "runsc was not found in PATH".into(),
             fix: INSTALL_FIX.into(),
         })
+}
+
+/// What identifies one build of the file at `path` without running it: the resolved
+/// path, device, inode, size and modification time (an upgrade or a replaced file
+/// changes one of them).
+pub fn identity(path: &Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let real = std::fs::canonicalize(path).ok()?;
+    let m = std::fs::metadata(&real).ok()?;
+    Some(format!(
+        "{} {}:{} {} {}.{}",
+        real.display(),
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec()
+    ))
 }
 
 /// Runs `cmd` with a deadline; a process still running at it is killed (with its

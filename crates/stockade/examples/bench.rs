@@ -289,6 +289,13 @@ async fn gvisor(n: usize) {
         "gvisor: exec round trip of `true` in a live sandbox".into(),
         exec_true,
     ));
+    // gVisor's own exec in the same sandbox (a runsc process started per exec).
+    let sroot = format!("--root={}/runsc", stockade::gvisor::DEFAULT_STATE_ROOT);
+    let argv = [runsc.as_str(), sroot.as_str(), "exec", sb.id(), "/bin/true"];
+    rows.push((
+        "`runsc exec ID /bin/true` in the same sandbox".into(),
+        time_cmd(n * 4, &argv),
+    ));
     // Idle memory: the sandbox's host cgroup (sentry, gofer, agent) after a second idle.
     tokio::time::sleep(Duration::from_secs(1)).await;
     let usage = std::fs::read_to_string(format!(
@@ -320,6 +327,33 @@ async fn gvisor(n: usize) {
         }
     }
     rows.push(("gvisor: create + destroy (library, no exec)".into(), times));
+    // Destroy alone, and pause / resume (runsc pause / resume) of a live sandbox.
+    let (mut destroys, mut pauses, mut resumes) = (Vec::new(), Vec::new(), Vec::new());
+    for i in 0..=n {
+        let sb = Sandbox::create(
+            provider.clone(),
+            SandboxSpec::default(),
+            CreateOptions::default(),
+        )
+        .await
+        .unwrap();
+        let t = Instant::now();
+        sb.pause().await.unwrap();
+        let paused = t.elapsed();
+        let t = Instant::now();
+        sb.resume().await.unwrap();
+        let resumed = t.elapsed();
+        let t = Instant::now();
+        sb.destroy().await.unwrap();
+        if i > 0 {
+            destroys.push(t.elapsed());
+            pauses.push(paused);
+            resumes.push(resumed);
+        }
+    }
+    rows.push(("gvisor: destroy alone".into(), destroys));
+    rows.push(("gvisor: pause (runsc pause)".into(), pauses));
+    rows.push(("gvisor: resume (runsc resume)".into(), resumes));
     print_rows(rows, 1, "runsc do");
     println!(
         "\n{n} iterations each ({}x for `true`), after one warm-up run; runsc: {}, platform {}.",

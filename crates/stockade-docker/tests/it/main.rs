@@ -8,6 +8,7 @@ mod attacks;
 mod egress;
 mod kernel;
 mod lifecycle;
+mod pause;
 
 use std::sync::Arc;
 

@@ -68,6 +68,16 @@ pub fn assert_no_trace(id: &str) {
         !String::from_utf8_lossy(&list.stdout).contains(id),
         "runsc still knows {id}"
     );
+    // Not even a lock file (destroy removes runsc's files itself).
+    let left: Vec<String> = std::fs::read_dir(state_root().join("runsc"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(id))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "runsc files of {id} left: {left:?}");
     for base in ["memory", "pids", "cpu"] {
         let cg = PathBuf::from("/sys/fs/cgroup")
             .join(base)

@@ -105,6 +105,9 @@ pub fn assert_no_trace(id: &str) {
     if on_microvm() {
         return assert_no_vm_trace(id);
     }
+    if on_gvisor() {
+        return assert_no_gvisor_trace(id);
+    }
     assert!(
         !state_root().join(id).exists(),
         "state dir of {id} left behind"
@@ -121,6 +124,43 @@ pub fn assert_no_trace(id: &str) {
             .join(id);
         assert!(!cg.exists(), "cgroup {} left behind", cg.display());
     }
+}
+
+/// What is left of gVisor sandbox `id`: its directory, runsc's files of it, a
+/// process naming it (sentry, gofer, the watcher, which exits moments after the
+/// sandbox), its host cgroups.
+fn assert_no_gvisor_trace(id: &str) {
+    let root = std::path::Path::new(stockade::gvisor::DEFAULT_STATE_ROOT);
+    assert!(!root.join(id).exists(), "state dir of {id} left behind");
+    let runsc: Vec<String> = std::fs::read_dir(root.join("runsc"))
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(id))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(runsc.is_empty(), "runsc files of {id} left: {runsc:?}");
+    let procs = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| {
+                let cmd = std::fs::read(e.path().join("cmdline")).ok()?;
+                let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+                cmd.contains(id).then_some(cmd)
+            })
+            .collect::<Vec<_>>()
+    };
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !procs().is_empty() && std::time::Instant::now() < until {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(procs(), Vec::<String>::new(), "processes of {id} left");
+    assert!(
+        stockade::gvisor::cgroup::dirs("stockade", id).is_empty(),
+        "cgroups of {id} left"
+    );
 }
 
 /// What is left of microVM sandbox `id`: its directory (sockets, snapshot files), a
