@@ -24,6 +24,10 @@ async fn a_missing_or_broken_runsc_is_unavailable_with_the_fix() {
     }
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("no-runsc");
+    // A state root of its own: the other tests create sandboxes in the shared one
+    // meanwhile, and "nothing was made" is checked below.
+    let own_root = dir.path().join("state");
+    let launcher = || launcher().with_state_root(&own_root);
     let e = create_with(launcher().with_runsc(&missing)).await;
     assert_eq!(e.code(), ErrorCode::Unavailable, "{e}");
     let msg = e.to_string();
@@ -51,7 +55,7 @@ async fn a_missing_or_broken_runsc_is_unavailable_with_the_fix() {
     );
     // Nothing was made.
     assert!(
-        std::fs::read_dir(state_root())
+        std::fs::read_dir(&own_root)
             .map(|d| d
                 .flatten()
                 .all(|e| !e.file_name().to_string_lossy().starts_with("sb-")))
