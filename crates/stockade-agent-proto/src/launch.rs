@@ -506,6 +506,12 @@ pub struct ExecPolicy {
     /// postcard, which has no field names to skip by.)
     #[serde(default)]
     pub exec_cgroup: Option<String>,
+    /// Spawn each exec's shim (and file operation) from the agent's binary instead of
+    /// forking it from PID 1's exec zygote: set under gVisor's ptrace platform, where a
+    /// fork's new address space costs what the `exec` it saves does and the zygote's
+    /// start made every create slower (measured: ARCHITECTURE.md, the exec zygote).
+    #[serde(default)]
+    pub no_zygote: bool,
 }
 
 /// The capabilities root inside a sandbox with a user namespace keeps: those a

@@ -91,7 +91,11 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
     let _ = chld.thread_block();
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
     // Forked while we are still single-threaded (see zygote.rs).
-    let zygote = Zygote::start(crate::zygote::Setup::of(&policy));
+    let zygote = if policy.no_zygote {
+        Zygote::none()
+    } else {
+        Zygote::start(crate::zygote::Setup::of(&policy))
+    };
     std::thread::spawn(move || reap_forever(chld));
     let idle = policy.idle_timeout_ms;
     let shared = Arc::new(Shared {

@@ -25,15 +25,17 @@
 //! to kill its tree) under the code's own seccomp filter and no_new_privs (neither
 //! the zygote nor the shim ever calls `execve`; the code does, after dropping every
 //! privilege); it holds nothing the code can reach: no listener, no file of the
-//! sandbox, undumpable, the least likely OOM victim. Should it die anyway, PID 1
-//! starts a new one by `exec` and, failing that, falls back to `exec`ing shims.
+//! sandbox, undumpable, the least likely OOM victim. Nothing waits for it: PID 1
+//! does not wait at start for its setup (it says it is ready with one byte), and
+//! until it is ready, or while a replacement for one that died starts in the
+//! background (by `exec`), PID 1 spawns shims from its binary as before.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use stockade_sys::process::{Forked, exit_now};
 
@@ -127,42 +129,113 @@ impl Setup {
 
 /// PID 1's handle on its zygote.
 pub struct Zygote {
-    /// The socket to the zygote, and its pid; `None` once it could not be restarted.
-    inner: Mutex<Option<(UnixStream, u32)>>,
+    inner: Arc<Mutex<State>>,
     /// What it sets up (the sandbox's policy).
     setup: Setup,
+    /// False where the policy says to spawn shims ([`Zygote::none`]).
+    enabled: bool,
+}
+
+/// Where the zygote is. Nothing ever waits for it: until it has said it is ready
+/// (its filter in force), and while a replacement starts, shims are `exec`ed.
+enum State {
+    /// Started (its socket and pid), not yet known to be ready.
+    Starting(UnixStream, u32),
+    /// Ready for requests.
+    Ready(UnixStream, u32),
+    /// Not running (a replacement may be starting in the background).
+    Down,
 }
 
 impl Zygote {
-    /// Forks the zygote when this process is single-threaded; otherwise starts it as
-    /// `stockade-agent zygote`. With `seccomp` it enters the seccomp filter first.
-    /// Not running when neither works (shims are then `exec`ed).
+    /// Forks the zygote when this process is single-threaded (cheap: no `exec`), else
+    /// starts `stockade-agent zygote` from a thread. Returns at once: the sandbox's
+    /// start never waits for the zygote's setup (its seccomp filter), and execs use
+    /// it once it is ready.
     pub fn start(setup: Setup) -> Zygote {
-        let started = fork_zygote(setup).or_else(|_| exec_zygote(setup));
-        Zygote {
-            inner: Mutex::new(started.ok()),
+        let z = Zygote {
+            inner: Arc::new(Mutex::new(State::Down)),
             setup,
+            enabled: true,
+        };
+        match fork_zygote(setup) {
+            Ok((sock, pid)) => *z.lock() = State::Starting(sock, pid),
+            Err(_) => z.restart_in_background(),
         }
+        z
+    }
+
+    /// No zygote: every shim and file operation is spawned from the agent's binary
+    /// (the policy's `no_zygote`).
+    pub fn none() -> Zygote {
+        Zygote {
+            inner: Arc::new(Mutex::new(State::Down)),
+            setup: Setup {
+                seccomp: false,
+                bounding: None,
+            },
+            enabled: false,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Starts a new zygote by `exec` from a thread of its own; it serves once ready.
+    fn restart_in_background(&self) {
+        if !self.enabled {
+            return;
+        }
+        let inner = self.inner.clone();
+        let setup = self.setup;
+        let _ = std::thread::Builder::new().spawn(move || {
+            if let Ok((sock, pid)) = exec_zygote(setup) {
+                let mut g = inner
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                if matches!(*g, State::Down) {
+                    *g = State::Ready(sock, pid);
+                }
+            }
+        });
     }
 
     /// The zygote's pid, while it runs (PID 1's orphan sweep spares it).
     pub fn pid(&self) -> Option<u32> {
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .as_ref()
-            .map(|(_, pid)| *pid)
+        match &*self.lock() {
+            State::Starting(_, pid) | State::Ready(_, pid) => Some(*pid),
+            State::Down => None,
+        }
     }
 
     /// Starts a child in `role` with `fds` (as [`Role`] lists them). Returns its pid.
-    /// An error means no child was started (the caller falls back to `exec`); a
-    /// zygote that died is restarted once, for the next call.
+    /// An error means no child was started (the caller falls back to `exec`): the
+    /// zygote is not ready yet, or died (then a new one starts in the background).
     pub fn spawn(&self, role: Role, fds: &[BorrowedFd<'_>]) -> io::Result<u32> {
-        let mut inner = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some((sock, _)) = inner.as_ref() else {
+        let mut g = self.lock();
+        if let State::Starting(sock, pid) = &*g {
+            match ready_now(sock) {
+                Readiness::Ready => {
+                    let (sock, pid) = (sock.try_clone()?, *pid);
+                    *g = State::Ready(sock, pid);
+                }
+                Readiness::NotYet => {
+                    return Err(io::Error::other("the exec zygote is not ready yet"));
+                }
+                Readiness::Gone => {
+                    *g = State::Down;
+                    drop(g);
+                    self.restart_in_background();
+                    return Err(io::Error::other(
+                        "the exec zygote exited before it was ready",
+                    ));
+                }
+            }
+        }
+        let State::Ready(sock, _) = &*g else {
             return Err(io::Error::other("the exec zygote is not running"));
         };
         match request(sock, role, fds) {
@@ -170,11 +243,35 @@ impl Zygote {
             Err(Failure::Child(e)) => Err(e),
             Err(Failure::Gone(e)) => {
                 // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
-                // a fresh one serves the next call.
-                *inner = exec_zygote(self.setup).ok();
+                // a fresh one serves once it is ready.
+                *g = State::Down;
+                drop(g);
+                self.restart_in_background();
                 Err(e)
             }
         }
+    }
+}
+
+enum Readiness {
+    Ready,
+    NotYet,
+    Gone,
+}
+
+/// Whether the zygote's ready byte has come, without waiting for it.
+fn ready_now(sock: &UnixStream) -> Readiness {
+    use std::os::fd::AsRawFd as _;
+    let mut byte = [0u8; 1];
+    let got = nix::sys::socket::recv(
+        sock.as_raw_fd(),
+        &mut byte,
+        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
+    );
+    match got {
+        Ok(1) if byte[0] == b'r' => Readiness::Ready,
+        Err(nix::errno::Errno::EAGAIN) => Readiness::NotYet,
+        _ => Readiness::Gone,
     }
 }
 
@@ -220,7 +317,7 @@ fn fork_zygote(setup: Setup) -> io::Result<(UnixStream, u32)> {
             stockade_sys::process::close_fds_from(4);
             exit_now(serve_forever(3, setup))
         }
-        Forked::Parent(pid) => ready(ours, pid.as_raw() as u32),
+        Forked::Parent(pid) => Ok((ours, pid.as_raw() as u32)),
     }
 }
 
@@ -381,6 +478,7 @@ mod tests {
             rlimit_nproc: None,
             sweep_orphans: false,
             exec_cgroup: None,
+            no_zygote: false,
         };
         let s = Setup::of(&p);
         assert_eq!(s.bounding, Some(ROOT_CAPS));

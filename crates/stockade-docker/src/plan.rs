@@ -184,6 +184,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         rlimit_nproc: None,
         sweep_orphans: false,
         exec_cgroup: None,
+        no_zygote: false,
     };
 
     let mut mounts = vec![

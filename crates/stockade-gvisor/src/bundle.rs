@@ -308,6 +308,9 @@ pub fn bundle(
     // gVisor 2022 ignores the shim's child-subreaper mark: what an exec double-forks
     // is reparented to PID 1, which must find and kill it.
     exec.sweep_orphans = true;
+    // Under the ptrace platform a fork costs what the exec it saves does, and the
+    // zygote's start slowed every create (ARCHITECTURE.md, the exec zygote).
+    exec.no_zygote = true;
 
     let caps: Vec<&str> = if h.drop_capabilities {
         AGENT_CAPS.to_vec()

@@ -116,6 +116,7 @@ pub fn plan(
         rlimit_nproc: None,
         sweep_orphans: false,
         exec_cgroup: Some(GUEST_EXEC_CGROUP.into()),
+        no_zygote: false,
     };
     let guest = VmConfig {
         exec,

@@ -339,6 +339,7 @@ pub fn plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<LaunchPlan, Error
         rlimit_nproc: None,
         sweep_orphans: false,
         exec_cgroup: None,
+        no_zygote: false,
     };
     let network = network_plan(
         &spec.network,
