@@ -305,9 +305,15 @@ impl NativeLauncher {
                 return Err(e);
             }
         };
+        let mut plan = plan;
+        // `STOCKADE_NO_ZYGOTE=1`: every exec's shim spawned from the agent's binary, as
+        // before the exec zygote (to measure it, or to set it aside on a kernel where
+        // it misbehaves); no guarantee differs between the two paths.
+        if std::env::var_os("STOCKADE_NO_ZYGOTE").is_some_and(|v| v == "1") {
+            plan.exec.no_zygote = true;
+        }
         // The credentials and the authority's key go to the monitor after the plan, as
         // their own document: never in plan.json, never in PID 1's memory.
-        let mut plan = plan;
         let secrets = match &mut plan.network {
             NetworkPlan::UserModeNat {
                 policy: Some(policy),
