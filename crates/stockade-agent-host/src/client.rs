@@ -154,7 +154,25 @@ pub async fn file<T: Transport + ?Sized>(
     transport: &T,
     op: stockade_core::FileOp,
 ) -> Result<stockade_core::FileResult, Error> {
-    let mut s = open(id, transport, &ClientMsg::File(op)).await?;
+    file_msg(id, transport, &ClientMsg::File(op)).await
+}
+
+/// Runs one file operation as `uid` of the sandbox (its own user namespace's).
+pub async fn file_as<T: Transport + ?Sized>(
+    id: &str,
+    transport: &T,
+    uid: u32,
+    op: stockade_core::FileOp,
+) -> Result<stockade_core::FileResult, Error> {
+    file_msg(id, transport, &ClientMsg::FileAs { uid, op }).await
+}
+
+async fn file_msg<T: Transport + ?Sized>(
+    id: &str,
+    transport: &T,
+    msg: &ClientMsg,
+) -> Result<stockade_core::FileResult, Error> {
+    let mut s = open(id, transport, msg).await?;
     match read_msg::<_, AgentMsg>(&mut s)
         .await
         .map_err(|e| lost(id, e))?

@@ -152,4 +152,13 @@ impl<L: Launcher> Provider for AgentProvider<L> {
             Err(e) => Err(e),
         }
     }
+
+    async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
+        let transport = self.launcher.transport(id).await?;
+        match client::file_as(id, &transport, uid, op).await {
+            Ok(r) => Ok(r),
+            Err(e @ Error::Internal(_)) => Err(self.launcher.explain(id, e).await),
+            Err(e) => Err(e),
+        }
+    }
 }

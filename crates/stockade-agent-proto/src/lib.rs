@@ -229,6 +229,11 @@ pub enum ClientMsg {
     Signal(i32),
     /// [`ClientMsg::Exec`] as another uid of the sandbox ([`ExecRequest::uid`]).
     ExecAs { uid: u32, req: ExecRequest },
+    /// [`ClientMsg::File`] as another uid of the sandbox (checked and applied as for
+    /// [`ClientMsg::ExecAs`]: uid 0 is root of the sandbox's own user namespace, with
+    /// its capabilities there and the same landlock domain). Appended last, like
+    /// `ExecAs`, so earlier messages keep their encoding.
+    FileAs { uid: u32, op: files::FileOp },
 }
 
 /// Messages from the agent to the host side.

@@ -223,6 +223,16 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             let answer = crate::fileop::spawn(op, &shared.policy, &shared.helpers);
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())
         }
+        Some(ClientMsg::FileAs { uid, op }) => {
+            let answer = match exec_policy(&shared.policy, Some(uid)) {
+                Ok(policy) => crate::fileop::spawn(op, &policy, &shared.helpers),
+                Err(message) => AgentMsg::Error {
+                    code: ErrorCode::PolicyDenied,
+                    message: message.replace("an exec", "a file operation"),
+                },
+            };
+            write_msg(&mut stream, &answer).map_err(|e| e.to_string())
+        }
         Some(msg @ (ClientMsg::Exec(_) | ClientMsg::ExecAs { .. })) => {
             let req = match msg {
                 ClientMsg::ExecAs { uid, mut req } => {

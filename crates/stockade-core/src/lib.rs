@@ -377,6 +377,21 @@ pub trait Provider: Send + Sync + 'static {
         })
     }
 
+    /// A file operation as `uid` of the sandbox (uid 0: root of its own user
+    /// namespace, as an exec with [`ExecRequest::uid`]); the agent refuses a uid the
+    /// sandbox cannot have. The default refuses.
+    async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
+        let _ = (id, op);
+        Err(Error::Unavailable {
+            what: format!(
+                "file operations as uid {uid} on the {} provider",
+                self.name()
+            ),
+            reason: "this provider runs file operations as the sandbox user only".into(),
+            fix: "run them as the sandbox user, or use a command as that uid".into(),
+        })
+    }
+
     /// CPU time and memory use of sandbox `id`, from its cgroups. The default
     /// refuses.
     async fn usage(&self, id: &str) -> Result<Usage> {
@@ -660,6 +675,14 @@ impl Sandbox {
             self.approve(Action::FileWrite(&op))?;
         }
         self.provider.file(&self.info.id, op).await
+    }
+
+    /// [`Sandbox::file`] as `uid` of the sandbox (see [`Provider::file_as`]).
+    pub async fn file_as(&self, uid: u32, op: FileOp) -> Result<FileResult> {
+        if op.writes() {
+            self.approve(Action::FileWrite(&op))?;
+        }
+        self.provider.file_as(&self.info.id, uid, op).await
     }
 
     /// Writes a file (parents created).

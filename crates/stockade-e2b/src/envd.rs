@@ -88,10 +88,10 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
-    // Root is served for commands (root of the sandbox's own user namespace); file
-    // operations run as the sandbox's user only (see ROOT_FILES).
-    if uid.is_some() && path.starts_with("/filesystem.") {
-        return ConnectError::new("unauthenticated", ROOT_FILES).into_response();
+    // Root (of the sandbox's own user namespace) for commands and file operations;
+    // watching stays the sandbox user's (see ROOT_WATCH).
+    if uid.is_some() && (path.contains("Watch") || path.contains("Watcher")) {
+        return ConnectError::new("unauthenticated", ROOT_WATCH).into_response();
     }
     let timeout_ms = header_u64(req.headers(), "connect-timeout-ms");
     let keepalive = header_u64(req.headers(), "keepalive-ping-interval")
@@ -123,11 +123,11 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             ])),
             Err(e) => connect::stream_error(e),
         },
-        "/filesystem.Filesystem/Stat" => reply(stat(&e2b, &s, &body).await),
-        "/filesystem.Filesystem/ListDir" => reply(list_dir(&e2b, &s, &body).await),
-        "/filesystem.Filesystem/MakeDir" => reply(make_dir(&e2b, &s, &body).await),
-        "/filesystem.Filesystem/Remove" => reply(remove(&e2b, &s, &body).await),
-        "/filesystem.Filesystem/Move" => reply(rename(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/Stat" => reply(stat(&e2b, &s, uid, &body).await),
+        "/filesystem.Filesystem/ListDir" => reply(list_dir(&e2b, &s, uid, &body).await),
+        "/filesystem.Filesystem/MakeDir" => reply(make_dir(&e2b, &s, uid, &body).await),
+        "/filesystem.Filesystem/Remove" => reply(remove(&e2b, &s, uid, &body).await),
+        "/filesystem.Filesystem/Move" => reply(rename(&e2b, &s, uid, &body).await),
         "/filesystem.Filesystem/WatchDir" => {
             let timeout = timeout_ms.map(std::time::Duration::from_millis);
             match watch::watch_dir(&e2b, &s, &body, keepalive, timeout).await {
@@ -192,15 +192,25 @@ fn reply(r: Result<Value, ConnectError>) -> Response {
     }
 }
 
-/// Why file operations as root are refused. The agent runs a file operation in a
-/// child that becomes the sandbox user (`ClientMsg::File` has no uid, unlike
-/// `ClientMsg::ExecAs` for commands); serving root needs an agent message that carries
-/// one (`FileAs { uid, op }`, checked and applied as `ExecAs` is) and a uid on the
-/// host side's `Provider::file`.
-pub const ROOT_FILES: &str = "user \"root\" is served for commands only: the sandbox's \
-    agent runs file operations as the sandbox user (uid 1000) alone, and has no file \
-    operation as another uid yet; use \"user\" for files, or a command with user=\"root\" \
-    (cat, tee, mkdir...) for what only root may touch";
+/// Why watching as root is refused: a watch is a long-lived inotify process the
+/// sandbox user runs; root's view of a directory is the same one.
+pub const ROOT_WATCH: &str = "user \"root\" is served for commands and file operations, \
+    not for watching: a watch runs as the sandbox user (uid 1000); watch as \"user\" \
+    (the events are the same)";
+
+/// A file operation as the request's user: the sandbox user (`None`), or `uid` of the
+/// sandbox's own user namespace (root: 0).
+pub async fn file_op(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    op: FileOp,
+) -> stockade::Result<FileResult> {
+    match uid {
+        None => e2b.daemon.file(&s.tenant, &s.daemon_id, op).await,
+        Some(u) => e2b.daemon.file_as(&s.tenant, &s.daemon_id, u, op).await,
+    }
+}
 
 /// An absolute path: relative ones are under the user's home; `~` is the home.
 pub fn resolve(path: &str) -> String {
@@ -288,28 +298,34 @@ fn path_of(body: &[u8]) -> Result<(String, Option<u32>), ConnectError> {
     Ok((resolve(&r.path), r.depth))
 }
 
-pub async fn stat_path(e2b: &E2b, s: &Sbx, path: &str) -> Result<FileEntry, ConnectError> {
-    match e2b
-        .daemon
-        .file(&s.tenant, &s.daemon_id, FileOp::Stat { path: path.into() })
-        .await
-    {
+pub async fn stat_path(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    path: &str,
+) -> Result<FileEntry, ConnectError> {
+    match file_op(e2b, s, uid, FileOp::Stat { path: path.into() }).await {
         Ok(FileResult::Entries(mut v)) if !v.is_empty() => Ok(v.remove(0)),
         Ok(_) => Err(ConnectError::new("internal", "stat gave no entry")),
         Err(e) => Err(e.into()),
     }
 }
 
-async fn stat(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+async fn stat(e2b: &E2b, s: &Sbx, uid: Option<u32>, body: &[u8]) -> Result<Value, ConnectError> {
     let (path, _) = path_of(body)?;
-    let e = stat_path(e2b, s, &path).await?;
+    let e = stat_path(e2b, s, uid, &path).await?;
     Ok(json!({"entry": entry_info(&path, &e)}))
 }
 
-async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+async fn list_dir(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    body: &[u8],
+) -> Result<Value, ConnectError> {
     let (path, depth) = path_of(body)?;
     let depth = depth.unwrap_or(1).clamp(1, MAX_DEPTH);
-    let top = stat_path(e2b, s, &path).await?;
+    let top = stat_path(e2b, s, uid, &path).await?;
     if top.kind != FileKind::Dir {
         return Err(ConnectError::invalid(format!(
             "path {path} is not a directory"
@@ -320,11 +336,7 @@ async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError
     for _ in 0..depth {
         let mut next = Vec::new();
         for dir in level {
-            let entries = match e2b
-                .daemon
-                .file(&s.tenant, &s.daemon_id, FileOp::Ls { path: dir.clone() })
-                .await
-            {
+            let entries = match file_op(e2b, s, uid, FileOp::Ls { path: dir.clone() }).await {
                 Ok(FileResult::Entries(v)) => v,
                 Ok(_) => Vec::new(),
                 Err(e) => return Err(e.into()),
@@ -342,43 +354,41 @@ async fn list_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError
     Ok(json!({ "entries": out }))
 }
 
-async fn make_dir(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+async fn make_dir(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    body: &[u8],
+) -> Result<Value, ConnectError> {
     let (path, _) = path_of(body)?;
-    if stat_path(e2b, s, &path).await.is_ok() {
+    if stat_path(e2b, s, uid, &path).await.is_ok() {
         return Err(ConnectError::new(
             "already_exists",
             format!("{path} already exists"),
         ));
     }
-    e2b.daemon
-        .file(
-            &s.tenant,
-            &s.daemon_id,
-            FileOp::Mkdir {
-                path: path.clone(),
-                parents: true,
-            },
-        )
-        .await
-        .map_err(ConnectError::from)?;
-    let e = stat_path(e2b, s, &path).await?;
+    file_op(
+        e2b,
+        s,
+        uid,
+        FileOp::Mkdir {
+            path: path.clone(),
+            parents: true,
+        },
+    )
+    .await
+    .map_err(ConnectError::from)?;
+    let e = stat_path(e2b, s, uid, &path).await?;
     Ok(json!({"entry": entry_info(&path, &e)}))
 }
 
-async fn remove(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+async fn remove(e2b: &E2b, s: &Sbx, uid: Option<u32>, body: &[u8]) -> Result<Value, ConnectError> {
     let (path, _) = path_of(body)?;
-    match e2b
-        .daemon
-        .file(
-            &s.tenant,
-            &s.daemon_id,
-            FileOp::Rm {
-                path,
-                recursive: true,
-            },
-        )
-        .await
-    {
+    let op = FileOp::Rm {
+        path,
+        recursive: true,
+    };
+    match file_op(e2b, s, uid, op).await {
         Ok(_) => Ok(json!({})),
         // As envd's RemoveAll: a missing path is not an error.
         Err(e) if e.code() == stockade::ErrorCode::NotFound => Ok(json!({})),
@@ -386,7 +396,7 @@ async fn remove(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
     }
 }
 
-async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+async fn rename(e2b: &E2b, s: &Sbx, uid: Option<u32>, body: &[u8]) -> Result<Value, ConnectError> {
     let r: MoveRequest = connect::unary_request(body)?;
     if r.source.is_empty() || r.destination.is_empty() {
         return Err(ConnectError::invalid(
@@ -394,10 +404,11 @@ async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
         ));
     }
     let (src, dst) = (resolve(&r.source), resolve(&r.destination));
-    stat_path(e2b, s, &src).await?;
-    // As the sandbox user, so its permissions decide; parents made as envd does.
+    stat_path(e2b, s, uid, &src).await?;
+    // As the request's user, so its permissions decide; parents made as envd does.
     let script = "mkdir -p -- \"$(dirname -- \"$2\")\" && mv -T -- \"$1\" \"$2\"";
-    let req = ExecRequest::new(["/bin/sh", "-c", script, "sh", &src, &dst]);
+    let mut req = ExecRequest::new(["/bin/sh", "-c", script, "sh", &src, &dst]);
+    req.uid = uid;
     let o = e2b
         .daemon
         .exec(&s.tenant, &s.daemon_id, req)
@@ -412,7 +423,7 @@ async fn rename(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> 
             ),
         ));
     }
-    let e = stat_path(e2b, s, &dst).await?;
+    let e = stat_path(e2b, s, uid, &dst).await?;
     Ok(json!({"entry": entry_info(&dst, &e)}))
 }
 

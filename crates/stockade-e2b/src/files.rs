@@ -71,38 +71,41 @@ pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
             .find(|(k, _)| k == "username")
             .map(|(_, v)| v.into_owned())
     });
-    if user.as_deref() == Some("root") {
-        return error(401, crate::envd::ROOT_FILES);
-    }
-    if let Some(u) = user.filter(|u| !u.is_empty() && u != "user") {
-        return error(
-            401,
-            &format!(
-                "invalid username {u:?}: Stockade's E2B sandboxes serve files as \"user\" \
-                 (uid 1000, home /home/user), and \"root\" for commands"
-            ),
-        );
-    }
+    // "root": root of the sandbox's own user namespace (uid 0 there).
+    let uid = match user.as_deref() {
+        Some("root") => Some(0),
+        None | Some("") | Some("user") => None,
+        Some(u) => {
+            return error(
+                401,
+                &format!(
+                    "invalid username {u:?}: Stockade's E2B sandboxes have the users \"user\" \
+                     (uid 1000, home /home/user) and \"root\" (root of the sandbox's own user \
+                     namespace, no host privilege)"
+                ),
+            );
+        }
+    };
     let path = query_path(&req).map(|p| resolve(&p));
     match *req.method() {
         Method::GET => {
             let Some(path) = path else {
                 return error(400, "GET /files needs ?path=FILE");
             };
-            download(e2b, s, &path).await
+            download(e2b, s, uid, &path).await
         }
-        Method::POST => upload(e2b, s, path, req).await,
+        Method::POST => upload(e2b, s, uid, path, req).await,
         ref m => error(405, &format!("/files takes GET or POST, not {m}")),
     }
 }
 
-async fn download(e2b: &E2b, s: &Sbx, path: &str) -> Response {
+async fn download(e2b: &E2b, s: &Sbx, uid: Option<u32>, path: &str) -> Response {
     let op = FileOp::Read {
         path: path.into(),
         offset: 0,
         limit: stockade::files::MAX_FILE_BYTES,
     };
-    match e2b.daemon.file(&s.tenant, &s.daemon_id, op).await {
+    match crate::envd::file_op(e2b, s, uid, op).await {
         Ok(FileResult::Data { data, eof, .. }) => {
             if !eof {
                 return error(
@@ -125,21 +128,32 @@ async fn download(e2b: &E2b, s: &Sbx, path: &str) -> Response {
     }
 }
 
-async fn write(e2b: &E2b, s: &Sbx, path: &str, data: Vec<u8>) -> Result<Value, Box<Response>> {
+async fn write(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    path: &str,
+    data: Vec<u8>,
+) -> Result<Value, Box<Response>> {
     let op = FileOp::Write {
         path: path.into(),
         data,
         mode: None,
     };
-    e2b.daemon
-        .file(&s.tenant, &s.daemon_id, op)
+    crate::envd::file_op(e2b, s, uid, op)
         .await
         .map_err(|e| Box::new(file_error(path, &e)))?;
     let name = path.rsplit('/').next().unwrap_or("").to_string();
     Ok(json!({"path": path, "name": name, "type": "file"}))
 }
 
-async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Response {
+async fn upload(
+    e2b: &E2b,
+    s: &Sbx,
+    uid: Option<u32>,
+    path: Option<String>,
+    req: Request,
+) -> Response {
     let ctype = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -186,7 +200,7 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
                     );
                 }
             };
-            match write(e2b, s, &target, data).await {
+            match write(e2b, s, uid, &target, data).await {
                 Ok(v) => out.push(v),
                 Err(r) => return *r,
             }
@@ -231,7 +245,7 @@ async fn upload(e2b: &E2b, s: &Sbx, path: Option<String>, req: Request) -> Respo
     } else {
         data
     };
-    match write(e2b, s, &path, data).await {
+    match write(e2b, s, uid, &path, data).await {
         Ok(v) => axum::Json(json!([v])).into_response(),
         Err(r) => *r,
     }

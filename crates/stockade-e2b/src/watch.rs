@@ -190,7 +190,7 @@ impl Watch {
             }
             let name = ev["name"].as_str().unwrap_or("").to_string();
             let full = format!("{}/{name}", self.root.trim_end_matches('/'));
-            if let Ok(e) = stat_path(e2b, s, &full).await {
+            if let Ok(e) = stat_path(e2b, s, None, &full).await {
                 ev["entry"] = entry_info(&full, &e);
             }
         }

@@ -54,16 +54,25 @@ def test_root_commands_run_as_root_of_the_sandbox(sbx):
     assert sbx.commands.run("cat ~/mine.txt", user="root").stdout == "home"
     h = sbx.commands.run("sleep 60", background=True, user="root")
     assert sbx.commands.kill(h.pid)
-    # Files are served as "user" only: a clear refusal names root.
-    with pytest.raises(AuthenticationException) as e:
-        sbx.files.write("/tmp/r.txt", "x", user="root")
-    assert "root" in str(e.value) and "no file operation as another uid" in str(e.value)
-    with pytest.raises(AuthenticationException) as e:
-        sbx.files.read("/tmp/r.txt", user="root")
-    assert "no file operation as another uid" in str(e.value), str(e.value)
-    with pytest.raises(AuthenticationException) as e:
-        sbx.files.list("/tmp", user="root")
-    assert "commands only" in str(e.value)
+    # Files as root: written, read, listed and removed as uid 0 of the sandbox.
+    sbx.files.write("/tmp/r.txt", "by root", user="root")
+    assert sbx.commands.run("stat -c %u /tmp/r.txt").stdout == "0\n"
+    assert sbx.files.read("/tmp/r.txt", user="root") == "by root"
+    sbx.commands.run("chmod 600 /tmp/mine.txt", user="root")
+    assert sbx.files.read("/tmp/mine.txt", user="root") == "x"  # root's, mode 600
+    with pytest.raises(Exception):
+        sbx.files.read("/tmp/mine.txt")  # the sandbox user cannot
+    assert "r.txt" in [e.name for e in sbx.files.list("/tmp", user="root")]
+    sbx.files.make_dir("/tmp/rootdir", user="root")
+    assert sbx.commands.run("stat -c %u /tmp/rootdir").stdout == "0\n"
+    sbx.files.remove("/tmp/rootdir", user="root")
+    assert not sbx.files.exists("/tmp/rootdir")
+    # Root of the sandbox is no root of the host: the read-only root and the host's
+    # secrets stay out of reach for its file operations too.
+    with pytest.raises(Exception):
+        sbx.files.write("/usr/bin/evil", "x", user="root")
+    with pytest.raises(Exception):
+        sbx.files.read("/etc/shadow", user="root")
 
 
 def test_sigterm_is_delivered_and_can_be_trapped(server, sbx):

@@ -248,6 +248,24 @@ impl Daemon {
         };
         p.file(id, op).await
     }
+
+    /// [`Daemon::file`] as `uid` of the sandbox (root of its own user namespace for 0).
+    pub async fn file_as(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        uid: u32,
+        op: FileOp,
+    ) -> Result<FileResult> {
+        let rec = self.record(tenant, id)?;
+        let _busy = self.in_use(id);
+        let (_, p) = self.provider(&rec.provider)?;
+        let op = match (&rec.template, &rec.workdir) {
+            (Some(_), Some(w)) => rebase(op, w),
+            _ => op,
+        };
+        p.file_as(id, uid, op).await
+    }
 }
 
 #[cfg(test)]

@@ -544,3 +544,73 @@ async fn file_operations_refuse_fifos_sockets_and_devices_at_once() {
     );
     destroy_clean(sb).await;
 }
+
+// File operations as root of the sandbox's own user namespace (E2B's `user="root"`):
+// they make root's files where the sandbox may write, and no more: not the read-only
+// root, not PID 1's memory, not a uid the sandbox does not map.
+#[tokio::test]
+async fn file_operations_as_root_stay_inside_the_sandbox() {
+    if !require_root("file_operations_as_root_stay_inside_the_sandbox") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let write = |path: &str| FileOp::Write {
+        path: path.into(),
+        data: b"by root".to_vec(),
+        mode: Some(0o600),
+    };
+    sb.file_as(0, write("/tmp/root.txt"))
+        .await
+        .expect("root writes /tmp");
+    let out = sh(&sb, "stat -c %u:%a /tmp/root.txt; cat /tmp/root.txt", 5_000).await;
+    assert_eq!(text(&out.stdout).lines().next(), Some("0:600"), "{out:?}");
+    assert!(
+        !text(&out.stdout).contains("by root"),
+        "the sandbox user read root's 0600 file"
+    );
+    match sb
+        .file_as(
+            0,
+            FileOp::Read {
+                path: "/tmp/root.txt".into(),
+                offset: 0,
+                limit: 100,
+            },
+        )
+        .await
+        .unwrap()
+    {
+        FileResult::Data { data, .. } => assert_eq!(data, b"by root"),
+        other => panic!("{other:?}"),
+    }
+    for outside in ["/usr/bin/evil", "/etc/passwd", "/x"] {
+        let err = sb.file_as(0, write(outside)).await.expect_err(outside);
+        assert!(
+            matches!(err.code(), ErrorCode::PolicyDenied | ErrorCode::NotFound),
+            "{outside}: {err}"
+        );
+    }
+    for secret in ["/proc/1/environ", "/proc/1/mem"] {
+        let r = sb
+            .file_as(
+                0,
+                FileOp::Read {
+                    path: secret.into(),
+                    offset: 0,
+                    limit: 100,
+                },
+            )
+            .await;
+        assert!(
+            !matches!(&r, Ok(FileResult::Data { data, .. }) if !data.is_empty()),
+            "root of the sandbox read {secret}: {r:?}"
+        );
+    }
+    let err = sb
+        .file_as(70_000, write("/tmp/far.txt"))
+        .await
+        .expect_err("a uid the sandbox does not map");
+    assert_eq!(err.code(), ErrorCode::PolicyDenied, "{err}");
+    assert!(err.to_string().contains("70000"), "{err}");
+    destroy_clean(sb).await;
+}
