@@ -2,6 +2,7 @@
 """Issue 24's table, before and after, in one run (as root).
 
     scripts/bench-issue24.py BEFORE_DIR AFTER_DIR [--rounds 8] [--n 5] [--burst-secs 30]
+        [--before-env KEY=VALUE ...]
 
 BEFORE_DIR and AFTER_DIR each hold a release `stockade` and `stockade-agent` (the
 first one is main's build). The load generator is AFTER_DIR's `stockade bench burst`
@@ -9,6 +10,8 @@ in every row (a client: what it measures is the daemon it talks to). Commands ar
 timed in alternating rounds (round r runs every command n times, in a rotated order),
 so drifting load from other work on the machine falls on all of them alike; each
 ratio is against bare `python3 -c pass` of the same run. Prints markdown tables.
+`--before-env` sets variables for BEFORE's daemon and its in-process runs only: one build
+measured against itself with a feature set aside (STOCKADE_NO_ZYGOTE=1).
 """
 
 import argparse
@@ -40,13 +43,14 @@ def timed(argv, env=None):
 class Daemon:
     """`stockade serve` of one build on a socket of its own, state on tmpfs."""
 
-    def __init__(self, name, bindir, tmp):
+    def __init__(self, name, bindir, tmp, extra_env=None):
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.sock = os.path.join(self.dir, "d.sock")
         self.bindir = bindir
         self.env = dict(os.environ, STOCKADE_STATE_DIR=os.path.join(self.dir, "state"),
-                        STOCKADE_HOME=os.path.join(self.dir, "home"), STOCKADE_LOG="warn")
+                        STOCKADE_HOME=os.path.join(self.dir, "home"), STOCKADE_LOG="warn",
+                        **(extra_env or {}))
         shm = tempfile.mkdtemp(prefix=f"stockade-b24-{name}-", dir="/dev/shm")
         self.proc = subprocess.Popen(
             [os.path.join(bindir, "stockade"), "serve", f"--listen=unix:{self.sock}",
@@ -146,7 +150,9 @@ def main():
     ap.add_argument("--burst-clients", type=int, default=200)
     ap.add_argument("--idle", type=int, default=1000)
     ap.add_argument("--only", default="cli,exec,creates,burst,idle")
+    ap.add_argument("--before-env", action="append", default=[], metavar="KEY=VALUE")
     a = ap.parse_args()
+    before_env = dict(kv.split("=", 1) for kv in a.before_env)
     only = set(a.only.split(","))
     # AFTER_DIR "-": the first build alone (its own `bench burst` as the load).
     harness = os.path.join(a.after if a.after != "-" else a.before, "stockade")
@@ -154,7 +160,8 @@ def main():
     builds = {"before": a.before, "after": a.after}
     if a.after == "-":
         del builds["after"]
-    daemons = {k: Daemon(k, v, tmp) for k, v in builds.items()}
+    daemons = {k: Daemon(k, v, tmp, before_env if k == "before" else None)
+               for k, v in builds.items()}
     try:
         for d in daemons.values():
             d.warm(8)
@@ -162,7 +169,8 @@ def main():
         if "cli" in only:
             cmds = {"bare": (PY, None), "bwrap": (BWRAP + PY, None)}
             for k, b in builds.items():
-                st = dict(os.environ, STOCKADE_STATE_DIR=os.path.join(tmp, f"direct-{k}"))
+                st = dict(os.environ, STOCKADE_STATE_DIR=os.path.join(tmp, f"direct-{k}"),
+                          **(before_env if k == "before" else {}))
                 cmds[f"{k} run --direct python"] = (
                     [os.path.join(b, "stockade"), "run", "--direct", "--", *PY], st)
                 cmds[f"{k} run python, daemon pool"] = (

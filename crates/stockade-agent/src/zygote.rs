@@ -4,12 +4,12 @@
 //! file, then the seccomp filter built again from its rule table, on every exec).
 //!
 //! PID 1 cannot fork such a child itself: it serves with several threads, and a fork
-//! of a threaded process may copy a lock another thread held. So the zygote is forked
-//! once, before PID 1 starts any thread (or, where threads already exist, as in a
-//! microVM's init, started as `stockade-agent zygote`), enters the sandbox's seccomp
-//! filter itself (so no exec builds it, nor has the kernel check and JIT-compile it
-//! again: a fork shares it), and then only waits for requests on a socket pair that
-//! PID 1 alone holds.
+//! of a threaded process may copy a lock another thread held. So it starts the zygote
+//! as `stockade-agent zygote`, from a thread, when a sandbox asks for its second
+//! helper (a one-shot sandbox never pays for one); the zygote enters the sandbox's
+//! seccomp filter itself (so no exec builds it, nor has the kernel check and
+//! JIT-compile it again: a fork shares it), and then only waits for requests on a
+//! socket pair that PID 1 alone holds.
 //!
 //! Each request is one byte naming the role (`s` shim, `f` file operation) with the
 //! child's descriptors attached (`SCM_RIGHTS`: stdin, stdout, stderr and control
@@ -25,16 +25,17 @@
 //! to kill its tree) under the code's own seccomp filter and no_new_privs (neither
 //! the zygote nor the shim ever calls `execve`; the code does, after dropping every
 //! privilege); it holds nothing the code can reach: no listener, no file of the
-//! sandbox, undumpable, the least likely OOM victim. Nothing waits for it: PID 1
-//! does not wait at start for its setup (it says it is ready with one byte), and
-//! until it is ready, or while a replacement for one that died starts in the
-//! background (by `exec`), PID 1 spawns shims from its binary as before.
+//! sandbox, undumpable, the least likely OOM victim. Nothing waits for it: until it
+//! has said it is ready (one byte, once its filter is in force), and while a
+//! replacement for one that died starts, PID 1 spawns shims from its binary as
+//! before.
 
 use std::io::{self, Read, Write};
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use stockade_sys::process::{Forked, exit_now};
@@ -134,35 +135,38 @@ pub struct Zygote {
     setup: Setup,
     /// False where the policy says to spawn shims ([`Zygote::none`]).
     enabled: bool,
+    /// Helpers asked for so far.
+    uses: AtomicU32,
 }
 
-/// Where the zygote is. Nothing ever waits for it: until it has said it is ready
-/// (its filter in force), and while a replacement starts, shims are `exec`ed.
+/// Where the zygote is. Nothing ever waits for it: until it is ready, and while a
+/// replacement for one that died starts, shims are spawned from the agent's binary.
 enum State {
-    /// Started (its socket and pid), not yet known to be ready.
-    Starting(UnixStream, u32),
-    /// Ready for requests.
-    Ready(UnixStream, u32),
-    /// Not running (a replacement may be starting in the background).
+    /// Not running.
     Down,
+    /// Being started by a thread of ours (it waits for the ready byte).
+    Launching,
+    /// Ready for requests: its socket and pid.
+    Ready(UnixStream, u32),
 }
+
+/// The helper (counted from 0) whose request starts the zygote: a sandbox that runs
+/// one exec and ends (a one-shot, most of a burst) never pays for a zygote, which
+/// costs about what that exec's own spawn does (measured: creates per second fell by
+/// a fifth when every sandbox started one); from the second on, it pays back.
+const START_AT_USE: u32 = 1;
 
 impl Zygote {
-    /// Forks the zygote when this process is single-threaded (cheap: no `exec`), else
-    /// starts `stockade-agent zygote` from a thread. Returns at once: the sandbox's
-    /// start never waits for the zygote's setup (its seccomp filter), and execs use
-    /// it once it is ready.
+    /// A zygote started on demand (see [`START_AT_USE`]) as `stockade-agent zygote`,
+    /// from a thread: PID 1 is threaded by then, and the sandbox's start and its
+    /// first exec never wait for it.
     pub fn start(setup: Setup) -> Zygote {
-        let z = Zygote {
+        Zygote {
             inner: Arc::new(Mutex::new(State::Down)),
             setup,
             enabled: true,
-        };
-        match fork_zygote(setup) {
-            Ok((sock, pid)) => *z.lock() = State::Starting(sock, pid),
-            Err(_) => z.restart_in_background(),
+            uses: AtomicU32::new(0),
         }
-        z
     }
 
     /// No zygote: every shim and file operation is spawned from the agent's binary
@@ -175,6 +179,7 @@ impl Zygote {
                 bounding: None,
             },
             enabled: false,
+            uses: AtomicU32::new(0),
         }
     }
 
@@ -184,56 +189,45 @@ impl Zygote {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Starts a new zygote by `exec` from a thread of its own; it serves once ready.
-    fn restart_in_background(&self) {
-        if !self.enabled {
-            return;
-        }
+    /// Starts a zygote by `exec` from a thread of its own (the caller saw `Down`
+    /// and set `Launching`); it serves once ready.
+    fn launch(&self) {
         let inner = self.inner.clone();
         let setup = self.setup;
-        let _ = std::thread::Builder::new().spawn(move || {
-            if let Ok((sock, pid)) = exec_zygote(setup) {
-                let mut g = inner
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                if matches!(*g, State::Down) {
-                    *g = State::Ready(sock, pid);
-                }
-            }
+        let spawned = std::thread::Builder::new().spawn(move || {
+            let started = exec_zygote(setup);
+            let mut g = inner
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            *g = match started {
+                Ok((sock, pid)) => State::Ready(sock, pid),
+                Err(_) => State::Down,
+            };
         });
+        if spawned.is_err() {
+            *self.lock() = State::Down;
+        }
     }
 
     /// The zygote's pid, while it runs (PID 1's orphan sweep spares it).
     pub fn pid(&self) -> Option<u32> {
         match &*self.lock() {
-            State::Starting(_, pid) | State::Ready(_, pid) => Some(*pid),
-            State::Down => None,
+            State::Ready(_, pid) => Some(*pid),
+            State::Down | State::Launching => None,
         }
     }
 
     /// Starts a child in `role` with `fds` (as [`Role`] lists them). Returns its pid.
-    /// An error means no child was started (the caller falls back to `exec`): the
-    /// zygote is not ready yet, or died (then a new one starts in the background).
+    /// An error means no child was started (the caller falls back to `exec`): there
+    /// is no zygote (yet), or it died (then a new one starts in the background).
     pub fn spawn(&self, role: Role, fds: &[BorrowedFd<'_>]) -> io::Result<u32> {
+        let use_no = self.uses.fetch_add(1, Ordering::Relaxed);
         let mut g = self.lock();
-        if let State::Starting(sock, pid) = &*g {
-            match ready_now(sock) {
-                Readiness::Ready => {
-                    let (sock, pid) = (sock.try_clone()?, *pid);
-                    *g = State::Ready(sock, pid);
-                }
-                Readiness::NotYet => {
-                    return Err(io::Error::other("the exec zygote is not ready yet"));
-                }
-                Readiness::Gone => {
-                    *g = State::Down;
-                    drop(g);
-                    self.restart_in_background();
-                    return Err(io::Error::other(
-                        "the exec zygote exited before it was ready",
-                    ));
-                }
-            }
+        if matches!(*g, State::Down) && self.enabled && use_no >= START_AT_USE {
+            *g = State::Launching;
+            drop(g);
+            self.launch();
+            return Err(io::Error::other("the exec zygote is starting"));
         }
         let State::Ready(sock, _) = &*g else {
             return Err(io::Error::other("the exec zygote is not running"));
@@ -244,34 +238,12 @@ impl Zygote {
             Err(Failure::Gone(e)) => {
                 // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
                 // a fresh one serves once it is ready.
-                *g = State::Down;
+                *g = State::Launching;
                 drop(g);
-                self.restart_in_background();
+                self.launch();
                 Err(e)
             }
         }
-    }
-}
-
-enum Readiness {
-    Ready,
-    NotYet,
-    Gone,
-}
-
-/// Whether the zygote's ready byte has come, without waiting for it.
-fn ready_now(sock: &UnixStream) -> Readiness {
-    use std::os::fd::AsRawFd as _;
-    let mut byte = [0u8; 1];
-    let got = nix::sys::socket::recv(
-        sock.as_raw_fd(),
-        &mut byte,
-        nix::sys::socket::MsgFlags::MSG_DONTWAIT,
-    );
-    match got {
-        Ok(1) if byte[0] == b'r' => Readiness::Ready,
-        Err(nix::errno::Errno::EAGAIN) => Readiness::NotYet,
-        _ => Readiness::Gone,
     }
 }
 
@@ -303,21 +275,6 @@ fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32,
     match i32::from_le_bytes(answer) {
         pid if pid > 0 => Ok(pid as u32),
         errno => Err(Failure::Child(io::Error::from_raw_os_error(-errno))),
-    }
-}
-
-/// Forks the zygote (single-threaded callers only; `fork` refuses otherwise).
-fn fork_zygote(setup: Setup) -> io::Result<(UnixStream, u32)> {
-    let (ours, theirs) = UnixStream::pair()?;
-    match stockade_sys::process::fork().map_err(|e| io::Error::other(e.to_string()))? {
-        Forked::Child => {
-            drop(ours);
-            // Only the socket stays: fd 3, as when started by exec.
-            let _ = nix::unistd::dup2(theirs.as_raw_fd(), 3);
-            stockade_sys::process::close_fds_from(4);
-            exit_now(serve_forever(3, setup))
-        }
-        Forked::Parent(pid) => Ok((ours, pid.as_raw() as u32)),
     }
 }
 

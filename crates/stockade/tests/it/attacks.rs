@@ -890,7 +890,17 @@ async fn the_exec_zygote_is_out_of_reach_and_comes_back_when_killed() {
     assert_eq!(text(&out.stdout), "still\n", "{out:?}");
     if !on_gvisor() && !on_microvm() {
         let id = sb.id().to_string();
-        let zygote = host_zygote_pid(&id).expect("a native sandbox runs an exec zygote");
+        // Started at the second helper (the probe and `echo still` were the first
+        // two), from a thread of PID 1, without anyone waiting for it.
+        let mut zygote = None;
+        for _ in 0..500 {
+            zygote = host_zygote_pid(&id);
+            if zygote.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let zygote = zygote.expect("a native sandbox runs an exec zygote by its second exec");
         std::process::Command::new("kill")
             .args(["-9", &zygote.to_string()])
             .status()
@@ -906,8 +916,18 @@ async fn the_exec_zygote_is_out_of_reach_and_comes_back_when_killed() {
             let back = sb.read("/tmp/z.txt").await.expect("read back");
             assert_eq!(back, format!("file {i}").as_bytes());
         }
-        let again = host_zygote_pid(&id).expect("a new exec zygote after the first was killed");
-        assert_ne!(again, zygote);
+        let mut again = None;
+        for _ in 0..500 {
+            again = host_zygote_pid(&id).filter(|p| *p != zygote);
+            if again.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(
+            again.is_some(),
+            "no new exec zygote after the first was killed"
+        );
     }
     destroy_clean(sb).await;
 }
