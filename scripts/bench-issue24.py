@@ -114,8 +114,13 @@ def pct(v, p):
 
 
 def tasks_and_mem():
-    tasks = sum(len(os.listdir(f"/proc/{p}/task")) for p in os.listdir("/proc")
-                if p.isdigit() and os.path.exists(f"/proc/{p}/task"))
+    tasks = 0
+    for p in os.listdir("/proc"):
+        if p.isdigit():
+            try:
+                tasks += len(os.listdir(f"/proc/{p}/task"))
+            except OSError:
+                pass  # ended meanwhile
     with open("/proc/meminfo") as f:
         avail = next(int(l.split()[1]) for l in f if l.startswith("MemAvailable:"))
     return tasks, avail * 1024
