@@ -422,10 +422,17 @@ fn prepare_and_exec(
     }
     become_sandbox_user(&config.policy)?;
     nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {
+        // What the kernel judged by: the directory's owner and mode, and who we are.
+        use std::os::unix::fs::MetadataExt;
+        let dir = fs::metadata(&config.cwd)
+            .map(|m| format!("owner {}:{} mode {:o}", m.uid(), m.gid(), m.mode() & 0o7777))
+            .unwrap_or_else(|e| format!("not readable: {e}"));
         format!(
-            "cannot enter working directory {}: {}",
+            "cannot enter working directory {}: {} (the directory: {dir}; this exec runs as uid {} gid {})",
             config.cwd,
-            describe(e)
+            describe(e),
+            nix::unistd::getuid(),
+            nix::unistd::getgid()
         )
     })?;
     let program = resolve(
