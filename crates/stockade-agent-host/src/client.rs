@@ -148,31 +148,19 @@ async fn exec_events<R: AsyncRead + Unpin>(
     }
 }
 
-/// Runs one file operation.
+/// Runs one file operation as the sandbox user, or (`uid`) as that uid of the sandbox
+/// (its own user namespace's; the agent refuses one it does not map).
 pub async fn file<T: Transport + ?Sized>(
     id: &str,
     transport: &T,
+    uid: Option<u32>,
     op: stockade_core::FileOp,
 ) -> Result<stockade_core::FileResult, Error> {
-    file_msg(id, transport, &ClientMsg::File(op)).await
-}
-
-/// Runs one file operation as `uid` of the sandbox (its own user namespace's).
-pub async fn file_as<T: Transport + ?Sized>(
-    id: &str,
-    transport: &T,
-    uid: u32,
-    op: stockade_core::FileOp,
-) -> Result<stockade_core::FileResult, Error> {
-    file_msg(id, transport, &ClientMsg::FileAs { uid, op }).await
-}
-
-async fn file_msg<T: Transport + ?Sized>(
-    id: &str,
-    transport: &T,
-    msg: &ClientMsg,
-) -> Result<stockade_core::FileResult, Error> {
-    let mut s = open(id, transport, msg).await?;
+    let msg = match uid {
+        None => ClientMsg::File(op),
+        Some(uid) => ClientMsg::FileAs { uid, op },
+    };
+    let mut s = open(id, transport, &msg).await?;
     match read_msg::<_, AgentMsg>(&mut s)
         .await
         .map_err(|e| lost(id, e))?

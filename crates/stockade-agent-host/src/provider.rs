@@ -32,6 +32,20 @@ impl<L: Launcher> AgentProvider<L> {
     }
 }
 
+impl<L: Launcher> AgentProvider<L> {
+    /// A file operation as the sandbox user (`uid` None) or as `uid` of the sandbox.
+    async fn file_by(&self, id: &str, uid: Option<u32>, op: FileOp) -> Result<FileResult> {
+        let transport = self.launcher.transport(id).await?;
+        match client::file(id, &transport, uid, op).await {
+            Ok(r) => Ok(r),
+            // The agent's own answers (no such path, a limit) are the caller's; a lost
+            // connection may mean the sandbox died.
+            Err(e @ Error::Internal(_)) => Err(self.launcher.explain(id, e).await),
+            Err(e) => Err(e),
+        }
+    }
+}
+
 impl<L: Launcher> From<L> for AgentProvider<L> {
     fn from(launcher: L) -> Self {
         AgentProvider { launcher }
@@ -143,22 +157,10 @@ impl<L: Launcher> Provider for AgentProvider<L> {
     }
 
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
-        let transport = self.launcher.transport(id).await?;
-        match client::file(id, &transport, op).await {
-            Ok(r) => Ok(r),
-            // The agent's own answers (no such path, a limit) are the caller's; a lost
-            // connection may mean the sandbox died.
-            Err(e @ Error::Internal(_)) => Err(self.launcher.explain(id, e).await),
-            Err(e) => Err(e),
-        }
+        self.file_by(id, None, op).await
     }
 
     async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
-        let transport = self.launcher.transport(id).await?;
-        match client::file_as(id, &transport, uid, op).await {
-            Ok(r) => Ok(r),
-            Err(e @ Error::Internal(_)) => Err(self.launcher.explain(id, e).await),
-            Err(e) => Err(e),
-        }
+        self.file_by(id, Some(uid), op).await
     }
 }

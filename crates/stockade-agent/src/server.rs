@@ -224,11 +224,11 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())
         }
         Some(ClientMsg::FileAs { uid, op }) => {
-            let answer = match exec_policy(&shared.policy, Some(uid)) {
+            let answer = match exec_policy(&shared.policy, Some(uid), "a file operation") {
                 Ok(policy) => crate::fileop::spawn(op, &policy, &shared.helpers),
                 Err(message) => AgentMsg::Error {
                     code: ErrorCode::PolicyDenied,
-                    message: message.replace("an exec", "a file operation"),
+                    message,
                 },
             };
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())
@@ -298,7 +298,7 @@ fn run_exec(
     shared: &Shared,
 ) -> Result<ExecOutcome, String> {
     let started = Instant::now();
-    let policy = exec_policy(&shared.policy, req.uid)?;
+    let policy = exec_policy(&shared.policy, req.uid, "an exec")?;
     let mut env: BTreeMap<String, String> = policy.env.clone();
     env.extend(req.env.clone());
     let config = ShimConfig {
@@ -333,21 +333,21 @@ fn run_exec(
 /// same with that uid and gid. Another uid needs the sandbox's own user namespace
 /// (`root_caps`): there uid 0 is root of that namespace only. Without one the sandbox's
 /// ids are host ids, and the request is refused.
-fn exec_policy(policy: &ExecPolicy, uid: Option<u32>) -> Result<ExecPolicy, String> {
+fn exec_policy(policy: &ExecPolicy, uid: Option<u32>, what: &str) -> Result<ExecPolicy, String> {
     let mut p = policy.clone();
     match uid {
         None => {}
         Some(u) if u == policy.uid => {}
         Some(u) if !policy.root_caps => {
             return Err(format!(
-                "cannot run an exec as uid {u}: this sandbox has no user namespace of its own, \
-                 so its uids are host uids; it runs every exec as uid {}",
+                "cannot run {what} as uid {u}: this sandbox has no user namespace of its own, \
+                 so its uids are host uids; it runs all of them as uid {}",
                 policy.uid
             ));
         }
         Some(u) if u >= stockade_agent_proto::launch::ID_RANGE_SIZE => {
             return Err(format!(
-                "cannot run an exec as uid {u}: the sandbox's user namespace maps uids 0 to {}",
+                "cannot run {what} as uid {u}: the sandbox's user namespace maps uids 0 to {}",
                 stockade_agent_proto::launch::ID_RANGE_SIZE - 1
             ));
         }

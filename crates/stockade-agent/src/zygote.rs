@@ -367,7 +367,7 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
             return 0; // PID 1 is gone
         }
         let answer = match Role::from_byte(byte[0]) {
-            Some(role) if fds.len() == role.fds() => fork_child(role, &sock, fds, seccomp),
+            Some(role) if fds.len() == role.fds() => fork_child(role, fds, seccomp),
             _ => -libc::EINVAL,
         };
         if stockade_sys::net::send_fds(sock.as_fd(), &answer.to_le_bytes(), &[]).is_err() {
@@ -377,11 +377,10 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
 }
 
 /// Forks one child as PID 1's own (`CLONE_PARENT`); returns its pid or `-errno`.
-fn fork_child(role: Role, sock: &UnixStream, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
+fn fork_child(role: Role, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
     match stockade_sys::process::fork_sibling() {
         Ok(Forked::Parent(pid)) => pid.as_raw(),
         Ok(Forked::Child) => {
-            let _ = sock;
             // The descriptors at 0-3 (a file operation's stdio stays /dev/null), then
             // nothing else: not the zygote's socket, not the received originals.
             let targets: &[i32] = match role {

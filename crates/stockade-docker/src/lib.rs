@@ -28,13 +28,14 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
+use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE};
 use stockade_agent_proto::{EgressDenial, now_ms};
 use stockade_core::spec::Network;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
 };
+use stockade_native::freezer::{PauseMark, ResumeMark};
 use tokio::sync::OnceCell;
 
 pub use plan::{AGENT_CAPS, container_name, labels};
@@ -983,21 +984,10 @@ impl Launcher for DockerLauncher {
     /// (`docker ps` says Paused, and `docker rm -f` of it works).
     async fn pause(&self, id: &str) -> Result<()> {
         let docker_paused = self.live(id).await?;
-        let dir = self.dir(id);
-        let _lock = pause_lock(&dir)?;
-        if docker_paused || self.is_paused(id) {
-            return Err(Error::InvalidRequest(format!(
-                "sandbox {id} is already paused; resume it (stockade resume {id})"
-            )));
-        }
-        // Marked first: from here on no new exec reaches the agent, which is about to
-        // stop answering.
-        let marker = dir.join(PAUSED_FILE);
-        std::fs::write(&marker, now_ms().to_string())
-            .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+        let mark = PauseMark::begin(id, &self.dir(id), docker_paused, now_ms())?;
         let docker = self.docker().await?;
         if let Err(e) = docker.pause_container(&container_name(id)).await {
-            let _ = std::fs::remove_file(&marker);
+            mark.undo();
             return Err(engine::docker_error(&format!("pause sandbox {id}"), e));
         }
         Ok(())
@@ -1005,13 +995,7 @@ impl Launcher for DockerLauncher {
 
     async fn resume(&self, id: &str) -> Result<()> {
         let docker_paused = self.live(id).await?;
-        let dir = self.dir(id);
-        let _lock = pause_lock(&dir)?;
-        if !docker_paused && !self.is_paused(id) {
-            return Err(Error::InvalidRequest(format!(
-                "sandbox {id} is not paused; only a paused sandbox can be resumed"
-            )));
-        }
+        let mark = ResumeMark::begin(id, &self.dir(id), docker_paused)?;
         if docker_paused {
             let docker = self.docker().await?;
             docker
@@ -1019,16 +1003,7 @@ impl Launcher for DockerLauncher {
                 .await
                 .map_err(|e| engine::docker_error(&format!("resume sandbox {id}"), e))?;
         }
-        let total = PausedTime::read(&dir, now_ms()).total_ms;
-        let tmp = dir.join(".paused-ms.tmp");
-        std::fs::write(&tmp, total.to_string())
-            .and_then(|()| std::fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
-            .map_err(|e| Error::io(format!("cannot record the pause in {}", dir.display()), e))?;
-        match std::fs::remove_file(dir.join(PAUSED_FILE)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io(format!("cannot unmark {}", dir.display()), e)),
-        }
+        mark.finish(now_ms())
     }
 
     async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
@@ -1042,19 +1017,4 @@ impl Launcher for DockerLauncher {
              (docker pause)",
         ))
     }
-}
-
-/// Serializes pause and resume of one sandbox (any process): both read, then change,
-/// the pause files.
-fn pause_lock(dir: &Path) -> Result<std::fs::File> {
-    let path = dir.join("pause.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    f.lock()
-        .map_err(|e| Error::io(format!("cannot lock {}", path.display()), e))?;
-    Ok(f)
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::{ContainerConfig, PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
+use stockade_agent_proto::launch::ContainerConfig;
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
@@ -818,20 +818,6 @@ fn remove_tree(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Serializes pause and resume of one sandbox (any process): both read, then change,
-/// the pause files.
-fn pause_lock(dir: &Path) -> Result<std::fs::File> {
-    let path = dir.join("pause.lock");
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(io("open", &path))?;
-    f.lock().map_err(io("lock", &path))?;
-    Ok(f)
-}
-
 /// runsc's files of sandbox `id` in its state root (`ID_sandbox:ID.state` and
 /// `.lock`).
 fn runsc_files(runsc_root: &Path, id: &str) -> Vec<PathBuf> {
@@ -1168,18 +1154,9 @@ impl Launcher for GvisorLauncher {
     /// are refused on them without asking the stopped agent.
     async fn pause(&self, id: &str) -> Result<()> {
         let dir = self.live_dir(id)?;
-        let _lock = pause_lock(&dir)?;
-        if freezer::is_paused(&dir) {
-            return Err(Error::InvalidRequest(format!(
-                "sandbox {id} is already paused; resume it (stockade resume {id})"
-            )));
-        }
-        // Marked first: from here on no new exec reaches the agent, which is about to
-        // stop answering.
-        let marker = dir.join(PAUSED_FILE);
-        std::fs::write(&marker, now_ms().to_string()).map_err(io("write", &marker))?;
+        let mark = freezer::PauseMark::begin(id, &dir, false, now_ms())?;
         if let Err(e) = self.runsc_ok(&["pause", id]).await {
-            let _ = std::fs::remove_file(&marker);
+            mark.undo();
             return Err(e);
         }
         Ok(())
@@ -1187,12 +1164,7 @@ impl Launcher for GvisorLauncher {
 
     async fn resume(&self, id: &str) -> Result<()> {
         let dir = self.live_dir(id)?;
-        let _lock = pause_lock(&dir)?;
-        if !freezer::is_paused(&dir) {
-            return Err(Error::InvalidRequest(format!(
-                "sandbox {id} is not paused; only a paused sandbox can be resumed"
-            )));
-        }
+        let mark = freezer::ResumeMark::begin(id, &dir, false)?;
         if let Err(e) = self.runsc_ok(&["resume", id]).await {
             // Marked but never paused (a crash between the two): running already.
             let state = self.runsc_ok(&["state", id]).await.unwrap_or_default();
@@ -1200,16 +1172,7 @@ impl Launcher for GvisorLauncher {
                 return Err(e);
             }
         }
-        let total = PausedTime::read(&dir, now_ms()).total_ms;
-        let tmp = dir.join(".paused-ms.tmp");
-        std::fs::write(&tmp, total.to_string())
-            .and_then(|()| std::fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
-            .map_err(io("record the pause in", &dir))?;
-        match std::fs::remove_file(dir.join(PAUSED_FILE)) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(io("unmark", &dir)(e)),
-        }
+        mark.finish(now_ms())
     }
 
     async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {

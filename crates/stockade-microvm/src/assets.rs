@@ -517,14 +517,35 @@ fn build_image_root_image(stage: &Path, rootfs: &Path, out: &Path) -> Result<()>
     for (name, text) in IMAGE_ETC {
         std::fs::write(etc.join(name), text).map_err(io(format!("cannot write etc/{name}")))?;
     }
-    let tmp = out.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
-    // The image's rootfs with our /etc files over it, as a read-only overlay in a
-    // private mount namespace (nothing stays mounted if this is killed); mkfs.erofs
-    // stores symlinks as symlinks, so an image's `etc -> /` points nowhere on the host.
+    // The image's rootfs with our /etc files over it, as a read-only overlay;
+    // mkfs.erofs stores symlinks as symlinks, so an image's `etc -> /` points nowhere
+    // on the host.
     let script = r#"set -e
 mount -t overlay overlay -o ro,lowerdir="$1/layer:$2" "$1/merged"
-exec mkfs.erofs --quiet -T0 --exclude-regex="$4" "$3" "$1/merged"
+exec mkfs.erofs --quiet -T0 --exclude-regex="$3" "$4" "$1/merged"
 "#;
+    mkfs_in_private_ns(
+        script,
+        &[
+            stage.as_os_str(),
+            rootfs.as_os_str(),
+            IMAGE_EXCLUDE.as_ref(),
+        ],
+        out,
+        "the microvm root image of an image",
+    )
+}
+
+/// Runs `script` (`sh -c`) in a private mount namespace, so nothing it mounts stays
+/// mounted if it is killed, with `args` and then a temporary output path as its
+/// positional arguments; renames that output to `out` once the script succeeded.
+fn mkfs_in_private_ns(
+    script: &str,
+    args: &[&std::ffi::OsStr],
+    out: &Path,
+    what: &str,
+) -> Result<()> {
+    let tmp = out.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
     let output = std::process::Command::new("unshare")
         .args([
             "--mount",
@@ -535,24 +556,22 @@ exec mkfs.erofs --quiet -T0 --exclude-regex="$4" "$3" "$1/merged"
             script,
             "sh",
         ])
-        .arg(stage)
-        .arg(rootfs)
+        .args(args)
         .arg(&tmp)
-        .arg(IMAGE_EXCLUDE)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
         .output()
         .map_err(|e| Error::Unavailable {
-            what: "building the microvm root image of an image".into(),
+            what: format!("building {what}"),
             reason: format!("cannot run unshare: {e}"),
             fix: "run as root on Linux with util-linux installed".into(),
         })?;
     if !output.status.success() {
         let _ = std::fs::remove_file(&tmp);
         return Err(Error::Unavailable {
-            what: "building the microvm root image of an image".into(),
+            what: format!("building {what}"),
             reason: format!(
-                "overlay mount or mkfs.erofs failed: {}",
+                "mkfs.erofs (or a mount before it) failed: {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             ),
             fix: "apt-get install erofs-utils (or run crates/stockade-microvm/ci-setup.sh)".into(),
@@ -594,49 +613,20 @@ fn build_root_image(stage: &Path, out: &Path) -> Result<()> {
     std::fs::write(stage.join("etc/group"), GROUP).map_err(io("cannot write group".into()))?;
     std::fs::write(stage.join("etc/hosts"), "127.0.0.1 localhost\n")
         .map_err(io("cannot write hosts".into()))?;
-    let tmp = out.with_extension(format!("tmp-{}", stockade_core::host::random_hex(6)));
-    // /usr is bind-mounted into the staging tree in a private mount namespace, so
-    // nothing stays mounted if this is killed.
+    // /usr is bind-mounted into the staging tree.
     let script = r#"set -e
 mount --bind -o ro /usr "$1/usr"
 for l in bin sbin lib lib32 lib64 libx32; do
   if [ -d "/$l" ] && [ ! -L "/$l" ]; then mkdir -p "$1/$l"; mount --bind -o ro "/$l" "$1/$l"; fi
 done
-exec mkfs.erofs --quiet --all-root -T0 --exclude-regex="$3" "$2" "$1"
+exec mkfs.erofs --quiet --all-root -T0 --exclude-regex="$2" "$3" "$1"
 "#;
-    let output = std::process::Command::new("unshare")
-        .args([
-            "--mount",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "sh",
-        ])
-        .arg(stage)
-        .arg(&tmp)
-        .arg(EXCLUDE)
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .map_err(|e| Error::Unavailable {
-            what: "building the microvm root image".into(),
-            reason: format!("cannot run unshare: {e}"),
-            fix: "run as root on Linux with util-linux installed".into(),
-        })?;
-    if !output.status.success() {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(Error::Unavailable {
-            what: "building the microvm root image".into(),
-            reason: format!(
-                "mkfs.erofs failed: {}",
-                String::from_utf8_lossy(&output.stderr).trim()
-            ),
-            fix: "apt-get install erofs-utils (or run crates/stockade-microvm/ci-setup.sh)".into(),
-        });
-    }
-    std::fs::rename(&tmp, out).map_err(io(format!("cannot rename {}", tmp.display())))
+    mkfs_in_private_ns(
+        script,
+        &[stage.as_os_str(), EXCLUDE.as_ref()],
+        out,
+        "the microvm root image",
+    )
 }
 
 #[cfg(test)]

@@ -136,22 +136,91 @@ pub fn is_paused(dir: &Path) -> bool {
     dir.join(PAUSED_FILE).exists()
 }
 
+/// The pause files' protocol, shared by every provider that pauses (native's freezer,
+/// `docker pause`, `runsc pause`): under the sandbox's pause lock, a second pause is
+/// refused and the sandbox is marked paused before it is stopped, so no new exec
+/// reaches its agent from then on. Dropping the guard keeps the mark; [`undo`] takes
+/// it back when stopping failed.
+///
+/// [`undo`]: PauseMark::undo
+pub struct PauseMark {
+    _lock: Flock<fs::File>,
+    marker: PathBuf,
+}
+
+impl PauseMark {
+    /// Locks and marks sandbox `id` (files in `dir`) paused; `already` is what the
+    /// provider itself knows of a pause (dockerd's state, say).
+    pub fn begin(id: &str, dir: &Path, already: bool, now_ms: u64) -> Result<PauseMark> {
+        let lock = lock(dir)?;
+        if already || is_paused(dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is already paused; resume it (stockade resume {id})"
+            )));
+        }
+        let marker = dir.join(PAUSED_FILE);
+        fs::write(&marker, now_ms.to_string())
+            .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+        Ok(PauseMark {
+            _lock: lock,
+            marker,
+        })
+    }
+
+    /// The sandbox could not be stopped: it is not paused after all.
+    pub fn undo(self) {
+        let _ = fs::remove_file(&self.marker);
+    }
+}
+
+/// The other half of [`PauseMark`]: under the pause lock, a resume of a sandbox that is
+/// not paused is refused; once the provider has started it again, [`finish`] adds the
+/// pause to the time the lifetime does not count and removes the mark.
+///
+/// [`finish`]: ResumeMark::finish
+pub struct ResumeMark {
+    _lock: Flock<fs::File>,
+    dir: PathBuf,
+}
+
+impl ResumeMark {
+    /// Locks sandbox `id` (files in `dir`) for its resume; `paused` is what the
+    /// provider itself knows of a pause.
+    pub fn begin(id: &str, dir: &Path, paused: bool) -> Result<ResumeMark> {
+        let lock = lock(dir)?;
+        if !paused && !is_paused(dir) {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox {id} is not paused; only a paused sandbox can be resumed"
+            )));
+        }
+        Ok(ResumeMark {
+            _lock: lock,
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    /// Records the pause and removes the mark (the sandbox runs again).
+    pub fn finish(self, now_ms: u64) -> Result<()> {
+        let dir = &self.dir;
+        let total = PausedTime::read(dir, now_ms).total_ms;
+        let tmp = dir.join(".paused-ms.tmp");
+        fs::write(&tmp, total.to_string())
+            .and_then(|()| fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
+            .map_err(|e| Error::io(format!("cannot record the pause in {}", dir.display()), e))?;
+        match fs::remove_file(dir.join(PAUSED_FILE)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io(format!("cannot unmark {}", dir.display()), e)),
+        }
+    }
+}
+
 /// Pauses the live sandbox `id` (state in `dir`, cgroups `cgroups`).
 pub fn pause(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
     let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
-    let _lock = lock(dir)?;
-    if is_paused(dir) {
-        return Err(Error::InvalidRequest(format!(
-            "sandbox {id} is already paused; resume it (stockade resume {id})"
-        )));
-    }
-    // Marked first: from here on no new exec reaches the agent, which is about to
-    // stop answering.
-    let marker = dir.join(PAUSED_FILE);
-    fs::write(&marker, now_ms.to_string())
-        .map_err(|e| Error::io(format!("cannot write {}", marker.display()), e))?;
+    let mark = PauseMark::begin(id, dir, false, now_ms)?;
     if let Err(e) = freezer.freeze() {
-        let _ = fs::remove_file(&marker);
+        mark.undo();
         return Err(e);
     }
     Ok(())
@@ -160,21 +229,10 @@ pub fn pause(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<(
 /// Resumes the paused sandbox `id`: thaws it and adds the pause to the time the
 /// lifetime does not count.
 pub fn resume(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
-    let _lock = lock(dir)?;
-    if !is_paused(dir) {
-        return Err(Error::InvalidRequest(format!(
-            "sandbox {id} is not paused; only a paused sandbox can be resumed"
-        )));
-    }
+    let mark = ResumeMark::begin(id, dir, false)?;
     let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
     freezer.thaw()?;
-    let total = PausedTime::read(dir, now_ms).total_ms;
-    let tmp = dir.join(".paused-ms.tmp");
-    fs::write(&tmp, total.to_string())
-        .and_then(|()| fs::rename(&tmp, dir.join(PAUSED_TOTAL_FILE)))
-        .map_err(|e| Error::io(format!("cannot record the pause in {}", dir.display()), e))?;
-    fs::remove_file(dir.join(PAUSED_FILE))
-        .map_err(|e| Error::io(format!("cannot unmark {}", dir.display()), e))
+    mark.finish(now_ms)
 }
 
 #[cfg(test)]

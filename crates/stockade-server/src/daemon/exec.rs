@@ -239,14 +239,7 @@ impl Daemon {
 
     /// A file operation as the sandbox user.
     pub async fn file(self: &Arc<Self>, tenant: &str, id: &str, op: FileOp) -> Result<FileResult> {
-        let rec = self.record(tenant, id)?;
-        let _busy = self.in_use(id);
-        let (_, p) = self.provider(&rec.provider)?;
-        let op = match (&rec.template, &rec.workdir) {
-            (Some(_), Some(w)) => rebase(op, w),
-            _ => op,
-        };
-        p.file(id, op).await
+        self.file_by(tenant, id, None, op).await
     }
 
     /// [`Daemon::file`] as `uid` of the sandbox (root of its own user namespace for 0).
@@ -257,6 +250,16 @@ impl Daemon {
         uid: u32,
         op: FileOp,
     ) -> Result<FileResult> {
+        self.file_by(tenant, id, Some(uid), op).await
+    }
+
+    async fn file_by(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        uid: Option<u32>,
+        op: FileOp,
+    ) -> Result<FileResult> {
         let rec = self.record(tenant, id)?;
         let _busy = self.in_use(id);
         let (_, p) = self.provider(&rec.provider)?;
@@ -264,7 +267,10 @@ impl Daemon {
             (Some(_), Some(w)) => rebase(op, w),
             _ => op,
         };
-        p.file_as(id, uid, op).await
+        match uid {
+            None => p.file(id, op).await,
+            Some(u) => p.file_as(id, u, op).await,
+        }
     }
 }
 

@@ -688,30 +688,40 @@ async fn background_processes_end_with_their_exec() {
     destroy_clean(sb).await;
 }
 
+/// Host pid of the sandbox's PID 1 (native), from its state.
+fn host_init_pid(id: &str) -> Option<u32> {
+    let state: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).ok()?)
+            .ok()?;
+    Some(state["init_pid"].as_u64()? as u32)
+}
+
+/// Every host process: pid, parent pid, command line and name (`comm`).
+fn host_processes() -> Vec<(u32, Option<u32>, Vec<u8>, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let ppid = stat
+                .rfind(')')
+                .and_then(|i| stat[i + 2..].split(' ').nth(1))
+                .and_then(|s| s.parse::<u32>().ok());
+            (pid, ppid, cmdline, comm.trim().to_string())
+        })
+        .collect()
+}
+
 /// The host pid of the exec shim (a child of the sandbox's PID 1 named
 /// `stockade-shim`) whose own child's command line starts with `child` (another
 /// exec's shim may still be ending beside it), once one runs.
 fn host_shim_pid(id: &str, child: &[u8]) -> u32 {
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).unwrap())
-            .unwrap();
-    let init = state["init_pid"].as_u64().unwrap() as u32;
+    let init = host_init_pid(id).expect("the sandbox's state");
     for _ in 0..2_000 {
-        let procs: Vec<(u32, Option<u32>, Vec<u8>, String)> = std::fs::read_dir("/proc")
-            .unwrap()
-            .flatten()
-            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-            .map(|pid| {
-                let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-                let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-                let ppid = stat
-                    .rfind(')')
-                    .and_then(|i| stat[i + 2..].split(' ').nth(1))
-                    .and_then(|s| s.parse::<u32>().ok());
-                (pid, ppid, cmdline, comm.trim().to_string())
-            })
-            .collect();
+        let procs = host_processes();
         let shim = procs.iter().find(|(pid, ppid, _, comm)| {
             comm == "stockade-shim"
                 && *ppid == Some(init)
@@ -827,23 +837,11 @@ async fn the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim() 
 /// Host pid of the exec zygote of the native sandbox `id` (a child of its PID 1 named
 /// `stockade-zygote`).
 fn host_zygote_pid(id: &str) -> Option<u32> {
-    let state: serde_json::Value =
-        serde_json::from_slice(&std::fs::read(state_root().join(id).join("state.json")).ok()?)
-            .ok()?;
-    let init = state["init_pid"].as_u64()? as u32;
-    std::fs::read_dir("/proc")
-        .ok()?
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
-        .find(|pid| {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let ppid = stat
-                .rfind(')')
-                .and_then(|i| stat[i + 2..].split(' ').nth(1))
-                .and_then(|s| s.parse::<u32>().ok());
-            ppid == Some(init) && comm.trim() == "stockade-zygote"
-        })
+    let init = host_init_pid(id)?;
+    host_processes()
+        .into_iter()
+        .find(|(_, ppid, _, comm)| *ppid == Some(init) && comm == "stockade-zygote")
+        .map(|(pid, ..)| pid)
 }
 
 // Issue 24: the exec zygote (PID 1's forking helper, with PID 1's privileges) is out
