@@ -617,6 +617,12 @@ pub struct HostIds {
 /// runs as a non-root user without capabilities and cannot enter it.
 pub const CONTAINER_DIR: &str = "/.stockade";
 
+/// How `stockade-agent container` begins its message when the container's `/` is
+/// not one the sandbox user can enter: the container runtime started it on something
+/// other than the image's root (dockerd 20.10 was seen to, rarely), or the image's
+/// root is closed to that user. The provider replaces such a container once.
+pub const ROOT_NOT_ENTERABLE: &str = "the container's root cannot be entered by the sandbox user";
+
 /// What the docker provider tells `stockade-agent container` (PID 1 of a container),
 /// as `config.json` in [`CONTAINER_DIR`].
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

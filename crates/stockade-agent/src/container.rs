@@ -56,6 +56,7 @@ fn setup() -> Result<
     let text = fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let config: ContainerConfig = serde_json::from_slice(&text)
         .map_err(|e| format!("{} is not a container config: {e}", path.display()))?;
+    root_enterable(config.exec.uid, config.exec.gid)?;
     let oom = OOM_COUNTERS
         .iter()
         .find_map(|(p, key)| OomCounter::open(Path::new(p), key).ok());
@@ -75,6 +76,47 @@ fn setup() -> Result<
         }
     }
     Ok((listener, config, oom))
+}
+
+/// Whether the sandbox user (`uid`, `gid`) may search `/`, which every exec and file
+/// operation needs; if not, why, with what `/` is (mode, owner, filesystem), so that a
+/// container started without its image's root fails at once, clearly, instead of at
+/// its first exec.
+fn root_enterable(uid: u32, gid: u32) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    if uid == 0 {
+        return Ok(());
+    }
+    let m = fs::metadata("/").map_err(|e| format!("cannot stat /: {e}"))?;
+    if searchable(m.mode(), m.uid(), m.gid(), uid, gid) {
+        return Ok(());
+    }
+    let fs_type = rustix::fs::statfs("/")
+        .map(|s| format!("{:#x}", s.f_type))
+        .unwrap_or_else(|e| e.to_string());
+    let entries = fs::read_dir("/").map(Iterator::count).unwrap_or(0);
+    Err(format!(
+        "{}: / is owner {}:{} mode {:o} on filesystem type {fs_type} with {entries} entries; \
+         the sandbox user is {uid}:{gid}",
+        stockade_agent_proto::launch::ROOT_NOT_ENTERABLE,
+        m.uid(),
+        m.gid(),
+        m.mode() & 0o7777
+    ))
+}
+
+/// Whether a directory of `mode` owned by `owner`:`group` may be searched by a user
+/// without capabilities whose only group is `gid` (the sandbox user: each exec drops
+/// every supplementary group).
+fn searchable(mode: u32, owner: u32, group: u32, uid: u32, gid: u32) -> bool {
+    let bit = if owner == uid {
+        0o100
+    } else if group == gid {
+        0o010
+    } else {
+        0o001
+    };
+    mode & bit != 0
 }
 
 /// Ends the container (PID 1 exits) when its lifetime passes, even when no Stockade
@@ -98,4 +140,22 @@ fn lifetime_watchdog(expires_at_ms: u64) {
             std::thread::sleep(Duration::from_millis((expires_at_ms - now).min(1000)));
         }
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::searchable;
+
+    #[test]
+    fn search_permission_is_the_class_the_user_falls_in() {
+        // The usual root, and the bare 0700 directory a container must not start on.
+        assert!(searchable(0o755, 0, 0, 1000, 1000));
+        assert!(!searchable(0o700, 0, 0, 1000, 1000));
+        // Owner and group classes decide alone, as the kernel does: an owner without
+        // the owner bit is refused even when others may search.
+        assert!(searchable(0o700, 1000, 0, 1000, 1000));
+        assert!(!searchable(0o071, 1000, 1000, 1000, 1000));
+        assert!(searchable(0o710, 0, 1000, 1000, 1000));
+        assert!(!searchable(0o701, 0, 1000, 1000, 1000));
+    }
 }

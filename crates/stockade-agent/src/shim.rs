@@ -427,8 +427,25 @@ fn prepare_and_exec(
         let dir = fs::metadata(&config.cwd)
             .map(|m| format!("owner {}:{} mode {:o}", m.uid(), m.gid(), m.mode() & 0o7777))
             .unwrap_or_else(|e| format!("not readable: {e}"));
+        // And the root it is looked up from (stat of `/` itself needs no search
+        // permission): its mode, owner and filesystem.
+        let root = fs::metadata("/")
+            .map(|m| {
+                let fs = rustix::fs::statfs("/")
+                    .map(|s| format!("{:#x}", s.f_type))
+                    .unwrap_or_else(|e| e.to_string());
+                format!(
+                    "owner {}:{} mode {:o} dev {:#x} ino {} fs {fs}",
+                    m.uid(),
+                    m.gid(),
+                    m.mode() & 0o7777,
+                    m.dev(),
+                    m.ino()
+                )
+            })
+            .unwrap_or_else(|e| format!("not readable: {e}"));
         format!(
-            "cannot enter working directory {}: {} (the directory: {dir}; this exec runs as uid {} gid {})",
+            "cannot enter working directory {}: {} (the directory: {dir}; /: {root}; this exec runs as uid {} gid {})",
             config.cwd,
             describe(e),
             nix::unistd::getuid(),

@@ -28,7 +28,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE};
+use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, ROOT_NOT_ENTERABLE};
 use stockade_agent_proto::{EgressDenial, now_ms};
 use stockade_core::spec::Network;
 use stockade_core::{
@@ -257,6 +257,29 @@ impl DockerLauncher {
         })?;
         let (facts, _) =
             image::ensure(docker, &reference, self.image_store.as_deref(), &mut |_| {}).await?;
+        // A container whose agent finds `/` closed to the sandbox user is replaced
+        // once (dockerd 20.10 was seen, rarely, to start one on an empty directory
+        // instead of its image's root); a second one is the image's doing and is
+        // reported.
+        match self
+            .create_once(docker, &agent, facts.clone(), spec, opts)
+            .await
+        {
+            Err(Error::Internal(m)) if m.contains(ROOT_NOT_ENTERABLE) => {
+                self.create_once(docker, &agent, facts, spec, opts).await
+            }
+            other => other,
+        }
+    }
+
+    async fn create_once(
+        &self,
+        docker: &Docker,
+        agent: &Path,
+        facts: plan::ImageFacts,
+        spec: &ValidatedSpec,
+        opts: &CreateOptions,
+    ) -> Result<SandboxInfo> {
         let id = new_id();
         let dir = self.dir(&id);
         let agent_group = make_private_dir(&self.state_root, &dir, &self.socket)?;
@@ -271,7 +294,7 @@ impl DockerLauncher {
         let input = plan::PlanInput {
             id: id.clone(),
             state_dir: dir.clone(),
-            agent: agent.clone(),
+            agent: agent.to_path_buf(),
             now_ms: now_ms(),
             owner_pid: opts.owner_pid,
             owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
@@ -281,7 +304,7 @@ impl DockerLauncher {
         };
         let plan = plan::plan(spec, &input);
         let result = self
-            .start(docker, &id, &dir, &plan, &agent, opts, net.as_ref())
+            .start(docker, &id, &dir, &plan, agent, opts, net.as_ref())
             .await;
         if let Err(e) = result {
             let _ = self.remove(&id).await;
