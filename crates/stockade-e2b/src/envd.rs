@@ -88,11 +88,6 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
-    // Root (of the sandbox's own user namespace) for commands and file operations;
-    // watching stays the sandbox user's (see ROOT_WATCH).
-    if uid.is_some() && (path.contains("Watch") || path.contains("Watcher")) {
-        return ConnectError::new("unauthenticated", ROOT_WATCH).into_response();
-    }
     let timeout_ms = header_u64(req.headers(), "connect-timeout-ms");
     let keepalive = header_u64(req.headers(), "keepalive-ping-interval")
         .filter(|s| *s > 0)
@@ -130,12 +125,12 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         "/filesystem.Filesystem/Move" => reply(rename(&e2b, &s, uid, &body).await),
         "/filesystem.Filesystem/WatchDir" => {
             let timeout = timeout_ms.map(std::time::Duration::from_millis);
-            match watch::watch_dir(&e2b, &s, &body, keepalive, timeout).await {
+            match watch::watch_dir(&e2b, &s, &body, uid, keepalive, timeout).await {
                 Ok(st) => connect::stream_response(st),
                 Err(e) => connect::stream_error(e),
             }
         }
-        "/filesystem.Filesystem/CreateWatcher" => reply(watch::create(&e2b, &s, &body).await),
+        "/filesystem.Filesystem/CreateWatcher" => reply(watch::create(&e2b, &s, &body, uid).await),
         "/filesystem.Filesystem/GetWatcherEvents" => reply(watch::events(&s, &body)),
         "/filesystem.Filesystem/RemoveWatcher" => reply(watch::remove(&s, &body)),
         other => ConnectError::new(
@@ -191,12 +186,6 @@ fn reply(r: Result<Value, ConnectError>) -> Response {
         Err(e) => e.into_response(),
     }
 }
-
-/// Why watching as root is refused: a watch is a long-lived inotify process the
-/// sandbox user runs; root's view of a directory is the same one.
-pub const ROOT_WATCH: &str = "user \"root\" is served for commands and file operations, \
-    not for watching: a watch runs as the sandbox user (uid 1000); watch as \"user\" \
-    (the events are the same)";
 
 /// A file operation as the request's user: the sandbox user (`None`), or `uid` of the
 /// sandbox's own user namespace (root: 0).

@@ -62,8 +62,15 @@ struct Watch {
     line: Vec<u8>,
 }
 
-/// Starts `watch.py` on the directory and waits until its watches are in place.
-async fn begin(e2b: &E2b, s: &Sbx, r: &WatchRequest) -> Result<Watch, ConnectError> {
+/// Starts `watch.py` on the directory, as the sandbox user (`uid` `None`) or as `uid`
+/// of the sandbox's own user namespace (root: 0), and waits until its watches are in
+/// place.
+async fn begin(
+    e2b: &E2b,
+    s: &Sbx,
+    r: &WatchRequest,
+    uid: Option<u32>,
+) -> Result<Watch, ConnectError> {
     if r.path.is_empty() {
         return Err(ConnectError::invalid(
             "\"path\" is empty: name a directory in the sandbox",
@@ -79,6 +86,7 @@ async fn begin(e2b: &E2b, s: &Sbx, r: &WatchRequest) -> Result<Watch, ConnectErr
         if r.recursive { "1" } else { "0" },
     ];
     let mut req = ExecRequest::new(argv);
+    req.uid = uid;
     req.stream = true;
     req.output_limit_bytes = OUTPUT_LIMIT;
     let mut events = e2b
@@ -215,11 +223,12 @@ pub async fn watch_dir(
     e2b: &Arc<E2b>,
     s: &Arc<Sbx>,
     body: &[u8],
+    uid: Option<u32>,
     keepalive: Option<Duration>,
     timeout: Option<Duration>,
 ) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
     let r: WatchRequest = connect::stream_request(body)?;
-    let w = begin(e2b, s, &r).await?;
+    let w = begin(e2b, s, &r, uid).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let (e2b, s) = (e2b.clone(), s.clone());
     tokio::spawn(async move {
@@ -281,7 +290,12 @@ fn watchers(s: &Sbx) -> std::sync::MutexGuard<'_, HashMap<String, Watcher>> {
 }
 
 /// `CreateWatcher`.
-pub async fn create(e2b: &Arc<E2b>, s: &Arc<Sbx>, body: &[u8]) -> Result<Value, ConnectError> {
+pub async fn create(
+    e2b: &Arc<E2b>,
+    s: &Arc<Sbx>,
+    body: &[u8],
+    uid: Option<u32>,
+) -> Result<Value, ConnectError> {
     let r: WatchRequest = connect::unary_request(body)?;
     if watchers(s).len() >= MAX_WATCHERS {
         return Err(ConnectError::new(
@@ -292,7 +306,7 @@ pub async fn create(e2b: &Arc<E2b>, s: &Arc<Sbx>, body: &[u8]) -> Result<Value, 
             ),
         ));
     }
-    let mut w = begin(e2b, s, &r).await?;
+    let mut w = begin(e2b, s, &r, uid).await?;
     let pending = Arc::new(Mutex::new(Vec::new()));
     let (e2b2, s2, p2) = (e2b.clone(), s.clone(), pending.clone());
     let task = tokio::spawn(async move {

@@ -397,6 +397,21 @@ def test_watch_dir_sync_reports_inotify_events(sbx):
         sbx.files.watch_dir("/home/user/w/sub/deep")
 
 
+def test_watch_dir_as_root_sees_what_only_root_may_enter(sbx):
+    """Watching as root is root of the sandbox's user namespace: it watches a directory
+    closed to the sandbox user, which the sandbox user's own watch is refused."""
+    from e2b import FilesystemEventType as T
+
+    sbx.commands.run("mkdir -m 700 /tmp/private", user="root")
+    with pytest.raises(SandboxException):
+        sbx.files.watch_dir("/tmp/private")
+    h = sbx.files.watch_dir("/tmp/private", user="root")
+    sbx.files.write("/tmp/private/secret.txt", "s", user="root")
+    ev = _events_until(h, lambda e: any(x.name == "secret.txt" for x in e))
+    assert ("secret.txt", T.CREATE) in [(e.name, e.type) for e in ev], ev
+    h.stop()
+
+
 def test_watch_dir_async_streams_events(server):
     import asyncio
 
