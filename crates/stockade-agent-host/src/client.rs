@@ -63,16 +63,33 @@ async fn open<T: Transport + ?Sized>(
 
 /// Checks the agent answers.
 pub async fn ping<T: Transport + ?Sized>(id: &str, transport: &T) -> Result<(), Error> {
-    let mut s = open(id, transport, &ClientMsg::Ping).await?;
+    pong(id, transport, ClientMsg::Ping, "ping").await
+}
+
+/// Has the agent start what its later execs are served by now (the exec zygote; see
+/// `ClientMsg::Warm`), and waits until it has.
+pub async fn warm<T: Transport + ?Sized>(id: &str, transport: &T) -> Result<(), Error> {
+    pong(id, transport, ClientMsg::Warm, "warm").await
+}
+
+/// Sends `msg` (`what`), which the agent answers with `Pong`.
+async fn pong<T: Transport + ?Sized>(
+    id: &str,
+    transport: &T,
+    msg: ClientMsg,
+    what: &str,
+) -> Result<(), Error> {
+    let mut s = open(id, transport, &msg).await?;
     match read_msg::<_, AgentMsg>(&mut s)
         .await
         .map_err(|e| lost(id, e))?
     {
         Some(AgentMsg::Pong) => Ok(()),
         None => Err(closed(id)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
         Some(other) => Err(unexpected(
             id,
-            format!("an unexpected answer to ping: {other:?}"),
+            format!("an unexpected answer to {what}: {other:?}"),
         )),
     }
 }

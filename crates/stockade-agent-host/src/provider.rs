@@ -108,6 +108,14 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         }
     }
 
+    async fn warm(&self, id: &str) -> Result<()> {
+        let transport = self.launcher.transport(id).await?;
+        match client::warm(id, &transport).await {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.launcher.explain(id, e).await),
+        }
+    }
+
     async fn destroy(&self, id: &str) -> Result<()> {
         self.launcher.destroy(id).await
     }

@@ -234,6 +234,12 @@ pub enum ClientMsg {
     /// its capabilities there and the same landlock domain). Appended last, like
     /// `ExecAs`, so earlier messages keep their encoding.
     FileAs { uid: u32, op: files::FileOp },
+    /// Start now what the sandbox's later execs and file operations are served by
+    /// (the exec zygote), instead of at its second one; answered with
+    /// [`AgentMsg::Pong`] once that is ready (or cannot be: execs then go on without
+    /// it). Sent to a sandbox warmed into a pool, whose first exec is then as fast as
+    /// any later one. Appended last, so earlier messages keep their encoding.
+    Warm,
 }
 
 /// Messages from the agent to the host side.

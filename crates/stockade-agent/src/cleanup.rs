@@ -67,6 +67,12 @@ impl Helpers {
         Ok(child)
     }
 
+    /// Starts the zygote now, if the policy has one and it is not running, and waits
+    /// (a few seconds at most) until it serves: see [`Zygote::warm`].
+    pub fn warm(&self) {
+        self.zygote.warm();
+    }
+
     /// Starts a helper in `role` through the zygote (a fork, no `exec`) and records
     /// it, as [`Helpers::spawn`] does. An error means nothing was started: the caller
     /// spawns the helper instead.

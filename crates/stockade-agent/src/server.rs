@@ -219,6 +219,10 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
     match read_msg::<_, ClientMsg>(&mut stream).map_err(|e| e.to_string())? {
         None => Ok(()),
         Some(ClientMsg::Ping) => write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string()),
+        Some(ClientMsg::Warm) => {
+            shared.helpers.warm();
+            write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string())
+        }
         Some(ClientMsg::File(op)) => {
             let answer = crate::fileop::spawn(op, &shared.policy, &shared.helpers);
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())

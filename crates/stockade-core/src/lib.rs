@@ -377,6 +377,15 @@ pub trait Provider: Send + Sync + 'static {
         })
     }
 
+    /// Prepares sandbox `id` to serve its first exec as fast as its later ones (the
+    /// agent starts its exec zygote now, not at the second exec), and returns once it
+    /// has. For sandboxes made ahead of use (pools): it spends a process per sandbox
+    /// on that. The default does nothing.
+    async fn warm(&self, id: &str) -> Result<()> {
+        let _ = id;
+        Ok(())
+    }
+
     /// A file operation as `uid` of the sandbox (uid 0: root of its own user
     /// namespace, as an exec with [`ExecRequest::uid`]); the agent refuses a uid the
     /// sandbox cannot have. The default refuses.
@@ -825,6 +834,12 @@ impl Sandbox {
     /// pauses); [`Sandbox::info`] is what it said at creation.
     pub async fn inspect(&self) -> Result<SandboxInfo> {
         self.provider.inspect(&self.info.id).await
+    }
+
+    /// Prepares the sandbox to serve its first exec as fast as its later ones (see
+    /// [`Provider::warm`]).
+    pub async fn warm(&self) -> Result<()> {
+        self.provider.warm(&self.info.id).await
     }
 
     /// Pauses the sandbox, keeping its state (see [`Provider::pause`]).

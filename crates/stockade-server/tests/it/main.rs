@@ -497,6 +497,24 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
     let (info, pooled) = c.create_spec(&mine, None, false).await.unwrap();
     let after = now_ms();
     assert!(pooled, "a pool of this template exists and is warm");
+    // Warmed in the pool: its exec zygote already runs, so the first exec is served
+    // by it like any later one.
+    let state: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(d.state_root().join(&info.id).join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let init = state["init_pid"].as_u64().unwrap().to_string();
+    let zygote = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        let p = e.path();
+        let comm = std::fs::read_to_string(p.join("comm")).unwrap_or_default();
+        let stat = std::fs::read_to_string(p.join("stat")).unwrap_or_default();
+        let ppid = stat
+            .rfind(')')
+            .and_then(|i| stat[i + 2..].split(' ').nth(1))
+            .unwrap_or_default();
+        comm.trim() == "stockade-zygote" && ppid == init
+    });
+    assert!(zygote, "a pooled sandbox has its exec zygote before its first exec");
     let o = c
         .exec(
             &info.id,

@@ -930,6 +930,56 @@ async fn the_exec_zygote_is_out_of_reach_and_comes_back_when_killed() {
     destroy_clean(sb).await;
 }
 
+// Issue 24: a sandbox warmed ahead of use (as pools do) has its exec zygote before
+// its first exec, and that exec's shim is forked by it (its command line is the
+// zygote's), under the same walls: the code still cannot reach it.
+#[tokio::test]
+async fn a_warmed_sandbox_serves_its_first_exec_from_its_zygote() {
+    if !require_root("a_warmed_sandbox_serves_its_first_exec_from_its_zygote")
+        || on_gvisor()
+        || on_microvm()
+    {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let id = sb.id().to_string();
+    assert_eq!(host_zygote_pid(&id), None, "no zygote before any exec");
+    sb.warm().await.expect("warm");
+    let zygote = host_zygote_pid(&id).expect("warm returns once the zygote serves");
+    let init = host_init_pid(&id).unwrap();
+    let run = {
+        let sb = sb.clone();
+        tokio::spawn(async move { sh(&sb, "kill -9 1 2>&1; sleep 2; echo ok", 10_000).await })
+    };
+    let mut shim = None;
+    for _ in 0..300 {
+        shim = host_processes()
+            .into_iter()
+            .find(|(_, ppid, _, comm)| *ppid == Some(init) && comm == "stockade-shim");
+        if shim.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let (_, _, cmdline, _) = shim.expect("the first exec's shim runs");
+    assert!(
+        cmdline.starts_with(b"stockade-zygote"),
+        "the first exec's shim was spawned, not forked by the zygote: {:?}",
+        String::from_utf8_lossy(&cmdline)
+    );
+    let out = run.await.unwrap();
+    assert_eq!(text(&out.stdout).lines().last(), Some("ok"), "{out:?}");
+    assert_eq!(
+        host_zygote_pid(&id),
+        Some(zygote),
+        "the code killed the zygote"
+    );
+    // Warming again is harmless.
+    sb.warm().await.expect("warm again");
+    assert_eq!(host_zygote_pid(&id), Some(zygote));
+    destroy_clean(sb).await;
+}
+
 // Issue 14, finding 7: SysV and POSIX shared memory an exec leaves behind is removed
 // when it ends, so the next exec has the sandbox's memory.
 #[tokio::test]
