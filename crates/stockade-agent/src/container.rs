@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use stockade_agent_proto::launch::{CONTAINER_DIR, ContainerConfig};
+use stockade_agent_proto::launch::{CONTAINER_DIR, ContainerConfig, PausedTime};
 
 use crate::server::{self, OomCounter};
 
@@ -134,10 +134,14 @@ fn lifetime_watchdog(expires_at_ms: u64) {
                 .duration_since(UNIX_EPOCH)
                 .map(|d| d.as_millis() as u64)
                 .unwrap_or(0);
-            if now >= expires_at_ms {
+            // The time the sandbox was paused does not count (the provider's pause
+            // files, in the directory the host shares with us); while paused, this
+            // thread is stopped with the rest, and reads them once it runs again.
+            let due = PausedTime::read(Path::new(CONTAINER_DIR), now).deadline(expires_at_ms);
+            if now >= due {
                 stockade_sys::process::exit_now(0);
             }
-            std::thread::sleep(Duration::from_millis((expires_at_ms - now).min(1000)));
+            std::thread::sleep(Duration::from_millis((due - now).min(1000)));
         }
     });
 }

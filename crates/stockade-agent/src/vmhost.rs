@@ -175,6 +175,7 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
         vmm.as_fd(),
         owner.as_ref().map(AsFd::as_fd),
         config.expires_at_ms,
+        None,
     ) {
         Ending::Lifetime => return end(dir, config, Some(&mut child), "its lifetime passed"),
         Ending::OwnerDied => return end(dir, config, Some(&mut child), "its owner died"),

@@ -24,6 +24,7 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use stockade_agent_proto::launch::PausedTime;
 use stockade_agent_proto::now_ms;
 use stockade_sys::process::{Forked, exit_now, fork};
 
@@ -207,17 +208,26 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
         },
         None => None,
     };
+    // The pause files (native's protocol, `PauseMark`): docker's are in the state
+    // directory, gVisor's in its agent directory.
+    let pause_dir = match &args.engine {
+        Engine::Docker { .. } => std::path::PathBuf::from(&args.state_dir),
+        Engine::Runsc { .. } => std::path::Path::new(&args.state_dir).join("agent"),
+    };
     match wait_for(
         init.as_fd(),
         owner.as_ref().map(AsFd::as_fd),
         args.expires_at_ms,
+        Some(&pause_dir),
     ) {
         Ending::Lifetime | Ending::OwnerDied => remove(&args),
         Ending::Watched => {
             // The container ended. Its lifetime passing is ours to clean up; a gVisor
             // sandbox that ended (its agent's idle timeout, killed) leaves runsc state
             // that nothing else would remove until gc.
-            if now_ms() >= args.expires_at_ms || matches!(args.engine, Engine::Runsc { .. }) {
+            let now = now_ms();
+            let due = PausedTime::read(&pause_dir, now).deadline(args.expires_at_ms);
+            if now >= due || matches!(args.engine, Engine::Runsc { .. }) {
                 remove(&args);
             }
         }
@@ -297,17 +307,25 @@ pub(crate) enum Ending {
 
 /// Waits until the watched process (a pidfd) ends, the owner (a pidfd) dies, or the
 /// lifetime passes; the one loop of every host-side watcher (docker-watch,
-/// gvisor-watch, vm-host).
+/// gvisor-watch, vm-host). With `pause_dir` (where the sandbox's pause files are), the
+/// lifetime does not run while the sandbox is paused, as on native: the deadline
+/// moves by every pause's length, and a paused sandbox is never due.
 pub(crate) fn wait_for(
     watched: BorrowedFd<'_>,
     owner: Option<BorrowedFd<'_>>,
     expires_at_ms: u64,
+    pause_dir: Option<&std::path::Path>,
 ) -> Ending {
     loop {
-        let left = expires_at_ms.saturating_sub(now_ms());
-        if left == 0 {
-            return Ending::Lifetime;
-        }
+        let now = now_ms();
+        let paused = pause_dir.map(|d| PausedTime::read(d, now));
+        let due = paused.map_or(expires_at_ms, |p| p.deadline(expires_at_ms));
+        let left = due.saturating_sub(now);
+        let left = match paused {
+            Some(p) if p.since_ms.is_some() => left.max(1000),
+            _ if left == 0 => return Ending::Lifetime,
+            _ => left,
+        };
         let mut fds = vec![PollFd::new(watched, PollFlags::POLLIN)];
         if let Some(o) = owner {
             fds.push(PollFd::new(o, PollFlags::POLLIN));

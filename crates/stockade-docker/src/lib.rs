@@ -28,7 +28,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, ROOT_NOT_ENTERABLE};
+use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, PausedTime, ROOT_NOT_ENTERABLE};
 use stockade_agent_proto::{EgressDenial, now_ms};
 use stockade_core::spec::Network;
 use stockade_core::{
@@ -165,6 +165,12 @@ impl DockerLauncher {
         self.state_root.join(id)
     }
 
+    /// The deadline of sandbox `id`, planned for `planned_ms`: moved by the time it
+    /// spent paused, which its lifetime does not count (as on native).
+    fn deadline(&self, id: &str, planned_ms: u64, now: u64) -> u64 {
+        PausedTime::read(&self.dir(id), now).deadline(planned_ms)
+    }
+
     /// Whether sandbox `id` is paused: the marker in its host directory, written
     /// before `docker pause` and removed after `docker unpause` (execs are refused on
     /// it without asking dockerd).
@@ -215,10 +221,11 @@ impl DockerLauncher {
             return cause;
         }
         let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
+        let now = now_ms();
         let expired = labels
             .get(labels::EXPIRES)
             .and_then(|e| e.parse::<u64>().ok())
-            .is_some_and(|e| now_ms() >= e);
+            .is_some_and(|e| now >= self.deadline(id, e, now));
         if state.oom_killed == Some(true) {
             return Error::LimitExceeded {
                 what: format!(
@@ -559,12 +566,12 @@ impl DockerLauncher {
         let containers = self.containers().await?;
         for (id, state, labels) in &containers {
             let num = |k: &str| labels.get(k).and_then(|v| v.parse::<u64>().ok());
-            let expired = num(labels::EXPIRES).is_some_and(|e| now >= e);
+            let expired = num(labels::EXPIRES).is_some_and(|e| now >= self.deadline(id, e, now));
             // A container being created right now is `created` until it starts.
             let starting = state == "created"
                 && num(labels::CREATED).is_some_and(|c| now.saturating_sub(c) < 60_000);
-            // A paused container is alive (docker pause); its owner's death and its
-            // lifetime still end it.
+            // A paused container is alive (docker pause); its owner's death still ends
+            // it, and its lifetime once the time it spent paused is added.
             let dead = state != "running" && state != "paused" && !starting;
             let owner_dead = match (num(labels::OWNER_PID), num(labels::OWNER_TICKS)) {
                 (Some(pid), Some(ticks)) => {
@@ -946,6 +953,7 @@ impl Launcher for DockerLauncher {
             .filter(|(_, state, _)| state == "running" || state == "paused")
             .map(|(id, state, l)| {
                 let mut info = self.with_live_network(Self::info_from_labels(id, l));
+                info.expires_at_ms = self.deadline(id, info.expires_at_ms, now_ms());
                 if state == "paused" || self.is_paused(id) {
                     info.state = stockade_core::RunState::Paused;
                 }
@@ -966,6 +974,7 @@ impl Launcher for DockerLauncher {
         let paused = c.state.as_ref().and_then(|s| s.paused) == Some(true);
         let labels = c.config.and_then(|c| c.labels).unwrap_or_default();
         let mut info = self.with_live_network(Self::info_from_labels(id, &labels));
+        info.expires_at_ms = self.deadline(id, info.expires_at_ms, now_ms());
         if paused || self.is_paused(id) {
             info.state = stockade_core::RunState::Paused;
         }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::ContainerConfig;
+use stockade_agent_proto::launch::{ContainerConfig, PausedTime};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
@@ -315,13 +315,21 @@ impl GvisorLauncher {
         stockade_sys::process::is_same_process(r.init_pid, r.init_ticks)
     }
 
-    /// What `list` and `inspect` say of a live sandbox: paused or running.
+    /// What `list` and `inspect` say of a live sandbox: paused or running, and its
+    /// deadline moved by the time it spent paused (which its lifetime does not count).
     fn info(&self, r: Record) -> SandboxInfo {
         let mut info = r.info;
-        if freezer::is_paused(&self.pause_dir(&info.id)) {
+        let paused = PausedTime::read(&self.pause_dir(&info.id), now_ms());
+        info.expires_at_ms = paused.deadline(info.expires_at_ms);
+        if paused.since_ms.is_some() {
             info.state = stockade_core::RunState::Paused;
         }
         info
+    }
+
+    /// The deadline of sandbox `r` now: the planned one plus its pauses.
+    fn deadline(&self, r: &Record, now: u64) -> u64 {
+        PausedTime::read(&self.pause_dir(&r.info.id), now).deadline(r.info.expires_at_ms)
     }
 
     /// Where the pause files of sandbox `id` are (`paused`, `paused-ms`, as native's):
@@ -396,7 +404,8 @@ impl GvisorLauncher {
         if Self::alive(&r) {
             return cause;
         }
-        let how = if now_ms() >= r.info.expires_at_ms {
+        let now = now_ms();
+        let how = if now >= self.deadline(&r, now) {
             "its lifetime passed".to_string()
         } else {
             format!(
@@ -709,7 +718,7 @@ impl GvisorLauncher {
                         (Some(p), None) => !Path::new(&format!("/proc/{p}")).exists(),
                         _ => false,
                     };
-                    !Self::alive(&r) || owner_dead || now >= r.info.expires_at_ms
+                    !Self::alive(&r) || owner_dead || now >= self.deadline(&r, now)
                 }
                 None => !e
                     .metadata()

@@ -159,3 +159,39 @@ async fn pause_and_resume_of_an_unknown_or_bad_id_are_refused_clearly() {
     let e = p.pause("../etc").await.unwrap_err();
     assert!(e.to_string().contains("is not valid"), "{e}");
 }
+
+/// The lifetime does not run while paused, as on native: past its planned end a paused
+/// sandbox is still there (PID 1's watchdog and the host watcher both add the pause),
+/// runs on after resume, and ends once the rest of its lifetime has run out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_sandbox_lifetime_does_not_run() {
+    let Some(image) = image() else { return };
+    let mut s = spec(&image);
+    s.timeout_secs = 3;
+    let sb = sandbox(s).await;
+    let id = sb.id().to_string();
+    let planned = sb.info().expires_at_ms;
+    sb.pause().await.expect("pause");
+    tokio::time::sleep(Duration::from_millis(4000)).await;
+    let info = provider().inspect(&id).await.expect("alive while paused");
+    assert_eq!(info.state, RunState::Paused);
+    assert!(
+        info.expires_at_ms >= planned + 3500,
+        "the deadline did not move: {} vs {planned}",
+        info.expires_at_ms
+    );
+    assert!(container_exists(&id), "the paused container was removed");
+    sb.resume().await.expect("resume");
+    let out = sh(&sb, "echo alive", 10_000).await;
+    assert_eq!(text(&out.stdout), "alive\n", "{out:?}");
+    // The rest of its lifetime then runs out, and the watcher removes it.
+    let mut gone = false;
+    for _ in 0..150 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        if !container_exists(&id) {
+            gone = true;
+            break;
+        }
+    }
+    assert!(gone, "sandbox {id} outlived its lifetime after resume");
+}

@@ -514,7 +514,10 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
             .unwrap_or_default();
         comm.trim() == "stockade-zygote" && ppid == init
     });
-    assert!(zygote, "a pooled sandbox has its exec zygote before its first exec");
+    assert!(
+        zygote,
+        "a pooled sandbox has its exec zygote before its first exec"
+    );
     let o = c
         .exec(
             &info.id,
