@@ -43,7 +43,7 @@ def timed(argv, env=None):
 class Daemon:
     """`stockade serve` of one build on a socket of its own, state on tmpfs."""
 
-    def __init__(self, name, bindir, tmp, extra_env=None):
+    def __init__(self, name, bindir, tmp, extra_env=None, held=0):
         self.dir = os.path.join(tmp, name)
         os.makedirs(self.dir)
         self.sock = os.path.join(self.dir, "d.sock")
@@ -54,8 +54,8 @@ class Daemon:
         shm = tempfile.mkdtemp(prefix=f"stockade-b24-{name}-", dir="/dev/shm")
         self.proc = subprocess.Popen(
             [os.path.join(bindir, "stockade"), "serve", f"--listen=unix:{self.sock}",
-             f"--state-dir={shm}", "--max-sandboxes-per-tenant=4096",
-             "--max-pool-per-tenant=256", "--max-sandboxes=8192"],
+             f"--state-dir={shm}", f"--max-sandboxes-per-tenant={max(4096, held + 512)}",
+             "--max-pool-per-tenant=256", f"--max-sandboxes={max(8192, held + 1024)}"],
             env=self.env, stdout=subprocess.DEVNULL,
             stderr=open(os.path.join(self.dir, "log"), "w"))
         until = time.time() + 30
@@ -165,7 +165,8 @@ def main():
     builds = {"before": a.before, "after": a.after}
     if a.after == "-":
         del builds["after"]
-    daemons = {k: Daemon(k, v, tmp, before_env if k == "before" else None)
+    held = a.idle if "idle" in only else 0
+    daemons = {k: Daemon(k, v, tmp, before_env if k == "before" else None, held)
                for k, v in builds.items()}
     try:
         for d in daemons.values():

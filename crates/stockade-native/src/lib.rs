@@ -463,10 +463,18 @@ impl Launcher for NativeLauncher {
     }
 
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
-        Ok(state::live(&self.state_root)
-            .iter()
-            .map(|st| Self::info(&self.state_root.join(&st.id), st))
-            .collect())
+        // A few files per sandbox: with thousands (a daemon's idle ones) that is
+        // hundreds of milliseconds, which must not hold up the caller's runtime thread
+        // (every other request it serves would wait).
+        let root = self.state_root.clone();
+        tokio::task::spawn_blocking(move || {
+            state::live(&root)
+                .iter()
+                .map(|st| Self::info(&root.join(&st.id), st))
+                .collect()
+        })
+        .await
+        .map_err(|e| Error::Internal(format!("the listing task failed: {e}")))
     }
 
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
