@@ -83,6 +83,11 @@ class Daemon:
     def stop(self):
         self.proc.terminate()
         self.proc.wait(60)
+        # Sandboxes outlive their daemon by design; whatever a run left (a client that
+        # failed mid-way, destroys still going at the end) goes with the bench.
+        subprocess.run([os.path.join(self.bindir, "stockade"), "rm", "--direct", "--all",
+                        "--everyone"], env=self.env, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.DEVNULL)
 
 
 def burst(harness, d, *args):
