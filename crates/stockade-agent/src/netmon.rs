@@ -15,6 +15,8 @@ pub(crate) struct NetInput {
     nft: String,
     firewall: String,
     policy: Option<EgressPlan>,
+    /// What `/etc/resolv.conf` says in the sandbox's network namespace.
+    pub(crate) resolv_conf: String,
 }
 
 impl NetInput {
@@ -29,7 +31,7 @@ impl NetInput {
             nft,
             firewall,
             mut policy,
-            ..
+            resolv_conf,
         } = plan
         else {
             return Err("the network plan has no network to serve".into());
@@ -45,6 +47,7 @@ impl NetInput {
             nft,
             firewall,
             policy,
+            resolv_conf,
         })
     }
 }
