@@ -217,8 +217,10 @@ fn sha256_copy(path: &Path, mut to: Option<&mut std::fs::File>) -> Result<(Strin
     ))
 }
 
+/// Whether the process `pid` that started at `ticks` still runs. A zombie does not:
+/// a killed VM host is reparented to the host's init, which may reap it late.
 fn alive(pid: u32, ticks: u64) -> bool {
-    stockade_sys::process::start_ticks(pid) == Some(ticks)
+    stockade_sys::process::is_same_process(pid, ticks)
 }
 
 impl MicrovmLauncher {

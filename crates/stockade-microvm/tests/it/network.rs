@@ -429,7 +429,7 @@ async fn a_credential_never_enters_the_vm_and_such_a_vm_is_not_paused() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_network_goes_with_a_vm_whose_owner_is_killed() {
+async fn the_network_goes_when_the_owner_or_the_vm_host_is_killed() {
     let Some(p) = provider().await else { return };
     let mut owner = std::process::Command::new("sleep")
         .arg("600")
@@ -457,4 +457,32 @@ async fn the_network_goes_with_a_vm_whose_owner_is_killed() {
     // gc finds nothing more to do.
     let report = p.gc().await.unwrap();
     assert!(!report.reaped.contains(&id), "{report:?}");
+
+    // The VM host itself killed (a crash): its QEMU and slirp4netns die with it, and
+    // gc removes what is left.
+    let mut s = spec();
+    s.network = Network::Egress;
+    let sb = vm(&p, s).await;
+    let id = sb.id().to_string();
+    let (helper, ns) = net_parts(&id);
+    let host: i32 = std::fs::read_to_string(sandbox_dir(&id).join("host.pid"))
+        .unwrap()
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(host).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    while !net_leftovers(helper, &ns).is_empty() && Instant::now() < until {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(net_leftovers(helper, &ns), Vec::<String>::new());
+    let report = p.gc().await.unwrap();
+    assert!(report.reaped.contains(&id), "{report:?}");
+    assert_net_gone(&id, helper, &ns).await;
 }
