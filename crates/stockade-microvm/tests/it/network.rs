@@ -139,7 +139,7 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
             ),
         "{applied}"
     );
-    let (helper, ns) = net_parts(&id);
+    let (helper, _) = net_parts(&id);
 
     // The guest's interface and resolver: the VMM's, configured by PID 1.
     let out = sh(
@@ -207,8 +207,56 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
     let o = text(&out.stdout) + &text(&out.stderr);
     assert!(o.contains("status "), "{o}");
 
+    // A named snapshot keeps the network: a sandbox started from it reaches out
+    // through a monitor of its own, and still never the host.
+    let home = tempfile::tempdir().unwrap();
+    let p2 = std::sync::Arc::new(stockade_microvm::MicrovmProvider::from(
+        stockade_microvm::MicrovmLauncher::new().with_home(home.path()),
+    ));
+    p2.snapshot(&id, "net").await.unwrap();
+    // (It paused and resumed the source: a new monitor, whose namespace may have
+    // the old one's number.)
+    let (resumed_helper, _) = net_parts(&id);
+    assert_ne!(resumed_helper, helper);
+    assert!(
+        net_leftovers(helper, "-").is_empty(),
+        "the paused VM's slirp4netns outlived it"
+    );
+    let copy = stockade_core::Sandbox::from_snapshot(
+        p2.clone() as std::sync::Arc<dyn Provider>,
+        "net",
+        stockade_core::CreateOptions {
+            owner_pid: Some(std::process::id()),
+        },
+    )
+    .await
+    .unwrap();
+    let (copy_helper, copy_ns) = net_parts(copy.id());
+    let code = connect_probe(&[
+        ("pypi", "pypi.org", 80),
+        ("host", &host, port),
+        ("metadata", "169.254.169.254", 80),
+    ]);
+    let out = py(&copy, &code, 60_000).await;
+    let o = text(&out.stdout);
+    assert_eq!(line(&o, "pypi"), "pypi: ok", "{o}\n{}", text(&out.stderr));
+    refused_fast(&o, "host");
+    refused_fast(&o, "metadata");
+    let copy_id = copy.id().to_string();
+    copy.destroy().await.unwrap();
+    assert_net_gone(&copy_id, copy_helper, &copy_ns).await;
+    p2.remove_snapshot("net").await.unwrap();
+
+    // The source resumed after its snapshot, behind a new monitor.
+    let (helper, ns) = net_parts(&id);
+    let out = py(&sb, &connect_probe(&[("pypi", "pypi.org", 80)]), 60_000).await;
+    assert_eq!(line(&text(&out.stdout), "pypi"), "pypi: ok", "{out:?}");
     sb.destroy().await.unwrap();
     assert_net_gone(&id, helper, &ns).await;
+    assert!(
+        listener.accept().is_err(),
+        "the host's service received a connection from a VM"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
