@@ -6,6 +6,8 @@
 #   - erofs-utils (mkfs.erofs: the guest's read-only root image, built on first use
 #     and cached under /var/cache/stockade/microvm), xz-utils (newer kernels compress
 #     their modules), binutils (strip), util-linux (unshare)
+#   - slirp4netns and nftables (a VM with --network: the native provider's NAT helper
+#     and firewall around the VMM's network namespace)
 # The static agent the guest runs as PID 1 comes from scripts/build-agent.sh, which
 # scripts/setup.sh runs.
 set -eu
@@ -16,6 +18,8 @@ command -v mkfs.erofs >/dev/null 2>&1 || need="$need erofs-utils"
 command -v xz >/dev/null 2>&1 || need="$need xz-utils"
 command -v strip >/dev/null 2>&1 || need="$need binutils"
 command -v unshare >/dev/null 2>&1 || need="$need util-linux"
+command -v slirp4netns >/dev/null 2>&1 || need="$need slirp4netns"
+[ -x /usr/sbin/nft ] || command -v nft >/dev/null 2>&1 || need="$need nftables"
 if [ -n "$need" ]; then
     apt-get update -q
     # shellcheck disable=SC2086

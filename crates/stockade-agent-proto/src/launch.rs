@@ -665,6 +665,27 @@ pub struct VmConfig {
     /// Host directories to mount (virtiofs), in order.
     #[serde(default)]
     pub shares: Vec<GuestShare>,
+    /// The network interface (a sandbox with egress); `None`: the VM has none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<GuestNetwork>,
+}
+
+/// A microVM's one network interface, configured by the guest's PID 1 itself (static
+/// addresses: the guest has no DHCP client). Its gateway and resolver are the VMM's
+/// user-mode network, which opens every connection in the host-side network
+/// namespace the sandbox's firewall guards.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GuestNetwork {
+    /// The guest's IPv4 address.
+    pub address: std::net::Ipv4Addr,
+    /// Its prefix length.
+    pub prefix: u8,
+    /// The default route's gateway.
+    pub gateway: std::net::Ipv4Addr,
+    /// Files written into the root before it turns read-only, (path, contents):
+    /// `/etc/resolv.conf`, an egress policy's certificate authority.
+    pub files: Vec<(String, String)>,
 }
 
 /// A host directory shared into a microVM with virtiofs, as the guest mounts it.
@@ -702,4 +723,11 @@ pub struct VmHostConfig {
     /// ready (the virtiofsd of each shared directory): (command line, socket).
     #[serde(default)]
     pub daemons: Vec<(Vec<String>, String)>,
+    /// A VM with network: the directory of its network monitor. The supervisor then
+    /// reads a [`NetworkPlan`] on stdin (`LENGTH\n`, the plan, an egress policy's
+    /// credentials if any), runs the VMM in a network namespace of its own with the
+    /// plan's firewall, resolver and NAT helper, and serves them as a native
+    /// sandbox's monitor does (`net.sock` there).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub net_dir: Option<String>,
 }

@@ -24,6 +24,7 @@ mod egress;
 mod fileop;
 mod ids;
 mod monitor;
+mod netmon;
 mod proxy;
 mod rootfs;
 mod server;

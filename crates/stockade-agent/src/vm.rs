@@ -87,6 +87,10 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
         }
     }
     wait_for(Path::new(&config.root_device))?;
+    stockade_sys::net::loopback_up().map_err(|e| format!("cannot bring loopback up: {e}"))?;
+    if let Some(net) = &config.network {
+        interface(net)?;
+    }
     // The erofs root under an overlay whose upper layer is a tmpfs: the overlay gives
     // the mount points the agent needs (`/.stockade`) without touching the image.
     for d in ["/lower", "/rw", NEWROOT] {
@@ -154,6 +158,9 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
         mnt(&share.tag, &target, "virtiofs", flags, "")
             .map_err(|e| format!("cannot mount the shared directory at {}: {e}", share.target))?;
     }
+    if let Some(net) = &config.network {
+        network_files(net)?;
+    }
     mkdir(&format!("{NEWROOT}/dev/shm"))?;
     mnt(
         "shm",
@@ -187,6 +194,44 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
     fs::set_permissions(&sock, fs::Permissions::from_mode(0o600))
         .map_err(|e| format!("cannot restrict {}: {e}", sock.display()))?;
     Ok((listener, config, oom))
+}
+
+/// Configures the VM's network interface (the one virtio-net device, `eth0`) with
+/// its static address and default route.
+fn interface(net: &stockade_agent_proto::launch::GuestNetwork) -> Result<(), String> {
+    const NIC: &str = "eth0";
+    wait_for(&Path::new("/sys/class/net").join(NIC))?;
+    stockade_sys::net::set_ipv4_address(NIC, net.address, net.prefix)
+        .and_then(|()| stockade_sys::net::interface_up(NIC))
+        .and_then(|()| stockade_sys::net::add_ipv4_default_route(net.gateway))
+        .map_err(|e| format!("cannot configure {NIC}: {e}"))
+}
+
+/// Writes the files that go with the network (`/etc/resolv.conf` naming the VMM's
+/// DNS forwarder, a policy's authority) into the new root, still writable here.
+fn network_files(net: &stockade_agent_proto::launch::GuestNetwork) -> Result<(), String> {
+    for (path, contents) in &net.files {
+        let rel = Path::new(path);
+        if !rel.is_absolute()
+            || rel
+                .components()
+                .any(|c| matches!(c, std::path::Component::ParentDir))
+        {
+            return Err(format!(
+                "network file {path:?} is not an absolute plain path"
+            ));
+        }
+        let target = format!("{NEWROOT}{path}");
+        if let Some(parent) = Path::new(&target).parent() {
+            mkdir(&parent.display().to_string())?;
+        }
+        // A symlink (resolv.conf often is one) is replaced, never followed.
+        let _ = fs::remove_file(&target);
+        fs::write(&target, contents).map_err(|e| format!("cannot write {path}: {e}"))?;
+        fs::set_permissions(&target, fs::Permissions::from_mode(0o644))
+            .map_err(|e| format!("cannot chmod {path}: {e}"))?;
+    }
+    Ok(())
 }
 
 /// The guest kernel's tunables are read-only to everything in the sandbox, as on the

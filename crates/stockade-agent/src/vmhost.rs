@@ -8,6 +8,17 @@
 //! ([`stockade_agent_proto::mux`]). It ends the VM when its owner dies or its
 //! lifetime passes (removing `DIR`), and when the VM ends by itself it records why in
 //! `DIR/exit` unless the provider paused it (`DIR/paused`).
+//!
+//! A VM with network (`VmHostConfig::net_dir`): the VMM runs in a network namespace
+//! and a mount namespace of its own, made for it, and this process is that
+//! namespace's network monitor exactly as `docker-watch` is a container's
+//! ([`crate::netmon`]): the native provider's firewall, an egress policy's resolver
+//! and proxy, slirp4netns. The VMM's user-mode network (QEMU's slirp) opens every
+//! connection of the guest as a socket in that namespace, so each passes the
+//! sandbox's firewall, and its DNS forwarder asks the resolver `/etc/resolv.conf`
+//! names there: the plan's (slirp4netns's forwarder, or the policy's resolver),
+//! bound over the host's file in the VMM's mount namespace. The VMM starts only
+//! once all of that is up.
 
 use std::collections::HashMap;
 use std::fs;
@@ -19,7 +30,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -56,27 +67,90 @@ pub fn main(args: Vec<String>) -> i32 {
             return 2;
         }
     };
+    // Read before the fork: the provider closes our stdin once it has written it.
+    let net = match &config.net_dir {
+        Some(_) => match crate::netmon::NetInput::read() {
+            Ok(n) => Some(n),
+            Err(e) => {
+                eprintln!("stockade-agent vm-host: {e}");
+                return 2;
+            }
+        },
+        None => None,
+    };
+    // Close-on-exec: neither the VMM nor slirp4netns may hold it open.
+    let (started_r, started_w) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("stockade-agent vm-host: pipe: {e}");
+            return 1;
+        }
+    };
+    // The provider waits for this parent half, which answers once the network (if
+    // any) is up; the child lives on detached.
     match fork() {
-        Ok(Forked::Parent(_)) => return 0,
+        Ok(Forked::Parent(_)) => {
+            drop(started_w);
+            let mut answer = String::new();
+            let _ = fs::File::from(started_r).read_to_string(&mut answer);
+            if answer == "ok" {
+                return 0;
+            }
+            eprintln!(
+                "stockade-agent vm-host: {}",
+                if answer.is_empty() {
+                    "the detached VM host died while starting"
+                } else {
+                    &answer
+                }
+            );
+            return 1;
+        }
         Ok(Forked::Child) => {}
         Err(e) => {
             eprintln!("stockade-agent vm-host: cannot fork: {e}");
             return 1;
         }
     }
+    drop(started_r);
+    let mut started = Some(fs::File::from(started_w));
     let _ = nix::unistd::setsid();
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
-    let code = match supervise(&dir, &config) {
-        Ok(()) => 0,
+    let code = match supervise(&dir, &config, net, &mut started) {
+        Ok(()) => {
+            // Ended before the VMM started (its owner was gone): `DIR/exit` says why.
+            report_started(&mut started);
+            0
+        }
         Err(e) => {
             let _ = fs::write(dir.join("exit"), format!("the VM host failed: {e}"));
+            if let Some(mut s) = started.take() {
+                let _ = s.write_all(e.as_bytes());
+            }
             1
         }
     };
     exit_now(code)
 }
 
-fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
+/// Tells the waiting provider we started (once).
+fn report_started(started: &mut Option<fs::File>) {
+    if let Some(mut s) = started.take() {
+        let _ = s.write_all(b"ok");
+    }
+}
+
+fn supervise(
+    dir: &Path,
+    config: &VmHostConfig,
+    net: Option<crate::netmon::NetInput>,
+    started: &mut Option<fs::File>,
+) -> Result<(), String> {
+    if net.is_none() {
+        // Nothing the provider must hear about before the VM answers: a failure is in
+        // `DIR/exit`, which it polls.
+        report_started(started);
+    }
     let me = std::process::id();
     let ticks = stockade_sys::process::start_ticks(me).unwrap_or(0);
     fs::write(dir.join("host.pid"), format!("{me} {ticks}"))
@@ -116,16 +190,54 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
     // The VMM connects to their sockets at its start. Killed when we end (they are
     // also in our process group, which a destroy kills).
     let _daemons = start_daemons(dir, config)?;
-    let log =
-        fs::File::create(dir.join("vmm.log")).map_err(|e| format!("cannot create vmm.log: {e}"))?;
-    let mut child = Command::new(&config.vmm[0])
-        .args(&config.vmm[1..])
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", config.vmm[0]))?;
-    let serial = match connect_serial(&config.serial_socket, &mut child) {
+    let (mut child, helper) = match (&config.net_dir, net) {
+        (Some(net_dir), Some(input)) => {
+            let (mut child, go) = VmmProcess::start(dir, &config.vmm, Some((net_dir, &input)))?;
+            let served =
+                crate::netmon::NetMonitor::prepare(Path::new(net_dir), child.id() as i32, input)
+                    .and_then(crate::netmon::NetMonitor::serve);
+            match served {
+                Ok(helper) => {
+                    // The VMM goes on only now, behind the firewall.
+                    if let Some(mut g) = go {
+                        let _ = g.write_all(b"go");
+                    }
+                    (child, Some(helper))
+                }
+                Err(e) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    return Err(format!("network egress: {e}"));
+                }
+            }
+        }
+        (Some(_), None) => return Err("a VM with network got no network plan".into()),
+        (None, _) => (VmmProcess::start(dir, &config.vmm, None)?.0, None),
+    };
+    report_started(started);
+    let r = serve_vm(dir, config, &mut child, owner.as_ref());
+    if let Some(h) = &helper {
+        crate::monitor::stop_helper(h);
+        // The helper was in the VMM's cgroups too: they could not go before it.
+        remove_cgroups(config);
+    }
+    if let Some(net_dir) = &config.net_dir {
+        // A paused VM keeps its directory (the live policy in `state.json`), not a
+        // socket nothing answers on.
+        let _ = fs::remove_file(Path::new(net_dir).join("net.sock"));
+    }
+    r
+}
+
+/// From the VMM's start to its end: the agent's serial multiplexer, and the owner
+/// and lifetime watch.
+fn serve_vm(
+    dir: &Path,
+    config: &VmHostConfig,
+    child: &mut VmmProcess,
+    owner: Option<&std::os::fd::OwnedFd>,
+) -> Result<(), String> {
+    let serial = match connect_serial(&config.serial_socket, child) {
         Ok(s) => s,
         Err(e) => {
             let _ = child.kill();
@@ -142,9 +254,9 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
         seed,
         unix_ms: now_ms(),
     };
-    match handshake(&serial, &identity, &mut child, config) {
+    match handshake(&serial, &identity, child, config) {
         Ok(()) => {}
-        Err(Ended(why)) => return end(dir, config, Some(&mut child), why),
+        Err(Ended(why)) => return end(dir, config, Some(child), why),
         Err(Failed(e)) => {
             let _ = child.kill();
             let _ = child.wait();
@@ -173,12 +285,12 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
         .ok_or("cannot watch the VMM process")?;
     match crate::watch::wait_for(
         vmm.as_fd(),
-        owner.as_ref().map(AsFd::as_fd),
+        owner.map(AsFd::as_fd),
         config.expires_at_ms,
         None,
     ) {
-        Ending::Lifetime => return end(dir, config, Some(&mut child), "its lifetime passed"),
-        Ending::OwnerDied => return end(dir, config, Some(&mut child), "its owner died"),
+        Ending::Lifetime => return end(dir, config, Some(child), "its lifetime passed"),
+        Ending::OwnerDied => return end(dir, config, Some(child), "its owner died"),
         Ending::Watched => {}
     }
     let status = child.wait().map_err(|e| e.to_string())?;
@@ -194,6 +306,164 @@ fn supervise(dir: &Path, config: &VmHostConfig) -> Result<(), String> {
     }
     remove_cgroups(config);
     Ok(())
+}
+
+/// The VMM: our child, started by a fork of ours (so that, with network, it is
+/// made in namespaces of its own and waits there for the network to be up).
+struct VmmProcess {
+    pid: nix::unistd::Pid,
+    /// Set once reaped (the pid is then no longer ours to signal).
+    status: Option<ExitStatus>,
+}
+
+impl VmmProcess {
+    /// Forks the VMM `argv` (stdout and stderr into `DIR/vmm.log`). With `net`
+    /// (network directory, plan), it is made in a new network and mount namespace,
+    /// with loopback up and the plan's resolv.conf bound over `/etc/resolv.conf`, and
+    /// waits until the returned pipe says `go` (it exits if the pipe closes first).
+    /// Dies with this process (parent-death signal).
+    fn start(
+        dir: &Path,
+        argv: &[String],
+        net: Option<(&String, &crate::netmon::NetInput)>,
+    ) -> Result<(VmmProcess, Option<fs::File>), String> {
+        use nix::sched::CloneFlags;
+        let Some(program) = argv.first() else {
+            return Err("an empty VMM command line".into());
+        };
+        let log = fs::File::create(dir.join("vmm.log"))
+            .map_err(|e| format!("cannot create vmm.log: {e}"))?;
+        let (flags, go, resolv) = match net {
+            Some((net_dir, input)) => {
+                let resolv = Path::new(net_dir).join("vmm-resolv.conf");
+                fs::write(&resolv, &input.resolv_conf)
+                    .map_err(|e| format!("cannot write {}: {e}", resolv.display()))?;
+                let (r, w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
+                    .map_err(|e| format!("pipe: {e}"))?;
+                (
+                    CloneFlags::CLONE_NEWNET | CloneFlags::CLONE_NEWNS,
+                    Some((r, w)),
+                    Some(resolv),
+                )
+            }
+            None => (CloneFlags::empty(), None, None),
+        };
+        match stockade_sys::process::fork_into(flags) {
+            Ok(Forked::Parent(pid)) => Ok((
+                VmmProcess { pid, status: None },
+                go.map(|(_, w)| fs::File::from(w)),
+            )),
+            Ok(Forked::Child) => {
+                let why = match vmm_child(program, &argv[1..], log, go.map(|(r, _)| r), resolv) {
+                    Ok(never) => match never {},
+                    Err(e) => e,
+                };
+                let _ = fs::write(
+                    dir.join("vmm.log"),
+                    format!("stockade-agent vm-host: {why}\n"),
+                );
+                exit_now(127)
+            }
+            Err(e) => Err(format!("cannot start {program}: {e}")),
+        }
+    }
+
+    fn id(&self) -> u32 {
+        self.pid.as_raw() as u32
+    }
+
+    fn kill(&mut self) -> std::io::Result<()> {
+        if self.status.is_none() {
+            nix::sys::signal::kill(self.pid, nix::sys::signal::Signal::SIGKILL)?;
+        }
+        Ok(())
+    }
+
+    fn wait_flags(
+        &mut self,
+        flags: Option<nix::sys::wait::WaitPidFlag>,
+    ) -> std::io::Result<Option<ExitStatus>> {
+        use nix::sys::wait::WaitStatus;
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(s) = self.status {
+            return Ok(Some(s));
+        }
+        loop {
+            let raw = match nix::sys::wait::waitpid(self.pid, flags) {
+                Ok(WaitStatus::Exited(_, code)) => (code & 0xff) << 8,
+                Ok(WaitStatus::Signaled(_, sig, core)) => sig as i32 | if core { 0x80 } else { 0 },
+                Ok(WaitStatus::StillAlive) => return Ok(None),
+                Ok(_) => continue,
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(e.into()),
+            };
+            let status = ExitStatus::from_raw(raw);
+            self.status = Some(status);
+            return Ok(Some(status));
+        }
+    }
+
+    fn wait(&mut self) -> std::io::Result<ExitStatus> {
+        self.wait_flags(None)?
+            .ok_or_else(|| std::io::Error::other("waitpid returned no status"))
+    }
+
+    fn try_wait(&mut self) -> std::io::Result<Option<ExitStatus>> {
+        self.wait_flags(Some(nix::sys::wait::WaitPidFlag::WNOHANG))
+    }
+}
+
+/// The VMM's side of [`VmmProcess::start`], in the forked child: returns only why it
+/// could not exec.
+fn vmm_child(
+    program: &str,
+    args: &[String],
+    log: fs::File,
+    go: Option<std::os::fd::OwnedFd>,
+    resolv: Option<PathBuf>,
+) -> Result<std::convert::Infallible, String> {
+    use nix::mount::{MsFlags, mount};
+    use std::os::unix::process::CommandExt;
+    let _ = nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL);
+    if let Some(resolv) = &resolv {
+        mount(
+            None::<&str>,
+            "/",
+            None::<&str>,
+            MsFlags::MS_REC | MsFlags::MS_PRIVATE,
+            None::<&str>,
+        )
+        .map_err(|e| format!("cannot make the VMM's mounts private: {e}"))?;
+        mount(
+            Some(resolv.as_path()),
+            "/etc/resolv.conf",
+            None::<&str>,
+            MsFlags::MS_BIND,
+            None::<&str>,
+        )
+        .map_err(|e| {
+            format!(
+                "cannot bind {} over /etc/resolv.conf for the VMM: {e}",
+                resolv.display()
+            )
+        })?;
+        stockade_sys::net::loopback_up()
+            .map_err(|e| format!("cannot bring the VMM's loopback up: {e}"))?;
+    }
+    if let Some(go) = go {
+        let mut word = [0u8; 2];
+        let mut f = fs::File::from(go);
+        if f.read_exact(&mut word).is_err() || &word != b"go" {
+            exit_now(1)
+        }
+    }
+    let err = Command::new(program)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().map_err(|e| e.to_string())?)
+        .stderr(log)
+        .exec();
+    Err(format!("cannot start {program}: {err}"))
 }
 
 /// The daemons the VMM needs (a virtiofsd per shared directory); killed and reaped
@@ -259,7 +529,7 @@ fn start_daemons(dir: &Path, config: &VmHostConfig) -> Result<Daemons, String> {
 fn end(
     dir: &Path,
     config: &VmHostConfig,
-    child: Option<&mut Child>,
+    child: Option<&mut VmmProcess>,
     why: &str,
 ) -> Result<(), String> {
     let _ = fs::write(dir.join("exit"), why);
@@ -290,7 +560,7 @@ fn remove_cgroups(config: &VmHostConfig) {
 fn handshake(
     serial: &UnixStream,
     identity: &Identity,
-    child: &mut Child,
+    child: &mut VmmProcess,
     config: &VmHostConfig,
 ) -> Result<(), HandshakeError> {
     let payload = serde_json::to_vec(identity).map_err(|e| Failed(e.to_string()))?;
@@ -359,7 +629,7 @@ enum HandshakeError {
 
 use HandshakeError::{Ended, Failed};
 
-fn connect_serial(path: &str, child: &mut Child) -> Result<UnixStream, String> {
+fn connect_serial(path: &str, child: &mut VmmProcess) -> Result<UnixStream, String> {
     let until = Instant::now() + Duration::from_secs(60);
     loop {
         if let Ok(s) = UnixStream::connect(path) {

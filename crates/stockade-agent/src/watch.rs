@@ -170,8 +170,11 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
     // the listeners in the container's namespace, slirp4netns as our child) first,
     // then the resolver's and proxy's threads.
     let net = match &args.net_dir {
-        Some(dir) => match NetMonitor::prepare(std::path::Path::new(dir), args.init_pid)
-            .and_then(NetMonitor::serve)
+        Some(dir) => match crate::netmon::NetInput::read()
+            .and_then(|input| {
+                crate::netmon::NetMonitor::prepare(std::path::Path::new(dir), args.init_pid, input)
+            })
+            .and_then(crate::netmon::NetMonitor::serve)
         {
             Ok(helper) => Some(helper),
             Err(e) => {
@@ -236,63 +239,6 @@ pub fn main(gvisor: bool, args: Vec<String>) -> i32 {
         crate::monitor::stop_helper(h);
     }
     exit_now(0)
-}
-
-/// A docker sandbox's network monitor: what the native monitor does for its sandbox's
-/// network, for a container's.
-struct NetMonitor {
-    dir: std::path::PathBuf,
-    nft: String,
-    policy: Option<stockade_agent_proto::launch::EgressPlan>,
-    sockets: Option<crate::egress::Sockets>,
-    helper: crate::monitor::Helper,
-}
-
-impl NetMonitor {
-    /// Reads the network plan from stdin, loads the firewall, binds the policy's
-    /// listeners and starts slirp4netns, in the network namespace of process `pid`.
-    fn prepare(dir: &std::path::Path, pid: i32) -> Result<NetMonitor, String> {
-        use stockade_agent_proto::launch::NetworkPlan;
-        let bytes = crate::monitor::read_plan_bytes()
-            .map_err(|e| format!("cannot read the network plan: {e}"))?;
-        let plan: NetworkPlan =
-            serde_json::from_slice(&bytes).map_err(|e| format!("invalid network plan: {e}"))?;
-        let NetworkPlan::UserModeNat {
-            argv,
-            nft,
-            firewall,
-            mut policy,
-            ..
-        } = plan
-        else {
-            return Err("the network plan has no network to serve".into());
-        };
-        if let Some(p) = &mut policy {
-            p.tls = crate::monitor::read_secrets()?.map(Box::new);
-        }
-        let child = nix::unistd::Pid::from_raw(pid);
-        crate::monitor::apply_firewall(dir, &nft, &firewall, child, false)?;
-        let sockets = match policy {
-            Some(_) => Some(crate::egress::prepare(dir, child, false)?),
-            None => None,
-        };
-        let helper = crate::monitor::start_helper(dir, &argv, child, false)?;
-        Ok(NetMonitor {
-            dir: dir.to_path_buf(),
-            nft,
-            policy,
-            sockets,
-            helper,
-        })
-    }
-
-    /// Starts the resolver's, proxy's and control threads (a policy only).
-    fn serve(self) -> Result<crate::monitor::Helper, String> {
-        if let (Some(s), Some(p)) = (self.sockets, self.policy) {
-            crate::egress::start(s, p, self.nft, self.dir)?;
-        }
-        Ok(self.helper)
-    }
 }
 
 /// Why [`wait_for`] returned.

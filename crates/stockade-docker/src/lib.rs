@@ -28,7 +28,7 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
-use stockade_agent_proto::launch::{NetworkPlan, PAUSED_FILE, PausedTime, ROOT_NOT_ENTERABLE};
+use stockade_agent_proto::launch::{PAUSED_FILE, PausedTime, ROOT_NOT_ENTERABLE};
 use stockade_agent_proto::{EgressDenial, now_ms};
 use stockade_core::spec::Network;
 use stockade_core::{
@@ -657,27 +657,10 @@ impl DockerLauncher {
                 fix: "run as root, or use the native provider (rootless too)".into(),
             });
         }
-        let policy = spec.network.policy();
-        let secrets = match policy {
-            Some(p) if !p.credentials.is_empty() => {
-                Some(stockade_native::egress::secrets(p, None)?)
-            }
-            _ => None,
-        };
-        let mut net_plan = stockade_native::network_plan_here(
-            &spec.network,
-            secrets.as_ref(),
-            &self.dns_upstreams,
-        )?;
-        let NetworkPlan::UserModeNat {
-            resolv_conf,
-            policy: egress,
-            ..
-        } = &mut net_plan
+        let Some(setup) = stockade_native::network_setup(&spec.network, &self.dns_upstreams)?
         else {
-            return Err(Error::Internal("a network spec planned no network".into()));
+            return Ok(None);
         };
-        let tls = egress.as_mut().and_then(|e| e.tls.take());
         let dir = self.net_dir(id);
         let io = |what: &str, p: &Path, e| Error::io(format!("cannot {what} {}", p.display()), e);
         let parent = self.state_root.join(NET_DIRS);
@@ -696,41 +679,25 @@ impl DockerLauncher {
             Ok(p)
         };
         let mut files = vec![(
-            write("resolv.conf", resolv_conf)?,
+            write("resolv.conf", &setup.resolv_conf)?,
             "/etc/resolv.conf".to_string(),
         )];
         // Where the monitor records a replaced policy (see `with_live_network`).
         let shown = serde_json::json!({ "spec": { "network": spec.network.redacted() } });
         write("state.json", &shown.to_string())?;
-        let mut env = std::collections::BTreeMap::new();
-        if let (Some(p), Some(s)) = (policy, &secrets) {
+        if let Some((ca, bundle)) = &setup.ca {
             files.push((
-                write("ca.pem", &s.ca_cert_pem)?,
+                write("ca.pem", ca)?,
                 stockade_native::egress::SANDBOX_CA.to_string(),
             ));
             files.push((
-                write(
-                    "ca-bundle.pem",
-                    &format!("{}\n{}", s.host_bundle_pem.trim_end(), s.ca_cert_pem),
-                )?,
+                write("ca-bundle.pem", bundle)?,
                 stockade_native::egress::SANDBOX_CA_BUNDLE.to_string(),
             ));
-            env = stockade_native::egress::sandbox_env(p, s);
         }
-        let applied = match policy {
-            Some(p) => stockade_native::egress::describe(p),
-            None => "network: egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string(),
-        };
-        let json = serde_json::to_vec(&net_plan)
-            .map_err(|e| Error::Internal(format!("cannot encode the network plan: {e}")))?;
-        let mut monitor_input = format!("{}\n", json.len()).into_bytes();
-        monitor_input.extend_from_slice(&json);
-        if let Some(t) = &tls {
-            monitor_input.extend(
-                serde_json::to_vec(t)
-                    .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
-            );
-        }
+        let env = setup.env;
+        let applied = setup.policy_applied.unwrap_or_else(|| "network: egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string());
+        let monitor_input = setup.monitor_input;
         Ok(Some(NetSetup {
             input: plan::NetInput {
                 files,

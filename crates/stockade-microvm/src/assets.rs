@@ -27,6 +27,7 @@ pub const MODULES: &[&str] = &[
     "erofs",
     "overlay",
     "virtiofs",
+    "virtio_net",
 ];
 
 /// The `/etc` entries of the host-rootfs view (the native provider's list).

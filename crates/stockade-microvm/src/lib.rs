@@ -14,6 +14,12 @@
 //! in the sandbox's directory (QEMU migration) and ends the VMM; `resume` verifies
 //! the file's SHA-256 and restores it; `fork` restores one snapshot into N new
 //! sandboxes, each told its own hostname, clock and random seed on connect.
+//!
+//! Network (`network` egress or a policy): the VM gets one virtio-net device on
+//! QEMU's user-mode network, and the VMM runs in a network namespace of its own that
+//! the supervisor serves exactly as the native monitor serves a sandbox's (the same
+//! plan: `stockade_native::network_setup`), so each connection the guest makes is a
+//! socket of the VMM behind the native firewall, resolver and proxy.
 
 pub mod assets;
 pub mod plan;
@@ -51,6 +57,9 @@ pub const DEFAULT_CACHE: &str = "/var/cache/stockade/microvm";
 
 /// How long a VM may take from start to its agent answering (TCG on a busy host).
 pub const BOOT_TIMEOUT: Duration = Duration::from_secs(180);
+
+/// The directory of a sandbox's network monitor, below its own.
+const NET_DIR: &str = "net";
 
 /// What a sandbox's directory records about it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -150,6 +159,27 @@ fn need_root() -> Result<()> {
     }
 }
 
+/// The spec as records, `inspect` and snapshots keep it: a policy's credential
+/// values redacted (they go to the VM's network monitor only).
+fn shown_spec(spec: &stockade_core::ValidatedSpec) -> serde_json::Value {
+    let mut v = serde_json::to_value(spec.spec()).unwrap_or_default();
+    if v.is_object() {
+        v["network"] = serde_json::to_value(spec.network.redacted()).unwrap_or_default();
+    }
+    v
+}
+
+/// Why a VM whose policy has credentials cannot be restored.
+fn credentials_fixed(id: &str) -> Error {
+    Error::Unavailable {
+        what: format!("restoring sandbox {id}, whose egress policy has credentials"),
+        reason: "its credentials and certificate authority key were never written down, so a \
+                 restored VM's network monitor cannot have them"
+            .into(),
+        fix: "create a new sandbox".into(),
+    }
+}
+
 /// SHA-256 of a file, as hex, and its size.
 fn sha256_file(path: &Path) -> Result<(String, u64)> {
     sha256_copy(path, None)
@@ -187,8 +217,10 @@ fn sha256_copy(path: &Path, mut to: Option<&mut std::fs::File>) -> Result<(Strin
     ))
 }
 
+/// Whether the process `pid` that started at `ticks` still runs. A zombie does not:
+/// a killed VM host is reparented to the host's init, which may reap it late.
 fn alive(pid: u32, ticks: u64) -> bool {
-    stockade_sys::process::start_ticks(pid) == Some(ticks)
+    stockade_sys::process::is_same_process(pid, ticks)
 }
 
 impl MicrovmLauncher {
@@ -332,7 +364,11 @@ impl MicrovmLauncher {
     }
 
     /// Starts the supervisor of the VM recorded in `dir` and waits for its agent.
-    async fn start(&self, record: &Record) -> Result<()> {
+    /// A VM with network gets its network monitor's input: `net_input` when given
+    /// (a create, whose credentials exist only in that input), else planned anew from
+    /// the policy in force (a resume, fork or start from a snapshot; never one with
+    /// credentials, which cannot be paused).
+    async fn start(&self, record: &Record, net_input: Option<Vec<u8>>) -> Result<()> {
         let id = &record.info.id;
         let dir = self.dir(id);
         for f in ["exit", "host.pid", "agent.sock", "serial.sock", "qmp.sock"] {
@@ -342,25 +378,53 @@ impl MicrovmLauncher {
             .map_err(|e| Error::Internal(format!("cannot encode the VM host config: {e}")))?;
         std::fs::write(dir.join("host.json"), host)
             .map_err(io(format!("cannot write {}/host.json", dir.display())))?;
+        let net_input = match (&record.host.net_dir, net_input) {
+            (None, _) => None,
+            (Some(_), Some(input)) => Some(input),
+            (Some(_), None) => Some(self.replanned_network(id)?),
+        };
         let agent = stockade_agent_host::find_static_agent()?;
         let mut cmd = std::process::Command::new(&agent);
         cmd.arg("vm-host")
             .arg(&dir)
             .env_clear()
             .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
-            .stdin(std::process::Stdio::null())
+            .stdin(if net_input.is_some() {
+                std::process::Stdio::piped()
+            } else {
+                std::process::Stdio::null()
+            })
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped());
         stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-        let out = tokio::process::Command::from(cmd)
-            .output()
+        let mut child = tokio::process::Command::from(cmd)
+            .spawn()
+            .map_err(io(format!("cannot start {} vm-host", agent.display())))?;
+        if let (Some(input), Some(mut stdin)) = (&net_input, child.stdin.take()) {
+            use tokio::io::AsyncWriteExt;
+            // The network plan, then the credentials (if any); closed at the drop.
+            stdin.write_all(input).await.map_err(io(format!(
+                "cannot hand sandbox {id}'s network plan to its VM host"
+            )))?;
+        }
+        let out = child
+            .wait_with_output()
             .await
             .map_err(io(format!("cannot start {} vm-host", agent.display())))?;
         if !out.status.success() {
-            return Err(Error::Internal(format!(
-                "the VM host of sandbox {id} failed to start: {}",
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
+            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
+            return Err(if net_input.is_some() && why.contains("network egress") {
+                Error::Unavailable {
+                    what: format!("network egress for sandbox {id}"),
+                    reason: why,
+                    fix: "see `stockade doctor` (slirp4netns and nftables must work as root)"
+                        .into(),
+                }
+            } else {
+                Error::Internal(format!(
+                    "the VM host of sandbox {id} failed to start: {why}"
+                ))
+            });
         }
         if record.plan.incoming.is_some() {
             self.vmm
@@ -423,6 +487,62 @@ impl MicrovmLauncher {
         Ok(dir)
     }
 
+    /// Makes sandbox `id`'s network monitor directory (0700, in its own), with the
+    /// `state.json` whose `spec.network` the monitor keeps up to date (`network`:
+    /// the policy, its credentials redacted).
+    fn make_net_dir(&self, id: &str, network: &stockade_spec::Network) -> Result<String> {
+        let dir = self.dir(id).join(NET_DIR);
+        std::fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .map_err(io(format!("cannot create {}", dir.display())))?;
+        let shown = serde_json::json!({ "spec": { "network": network } });
+        std::fs::write(dir.join("state.json"), shown.to_string())
+            .map_err(io(format!("cannot write {}/state.json", dir.display())))?;
+        Ok(dir.display().to_string())
+    }
+
+    /// The network of sandbox `id` in force: its monitor's record (a policy replaced
+    /// live since the create), else the spec it was created with.
+    fn live_network(&self, id: &str, created: &serde_json::Value) -> serde_json::Value {
+        std::fs::read(self.dir(id).join(NET_DIR).join("state.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v.get("spec")?.get("network").cloned())
+            .unwrap_or_else(|| created.get("network").cloned().unwrap_or_default())
+    }
+
+    /// The spec of sandbox `id` with the network in force.
+    fn live_spec(&self, id: &str, spec: &serde_json::Value) -> serde_json::Value {
+        let mut spec = spec.clone();
+        if spec.is_object() {
+            spec["network"] = self.live_network(id, &spec);
+        }
+        spec
+    }
+
+    /// The network monitor's input for a VM restored or resumed: its policy in force,
+    /// planned again for this host now (the host's addresses and resolvers may have
+    /// changed since).
+    fn replanned_network(&self, id: &str) -> Result<Vec<u8>> {
+        let record = self.read_record(id)?;
+        let value = self.live_network(id, &record.info.spec);
+        let network: stockade_spec::Network =
+            serde_json::from_value(value.clone()).map_err(|e| {
+                Error::Internal(format!("sandbox {id}'s network {value} is not valid: {e}"))
+            })?;
+        if network.policy().is_some_and(|p| !p.credentials.is_empty()) {
+            return Err(credentials_fixed(id));
+        }
+        stockade_native::network_setup(&network, &[])?
+            .map(|s| s.monitor_input)
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "sandbox {id} has a network device but network none"
+                ))
+            })
+    }
+
     async fn create_vm(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
         need_root()?;
         let spec = spec.into_inner();
@@ -434,11 +554,24 @@ impl MicrovmLauncher {
         let (base, modules) = assets::base_initramfs(&self.cache, &agent, &kernel)?;
         let (root, image) = self.root_for(&spec).await?;
         let virtiofsd = shares_check(&spec)?;
+        // The native provider's network plan for this host: firewall, resolver,
+        // proxy, and (with credentials) a new authority and placeholders.
+        let setup = stockade_native::network_setup(&spec.network, &[])?;
         let id = stockade_core::host::new_sandbox_id();
         let dir = self.make_dir(&id)?;
         let r = async {
             let now = now_ms();
-            let p = plan::plan(&spec, image.as_ref(), modules, now, accel);
+            let net = setup.as_ref().map(|s| plan::NetInput {
+                resolv_conf: s.resolv_conf.clone(),
+                ca: s.ca.clone(),
+                env: s.env.clone(),
+                policy_applied: s.policy_applied.clone(),
+            });
+            let net_dir = match &setup {
+                Some(_) => Some(self.make_net_dir(&id, &spec.network.redacted())?),
+                None => None,
+            };
+            let p = plan::plan(&spec, image.as_ref(), net.as_ref(), modules, now, accel);
             let config = serde_json::to_vec(&p.guest)
                 .map_err(|e| Error::Internal(format!("cannot encode the VM config: {e}")))?;
             assets::vm_initramfs(&base, &config, &dir.join("initrd"))?;
@@ -467,6 +600,7 @@ impl MicrovmLauncher {
                         socket: dir.join(format!("fs-{i}.sock")),
                     })
                     .collect(),
+                network: net.is_some(),
             };
             let daemons = spec
                 .mounts
@@ -498,6 +632,7 @@ impl MicrovmLauncher {
                 expires_at_ms: p.expires_at_ms,
                 cgroups,
                 daemons,
+                net_dir,
             };
             let record = Record {
                 info: SandboxInfo {
@@ -506,7 +641,7 @@ impl MicrovmLauncher {
                     created_at_ms: now,
                     expires_at_ms: p.expires_at_ms,
                     owner_pid: opts.owner_pid,
-                    spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
+                    spec: shown_spec(&spec),
                     applied,
                     state: RunState::Running,
                 },
@@ -514,7 +649,7 @@ impl MicrovmLauncher {
                 host,
             };
             self.write_record(&record)?;
-            self.start(&record).await?;
+            self.start(&record, setup.map(|s| s.monitor_input)).await?;
             Ok(record.info)
         }
         .await;
@@ -570,6 +705,26 @@ impl MicrovmLauncher {
                  cannot migrate, so its memory cannot be saved; create it without mounts \
                  (copy files in with `cp`/`fs write`) to pause or snapshot it",
             ));
+        }
+        if record.host.net_dir.is_some() {
+            let network = self.live_network(id, &record.info.spec);
+            let has_credentials = network
+                .get("credentials")
+                .and_then(|c| c.as_array())
+                .is_some_and(|c| !c.is_empty());
+            if has_credentials {
+                return Err(Error::Unavailable {
+                    what: format!(
+                        "pause (and snapshot, fork) of sandbox {id}, whose egress policy has credentials"
+                    ),
+                    reason: "the credentials' values and the sandbox's certificate authority key \
+                             live only in its running network monitor (never on disk), and a \
+                             restored VM would need them"
+                        .into(),
+                    fix: "create the sandbox without credentials to pause, snapshot or fork it"
+                        .into(),
+                });
+            }
         }
         let (pid, ticks) = self.supervisor(id).ok_or_else(|| self.dead(id))?;
         let dir = self.dir(id);
@@ -673,7 +828,7 @@ impl MicrovmLauncher {
         record.host.vmm = self.vmm.command(&record.plan);
         let dir = self.dir(id);
         let _ = std::fs::remove_file(dir.join("paused"));
-        let r = self.start(&record).await;
+        let r = self.start(&record, None).await;
         record.plan.incoming = None;
         record.host.vmm = self.vmm.command(&record.plan);
         self.write_record(&record)?;
@@ -705,7 +860,7 @@ impl MicrovmLauncher {
             mem,
             plan: source.plan.clone(),
             kernel: None,
-            spec: source.info.spec.clone(),
+            spec: self.live_spec(id, &source.info.spec),
             applied,
             lifetime_ms: source
                 .info
@@ -770,6 +925,18 @@ impl MicrovmLauncher {
                 if !r.cgroups {
                     cgroups.clear();
                 }
+                // A restored VM's network: the one in force in the saved VM, served
+                // by this copy's own monitor.
+                let net_dir = if plan.network {
+                    let value = r.spec.get("network").cloned().unwrap_or_default();
+                    let network: stockade_spec::Network = serde_json::from_value(value.clone())
+                        .map_err(|e| {
+                            Error::Internal(format!("the saved network {value} is not valid: {e}"))
+                        })?;
+                    Some(self.make_net_dir(&new, &network.redacted())?)
+                } else {
+                    None
+                };
                 let host = VmHostConfig {
                     id: new.clone(),
                     vmm: self.vmm.command(&plan),
@@ -780,6 +947,7 @@ impl MicrovmLauncher {
                     cgroups,
                     // A restored VM has no shares (a VM with any cannot be saved).
                     daemons: Vec::new(),
+                    net_dir,
                 };
                 let record = Record {
                     info: SandboxInfo {
@@ -809,7 +977,7 @@ impl MicrovmLauncher {
             }
         }
         if result.is_ok() {
-            let starts = made.iter().map(|r| self.start(r));
+            let starts = made.iter().map(|r| self.start(r, None));
             for r in futures_util::future::join_all(starts).await {
                 if let Err(e) = r {
                     result = Err(e);
@@ -989,9 +1157,10 @@ impl Launcher for MicrovmLauncher {
         Capabilities {
             // OCI images: an erofs image of the flattened rootfs (see `assets`).
             images: true,
-            // No network device; egress through a filtered host tap is not built.
-            network_egress: false,
-            network_policy: false,
+            // A virtio-net device on QEMU's user-mode network, the VMM in a network
+            // namespace behind the native provider's firewall, resolver and proxy.
+            network_egress: true,
+            network_policy: true,
             // Directories shared with virtiofs (files are refused by name).
             mounts: true,
             ..Capabilities::FULL_LINUX
@@ -1059,6 +1228,22 @@ impl Launcher for MicrovmLauncher {
                 fix: None,
             });
         }
+        let tools = stockade_native::network_tools();
+        checks.push(Check {
+            name: "network".into(),
+            ok: tools.is_ok(),
+            detail: match &tools {
+                Ok(t) => format!(
+                    "none by default (no network device); with --network: a virtio-net device on \
+                     QEMU's user-mode network, the VMM in its own network namespace behind the \
+                     native firewall and resolver ({t})"
+                ),
+                Err(_) => "--network cannot work: slirp4netns or nft is missing (a VM without \
+                           network is unaffected)"
+                    .into(),
+            },
+            fix: tools.err(),
+        });
         let agent = stockade_agent_host::find_static_agent();
         checks.push(Check {
             name: "static agent".into(),
@@ -1119,6 +1304,9 @@ impl Launcher for MicrovmLauncher {
         check_id(id)?;
         let r = self.read_record(id)?;
         let mut info = r.info;
+        if r.host.net_dir.is_some() {
+            info.spec = self.live_spec(id, &info.spec);
+        }
         if self.is_paused(id) {
             info.state = RunState::Paused;
         }
@@ -1194,6 +1382,33 @@ impl Launcher for MicrovmLauncher {
 
     async fn pause(&self, id: &str) -> Result<()> {
         self.pause_vm(id).await
+    }
+
+    async fn egress_denied(
+        &self,
+        id: &str,
+        since_ms: u64,
+    ) -> Result<Vec<stockade_agent_proto::EgressDenial>> {
+        check_id(id)?;
+        self.read_record(id)?;
+        stockade_native::egress_denied_via(&self.dir(id).join(NET_DIR).join("net.sock"), since_ms)
+            .await
+    }
+
+    async fn set_network(&self, id: &str, network: &stockade_spec::Network) -> Result<()> {
+        check_id(id)?;
+        let record = self.read_record(id)?;
+        if self.is_paused(id) {
+            return Err(stockade_core::paused_error(id));
+        }
+        stockade_native::set_network_via(
+            &self.dir(id).join(NET_DIR).join("net.sock"),
+            id,
+            network,
+            self.live_network(id, &record.info.spec),
+            &[],
+        )
+        .await
     }
 
     async fn resume(&self, id: &str) -> Result<()> {

@@ -3,7 +3,9 @@
 
 use std::path::{Path, PathBuf};
 
-use stockade_agent_proto::launch::{ExecPolicy, GuestShare, VmConfig};
+use std::net::Ipv4Addr;
+
+use stockade_agent_proto::launch::{ExecPolicy, GuestNetwork, GuestShare, VmConfig};
 use stockade_core::ValidatedSpec;
 
 use crate::vmm::{Accel, PORT_NAME};
@@ -24,6 +26,56 @@ pub const AGENT_PIDS: u64 = 16;
 /// The guest's cgroup of the execs (below the sandbox's): it holds each exec's shim
 /// and what it starts, capped at the spec's pids.
 pub const GUEST_EXEC_CGROUP: &str = "/sys/fs/cgroup/sandbox/execs";
+
+/// The guest's address on the VMM's user-mode network (QEMU's default layout).
+pub const GUEST_ADDRESS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 15);
+/// The user-mode network's gateway: the VMM itself.
+pub const GUEST_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
+/// The user-mode network's DNS forwarder, which asks the resolver of the VMM's
+/// network namespace (never the host's).
+pub const GUEST_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
+
+/// A sandbox's network, as the guest gets it (from `stockade_native::network_setup`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NetInput {
+    /// `/etc/resolv.conf` of the VMM's namespace; its `options` lines are kept.
+    pub resolv_conf: String,
+    /// A policy's authority and bundle (see `stockade_native::NetworkSetup::ca`).
+    pub ca: Option<(String, String)>,
+    /// The credentials' environment.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// A policy's applied line; `None`: plain egress.
+    pub policy_applied: Option<String>,
+}
+
+impl NetInput {
+    /// The guest's interface and files.
+    fn guest(&self) -> GuestNetwork {
+        let mut resolv = format!("nameserver {GUEST_DNS}\n");
+        for l in self
+            .resolv_conf
+            .lines()
+            .filter(|l| l.starts_with("options"))
+        {
+            resolv.push_str(l);
+            resolv.push('\n');
+        }
+        let mut files = vec![("/etc/resolv.conf".to_string(), resolv)];
+        if let Some((ca, bundle)) = &self.ca {
+            files.push((stockade_native::egress::SANDBOX_CA.into(), ca.clone()));
+            files.push((
+                stockade_native::egress::SANDBOX_CA_BUNDLE.into(),
+                bundle.clone(),
+            ));
+        }
+        GuestNetwork {
+            address: GUEST_ADDRESS,
+            prefix: 24,
+            gateway: GUEST_GATEWAY,
+            files,
+        }
+    }
+}
 
 /// What the plan decides.
 #[derive(Clone, Debug, PartialEq)]
@@ -58,6 +110,7 @@ pub struct ImageRun {
 pub fn plan(
     spec: &ValidatedSpec,
     image: Option<&ImageRun>,
+    net: Option<&NetInput>,
     modules: Vec<String>,
     now_ms: u64,
     accel: Accel,
@@ -85,6 +138,9 @@ pub fn plan(
         if let (true, Some((uid, gid))) = (spec.user == stockade_spec::User::default(), img.user) {
             user = stockade_spec::User { uid, gid };
         }
+    }
+    if let Some(n) = net {
+        env.extend(n.env.clone());
     }
     let exec = ExecPolicy {
         uid: user.uid,
@@ -139,17 +195,32 @@ pub fn plan(
                 writable: m.writable,
             })
             .collect(),
+        network: net.map(NetInput::guest),
     };
     let applied = vec![
         format!(
-            "vm: QEMU microvm under {} ({}), {} MiB RAM, {vcpus} vCPU(s), no network device",
+            "vm: QEMU microvm under {} ({}), {} MiB RAM, {vcpus} vCPU(s), {}",
             accel.as_str(),
             match accel {
                 Accel::Kvm => "hardware virtualisation",
                 Accel::Tcg => "software emulation: KVM is unusable here",
             },
-            memory_mib
+            memory_mib,
+            if net.is_some() {
+                "one virtio-net device on the VMM's user-mode network"
+            } else {
+                "no network device"
+            }
         ),
+        match net {
+            None => "network: none (the VM has no network device)".to_string(),
+            Some(n) => format!(
+                "{}; the guest ({GUEST_ADDRESS}/24, gateway and DNS {GUEST_GATEWAY}, {GUEST_DNS}) reaches out only through QEMU's user-mode network, which opens each connection as a socket in the VMM's own network namespace behind that firewall, its DNS forwarder asking that namespace's resolver",
+                n.policy_applied.clone().unwrap_or_else(|| {
+                    "network: egress through slirp4netns from the VMM's own network namespace; host, private, link-local and metadata addresses rejected by nftables there".into()
+                })
+            ),
+        },
         "guest: Debian cloud kernel; the static stockade agent as PID 1 (initramfs)".into(),
         match (image, spec.writable) {
             (Some(img), true) => format!(
@@ -265,7 +336,14 @@ mod tests {
     #[test]
     fn the_vm_is_sized_from_the_spec_with_the_secure_defaults() {
         let spec = SandboxSpec::default().validate().unwrap();
-        let p = plan(&spec, None, vec!["virtio.ko".into()], 1000, Accel::Tcg);
+        let p = plan(
+            &spec,
+            None,
+            None,
+            vec!["virtio.ko".into()],
+            1000,
+            Accel::Tcg,
+        );
         assert_eq!(p.memory_mib, 512 + GUEST_OVERHEAD_MIB);
         assert_eq!(p.vcpus, 1);
         assert!(!p.guest.writable);
@@ -282,6 +360,59 @@ mod tests {
             p.applied
         );
         assert_eq!(p.expires_at_ms, 1000 + spec.timeout_secs * 1000);
+        assert_eq!(p.guest.network, None);
+        assert!(
+            p.applied
+                .iter()
+                .any(|l| l == "network: none (the VM has no network device)"),
+            "{:?}",
+            p.applied
+        );
+    }
+
+    #[test]
+    fn a_vm_with_network_gets_a_static_interface_the_vmms_dns_and_the_policys_files() {
+        let spec = SandboxSpec::default().validate().unwrap();
+        let net = NetInput {
+            resolv_conf: "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n".into(),
+            ca: Some(("CA".into(), "ROOTS\nCA".into())),
+            env: [("TOKEN".to_string(), "placeholder".to_string())].into(),
+            policy_applied: Some("network: egress policy".into()),
+        };
+        let p = plan(&spec, None, Some(&net), Vec::new(), 0, Accel::Tcg);
+        let g = p.guest.network.expect("a network interface");
+        assert_eq!(
+            (g.address, g.prefix, g.gateway),
+            (GUEST_ADDRESS, 24, GUEST_GATEWAY)
+        );
+        // The guest asks the VMM's forwarder, never the namespace's loopback resolver
+        // (127.0.0.1 in the guest is the guest's own).
+        assert_eq!(
+            g.files[0],
+            (
+                "/etc/resolv.conf".to_string(),
+                "nameserver 10.0.2.3\noptions attempts:1 timeout:2\n".to_string()
+            )
+        );
+        assert_eq!(g.files[1], ("/etc/stockade-ca.pem".into(), "CA".into()));
+        assert_eq!(
+            g.files[2],
+            ("/etc/stockade-ca-bundle.pem".into(), "ROOTS\nCA".into())
+        );
+        assert_eq!(
+            p.guest.exec.env.get("TOKEN").map(String::as_str),
+            Some("placeholder")
+        );
+        assert!(
+            p.applied[0].contains("one virtio-net device"),
+            "{:?}",
+            p.applied
+        );
+        assert!(
+            p.applied[1].starts_with("network: egress policy; the guest (10.0.2.15/24"),
+            "{:?}",
+            p.applied
+        );
     }
 
     #[test]

@@ -195,7 +195,7 @@ impl MicrovmLauncher {
             created_at_ms: now_ms(),
             bytes,
             sha256,
-            spec: record.info.spec.clone(),
+            spec: self.live_spec(id, &record.info.spec),
         };
         let mut applied: Vec<String> = record
             .info

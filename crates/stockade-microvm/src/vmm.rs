@@ -59,7 +59,20 @@ pub struct VmPlan {
     /// Host directories shared into the guest (virtiofs), in mount order.
     #[serde(default)]
     pub shares: Vec<Share>,
+    /// One network device on the VMM's user-mode network ([`USER_NETDEV`]); the VMM
+    /// then runs in the sandbox's filtered network namespace. Else no device at all.
+    #[serde(default)]
+    pub network: bool,
 }
+
+/// The guest's network backend: QEMU's user-mode network (libslirp) in the VMM's
+/// own process, which turns each guest connection into a socket of the VMM, made in
+/// the network namespace the VMM runs in (the sandbox's, behind its firewall), and
+/// forwards the guest's DNS to the resolver that namespace's `/etc/resolv.conf`
+/// names. `restrict=off` (the default, named here) is what lets connections out at
+/// all; IPv4 only, as the NAT helper beyond it (slirp4netns) is; no port forwards,
+/// TFTP or SMB are configured.
+pub const USER_NETDEV: &str = "user,id=net0,ipv6=off,restrict=off";
 
 /// A host directory shared into the guest with virtiofs: a `virtiofsd` (started by
 /// the VM's supervisor) serves it on `socket`, the guest mounts it by `tag`.
@@ -210,9 +223,17 @@ impl Vmm for QemuMicrovm {
             "virtio-rng-device,rng=rng".into(),
             "-qmp".into(),
             format!("unix:{},server=on,wait=off", path(&plan.control_socket)),
-            "-nic".into(),
-            "none".into(),
         ];
+        if plan.network {
+            v.extend([
+                "-netdev".into(),
+                USER_NETDEV.into(),
+                "-device".into(),
+                "virtio-net-device,netdev=net0".into(),
+            ]);
+        } else {
+            v.extend(["-nic".into(), "none".into()]);
+        }
         if !plan.shares.is_empty() {
             // libvhost-user (virtiofsd) serves modern virtio only; microvm's
             // virtio-mmio transport is legacy unless told otherwise.
@@ -463,6 +484,7 @@ mod tests {
             console_log: "/s/console.log".into(),
             incoming: None,
             shares: Vec::new(),
+            network: false,
         }
     }
 
@@ -491,5 +513,23 @@ mod tests {
             restore.ends_with("-incoming exec:cat /s/mem.bin"),
             "{restore}"
         );
+        assert!(!tcg.contains("-netdev"), "{tcg}");
+    }
+
+    #[test]
+    fn a_vm_with_network_has_one_user_mode_device_and_no_forwards() {
+        let mut p = plan(Accel::Tcg);
+        p.network = true;
+        let cmd = QemuMicrovm::default().command(&p).join(" ");
+        assert!(
+            cmd.contains(
+                "-netdev user,id=net0,ipv6=off,restrict=off -device virtio-net-device,netdev=net0"
+            ),
+            "{cmd}"
+        );
+        assert!(!cmd.contains("-nic none"), "{cmd}");
+        for never in ["hostfwd", "guestfwd", "smb", "tftp", "tap"] {
+            assert!(!cmd.contains(never), "{never}: {cmd}");
+        }
     }
 }

@@ -111,6 +111,29 @@ fn which(name: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
+/// The tools a sandbox's network needs on this host (slirp4netns, nft), as
+/// `name path` pairs; the fix (the packages to install) when one is missing. For
+/// other providers' `doctor` (microvm) that reuse the native network.
+pub fn network_tools() -> std::result::Result<String, String> {
+    let found: Vec<(&str, Option<PathBuf>, &str)> = vec![
+        ("slirp4netns", which("slirp4netns"), "slirp4netns"),
+        ("nft", which("nft"), "nftables"),
+    ];
+    let missing: Vec<&str> = found
+        .iter()
+        .filter(|(_, p, _)| p.is_none())
+        .map(|(_, _, pkg)| *pkg)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("apt-get install {}", missing.join(" ")));
+    }
+    Ok(found
+        .iter()
+        .filter_map(|(n, p, _)| p.as_ref().map(|p| format!("{n} {}", p.display())))
+        .collect::<Vec<_>>()
+        .join(", "))
+}
+
 fn new_id() -> String {
     stockade_core::host::new_sandbox_id()
 }
@@ -572,6 +595,82 @@ pub fn network_plan_here(
             rootless: false,
         },
     )
+}
+
+/// A sandbox's network as a network monitor outside the native monitor serves it
+/// (`docker-watch` for a container, `vm-host` for a microVM's VMM): the input that
+/// monitor reads on its stdin, and what the sandbox itself gets.
+pub struct NetworkSetup {
+    /// The monitor's stdin: `LENGTH\n`, the network plan (its credentials taken
+    /// out), then the credentials and the authority's key when the policy has some.
+    pub monitor_input: Vec<u8>,
+    /// What `/etc/resolv.conf` says in the sandbox's network namespace.
+    pub resolv_conf: String,
+    /// A policy with credentials: the sandbox's authority (for
+    /// [`egress::SANDBOX_CA`]) and that authority after the host's roots (for
+    /// [`egress::SANDBOX_CA_BUNDLE`]).
+    pub ca: Option<(String, String)>,
+    /// What every exec's environment gets: the credentials' placeholders and the
+    /// variables naming the bundle.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// The applied line of a policy; `None` for plain egress, which each provider
+    /// describes itself.
+    pub policy_applied: Option<String>,
+}
+
+/// The [`NetworkSetup`] of a spec's `network` on this host (the native provider's
+/// firewall, resolver, proxy and credentials: [`network_plan_here`]); `None` for
+/// network none. With credentials, a new authority and placeholders are made.
+pub fn network_setup(
+    network: &stockade_spec::Network,
+    dns_upstreams: &[String],
+) -> Result<Option<NetworkSetup>> {
+    if *network == stockade_spec::Network::None {
+        return Ok(None);
+    }
+    let policy = network.policy();
+    let secrets = match policy {
+        Some(p) if !p.credentials.is_empty() => Some(egress::secrets(p, None)?),
+        _ => None,
+    };
+    let mut plan = network_plan_here(network, secrets.as_ref(), dns_upstreams)?;
+    let NetworkPlan::UserModeNat {
+        resolv_conf,
+        policy: egress_plan,
+        ..
+    } = &mut plan
+    else {
+        return Err(Error::Internal("a network spec planned no network".into()));
+    };
+    let resolv_conf = resolv_conf.clone();
+    let tls = egress_plan.as_mut().and_then(|e| e.tls.take());
+    let json = serde_json::to_vec(&plan)
+        .map_err(|e| Error::Internal(format!("cannot encode the network plan: {e}")))?;
+    let mut monitor_input = format!("{}\n", json.len()).into_bytes();
+    monitor_input.extend_from_slice(&json);
+    if let Some(t) = &tls {
+        monitor_input.extend(
+            serde_json::to_vec(t)
+                .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
+        );
+    }
+    let (ca, env) = match (policy, &secrets) {
+        (Some(p), Some(s)) => (
+            Some((
+                s.ca_cert_pem.clone(),
+                format!("{}\n{}", s.host_bundle_pem.trim_end(), s.ca_cert_pem),
+            )),
+            egress::sandbox_env(p, s),
+        ),
+        _ => (None, Default::default()),
+    };
+    Ok(Some(NetworkSetup {
+        monitor_input,
+        resolv_conf,
+        ca,
+        env,
+        policy_applied: policy.map(egress::describe),
+    }))
 }
 
 /// The denials since `since_ms` that the network monitor serving `sock` (a policy

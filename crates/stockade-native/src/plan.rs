@@ -440,9 +440,21 @@ pub fn firewall(host_addresses: &[String], host_networks: &[String]) -> String {
     rules.push_str(
         "    ip daddr 10.0.2.3 udp dport 53 accept\n    ip daddr 10.0.2.3 tcp dport 53 accept\n",
     );
-    rules.push_str(&format!("    ip daddr {{ {} }} reject\n", d4.join(", ")));
-    rules.push_str(&format!("    ip6 daddr {{ {} }} reject\n", d6.join(", ")));
-    rules.push_str("  }\n}\n");
+    rules.push_str(&format!(
+        "    ip daddr {{ {} }} jump refuse\n",
+        d4.join(", ")
+    ));
+    rules.push_str(&format!(
+        "    ip6 daddr {{ {} }} jump refuse\n",
+        d6.join(", ")
+    ));
+    // TCP is refused with a reset, as a policy's refusals are: a socket refused by an
+    // ICMP error reports only POLLERR, which the microVM provider's user-mode network
+    // (QEMU's libslirp 4.7) does not act on, so the guest's connection would hang
+    // until its timeout instead of failing at once.
+    rules.push_str(
+        "  }\n  chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject\n  }\n}\n",
+    );
     rules
 }
 
@@ -846,6 +858,33 @@ mod tests {
     use crate::layout::CgroupLayout;
     use std::collections::BTreeMap;
     use stockade_spec::{Mount, SandboxSpec};
+
+    #[test]
+    fn the_egress_firewall_refuses_the_host_and_private_ranges_tcp_with_a_reset() {
+        let rules = firewall(&["192.0.2.2".into()], &["fd00::/64".into()]);
+        let at = |needle: &str| {
+            rules
+                .find(needle)
+                .unwrap_or_else(|| panic!("{needle} missing from:\n{rules}"))
+        };
+        // Loopback and slirp4netns's DNS forwarder first, then the refusals.
+        assert!(at("oifname \"lo\" accept") < at("ip daddr 10.0.2.3 udp dport 53 accept"));
+        let v4 = at("ip daddr { 0.0.0.0/8, 10.0.0.0/8,");
+        assert!(at("ip daddr 10.0.2.3 tcp dport 53 accept") < v4);
+        assert!(rules[v4..].starts_with(&format!(
+            "ip daddr {{ {}, 192.0.2.2 }} jump refuse",
+            DENIED_V4.join(", ")
+        )));
+        assert!(rules.contains(
+            "ip6 daddr { ::1/128, fc00::/7, fe80::/10, ff00::/8, fd00::/64 } jump refuse"
+        ));
+        assert!(
+            rules.contains(
+                "chain refuse {\n    meta l4proto tcp reject with tcp reset\n    reject\n  }"
+            ),
+            "{rules}"
+        );
+    }
 
     fn ctx(cgroups: CgroupLayout) -> PlanContext {
         PlanContext {

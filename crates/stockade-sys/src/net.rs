@@ -4,33 +4,126 @@ use crate::{Result, SysError};
 
 /// Brings the loopback interface of the current network namespace up.
 pub fn loopback_up() -> Result<()> {
-    // SAFETY: socket(2) with constant arguments; the fd is closed below on all paths.
+    interface_up("lo")
+}
+
+/// An `AF_INET` datagram socket for interface ioctls, closed when dropped.
+fn ioctl_socket() -> Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: socket(2) with constant arguments.
     let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
     if fd < 0 {
         return Err(SysError::last("socket", "AF_INET, SOCK_DGRAM"));
     }
+    // SAFETY: fd is a descriptor we just opened and own alone.
+    Ok(unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) })
+}
+
+/// An `ifreq` naming interface `name` (at most 15 bytes), the rest zero.
+fn ifreq(name: &str) -> Result<libc::ifreq> {
+    if name.is_empty() || name.len() >= libc::IFNAMSIZ || name.contains('\0') {
+        return Err(SysError::other(
+            "ioctl",
+            name,
+            "an interface name is 1 to 15 bytes without NUL",
+        ));
+    }
     // SAFETY: ifreq is plain old data; all-zero is a valid value.
     let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
-    for (dst, src) in req.ifr_name.iter_mut().zip(b"lo\0") {
-        *dst = *src as libc::c_char;
+    for (dst, src) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *dst = src as libc::c_char;
     }
-    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we own; the union
-    // field ifru_flags is the one these requests use.
-    let result = unsafe {
-        if libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req) < 0 {
-            Err(SysError::last("ioctl", "lo, SIOCGIFFLAGS"))
-        } else {
-            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
-            if libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req) < 0 {
-                Err(SysError::last("ioctl", "lo, SIOCSIFFLAGS"))
-            } else {
-                Ok(())
-            }
-        }
+    Ok(req)
+}
+
+fn sockaddr_v4(addr: std::net::Ipv4Addr) -> libc::sockaddr {
+    let sin = libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: 0,
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(addr).to_be(),
+        },
+        sin_zero: [0; 8],
     };
-    // SAFETY: fd is a valid descriptor we opened above and close exactly once.
-    unsafe { libc::close(fd) };
-    result
+    // SAFETY: sockaddr_in and sockaddr are both 16 bytes of plain old data; this is
+    // how the kernel's interface ioctls take an IPv4 address.
+    unsafe { std::mem::transmute::<libc::sockaddr_in, libc::sockaddr>(sin) }
+}
+
+/// Brings interface `name` of the current network namespace up.
+pub fn interface_up(name: &str) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let sock = ioctl_socket()?;
+    let mut req = ifreq(name)?;
+    // SAFETY: SIOCGIFFLAGS/SIOCSIFFLAGS read and write the ifreq we own; the union
+    // field ifru_flags is the one these requests use; `sock` is open for the calls.
+    unsafe {
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFFLAGS as _, &mut req) < 0 {
+            return Err(SysError::last("ioctl", format!("{name}, SIOCGIFFLAGS")));
+        }
+        req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+        if libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFFLAGS as _, &req) < 0 {
+            return Err(SysError::last("ioctl", format!("{name}, SIOCSIFFLAGS")));
+        }
+    }
+    Ok(())
+}
+
+/// Gives interface `name` the IPv4 address `addr/prefix` (the address and netmask
+/// ioctls; the kernel adds the route of the subnet once the interface is up).
+pub fn set_ipv4_address(name: &str, addr: std::net::Ipv4Addr, prefix: u8) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    if prefix > 32 {
+        return Err(SysError::other(
+            "ioctl",
+            format!("{name}, {addr}/{prefix}"),
+            "an IPv4 prefix is 0 to 32",
+        ));
+    }
+    let mask = std::net::Ipv4Addr::from(u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0));
+    let sock = ioctl_socket()?;
+    let mut req = ifreq(name)?;
+    req.ifr_ifru.ifru_addr = sockaddr_v4(addr);
+    // SAFETY: SIOCSIFADDR reads the ifreq we own, whose ifru_addr union field (the
+    // one this request uses) holds an AF_INET address; `sock` is open for the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFADDR as _, &req) } < 0 {
+        return Err(SysError::last(
+            "ioctl",
+            format!("{name}, SIOCSIFADDR {addr}"),
+        ));
+    }
+    req.ifr_ifru.ifru_netmask = sockaddr_v4(mask);
+    // SAFETY: as above, with ifru_netmask, the field SIOCSIFNETMASK reads.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCSIFNETMASK as _, &req) } < 0 {
+        return Err(SysError::last(
+            "ioctl",
+            format!("{name}, SIOCSIFNETMASK {mask}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Adds the IPv4 default route through `gateway` (which an interface's subnet must
+/// reach) to the current network namespace.
+pub fn add_ipv4_default_route(gateway: std::net::Ipv4Addr) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let sock = ioctl_socket()?;
+    // SAFETY: rtentry is plain old data; all-zero is a valid value (no device name,
+    // metric 0).
+    let mut rt: libc::rtentry = unsafe { std::mem::zeroed() };
+    rt.rt_dst = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_genmask = sockaddr_v4(std::net::Ipv4Addr::UNSPECIFIED);
+    rt.rt_gateway = sockaddr_v4(gateway);
+    rt.rt_flags = libc::RTF_UP | libc::RTF_GATEWAY;
+    // SAFETY: SIOCADDRT reads the rtentry we own (its rt_dev pointer is null: the
+    // kernel picks the interface from the gateway); `sock` is open for the call.
+    if unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCADDRT as _, &rt) } < 0 {
+        return Err(SysError::last(
+            "ioctl",
+            format!("SIOCADDRT default via {gateway}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The pid of the process that connected the unix socket `sock` (`SO_PEERCRED`), as

@@ -1,12 +1,14 @@
 //! The microvm provider with real QEMU (TCG where KVM is unusable): boot, exec and
 //! files through the agent host, attacks that fail the test when they succeed,
-//! pause/resume/fork, a corrupt snapshot, a VM killed from the host, cleanup.
+//! pause/resume/fork, a corrupt snapshot, a VM killed from the host, cleanup, and
+//! network egress through the native provider's filter (`network.rs`).
 //!
 //! Needs root, qemu-system-x86, the Debian cloud kernel, erofs-utils and the static
 //! agent (crates/stockade-microvm/ci-setup.sh, scripts/build-agent.sh). In CI a
 //! missing part fails the tests; elsewhere they are skipped loudly. VMs are slow to
 //! boot under TCG, so each test reuses one VM for many checks.
 
+mod network;
 mod snapshots;
 mod vm;
 

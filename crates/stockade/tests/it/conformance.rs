@@ -201,6 +201,57 @@ async fn conformance_no_network_by_default() {
     }
 }
 
+/// Every provider that gives egress reaches the public internet with it, never the
+/// host (its loopback, its own address, docker's bridge), the private ranges or the
+/// cloud metadata address; the others refuse such a spec.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_network_egress_reaches_out_but_never_the_host() {
+    // A service on every host address: loopback and the host's own outbound address.
+    let listener = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let host_ip = stockade_testkit::host_address();
+    for t in targets("conformance_network_egress_reaches_out_but_never_the_host") {
+        let spec = SandboxSpec {
+            network: Network::Egress,
+            ..t.spec()
+        };
+        if !t.provider.capabilities().network_egress {
+            let err = Sandbox::create(t.provider.clone(), spec, CreateOptions::default())
+                .await
+                .unwrap_err();
+            assert_eq!(err.code(), ErrorCode::InvalidSpec, "{}: {err}", t.name);
+            continue;
+        }
+        let sb = t.sandbox(spec).await;
+        let code = [
+            "import socket".to_string(),
+            "s = socket.create_connection(('pypi.org', 443), timeout=10); print('egress ok'); s.close()".to_string(),
+            format!("for host in ('127.0.0.1', '10.0.2.2', '{host_ip}', '169.254.169.254', '192.168.0.1', '172.17.0.1'):"),
+            "    try:".to_string(),
+            format!("        socket.create_connection((host, {port}), timeout=2); print('HOST REACHED', host)"),
+            "    except OSError as e: print('host blocked', e)".to_string(),
+        ]
+        .join("\n");
+        let out = t.py(&sb, &code, 60_000).await;
+        let s = text(&out.stdout);
+        assert!(
+            s.contains("egress ok"),
+            "{}: no egress: {s} {}",
+            t.name,
+            text(&out.stderr)
+        );
+        assert!(!s.contains("HOST REACHED"), "{}: {s}", t.name);
+        assert_eq!(s.matches("host blocked").count(), 6, "{}: {s}", t.name);
+        assert!(
+            listener.accept().is_err(),
+            "{}: the host's service received a connection",
+            t.name
+        );
+        sb.destroy().await.unwrap();
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn conformance_writes_only_where_allowed() {
     for t in targets("conformance_writes_only_where_allowed") {
