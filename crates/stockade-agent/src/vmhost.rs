@@ -379,6 +379,7 @@ impl VmmProcess {
                     Ok(never) => match never {},
                     Err(e) => e,
                 };
+                // Fails (harmlessly) once the ids are dropped: then the log has it.
                 let _ = fs::write(
                     dir.join("vmm.log"),
                     format!("stockade-agent vm-host: {why}\n"),
@@ -480,15 +481,24 @@ fn vmm_child(
             exit_now(1)
         }
     }
-    let log = place_files(log, files)?;
-    jail.drop_privileges()?;
+    let mut log = place_files(log, files)?;
+    // From here on this process may no longer create `vmm.log`: failures go to the
+    // descriptor it has open.
+    let failed = |log: &mut fs::File, why: String| -> String {
+        let _ = writeln!(log, "stockade-agent vm-host: {why}");
+        why
+    };
+    if let Err(e) = jail.drop_privileges() {
+        return Err(failed(&mut log, e));
+    }
+    let out = log.try_clone().map_err(|e| e.to_string())?;
     let err = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
+        .stdout(out)
+        .stderr(log.try_clone().map_err(|e| e.to_string())?)
         .exec();
-    Err(format!("cannot start {program}: {err}"))
+    Err(failed(&mut log, format!("cannot start {program}: {err}")))
 }
 
 /// Puts `files` at descriptors `VMM_FIRST_FD`.. (inherited by the exec) and returns
