@@ -730,4 +730,21 @@ pub struct VmHostConfig {
     /// sandbox's monitor does (`net.sock` there).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub net_dir: Option<String>,
+    /// Where the VMM's own host uid and gid come from: the supervisor leases a range
+    /// of this pool for the VM's life (as native sandboxes do) and runs the VMM as its
+    /// first id, with no capabilities, `no_new_privs` and no supplementary groups.
+    pub vmm_ids: IdPoolPlan,
+    /// Files the supervisor opens read-only (as root, before the VMM drops its ids)
+    /// and hands to the VMM as file descriptors [`VMM_FIRST_FD`], [`VMM_FIRST_FD`]+1,
+    /// ...: what the VMM's uid may not open by path (the root image, the state to
+    /// restore, both possibly in root-only directories).
+    #[serde(default)]
+    pub vmm_files: Vec<String>,
+    /// Files of the sandbox's directory the VMM opens by path (its kernel and
+    /// initramfs): the supervisor gives them to the VMM's gid to read (0640).
+    #[serde(default)]
+    pub vmm_reads: Vec<String>,
 }
+
+/// The first file descriptor of [`VmHostConfig::vmm_files`] in the VMM.
+pub const VMM_FIRST_FD: i32 = 3;

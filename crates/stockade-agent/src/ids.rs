@@ -129,7 +129,7 @@ fn make_all(
 
 /// Takes the first free range, starting at a random one (so that a range just freed
 /// is not handed out again at once). A range is free when its lock file is unlocked.
-fn lease(u: &IdPoolPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String> {
+pub(crate) fn lease(u: &IdPoolPlan, id: &str) -> Result<(HostIds, Flock<fs::File>), String> {
     if u.pool_ranges == 0 {
         return Err("the id pool is empty".into());
     }

@@ -34,7 +34,7 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use stockade_agent_proto::launch::VmHostConfig;
+use stockade_agent_proto::launch::{VMM_FIRST_FD, VmHostConfig};
 use stockade_agent_proto::mux::{self, Identity, Kind};
 use stockade_agent_proto::now_ms;
 use stockade_sys::process::{Forked, exit_now, fork};
@@ -187,12 +187,17 @@ fn supervise(
         }
         None => None,
     };
+    // The VMM's own host ids, leased for as long as this process lives (a resumed
+    // or forked VM gets a new range: nothing of the old one's stays reachable).
+    let (range, _lease) = crate::ids::lease(&config.vmm_ids, &config.id)?;
+    let jail = Jail::prepare(dir, config, range.first)?;
     // The VMM connects to their sockets at its start. Killed when we end (they are
     // also in our process group, which a destroy kills).
     let _daemons = start_daemons(dir, config)?;
+    jail.give_sockets(config)?;
     let (mut child, helper) = match (&config.net_dir, net) {
         (Some(net_dir), Some(input)) => {
-            let (mut child, go) = VmmProcess::start(dir, &config.vmm, Some((net_dir, &input)))?;
+            let (mut child, go) = VmmProcess::start(dir, config, &jail, Some((net_dir, &input)))?;
             let served =
                 crate::netmon::NetMonitor::prepare(Path::new(net_dir), child.id() as i32, input)
                     .and_then(crate::netmon::NetMonitor::serve);
@@ -212,7 +217,7 @@ fn supervise(
             }
         }
         (Some(_), None) => return Err("a VM with network got no network plan".into()),
-        (None, _) => (VmmProcess::start(dir, &config.vmm, None)?.0, None),
+        (None, _) => (VmmProcess::start(dir, config, &jail, None)?.0, None),
     };
     report_started(started);
     let r = serve_vm(dir, config, &mut child, owner.as_ref());
@@ -324,13 +329,21 @@ impl VmmProcess {
     /// Dies with this process (parent-death signal).
     fn start(
         dir: &Path,
-        argv: &[String],
+        config: &VmHostConfig,
+        jail: &Jail,
         net: Option<(&String, &crate::netmon::NetInput)>,
     ) -> Result<(VmmProcess, Option<fs::File>), String> {
         use nix::sched::CloneFlags;
+        let argv = &config.vmm;
         let Some(program) = argv.first() else {
             return Err("an empty VMM command line".into());
         };
+        // Opened here, as root: the VMM's uid could not open them by path.
+        let files = config
+            .vmm_files
+            .iter()
+            .map(|f| fs::File::open(f).map_err(|e| format!("cannot open {f} for the VMM: {e}")))
+            .collect::<Result<Vec<_>, _>>()?;
         let log = fs::File::create(dir.join("vmm.log"))
             .map_err(|e| format!("cannot create vmm.log: {e}"))?;
         let (flags, go, resolv) = match net {
@@ -354,10 +367,19 @@ impl VmmProcess {
                 go.map(|(_, w)| fs::File::from(w)),
             )),
             Ok(Forked::Child) => {
-                let why = match vmm_child(program, &argv[1..], log, go.map(|(r, _)| r), resolv) {
+                let why = match vmm_child(
+                    program,
+                    &argv[1..],
+                    log,
+                    go.map(|(r, _)| r),
+                    resolv,
+                    files,
+                    jail,
+                ) {
                     Ok(never) => match never {},
                     Err(e) => e,
                 };
+                // Fails (harmlessly) once the ids are dropped: then the log has it.
                 let _ = fs::write(
                     dir.join("vmm.log"),
                     format!("stockade-agent vm-host: {why}\n"),
@@ -421,6 +443,8 @@ fn vmm_child(
     log: fs::File,
     go: Option<std::os::fd::OwnedFd>,
     resolv: Option<PathBuf>,
+    files: Vec<fs::File>,
+    jail: &Jail,
 ) -> Result<std::convert::Infallible, String> {
     use nix::mount::{MsFlags, mount};
     use std::os::unix::process::CommandExt;
@@ -457,13 +481,135 @@ fn vmm_child(
             exit_now(1)
         }
     }
+    let mut log = place_files(log, files)?;
+    // From here on this process may no longer create `vmm.log`: failures go to the
+    // descriptor it has open.
+    let failed = |log: &mut fs::File, why: String| -> String {
+        let _ = writeln!(log, "stockade-agent vm-host: {why}");
+        why
+    };
+    if let Err(e) = jail.drop_privileges() {
+        return Err(failed(&mut log, e));
+    }
+    let out = log.try_clone().map_err(|e| e.to_string())?;
     let err = Command::new(program)
         .args(args)
         .stdin(Stdio::null())
-        .stdout(log.try_clone().map_err(|e| e.to_string())?)
-        .stderr(log)
+        .stdout(out)
+        .stderr(log.try_clone().map_err(|e| e.to_string())?)
         .exec();
-    Err(format!("cannot start {program}: {err}"))
+    Err(failed(&mut log, format!("cannot start {program}: {err}")))
+}
+
+/// Puts `files` at descriptors `VMM_FIRST_FD`.. (inherited by the exec) and returns
+/// `log` moved out of their way.
+fn place_files(log: fs::File, files: Vec<fs::File>) -> Result<fs::File, String> {
+    use nix::fcntl::{F_SETFD, FdFlag, fcntl};
+    use std::os::fd::AsRawFd;
+    // Everything first above the targets, so that no dup2 closes a file still to
+    // be placed (or the log).
+    let high = |f: &fs::File| -> Result<fs::File, String> {
+        rustix::io::fcntl_dupfd_cloexec(f, 64)
+            .map(fs::File::from)
+            .map_err(|e| format!("fcntl F_DUPFD_CLOEXEC: {e}"))
+    };
+    let log = high(&log)?;
+    let moved = files.iter().map(high).collect::<Result<Vec<_>, _>>()?;
+    drop(files);
+    for (i, f) in moved.iter().enumerate() {
+        let to = VMM_FIRST_FD + i as i32;
+        nix::unistd::dup2(f.as_raw_fd(), to).map_err(|e| format!("dup2 to {to}: {e}"))?;
+        fcntl(to, F_SETFD(FdFlag::empty())).map_err(|e| format!("fcntl F_SETFD {to}: {e}"))?;
+    }
+    Ok(log)
+}
+
+/// Gives `path` an inode of its own when it shares one (a forked VM's initramfs is
+/// a hard link of its source's), so that handing it to one VMM's gid takes it from
+/// no other VM's.
+fn unshare_file(path: &Path) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let md = fs::metadata(path).map_err(|e| format!("cannot stat {}: {e}", path.display()))?;
+    if md.nlink() <= 1 {
+        return Ok(());
+    }
+    let tmp = path.with_extension("unshared");
+    fs::copy(path, &tmp)
+        .and_then(|_| fs::rename(&tmp, path))
+        .map_err(|e| format!("cannot copy {} to a file of its own: {e}", path.display()))
+}
+
+/// The VMM's confinement: its own host uid and gid (the first id of a range leased
+/// for this VM), a directory of its own in the sandbox's (`DIR/vmm`, 0700, where
+/// it makes its sockets and console log), read access by group to the files of
+/// `DIR` it boots from, and nothing else of the host's but what any user may read.
+struct Jail {
+    uid: u32,
+    gid: u32,
+}
+
+impl Jail {
+    fn prepare(dir: &Path, config: &VmHostConfig, id: u32) -> Result<Jail, String> {
+        use std::os::unix::fs::{DirBuilderExt, chown};
+        let jail = Jail { uid: id, gid: id };
+        // Searchable by the VMM's gid alone, not listable: it reaches `vmm/` and what
+        // it reads by name; no other host user (or VMM) gets in.
+        chown(dir, Some(0), Some(jail.gid))
+            .and_then(|()| fs::set_permissions(dir, fs::Permissions::from_mode(0o710)))
+            .map_err(|e| format!("cannot open {} to gid {}: {e}", dir.display(), jail.gid))?;
+        let own = dir.join("vmm");
+        match fs::remove_dir_all(&own) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(format!("cannot remove {}: {e}", own.display())),
+        }
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&own)
+            .map_err(|e| format!("cannot create {}: {e}", own.display()))?;
+        chown(&own, Some(jail.uid), Some(jail.gid))
+            .map_err(|e| format!("cannot give {} to uid {}: {e}", own.display(), jail.uid))?;
+        for f in &config.vmm_reads {
+            unshare_file(Path::new(f))?;
+            chown(f, Some(0), Some(jail.gid))
+                .and_then(|()| fs::set_permissions(f, fs::Permissions::from_mode(0o640)))
+                .map_err(|e| format!("cannot give {f} to gid {} to read: {e}", jail.gid))?;
+        }
+        Ok(jail)
+    }
+
+    /// The virtiofsd sockets (made by the daemons, as root) become the VMM's.
+    fn give_sockets(&self, config: &VmHostConfig) -> Result<(), String> {
+        for (_, socket) in &config.daemons {
+            std::os::unix::fs::lchown(socket, Some(self.uid), Some(self.gid))
+                .map_err(|e| format!("cannot give {socket} to uid {}: {e}", self.uid))?;
+        }
+        Ok(())
+    }
+
+    /// In the VMM's child, last before the exec: no supplementary groups, its own
+    /// gid and uid (real, effective, saved), an empty bounding set and no
+    /// capabilities (a uid change from root clears them; the bounding set must be
+    /// dropped while we still may), `no_new_privs` (no set-id binary gives any
+    /// back), and the parent-death signal again (a uid change clears it).
+    fn drop_privileges(&self) -> Result<(), String> {
+        use nix::unistd::{Gid, Uid, setgroups, setresgid, setresuid};
+        stockade_sys::caps::drop_bounding()
+            .map_err(|e| format!("cannot drop the VMM's bounding set: {e}"))?;
+        setgroups(&[]).map_err(|e| format!("setgroups([]): {e}"))?;
+        let (g, u) = (Gid::from_raw(self.gid), Uid::from_raw(self.uid));
+        setresgid(g, g, g).map_err(|e| format!("setresgid({}): {e}", self.gid))?;
+        setresuid(u, u, u).map_err(|e| format!("setresuid({}): {e}", self.uid))?;
+        stockade_sys::caps::clear_all().map_err(|e| format!("cannot clear capabilities: {e}"))?;
+        nix::sys::prctl::set_no_new_privs().map_err(|e| format!("PR_SET_NO_NEW_PRIVS: {e}"))?;
+        nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+            .map_err(|e| format!("PR_SET_PDEATHSIG: {e}"))?;
+        // The VM host may have died before the signal was set again.
+        if nix::unistd::getppid().as_raw() == 1 {
+            exit_now(1)
+        }
+        Ok(())
+    }
 }
 
 /// The daemons the VMM needs (a virtiofsd per shared directory); killed and reaped

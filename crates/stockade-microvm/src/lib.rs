@@ -348,7 +348,7 @@ impl MicrovmLauncher {
         let p = self.dir(&r.info.id).join("record.json");
         let text = serde_json::to_vec(r)
             .map_err(|e| Error::Internal(format!("cannot encode a record: {e}")))?;
-        std::fs::write(&p, text).map_err(io(format!("cannot write {}", p.display())))
+        write_private(&p, &text).map_err(io(format!("cannot write {}", p.display())))
     }
 
     fn is_paused(&self, id: &str) -> bool {
@@ -371,12 +371,27 @@ impl MicrovmLauncher {
     async fn start(&self, record: &Record, net_input: Option<Vec<u8>>) -> Result<()> {
         let id = &record.info.id;
         let dir = self.dir(id);
-        for f in ["exit", "host.pid", "agent.sock", "serial.sock", "qmp.sock"] {
+        for f in ["exit", "host.pid", "agent.sock"] {
             let _ = std::fs::remove_file(dir.join(f));
         }
-        let host = serde_json::to_vec(&record.host)
+        // What the VMM's uid gets: descriptors of the files it may not open by path,
+        // read access to the ones of this directory it boots from.
+        let mut host = record.host.clone();
+        host.vmm = self.vmm.command(&record.plan);
+        host.vmm_files = self
+            .vmm
+            .files(&record.plan)
+            .iter()
+            .map(|f| f.display().to_string())
+            .collect();
+        host.vmm_reads = [&record.plan.kernel, &record.plan.initrd]
+            .into_iter()
+            .filter(|f| f.starts_with(&dir))
+            .map(|f| f.display().to_string())
+            .collect();
+        let host = serde_json::to_vec(&host)
             .map_err(|e| Error::Internal(format!("cannot encode the VM host config: {e}")))?;
-        std::fs::write(dir.join("host.json"), host)
+        write_private(&dir.join("host.json"), &host)
             .map_err(io(format!("cannot write {}/host.json", dir.display())))?;
         let net_input = match (&record.host.net_dir, net_input) {
             (None, _) => None,
@@ -460,7 +475,8 @@ impl MicrovmLauncher {
 
     fn console_tail(&self, id: &str) -> String {
         let dir = self.dir(id);
-        let mut text = std::fs::read_to_string(dir.join("console.log")).unwrap_or_default();
+        // Not following a link: QEMU's uid owns that directory.
+        let mut text = read_no_follow(&dir.join(VMM_DIR).join("console.log"));
         text.push_str(&std::fs::read_to_string(dir.join("vmm.log")).unwrap_or_default());
         // The agent's own words (why PID 1 failed) say more than the kernel's panic.
         let ours: Vec<&str> = text
@@ -478,7 +494,9 @@ impl MicrovmLauncher {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&self.state_root)
             .map_err(io(format!("cannot create {}", self.state_root.display())))?;
-        let _ = std::fs::set_permissions(&self.state_root, std::fs::Permissions::from_mode(0o700));
+        // Searchable by the VMMs' uids (each reaches its own `DIR`, which its VM host
+        // opens to that VMM's gid alone), not listable.
+        let _ = std::fs::set_permissions(&self.state_root, std::fs::Permissions::from_mode(0o711));
         let dir = self.dir(id);
         std::fs::DirBuilder::new()
             .mode(0o700)
@@ -586,9 +604,9 @@ impl MicrovmLauncher {
                     vmm::kernel_args(accel)
                 ),
                 root_image: root.clone(),
-                serial_socket: dir.join("serial.sock"),
-                control_socket: dir.join("qmp.sock"),
-                console_log: dir.join("console.log"),
+                serial_socket: dir.join(VMM_DIR).join("serial.sock"),
+                control_socket: dir.join(VMM_DIR).join("qmp.sock"),
+                console_log: dir.join(VMM_DIR).join("console.log"),
                 incoming: None,
                 shares: p
                     .guest
@@ -612,6 +630,7 @@ impl MicrovmLauncher {
                 })
                 .collect();
             let mut applied = p.applied.clone();
+            applied.push(vmm::CONFINEMENT.into());
             let cgroups = plan::host_cgroups(Path::new("/sys/fs/cgroup"), &id, p.memory_mib, spec.limits.cpus);
             applied.push(if cgroups.is_empty() {
                 "host cgroup: none (no cgroup hierarchy found); the VM's size bounds it".into()
@@ -633,6 +652,10 @@ impl MicrovmLauncher {
                 cgroups,
                 daemons,
                 net_dir,
+                vmm_ids: vmm_ids()?,
+                // Set from the plan by `start`.
+                vmm_files: Vec::new(),
+                vmm_reads: Vec::new(),
             };
             let record = Record {
                 info: SandboxInfo {
@@ -910,9 +933,9 @@ impl MicrovmLauncher {
                 let plan = VmPlan {
                     kernel,
                     initrd,
-                    serial_socket: dir.join("serial.sock"),
-                    control_socket: dir.join("qmp.sock"),
-                    console_log: dir.join("console.log"),
+                    serial_socket: dir.join(VMM_DIR).join("serial.sock"),
+                    control_socket: dir.join(VMM_DIR).join("qmp.sock"),
+                    console_log: dir.join(VMM_DIR).join("console.log"),
                     incoming: Some(r.mem.clone()),
                     ..r.plan.clone()
                 };
@@ -948,6 +971,9 @@ impl MicrovmLauncher {
                     // A restored VM has no shares (a VM with any cannot be saved).
                     daemons: Vec::new(),
                     net_dir,
+                    vmm_ids: vmm_ids()?,
+                    vmm_files: Vec::new(),
+                    vmm_reads: Vec::new(),
                 };
                 let record = Record {
                     info: SandboxInfo {
@@ -1113,6 +1139,52 @@ fn kill_daemon_of(socket: &Path) {
     kill_matching(&format!("--socket-path={}", socket.display()));
 }
 
+/// The VMM's own directory in a sandbox's (owned by its uid: its sockets and
+/// console log).
+pub const VMM_DIR: &str = "vmm";
+
+/// Where the VMM's host uid and gid come from: the native provider's id pool
+/// (`STOCKADE_ID_RANGE`), one range leased per running VM.
+fn vmm_ids() -> Result<stockade_agent_proto::launch::IdPoolPlan> {
+    match stockade_native::idpool::IdPool::from_env()?.plan() {
+        stockade_agent_proto::launch::UsernsPlan::Pool(p) => Ok(p),
+        stockade_agent_proto::launch::UsernsPlan::Rootless(_) => Err(Error::Internal(
+            "the id pool planned a rootless user namespace".into(),
+        )),
+    }
+}
+
+/// Writes a root-only file (0600): the sandbox's directory is searchable by its
+/// VMM's gid, and these hold the spec.
+fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
+    // One written before by an older version may be 0644.
+    f.set_permissions(std::fs::Permissions::from_mode(0o600))?;
+    f.write_all(bytes)
+}
+
+/// A file's text, empty if it is missing, unreadable or a symbolic link.
+fn read_no_follow(path: &Path) -> String {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = String::new();
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+    {
+        let _ = f.read_to_string(&mut text);
+    }
+    text
+}
+
 fn kill_vmm_of(serial_socket: &Path) {
     kill_matching(&format!("path={},", serial_socket.display()));
 }
@@ -1243,6 +1315,27 @@ impl Launcher for MicrovmLauncher {
                     .into(),
             },
             fix: tools.err(),
+        });
+        let ids = vmm_ids();
+        checks.push(Check {
+            name: "vmm confinement".into(),
+            ok: ids.is_ok(),
+            detail: match &ids {
+                Ok(p) => format!(
+                    "{} (pool: {} ranges from host id {}, leases in {})",
+                    vmm::CONFINEMENT.trim_start_matches("VMM confinement: "),
+                    p.pool_ranges,
+                    p.pool_start,
+                    p.lease_dir.display()
+                ),
+                Err(e) => e.to_string(),
+            },
+            fix: ids.is_err().then(|| {
+                format!(
+                    "set {} to a valid START-END range",
+                    stockade_native::idpool::ENV
+                )
+            }),
         });
         let agent = stockade_agent_host::find_static_agent();
         checks.push(Check {

@@ -8,8 +8,11 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use std::os::unix::fs::OpenOptionsExt;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+use stockade_agent_proto::launch::VMM_FIRST_FD;
 use stockade_core::{Error, Result};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::UnixStream;
@@ -90,11 +93,18 @@ pub trait Vmm: Send + Sync {
     /// Name shown in `inspect` (`qemu-microvm`).
     fn name(&self) -> &'static str;
 
-    /// The command line (program first) that runs `plan`.
+    /// The command line (program first) that runs `plan`. The VMM runs as an
+    /// unprivileged uid of its own: what it cannot open by path it gets as the file
+    /// descriptors [`Vmm::files`] lists.
     fn command(&self, plan: &VmPlan) -> Vec<String>;
 
+    /// Files the command line expects open (read-only) at descriptors
+    /// `VMM_FIRST_FD`, `VMM_FIRST_FD + 1`, ... (opened by the VM host as root).
+    fn files(&self, plan: &VmPlan) -> Vec<PathBuf>;
+
     /// Stops the VM behind `control_socket` and writes its memory and device state to
-    /// `to`; the VMM process then exits.
+    /// `to` (created by this process and handed to the VMM as a descriptor); the VMM
+    /// process then exits.
     async fn save(&self, control_socket: &Path, to: &Path) -> Result<()>;
 
     /// Starts the guest of a VMM restoring saved state (`VmPlan::incoming`) once the
@@ -129,6 +139,25 @@ fn host_tsc_khz() -> u64 {
 
 /// The guest CPU under TCG: the x86-64-v2 baseline.
 pub const TCG_CPU: &str = "qemu64,+ssse3,+sse4.1,+sse4.2,+popcnt,+cx16";
+
+/// QEMU's own seccomp filter (`-sandbox`): the default deny list (`on`) plus every
+/// optional group: obsolete system calls, changing ids or capabilities
+/// (`elevateprivileges`), `fork`/`execve` (`spawn`: the VMM starts no helper, its
+/// migration streams are descriptors, not `exec:` commands) and scheduler or
+/// resource-limit changes (`resourcecontrol`). A denied call kills QEMU.
+pub const QEMU_SANDBOX: &str =
+    "on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny";
+
+/// How the VMM is confined, as `inspect` and `doctor` say it.
+pub const CONFINEMENT: &str = "VMM confinement: QEMU runs as an unprivileged host uid and gid of \
+its own (the first id of a range leased from the id pool for each run), no supplementary \
+groups, no capabilities in any set (bounding included), no_new_privs; QEMU's seccomp filter \
+(-sandbox on,obsolete=deny,elevateprivileges=deny,spawn=deny,resourcecontrol=deny); it \
+opens only its own directory (vmm/, 0700), its kernel and initramfs (0640 to its gid) and \
+what any user may read: the root image and saved state come as descriptors";
+
+/// The QEMU fd set the root image is passed in (`/dev/fdset/1`).
+const ROOT_FDSET: u32 = 1;
 
 /// The name of the agent's virtio-serial port in the guest.
 pub const PORT_NAME: &str = "stockade.agent";
@@ -201,11 +230,14 @@ impl Vmm for QemuMicrovm {
             path(&plan.initrd),
             "-append".into(),
             plan.cmdline.clone(),
+            "-sandbox".into(),
+            QEMU_SANDBOX.into(),
+            // The root image by descriptor: it may sit in a root-only directory (a
+            // named snapshot's), which QEMU's uid cannot enter.
+            "-add-fd".into(),
+            format!("fd={VMM_FIRST_FD},set={ROOT_FDSET},opaque=root"),
             "-drive".into(),
-            format!(
-                "id=root,file={},format=raw,if=none,readonly=on",
-                path(&plan.root_image)
-            ),
+            format!("id=root,file=/dev/fdset/{ROOT_FDSET},format=raw,if=none,readonly=on"),
             "-device".into(),
             "virtio-blk-device,drive=root".into(),
             "-device".into(),
@@ -254,11 +286,20 @@ impl Vmm for QemuMicrovm {
                 share.tag
             ));
         }
-        if let Some(from) = &plan.incoming {
+        if plan.incoming.is_some() {
+            // The saved state by descriptor, after the root image's (see `files`):
+            // no `exec:` (QEMU may not spawn), and the file may be another
+            // sandbox's or a named snapshot's, which QEMU's uid cannot open.
             v.push("-incoming".into());
-            v.push(format!("exec:cat {}", path(from)));
+            v.push(format!("fd:{}", VMM_FIRST_FD + 1));
         }
         v
+    }
+
+    fn files(&self, plan: &VmPlan) -> Vec<PathBuf> {
+        let mut f = vec![plan.root_image.clone()];
+        f.extend(plan.incoming.clone());
+        f
     }
 
     async fn save(&self, control_socket: &Path, to: &Path) -> Result<()> {
@@ -270,12 +311,21 @@ impl Vmm for QemuMicrovm {
             serde_json::json!({ "max-bandwidth": 8u64 << 30 }),
         )
         .await?;
-        // QEMU 7.2 has no `file:` migration target; `exec:` runs through /bin/sh.
-        qmp.call(
-            "migrate",
-            serde_json::json!({ "uri": format!("exec:cat > {}", path(to)) }),
-        )
-        .await?;
+        // QEMU 7.2 has no `file:` migration target, and `exec:` would need QEMU to
+        // spawn a shell (its seccomp filter forbids that) that could open `to` (its
+        // uid cannot): the file goes to QEMU as a descriptor (`getfd`), opened here.
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(to)
+            .map_err(|e| Error::io(format!("cannot create {}", to.display()), e))?;
+        qmp.send_fd("getfd", serde_json::json!({ "fdname": "vmstate" }), &file)
+            .await?;
+        drop(file);
+        qmp.call("migrate", serde_json::json!({ "uri": "fd:vmstate" }))
+            .await?;
         let started = Instant::now();
         loop {
             let r = qmp.call("query-migrate", serde_json::json!({})).await?;
@@ -375,13 +425,71 @@ impl Qmp {
 
     /// Runs one command; its `return` value.
     async fn call(&mut self, cmd: &str, args: serde_json::Value) -> Result<serde_json::Value> {
-        let mut msg = serde_json::to_vec(&serde_json::json!({ "execute": cmd, "arguments": args }))
-            .map_err(|e| Error::Internal(format!("cannot encode QMP {cmd}: {e}")))?;
-        msg.push(b'\n');
+        let msg = Self::encode(cmd, args)?;
         self.writer
             .write_all(&msg)
             .await
             .map_err(|e| Error::io(format!("cannot write to {}", self.socket.display()), e))?;
+        self.answer(cmd).await
+    }
+
+    fn encode(cmd: &str, args: serde_json::Value) -> Result<Vec<u8>> {
+        let mut msg = serde_json::to_vec(&serde_json::json!({ "execute": cmd, "arguments": args }))
+            .map_err(|e| Error::Internal(format!("cannot encode QMP {cmd}: {e}")))?;
+        msg.push(b'\n');
+        Ok(msg)
+    }
+
+    /// `cmd` with `fd` attached (SCM_RIGHTS), as QMP's `getfd` takes a descriptor.
+    async fn send_fd(
+        &mut self,
+        cmd: &str,
+        args: serde_json::Value,
+        fd: &impl std::os::fd::AsRawFd,
+    ) -> Result<serde_json::Value> {
+        use nix::sys::socket::{ControlMessage, MsgFlags, sendmsg};
+        use std::os::fd::AsRawFd;
+        let msg = Self::encode(cmd, args)?;
+        let fds = [fd.as_raw_fd()];
+        let stream: &UnixStream = self.writer.as_ref();
+        loop {
+            stream
+                .writable()
+                .await
+                .map_err(|e| Error::io(format!("cannot write to {}", self.socket.display()), e))?;
+            let sent = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                sendmsg::<()>(
+                    stream.as_raw_fd(),
+                    &[std::io::IoSlice::new(&msg)],
+                    &[ControlMessage::ScmRights(&fds)],
+                    MsgFlags::empty(),
+                    None,
+                )
+                .map_err(std::io::Error::from)
+            });
+            match sent {
+                // One short JSON line: all of it or nothing.
+                Ok(n) if n == msg.len() => break,
+                Ok(n) => {
+                    return Err(Error::Internal(format!(
+                        "QMP {cmd}: only {n} of {} bytes sent to {}",
+                        msg.len(),
+                        self.socket.display()
+                    )));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => {
+                    return Err(Error::io(
+                        format!("cannot send a descriptor to {}", self.socket.display()),
+                        e,
+                    ));
+                }
+            }
+        }
+        self.answer(cmd).await
+    }
+
+    async fn answer(&mut self, cmd: &str) -> Result<serde_json::Value> {
         loop {
             let v = self.read().await?;
             if let Some(r) = v.get("return") {
@@ -509,8 +617,18 @@ mod tests {
         let mut p = plan(Accel::Tcg);
         p.incoming = Some("/s/mem.bin".into());
         let restore = q.command(&p).join(" ");
+        // The state by descriptor, after the root image's: QEMU may not spawn `cat`,
+        // nor open either file by path.
+        assert!(restore.ends_with("-incoming fd:4"), "{restore}");
+        assert_eq!(
+            q.files(&p),
+            vec![p.root_image.clone(), PathBuf::from("/s/mem.bin")]
+        );
         assert!(
-            restore.ends_with("-incoming exec:cat /s/mem.bin"),
+            restore.contains(&format!("-sandbox {QEMU_SANDBOX}"))
+                && restore.contains("-add-fd fd=3,set=1,opaque=root")
+                && restore.contains("file=/dev/fdset/1,")
+                && !restore.contains(&p.root_image.display().to_string()),
             "{restore}"
         );
         assert!(!tcg.contains("-netdev"), "{tcg}");

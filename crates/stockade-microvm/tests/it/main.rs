@@ -8,6 +8,7 @@
 //! missing part fails the tests; elsewhere they are skipped loudly. VMs are slow to
 //! boot under TCG, so each test reuses one VM for many checks.
 
+mod jail;
 mod network;
 mod snapshots;
 mod vm;
