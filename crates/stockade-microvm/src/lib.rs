@@ -721,13 +721,18 @@ impl MicrovmLauncher {
             )));
         }
         if !record.plan.shares.is_empty() {
-            return Err(stockade_core::unsupported(
-                "microvm",
-                "pause (and snapshot, fork) of a sandbox with workspaces",
-                "its shared directories are vhost-user (virtiofs) devices, which QEMU 7.2 \
-                 cannot migrate, so its memory cannot be saved; create it without mounts \
-                 (copy files in with `cp`/`fs write`) to pause or snapshot it",
-            ));
+            // Not `unsupported`: its fix ("use the microvm provider") is this one.
+            return Err(Error::Unavailable {
+                what: format!(
+                    "pause (and snapshot, fork) of microvm sandbox {id}, which has workspaces"
+                ),
+                reason: "its shared directories are vhost-user (virtiofs) devices, which \
+                         QEMU 7.2 cannot migrate, so its memory cannot be saved"
+                    .into(),
+                fix: "create it without mounts (copy files in with `stockade cp` or a file \
+                      write) to pause, snapshot or fork it"
+                    .into(),
+            });
         }
         if record.host.net_dir.is_some() {
             let network = self.live_network(id, &record.info.spec);

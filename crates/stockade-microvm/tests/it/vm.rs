@@ -415,6 +415,11 @@ async fn workspaces_are_shared_directories_and_hold_their_walls() {
     );
     let err = sb.pause().await.expect_err("pause with workspaces");
     assert!(err.to_string().contains("virtiofs"), "{err}");
+    // The fix is one that works here (not "use the microvm provider").
+    assert!(
+        err.to_string().contains("without mounts") && !err.to_string().contains("use the microvm"),
+        "{err}"
+    );
     // Still running after the refusal.
     let out = sh(&sb, "cat /work/rw/out.txt", 30_000).await;
     assert_eq!(text(&out.stdout), "from-the-vm\n");
