@@ -664,7 +664,7 @@ async fn a_credential_reaches_its_host_and_never_the_sandbox() {
     let host = stockade_testkit::host_address();
     let name = "api.stockade.test";
     // The secret, made here and never written into the sandbox's code.
-    let secret = format!("sk-live-{}", std::process::id() * 7919);
+    let secret = format!("sk-live-{}", u64::from(std::process::id()) * 7919);
     let api = FakeApi::start(&host, name, &format!("Bearer {secret}"));
     let upstream = FakeUpstream::start_with(vec![(name.to_string(), host.parse().unwrap())]);
     let launcher = Arc::new(NativeProvider::from(
