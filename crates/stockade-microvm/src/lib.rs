@@ -429,12 +429,7 @@ impl MicrovmLauncher {
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
             return Err(if net_input.is_some() && why.contains("network egress") {
-                Error::Unavailable {
-                    what: format!("network egress for sandbox {id}"),
-                    reason: why,
-                    fix: "see `stockade doctor` (slirp4netns and nftables must work as root)"
-                        .into(),
-                }
+                stockade_native::egress_unavailable(id, why)
             } else {
                 Error::Internal(format!(
                     "the VM host of sandbox {id} failed to start: {why}"

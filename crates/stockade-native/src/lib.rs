@@ -618,6 +618,16 @@ pub struct NetworkSetup {
     pub policy_applied: Option<String>,
 }
 
+/// The error of a sandbox whose host-side network monitor (docker's watcher, the
+/// microVM's host) could not set up its egress, with the monitor's own words.
+pub fn egress_unavailable(id: &str, why: String) -> Error {
+    Error::Unavailable {
+        what: format!("network egress for sandbox {id}"),
+        reason: why,
+        fix: "see `stockade doctor` (slirp4netns and nftables must work as root)".into(),
+    }
+}
+
 /// The [`NetworkSetup`] of a spec's `network` on this host (the native provider's
 /// firewall, resolver, proxy and credentials: [`network_plan_here`]); `None` for
 /// network none. With credentials, a new authority and placeholders are made.

@@ -11,6 +11,7 @@
 //!   looks for them inside.
 //! - [`require_root`], and [`sh`]/[`py`]/[`text`] to run code in a sandbox.
 
+pub mod egress;
 pub mod fds;
 mod sandbox;
 

@@ -7,38 +7,15 @@
 use std::time::{Duration, Instant};
 
 use stockade_core::spec::{Credential, EgressPolicy, Network};
-use stockade_core::{EgressDenial, Error, Provider};
+use stockade_core::{Error, Provider};
 
 use super::*;
 
-/// A probe run inside: each `(label, host, port)` is tried with a 3 s timeout and
-/// printed as `label: ok` or `label: refused ERRNO MS`.
-fn connect_probe(targets: &[(&str, &str, u16)]) -> String {
-    let mut code = String::from(
-        "import socket, time\ndef probe(label, host, port):\n    t = time.monotonic()\n    try:\n        socket.create_connection((host, port), timeout=3).close()\n        print(label + ': ok')\n    except OSError as e:\n        print('%s: refused %s %d' % (label, e.errno, (time.monotonic() - t) * 1000))\n",
-    );
-    for (label, host, port) in targets {
-        code.push_str(&format!("probe({label:?}, {host:?}, {port})\n"));
-    }
-    code
-}
+use stockade_testkit::egress::{connect_probe, line};
 
-fn line<'a>(out: &'a str, label: &str) -> &'a str {
-    out.lines()
-        .find(|l| l.starts_with(&format!("{label}:")))
-        .unwrap_or_else(|| panic!("{label} missing from: {out}"))
-}
-
-/// `label` was refused, at once (a refusal, not a hang until the timeout). TCG is
-/// slow, so "at once" is under 1.5 s where the probe waits 3 s.
+/// `label` was refused at once: under 1500 ms where the probe waits 3 s (TCG is slow).
 fn refused_fast(out: &str, label: &str) {
-    let l = line(out, label);
-    assert!(l.contains("refused"), "{label} got through: {out}");
-    let ms: u64 = l.split_whitespace().last().unwrap().parse().unwrap();
-    assert!(
-        ms < 1500,
-        "{label} took {ms} ms (a hang, not a refusal): {out}"
-    );
+    stockade_testkit::egress::refused_within(out, label, 1500);
 }
 
 fn sandbox_dir(id: &str) -> std::path::PathBuf {
@@ -269,36 +246,8 @@ async fn an_allowlist_opens_its_names_refuses_the_rest_changes_live_and_survives
     });
     let sb = vm(&p, s).await;
     let id = sb.id().to_string();
-    let code = format!(
-        "import socket\nip = socket.gethostbyname('pypi.org')\nprint('pypi resolved')\ntry:\n    socket.gethostbyname('registry.npmjs.org'); print('npm: resolved')\nexcept OSError as e:\n    print('npm: refused', e)\ns = socket.create_connection((ip, 80), timeout=10)\ns.sendall(b'HEAD / HTTP/1.1\\r\\nHost: registry.npmjs.org\\r\\nConnection: close\\r\\n\\r\\n')\nprint('host npm:', s.recv(200).split(b'\\r\\n')[0].decode())\n{}",
-        connect_probe(&[("pypi", "pypi.org", 80), ("literal", "1.1.1.1", 443)])
-    );
-    let out = py(&sb, &code, 60_000).await;
-    let o = text(&out.stdout);
-    assert!(o.contains("pypi resolved"), "{o}\n{}", text(&out.stderr));
-    assert!(line(&o, "npm").contains("refused"), "{o}");
-    assert_eq!(
-        line(&o, "host npm"),
-        "host npm: HTTP/1.1 403 Forbidden",
-        "{o}"
-    );
-    assert_eq!(line(&o, "pypi"), "pypi: ok", "{o}");
-    refused_fast(&o, "literal");
-    // The refusals reach the caller with the exec's result, named.
-    let has = |d: &[EgressDenial], proto: &str, dest: &str| {
-        d.iter()
-            .any(|x| x.protocol == proto && x.destination == dest)
-    };
-    assert!(
-        has(&out.egress_denied, "dns", "registry.npmjs.org"),
-        "{:#?}",
-        out.egress_denied
-    );
-    assert!(
-        has(&out.egress_denied, "tcp", "1.1.1.1"),
-        "{:#?}",
-        out.egress_denied
-    );
+    let out = py(&sb, &stockade_testkit::egress::pypi_only_probe(), 60_000).await;
+    stockade_testkit::egress::assert_pypi_only(&out, 1500);
 
     // Live: the refused name opens, and inspect shows the policy in force.
     sb.set_network(&Network::Policy(EgressPolicy {
@@ -351,7 +300,7 @@ async fn an_allowlist_opens_its_names_refuses_the_rest_changes_live_and_survives
     assert_eq!(line(&o, "npm"), "npm: ok", "{o}");
     refused_fast(&o, "literal");
     assert!(
-        has(&out.egress_denied, "dns", "deb.debian.org"),
+        stockade_testkit::egress::denied(&out.egress_denied, "dns", "deb.debian.org"),
         "{:#?}",
         out.egress_denied
     );
