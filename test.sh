@@ -45,7 +45,6 @@ if ! command -v runsc >/dev/null 2>&1; then
   exit 1
 fi
 gvisor_gaps=(
-  attacks::fork_bomb_is_contained_and_host_stays_responsive
   attacks::memory_bomb_ends_with_oom_killed
   attacks::proc_sys_is_read_only_and_the_agent_is_out_of_reach
 )

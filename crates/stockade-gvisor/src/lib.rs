@@ -123,6 +123,8 @@ pub struct Setup {
     pub platform: Platform,
     /// Why kvm is not used, when it is not.
     pub kvm: std::result::Result<(), String>,
+    /// Who asked for the platform (`None`: chosen here).
+    pub platform_from: Option<&'static str>,
 }
 
 /// Launches gVisor sandboxes with runsc.
@@ -227,11 +229,23 @@ impl GvisorLauncher {
                     None => runsc::locate()?,
                 };
                 let runsc = open_runsc(&path).await?;
-                let kvm = self.kvm_works(&runsc).await;
+                let requested = runsc::requested_platform()?;
+                // The kvm probe (up to 5 s the first time) only when kvm may be used.
+                let kvm = match requested {
+                    Some((p, _)) if p != Platform::Kvm => {
+                        Err("another platform was asked for".into())
+                    }
+                    _ => self.kvm_works(&runsc).await,
+                };
+                let platform = match requested {
+                    Some((p, from)) => runsc::check_requested(p, from, &runsc, &kvm)?,
+                    None => runsc::choose(kvm.is_ok(), runsc.has_systrap),
+                };
                 Ok(Setup {
-                    platform: runsc::choose(kvm.is_ok(), runsc.has_systrap),
+                    platform,
                     runsc,
                     kvm,
+                    platform_from: requested.map(|(_, from)| from),
                 })
             })
             .await
@@ -1042,7 +1056,7 @@ impl Launcher for GvisorLauncher {
                             None => String::new(),
                         }
                     ),
-                    fix: stale.then(|| "install a newer runsc from gVisor's releases and point STOCKADE_RUNSC at it".into()),
+                    fix: stale.then(|| "install a newer runsc (Debian 12: apt-get install -t bookworm-backports runsc; or gVisor's own releases) and point STOCKADE_RUNSC at it if it is not in PATH".into()),
                 });
                 checks.push(Check {
                     name: "gvisor platform".into(),
@@ -1050,9 +1064,10 @@ impl Launcher for GvisorLauncher {
                     detail: format!(
                         "{}{}",
                         s.platform.as_str(),
-                        match &s.kvm {
-                            Ok(()) => String::new(),
-                            Err(why) => format!(" (kvm not used: {why})"),
+                        match (s.platform_from, &s.kvm) {
+                            (Some(from), _) => format!(" (asked for by {from})"),
+                            (None, Ok(())) => String::new(),
+                            (None, Err(why)) => format!(" (kvm not used: {why})"),
                         }
                     ),
                     fix: None,

@@ -240,6 +240,86 @@ fn tempdir_for_probe() -> Result<PathBuf> {
     Ok(p)
 }
 
+/// The environment variable that names the platform, over the config file's
+/// `[gvisor] platform`.
+pub const PLATFORM_ENV: &str = "STOCKADE_GVISOR_PLATFORM";
+
+impl Platform {
+    /// The platform runsc calls `name`.
+    pub fn parse(name: &str) -> Option<Platform> {
+        match name {
+            "kvm" => Some(Platform::Kvm),
+            "systrap" => Some(Platform::Systrap),
+            "ptrace" => Some(Platform::Ptrace),
+            _ => None,
+        }
+    }
+}
+
+/// The platform the operator asked for, and where (`$STOCKADE_GVISOR_PLATFORM`, else
+/// the config file's `[gvisor] platform`); `None` lets [`choose`] pick.
+pub fn requested_platform() -> Result<Option<(Platform, &'static str)>> {
+    if let Some(v) = std::env::var_os(PLATFORM_ENV).filter(|v| !v.is_empty()) {
+        let name = v.to_string_lossy();
+        return Platform::parse(&name)
+            .map(|p| Some((p, "STOCKADE_GVISOR_PLATFORM")))
+            .ok_or_else(|| Error::Unavailable {
+                what: "the gvisor provider".into(),
+                reason: format!("{PLATFORM_ENV}={name:?} is not a gVisor platform"),
+                fix: format!(
+                    "set {PLATFORM_ENV} to systrap, ptrace or kvm, or unset it to let Stockade choose"
+                ),
+            });
+    }
+    let config = stockade_image::Config::load().map_err(|e| Error::Unavailable {
+        what: "the gvisor provider".into(),
+        reason: format!("the config file cannot be read: {e}"),
+        fix: "fix the config file (see `stockade doctor`)".into(),
+    })?;
+    Ok(config.gvisor.platform.map(|p| {
+        let p = match p {
+            stockade_image::GvisorPlatform::Kvm => Platform::Kvm,
+            stockade_image::GvisorPlatform::Systrap => Platform::Systrap,
+            stockade_image::GvisorPlatform::Ptrace => Platform::Ptrace,
+        };
+        (p, "the config file's [gvisor] platform")
+    }))
+}
+
+/// The platform asked for by `from`, if this runsc and host can run it: systrap needs
+/// a build that has it, kvm a `/dev/kvm` that really runs a sandbox (`kvm`).
+pub fn check_requested(
+    platform: Platform,
+    from: &str,
+    runsc: &Runsc,
+    kvm: &std::result::Result<(), String>,
+) -> Result<Platform> {
+    let unavailable = |reason: String, fix: &str| Error::Unavailable {
+        what: "the gvisor provider".into(),
+        reason,
+        fix: fix.into(),
+    };
+    match platform {
+        Platform::Systrap if !runsc.has_systrap => Err(unavailable(
+            format!(
+                "{from} asks for the systrap platform, which {} ({}) does not have",
+                runsc.path.display(),
+                runsc.version
+            ),
+            "install a runsc built in mid-2023 or later (Debian 12: apt-get install -t \
+             bookworm-backports runsc), or ask for ptrace",
+        )),
+        Platform::Kvm => match kvm {
+            Ok(()) => Ok(Platform::Kvm),
+            Err(why) => Err(unavailable(
+                format!("{from} asks for the kvm platform, which cannot run here: {why}"),
+                "ask for systrap or ptrace, or run on a host whose /dev/kvm runs guests",
+            )),
+        },
+        p => Ok(p),
+    }
+}
+
 /// The platform to use: kvm when it really runs (its probe is the caller's, since it
 /// costs up to [`PROBE_TIMEOUT`]), else systrap when the build has it, else ptrace.
 pub fn choose(kvm_works: bool, has_systrap: bool) -> Platform {
@@ -311,6 +391,40 @@ mod tests {
         assert_eq!(choose(true, true), Platform::Kvm);
         assert_eq!(choose(false, true), Platform::Systrap);
         assert_eq!(choose(false, false), Platform::Ptrace);
+    }
+
+    #[test]
+    fn a_requested_platform_is_refused_where_it_cannot_run() {
+        let old = Runsc {
+            path: "/usr/bin/runsc".into(),
+            version: "runsc version 0.0~20221219.0".into(),
+            date: Some((2022, 12, 19)),
+            has_systrap: false,
+        };
+        let new = Runsc {
+            has_systrap: true,
+            ..old.clone()
+        };
+        let no_kvm = Err("/dev/kvm cannot be opened".to_string());
+        let e = check_requested(Platform::Systrap, "X", &old, &no_kvm).unwrap_err();
+        assert!(e.to_string().contains("does not have"), "{e}");
+        assert!(e.to_string().contains("bookworm-backports"), "{e}");
+        assert_eq!(
+            check_requested(Platform::Systrap, "X", &new, &no_kvm).unwrap(),
+            Platform::Systrap
+        );
+        assert_eq!(
+            check_requested(Platform::Ptrace, "X", &new, &no_kvm).unwrap(),
+            Platform::Ptrace
+        );
+        let e = check_requested(Platform::Kvm, "X", &new, &no_kvm).unwrap_err();
+        assert!(e.to_string().contains("cannot be opened"), "{e}");
+        assert_eq!(
+            check_requested(Platform::Kvm, "X", &new, &Ok(())).unwrap(),
+            Platform::Kvm
+        );
+        assert_eq!(Platform::parse("systrap"), Some(Platform::Systrap));
+        assert_eq!(Platform::parse("Systrap"), None);
     }
 
     #[test]

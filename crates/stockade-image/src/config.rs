@@ -17,6 +17,8 @@
 //!
 //! [gvisor]
 //! runsc = "/usr/local/bin/runsc"  # the gVisor provider's runsc (env STOCKADE_RUNSC)
+//! platform = "ptrace"             # systrap, ptrace or kvm (env STOCKADE_GVISOR_PLATFORM);
+//!                                 # default: kvm if it runs, else systrap if runsc has it
 //!
 //! # Templates the E2B API's `templateID` names (beside the built-in `base` and
 //! # `code-interpreter-v1`, which a table of the same name replaces):
@@ -123,6 +125,22 @@ pub struct GvisorConfig {
     /// The `runsc` binary; default: `$STOCKADE_RUNSC`, else `runsc` in `PATH`.
     #[serde(default)]
     pub runsc: Option<PathBuf>,
+    /// The gVisor platform; default: chosen by the provider (kvm when it really runs,
+    /// else systrap when the runsc build has it, else ptrace).
+    #[serde(default)]
+    pub platform: Option<GvisorPlatform>,
+}
+
+/// A gVisor platform named in the `[gvisor]` table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum GvisorPlatform {
+    /// Hardware virtualization (a working `/dev/kvm`).
+    Kvm,
+    /// seccomp traps (runsc builds from mid-2023 on).
+    Systrap,
+    /// `PTRACE_SYSEMU`: every build, anywhere.
+    Ptrace,
 }
 
 /// The `[store]` table: caps on what the image store keeps. Sizes are bytes, as an
@@ -335,6 +353,10 @@ mod tests {
         let c = Config::parse("[gvisor]\nrunsc = \"/opt/runsc\"\n").unwrap();
         assert_eq!(c.gvisor.runsc.as_deref(), Some(Path::new("/opt/runsc")));
         assert!(Config::parse("[gvisor]\nrunc = \"/x\"\n").is_err());
+        let c = Config::parse("[gvisor]\nplatform = \"ptrace\"\n").unwrap();
+        assert_eq!(c.gvisor.platform, Some(GvisorPlatform::Ptrace));
+        let e = Config::parse("[gvisor]\nplatform = \"fast\"\n").unwrap_err();
+        assert!(e.to_string().contains("systrap"), "{e}");
     }
 
     #[test]

@@ -25,7 +25,8 @@ mod unpack;
 
 pub use config::{
     Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, GvisorConfig,
-    Registries, StoreConfig, TEMPLATE_NAME_MAX, TemplateConfig, check_template_name, parse_size,
+    GvisorPlatform, Registries, StoreConfig, TEMPLATE_NAME_MAX, TemplateConfig,
+    check_template_name, parse_size,
 };
 pub use digest::Digest;
 pub use error::{Error, Result};

@@ -33,21 +33,41 @@ async fn the_kernel_is_gvisors_and_host_kernel_interfaces_are_absent() {
         "the host's kernel release shows inside: {s}"
     );
     // The host's kernel knobs and sysfs are not there: /proc/sys/kernel holds only
-    // what gVisor emulates, /sys/kernel nothing.
+    // what gVisor emulates, /sys/kernel nothing. gVisor 2024 emulates
+    // /proc/sysrq-trigger (2022 had none): it may be there, but a write must fail
+    // and never reach the host's kernel log.
+    let sysrq_lines = || {
+        std::process::Command::new("dmesg")
+            .output()
+            .map(|o| text(&o.stdout).matches("sysrq").count())
+            .unwrap_or(0)
+    };
+    let sysrq_before = sysrq_lines();
     let probe = py(
         &sb,
         "import os\n\
          for p in ['/proc/sys/kernel/core_pattern', '/proc/sys/kernel/modprobe', '/proc/sys/kernel/sysrq',\n\
-                   '/proc/sys/kernel/randomize_va_space', '/proc/kcore', '/proc/kallsyms', '/proc/sysrq-trigger',\n\
+                   '/proc/sys/kernel/randomize_va_space', '/proc/kcore', '/proc/kallsyms',\n\
                    '/sys/kernel/security', '/sys/kernel/debug', '/sys/kernel/mm', '/sys/fs/cgroup/memory',\n\
                    '/sys/firmware/efi', '/sys/module/kvm']:\n\
          \x20   print('PRESENT' if os.path.exists(p) else 'absent', p)\n\
+         try:\n\
+         \x20   open('/proc/sysrq-trigger', 'w').write('m')\n\
+         \x20   print('SYSRQ WRITTEN')\n\
+         except OSError as e:\n\
+         \x20   print('sysrq refused', e.errno)\n\
          print('sys/kernel', os.listdir('/sys/kernel') if os.path.isdir('/sys/kernel') else 'none')",
         10_000,
     )
     .await;
     let p = text(&probe.stdout);
     assert!(!p.contains("PRESENT"), "host kernel interfaces inside: {p}");
+    assert!(p.contains("sysrq refused"), "{p} {}", text(&probe.stderr));
+    assert_eq!(
+        sysrq_lines(),
+        sysrq_before,
+        "a sysrq reached the host's kernel"
+    );
     assert!(
         p.contains("sys/kernel [] ")
             || p.contains("sys/kernel []\n")

@@ -1,0 +1,91 @@
+//! Issue 22: the gVisor platform can be chosen (`STOCKADE_GVISOR_PLATFORM`, or the
+//! config file's `[gvisor] platform`), doctor and inspect say which one runs, and a
+//! choice that cannot run is refused naming what was asked and the fix.
+
+use stockade_testkit::{require, require_root};
+
+use crate::{json, stockade};
+
+/// runsc in PATH, as the gvisor provider finds it.
+fn runsc() -> Result<(), String> {
+    let ok = std::process::Command::new("runsc")
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    ok.then_some(())
+        .ok_or_else(|| "runsc is not in PATH".to_string())
+}
+
+#[test]
+fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
+    if !require_root("the_gvisor_platform_can_be_chosen")
+        || require(
+            "runsc",
+            runsc(),
+            "run crates/stockade-gvisor/ci-setup.sh as root",
+        )
+        .is_none()
+    {
+        return;
+    }
+    // Asked for by the environment: doctor says so.
+    let out = stockade(&["doctor", "--direct"])
+        .env("STOCKADE_GVISOR_PLATFORM", "ptrace")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ptrace (asked for by STOCKADE_GVISOR_PLATFORM)"),
+        "{text}"
+    );
+    // And a sandbox made so runs on it, as inspect's applied list shows.
+    let out = stockade(&["create", "--provider", "gvisor"])
+        .env("STOCKADE_GVISOR_PLATFORM", "ptrace")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let info = stockade(&["inspect", "--provider", "gvisor", "--json", &id])
+        .output()
+        .unwrap();
+    let rm = stockade(&["rm", "--provider", "gvisor", &id])
+        .output()
+        .unwrap();
+    assert!(
+        rm.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    let v = json(&info);
+    assert!(
+        v["applied"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|l| l == "platform: ptrace")),
+        "{v}"
+    );
+    // A name that is no platform, and kvm where it cannot run (here: `/dev/kvm` does
+    // not run guests, or is absent): refused, naming the variable and the fix.
+    for (value, says) in [
+        (
+            "warp",
+            "STOCKADE_GVISOR_PLATFORM=\"warp\" is not a gVisor platform",
+        ),
+        ("kvm", "STOCKADE_GVISOR_PLATFORM asks for the kvm platform"),
+    ] {
+        let out = stockade(&["run", "--provider", "gvisor", "--", "/bin/true"])
+            .env("STOCKADE_GVISOR_PLATFORM", value)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        if value == "kvm" && out.status.success() {
+            continue; // a host whose /dev/kvm really runs gVisor
+        }
+        assert_eq!(out.status.code(), Some(69), "{value}: {err}");
+        assert!(err.contains(says) && err.contains("fix:"), "{value}: {err}");
+    }
+}
