@@ -234,6 +234,15 @@ pub struct IpcMarks {
     last: Option<Mutex<[Option<i32>; 3]>>,
 }
 
+/// The id ranges to clear between the probes `last` and `now` ([`Kind::ALL`] order).
+fn ranges_between(last: &[Option<i32>; 3], now: &[Option<i32>; 3]) -> Vec<String> {
+    Kind::ALL
+        .iter()
+        .zip(last.iter().zip(now.iter()))
+        .filter_map(|(k, (l, n))| range_arg(*k, *l, (*n)?))
+        .collect()
+}
+
 /// The ids of `kind` the code may have used between two probes, as an `ipc-clean`
 /// argument (`kind:first:last`, inclusive), or none when the probes are consecutive.
 fn range_arg(kind: Kind, last: Option<i32>, now: i32) -> Option<String> {
@@ -257,18 +266,26 @@ impl IpcMarks {
     }
 
     /// Probes again: the id ranges to clear (`None` where the kernel lists its
-    /// objects) and the marks to keep once they are cleared.
+    /// objects) and the marks to keep once they are cleared. When there is nothing
+    /// to clear the new marks are kept at once: the next probe counts from them.
     fn since_last(&self) -> Option<(Vec<String>, [Option<i32>; 3])> {
-        let last = self.last.as_ref()?;
-        let last = *last
+        self.since_last_by(|k| stockade_sys::ipc::probe_id(k).ok())
+    }
+
+    /// [`Self::since_last`] with `probe` making the new marks.
+    fn since_last_by(
+        &self,
+        probe: impl Fn(Kind) -> Option<i32>,
+    ) -> Option<(Vec<String>, [Option<i32>; 3])> {
+        let cell = self.last.as_ref()?;
+        let mut last = cell
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let now = Kind::ALL.map(|k| stockade_sys::ipc::probe_id(k).ok());
-        let ranges = Kind::ALL
-            .iter()
-            .zip(last.iter().zip(now.iter()))
-            .filter_map(|(k, (l, n))| range_arg(*k, *l, (*n)?))
-            .collect();
+        let now = Kind::ALL.map(probe);
+        let ranges = ranges_between(&last, &now);
+        if ranges.is_empty() {
+            *last = now;
+        }
         Some((ranges, now))
     }
 
@@ -393,6 +410,32 @@ mod tests {
             Some("shm:0:1")
         );
         assert_eq!(range_arg(Kind::Shm, None, 0), None);
+    }
+
+    #[test]
+    fn consecutive_probes_leave_nothing_to_clear() {
+        // Probes 1 then 2 (nothing made between): no range, so no helper runs, and
+        // the marks move to 2 at once. Kept at 1 instead, the next probe (3) would
+        // clear id 2, the probe's own, with a helper on every other exec.
+        assert!(ranges_between(&[Some(1); 3], &[Some(2); 3]).is_empty());
+        assert_eq!(
+            ranges_between(&[Some(1); 3], &[Some(3), Some(2), None]),
+            vec!["shm:2:2".to_string()]
+        );
+        let marks = IpcMarks {
+            last: Some(Mutex::new([Some(1); 3])),
+        };
+        let last = || *marks.last.as_ref().unwrap().lock().unwrap();
+        let (ranges, _) = marks.since_last_by(|_| Some(2)).unwrap();
+        assert!(ranges.is_empty());
+        assert_eq!(last(), [Some(2); 3], "nothing to clear: the marks move at once");
+        let (ranges, next) = marks.since_last_by(|_| Some(4)).unwrap();
+        assert_eq!(ranges, ["shm:3:3", "sem:3:3", "msg:3:3"]);
+        assert_eq!(last(), [Some(2); 3], "kept only once the helper cleared them");
+        marks.keep(next);
+        assert_eq!(last(), [Some(4); 3]);
+        let none = IpcMarks { last: None };
+        assert!(none.since_last_by(|_| Some(9)).is_none(), "the kernel lists them");
     }
 
     #[test]

@@ -289,6 +289,40 @@ async fn gvisor(n: usize) {
         "gvisor: exec round trip of `true` in a live sandbox".into(),
         exec_true,
     ));
+    // The floor inside gVisor: what a process already in the sandbox pays for one
+    // `posix_spawn` + wait of /bin/true, and for 1,000 `getppid` calls (each system
+    // call a trip to the sentry), timed by Python in the sandbox.
+    let floor = sb
+        .exec(ExecRequest::new([
+            "/usr/bin/python3",
+            "-c",
+            "import os, time\n\
+             for _ in range(41):\n\
+             \x20   t = time.perf_counter(); os.waitpid(os.posix_spawn('/bin/true', ['true'], {}), 0)\n\
+             \x20   print('spawn', time.perf_counter() - t)\n\
+             for _ in range(11):\n\
+             \x20   t = time.perf_counter()\n\
+             \x20   for _ in range(1000): os.getppid()\n\
+             \x20   print('getppid', time.perf_counter() - t)",
+        ]))
+        .await
+        .unwrap();
+    let floor_rows = |what: &str| -> Vec<Duration> {
+        String::from_utf8_lossy(&floor.stdout)
+            .lines()
+            .filter_map(|l| l.strip_prefix(what)?.trim().parse::<f64>().ok())
+            .skip(1) // warm-up
+            .map(Duration::from_secs_f64)
+            .collect()
+    };
+    rows.push((
+        "floor: `posix_spawn` + wait of /bin/true from inside the sandbox".into(),
+        floor_rows("spawn"),
+    ));
+    rows.push((
+        "floor: 1,000 `getppid` calls from inside the sandbox".into(),
+        floor_rows("getppid"),
+    ));
     // gVisor's own exec in the same sandbox (a runsc process started per exec).
     let sroot = format!("--root={}/runsc", stockade::gvisor::DEFAULT_STATE_ROOT);
     let argv = [runsc.as_str(), sroot.as_str(), "exec", sb.id(), "/bin/true"];
