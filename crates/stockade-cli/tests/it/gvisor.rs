@@ -68,6 +68,33 @@ fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
             .is_some_and(|a| a.iter().any(|l| l == "platform: ptrace")),
         "{v}"
     );
+    // Asked for by the config file; a value that is no platform names the file, the
+    // line and the platforms there are.
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "[gvisor]\nplatform = \"ptrace\"\n").unwrap();
+    let out = stockade(&["doctor", "--direct"])
+        .env("STOCKADE_CONFIG", &config)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ptrace (asked for by the config file's [gvisor] platform)"),
+        "{text}"
+    );
+    std::fs::write(&config, "[gvisor]\nplatform = \"turbo\"\n").unwrap();
+    let out = stockade(&["run", "--provider", "gvisor", "--", "/bin/true"])
+        .env("STOCKADE_CONFIG", &config)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains(config.to_str().unwrap())
+            && err.contains("turbo")
+            && err.contains("`kvm`, `systrap`, `ptrace`"),
+        "{err}"
+    );
     // A name that is no platform, and kvm where it cannot run (here: `/dev/kvm` does
     // not run guests, or is absent): refused, naming the variable and the fix.
     for (value, says) in [
