@@ -428,14 +428,25 @@ mod tests {
         let last = || *marks.last.as_ref().unwrap().lock().unwrap();
         let (ranges, _) = marks.since_last_by(|_| Some(2)).unwrap();
         assert!(ranges.is_empty());
-        assert_eq!(last(), [Some(2); 3], "nothing to clear: the marks move at once");
+        assert_eq!(
+            last(),
+            [Some(2); 3],
+            "nothing to clear: the marks move at once"
+        );
         let (ranges, next) = marks.since_last_by(|_| Some(4)).unwrap();
         assert_eq!(ranges, ["shm:3:3", "sem:3:3", "msg:3:3"]);
-        assert_eq!(last(), [Some(2); 3], "kept only once the helper cleared them");
+        assert_eq!(
+            last(),
+            [Some(2); 3],
+            "kept only once the helper cleared them"
+        );
         marks.keep(next);
         assert_eq!(last(), [Some(4); 3]);
         let none = IpcMarks { last: None };
-        assert!(none.since_last_by(|_| Some(9)).is_none(), "the kernel lists them");
+        assert!(
+            none.since_last_by(|_| Some(9)).is_none(),
+            "the kernel lists them"
+        );
     }
 
     #[test]
