@@ -52,6 +52,9 @@ echo "test.sh: gvisor: skipping known gaps: ${gvisor_gaps[*]}" >&2
 skips=()
 for t in "${gvisor_gaps[@]}"; do skips+=(--skip "$t"); done
 (cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: pause:: --test-threads=1 "${skips[@]}")
+# The conformance cases again on the ptrace platform (the one a runsc without systrap,
+# or STOCKADE_GVISOR_PLATFORM=ptrace, gives).
+(cd /tmp && STOCKADE_GVISOR_PLATFORM=ptrace STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: --test-threads=1)
 # The same suites on the microvm provider (real QEMU, TCG where KVM is unusable;
 # crates/stockade-microvm/ci-setup.sh installs it): ~3 minutes here, a VM boot per
 # case. The one below is skipped BY NAME (ARCHITECTURE.md, microvm section, says
