@@ -83,14 +83,20 @@ impl Capabilities {
         );
         match &spec.network {
             Network::None => {}
-            Network::Egress => need(self.network_egress, "network", "give network egress"),
+            Network::Egress => need(
+                self.network_egress,
+                "network",
+                "give network egress (the native, docker and microvm providers do; or keep \
+                 the default, no network)",
+            ),
             // A provider that gives no egress at all enforces no allowlist either,
             // whatever its `network_policy` says.
             Network::Policy(_) => need(
                 self.network_egress && self.network_policy,
                 "network",
                 "enforce an egress allowlist (it needs Stockade's own resolver and firewall \
-                 in the sandbox's network namespace; use the native provider as root)",
+                 in the sandbox's network namespace: use the native, docker or microvm \
+                 provider)",
             ),
         }
         need(
