@@ -214,7 +214,7 @@ impl Daemon {
     pub(super) fn pool_config(&self, size: u32, max: u32) -> PoolConfig {
         PoolConfig {
             idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
-            max_creating: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            max_creating: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
             ..PoolConfig::new(size as usize, max as usize)
         }
     }

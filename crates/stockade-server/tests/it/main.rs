@@ -624,7 +624,7 @@ async fn a_pool_refills_fully_after_a_burst_of_acquisitions() {
         burst.iter().all(|(_, pooled)| *pooled),
         "the whole burst comes from the pool"
     );
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
     eventually(60, "the pool refilled", || async {
         let p = &c.pool_list().await.unwrap()[0];
         assert!(
