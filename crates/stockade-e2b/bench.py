@@ -27,7 +27,8 @@ the threads' burst.
     /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py tti-procs [N [BURST]]
 
 `tti-procs` does the warm-pool bursts only, each from BURST separate client
-processes (each imports the SDK first, then all start on one signal), so the client
+processes (each imports the SDK and warms it up with one cold create of `base`
+first, then all start on one signal), so the client
 is no longer one GIL; the client CPU column is then the sum over the processes of
 what each used from the signal to its result. `BENCH_WARM_ONLY=1` leaves the cold
 rows of `tti` out.
