@@ -115,8 +115,11 @@ impl Daemon {
             }
             self.metrics.pool_hits.fetch_add(1, Ordering::Relaxed);
             self.metrics.acquire_seconds.observe(t0.elapsed());
-            // The replacement starts once the answer is on its way, so creating it (a
-            // process launch) does not compete with this hand-over.
+            // The replacement is asked for once the answer is on its way, so creating it
+            // (a process launch) does not compete with this hand-over; the pool then
+            // waits for acquisitions to stop (`PoolConfig::quiet_ms`) unless it is down
+            // to its low-water mark, so a burst of hand-overs does not compete with its
+            // refills either.
             let d = self.clone();
             let k = key.clone();
             tokio::spawn(async move {
@@ -136,7 +139,7 @@ impl Daemon {
     fn take(&self, key: &PoolKey) -> Option<Taken> {
         let mut g = self.lock();
         loop {
-            let id = g.pools.get_mut(key)?.pool.acquire()?;
+            let id = g.pools.get_mut(key)?.pool.acquire(now_ms())?;
             match g.entries.get_mut(&id) {
                 Some(e) if e.state == State::Warm => {
                     e.state = State::Acquiring;

@@ -344,7 +344,7 @@ mod tests {
         let (mut g, key) = inner_with_pool();
         for id in ["a", "b"] {
             g.pools.get_mut(&key).unwrap().pool.adopt_idle(id.into(), 0);
-            g.pools.get_mut(&key).unwrap().pool.acquire();
+            g.pools.get_mut(&key).unwrap().pool.acquire(0);
             let mut e = Entry::new(rec(id, false), State::InUse, 0);
             e.pool_in_use = true;
             g.entries.insert(id.into(), e);

@@ -69,7 +69,8 @@ const RECOVERY_HEALTH_TIMEOUT: Duration = Duration::from_secs(5);
 /// A warm sandbox whose last passed check is older than this is checked again at
 /// hand-over (the background checks fell behind).
 const HEALTH_FRESH_MS: u64 = 5_000;
-/// How long after a hand-over its pool starts refilling.
+/// How long after a hand-over its pool is asked to refill (it waits longer while
+/// acquisitions keep arriving: `Pool::to_create`).
 const REFILL_AFTER_HANDOVER: Duration = Duration::from_millis(5);
 /// What a warm sandbox's provider lifetime adds to its template's and the idle TTL
 /// (if the daemon dies for good, the provider still ends it).

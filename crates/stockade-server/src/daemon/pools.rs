@@ -84,10 +84,7 @@ impl Daemon {
             min_idle: size,
             max,
         };
-        let config = PoolConfig {
-            idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
-            ..PoolConfig::new(size as usize, max as usize)
-        };
+        let config = self.pool_config(size, max);
         {
             let mut g = self.lock();
             let others: usize = g
@@ -210,9 +207,23 @@ impl Daemon {
         Ok(destroyed)
     }
 
-    /// Starts the creations the pool `key` wants, each in its own task.
+    /// The sizing and pacing of a pool of `size` (at most `max`): refills wait
+    /// [`stockade_pool::DEFAULT_QUIET_MS`] after an acquisition unless a quarter of the
+    /// pool or less is left, and at most one creation per CPU runs at once, so a burst
+    /// of hand-overs does not compete with as many creations.
+    pub(super) fn pool_config(&self, size: u32, max: u32) -> PoolConfig {
+        PoolConfig {
+            idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
+            max_creating: std::thread::available_parallelism().map_or(1, std::num::NonZero::get),
+            ..PoolConfig::new(size as usize, max as usize)
+        }
+    }
+
+    /// Starts the creations the pool `key` wants now, each in its own task (at most
+    /// the pool's `max_creating` at once: each one's end calls this again), or, while
+    /// its refills wait for acquisitions to stop, a timer that calls this again.
     pub(super) fn refill(self: &Arc<Self>, key: &PoolKey) {
-        let (n, spec, tenant, pname, maker) = {
+        let (n, wake, spec, tenant, pname, maker) = {
             let mut g = self.lock();
             let total = g.total();
             let Some(e) = g.pools.get_mut(key) else {
@@ -223,19 +234,34 @@ impl Daemon {
                 return;
             }
             // Never ask for more than the global cap leaves.
-            let n = e.pool.to_create(now_ms());
+            let now = now_ms();
+            let n = e.pool.to_create(now);
             let extra = n.saturating_sub(room);
             for _ in 0..extra {
-                e.pool.create_failed(now_ms());
+                e.pool.create_failed(now);
             }
             (
                 n - extra,
+                e.pool.wake_at(now),
                 e.spec.clone(),
                 e.record.tenant.clone(),
                 e.record.provider.clone(),
                 e.maker.clone(),
             )
         };
+        if let Some(at) = wake {
+            let d = self.clone();
+            let key = key.clone();
+            tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(at.saturating_sub(now_ms()))).await;
+                if let Some(e) = d.lock().pools.get_mut(&key) {
+                    e.pool.woken();
+                }
+                if !d.stopping.load(Ordering::SeqCst) {
+                    d.refill(&key);
+                }
+            });
+        }
         for _ in 0..n {
             let d = self.clone();
             let key = key.clone();
@@ -323,6 +349,7 @@ impl Daemon {
                 en.pool.create_failed(now_ms());
             }
             self.destroy_quietly(&p, &rec.id, ReapReason::Unsaved).await;
+            self.schedule_refill(key);
             return;
         }
         let refused = {
@@ -341,8 +368,10 @@ impl Daemon {
             }
             refused
         };
-        if let Some(id) = refused {
-            self.destroy_quietly(&p, &id, ReapReason::NotWanted).await;
+        match refused {
+            Some(id) => self.destroy_quietly(&p, &id, ReapReason::NotWanted).await,
+            // The next creation, if more are missing than may run at once.
+            None => self.refill(&key),
         }
     }
 

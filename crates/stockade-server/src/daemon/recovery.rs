@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use stockade::{Result, SandboxSpec};
-use stockade_pool::{Pool, PoolConfig};
+use stockade_pool::Pool;
 
 use super::entry::{Entry, PoolEntry, PoolKey, ReapReason, State};
 use super::{
@@ -35,10 +35,7 @@ impl Daemon {
                         continue;
                     }
                 };
-                let config = PoolConfig {
-                    idle_ttl_ms: self.limits.pool_idle_ttl.as_millis() as u64,
-                    ..PoolConfig::new(r.min_idle as usize, r.max as usize)
-                };
+                let config = self.pool_config(r.min_idle, r.max);
                 g.pools.insert(
                     PoolKey::new(&r.tenant, &r.template_id),
                     PoolEntry {

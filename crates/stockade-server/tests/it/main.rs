@@ -598,6 +598,69 @@ async fn warm_pools_hand_over_fresh_sandboxes_once_with_late_binding() {
     .await;
 }
 
+/// A burst that takes the whole pool at once: every create is a hit, and the refills
+/// that follow (paced: at most one creation per CPU at a time) fill the pool back to
+/// its size; the metrics count the burst and the refills.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_refills_fully_after_a_burst_of_acquisitions() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let port = free_port();
+    let d = TestDaemon::start(&[&format!("--metrics-listen=127.0.0.1:{port}")]);
+    let c = d.client(None).await;
+    let template = spec(120);
+    c.pool_warm(&template, 8, 8).await.unwrap();
+    eventually(60, "eight warm sandboxes", || async {
+        idle_of(&c).await == 8
+    })
+    .await;
+    let burst = futures_util::future::join_all((0..8).map(|_| {
+        let (c, t) = (c.clone(), template.clone());
+        async move { c.create_spec(&t, None, false).await.unwrap() }
+    }))
+    .await;
+    assert!(
+        burst.iter().all(|(_, pooled)| *pooled),
+        "the whole burst comes from the pool"
+    );
+    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
+    eventually(60, "the pool refilled", || async {
+        let p = &c.pool_list().await.unwrap()[0];
+        assert!(
+            p.creating as usize <= cpus,
+            "{} creations at once, more than {cpus} CPUs",
+            p.creating
+        );
+        p.idle == 8 && p.creating == 0
+    })
+    .await;
+    let p = &c.pool_list().await.unwrap()[0];
+    assert_eq!((p.hits, p.misses, p.in_use), (8, 0, 8));
+    let text = http_get(port, "/metrics").await;
+    assert!(text.contains("stockade_pool_hits_total 8\n"), "{text}");
+    assert!(text.contains("stockade_pool_misses_total 0\n"), "{text}");
+    assert!(
+        text.contains("stockade_creates_total{result=\"ok\"} 16\n"),
+        "eight to fill the pool, eight to refill it: {text}"
+    );
+    // The handed-out sandboxes work and are the caller's.
+    for (info, _) in &burst {
+        let o = c
+            .exec(
+                &info.id,
+                stockade::CheckedRequest::new(sh("echo ok")).unwrap(),
+                stockade::ExecIo::none(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(o.stdout, b"ok\n");
+        c.destroy(&info.id).await.unwrap();
+    }
+    assert_eq!(c.pool_drain(None).await.unwrap().len(), 8);
+    d.assert_none_left().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_warm_sandbox_that_stops_answering_is_replaced_before_anyone_gets_it() {
     if !require_root("the daemon's tests") {
