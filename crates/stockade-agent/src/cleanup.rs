@@ -12,7 +12,7 @@
 //!   exec is running, PID 1 starts `ipc-clean`, which becomes the sandbox user and
 //!   removes them all (the sandbox has its own IPC namespace; the code never runs as
 //!   another user, so it owns everything it made). Where the kernel cannot list them
-//!   (gVisor 2022: no `/proc/sysvipc`, no `*_STAT`), they are found by id instead
+//!   (gVisor: no `/proc/sysvipc`, no `*_STAT`), they are found by id instead
 //!   ([`IpcMarks`]).
 
 use std::collections::{HashMap, HashSet};

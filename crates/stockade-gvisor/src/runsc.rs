@@ -55,17 +55,23 @@ pub struct Runsc {
     pub has_systrap: bool,
 }
 
+/// The config file, for its `[gvisor]` table; an unreadable one makes the provider
+/// unavailable, naming why.
+fn config() -> Result<stockade_image::Config> {
+    stockade_image::Config::load().map_err(|e| Error::Unavailable {
+        what: "the gvisor provider".into(),
+        reason: format!("the config file cannot be read: {e}"),
+        fix: "fix the config file (see `stockade doctor`)".into(),
+    })
+}
+
 /// Where runsc comes from: `$STOCKADE_RUNSC`, else the config file's `[gvisor]
 /// runsc`, else `runsc` in `PATH` (and `/usr/sbin`, `/usr/bin`, where Debian puts it).
 pub fn locate() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("STOCKADE_RUNSC").filter(|p| !p.is_empty()) {
         return Ok(PathBuf::from(p));
     }
-    let config = stockade_image::Config::load().map_err(|e| Error::Unavailable {
-        what: "the gvisor provider".into(),
-        reason: format!("the config file cannot be read: {e}"),
-        fix: "fix the config file (see `stockade doctor`)".into(),
-    })?;
+    let config = config()?;
     if let Some(p) = config.gvisor.runsc {
         return Ok(p);
     }
@@ -271,11 +277,7 @@ pub fn requested_platform() -> Result<Option<(Platform, &'static str)>> {
                 ),
             });
     }
-    let config = stockade_image::Config::load().map_err(|e| Error::Unavailable {
-        what: "the gvisor provider".into(),
-        reason: format!("the config file cannot be read: {e}"),
-        fix: "fix the config file (see `stockade doctor`)".into(),
-    })?;
+    let config = config()?;
     Ok(config.gvisor.platform.map(|p| {
         let p = match p {
             stockade_image::GvisorPlatform::Kvm => Platform::Kvm,

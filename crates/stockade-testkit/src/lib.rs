@@ -383,8 +383,8 @@ pub fn oci_layout_entries(
 }
 
 /// How to get runsc for the gvisor provider.
-pub const GVISOR_FIX: &str = "run crates/stockade-gvisor/ci-setup.sh as root (installs Debian's runsc, \
-     builds the static agent)";
+pub const GVISOR_FIX: &str = "run crates/stockade-gvisor/ci-setup.sh as root (installs Debian's runsc \
+     from bookworm-backports, builds the static agent)";
 
 /// The runsc the gvisor provider will use (`$STOCKADE_RUNSC`, else `runsc` in `PATH`
 /// or `/usr/bin`), when it answers `--version`.

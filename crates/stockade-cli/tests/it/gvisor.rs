@@ -2,30 +2,14 @@
 //! config file's `[gvisor] platform`), doctor and inspect say which one runs, and a
 //! choice that cannot run is refused naming what was asked and the fix.
 
-use stockade_testkit::{require, require_root};
+use stockade_testkit::{GVISOR_FIX, require, require_root, runsc};
 
 use crate::{json, stockade};
-
-/// runsc in PATH, as the gvisor provider finds it.
-fn runsc() -> Result<(), String> {
-    let ok = std::process::Command::new("runsc")
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    ok.then_some(())
-        .ok_or_else(|| "runsc is not in PATH".to_string())
-}
 
 #[test]
 fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
     if !require_root("the_gvisor_platform_can_be_chosen")
-        || require(
-            "runsc",
-            runsc(),
-            "run crates/stockade-gvisor/ci-setup.sh as root",
-        )
-        .is_none()
+        || require("runsc (gVisor)", runsc(), GVISOR_FIX).is_none()
     {
         return;
     }
