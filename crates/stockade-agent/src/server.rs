@@ -150,13 +150,46 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
 
 /// Starts a thread, or says why not: with the sandbox's pids cap reached (the code's
 /// processes and the agent's threads share it) `std::thread::spawn` would panic.
-fn spawn_thread<F: FnOnce() + Send + 'static>(f: F) -> Result<(), String> {
-    std::thread::Builder::new().spawn(f).map(|_| ()).map_err(|e| {
-        format!(
-            "the agent cannot start a thread ({e}): the sandbox's process limit (pids) is reached; \
-             end some of its processes or create the sandbox with a higher pids limit"
-        )
-    })
+///
+/// A refusal (`EAGAIN`) is retried for about 130 ms first: the threads and shims of
+/// execs that just answered count until they have exited, and on a loaded machine
+/// that can take a moment; a cap filled by the code itself (a fork bomb) still gets
+/// its error, a little later.
+fn spawn_thread<T, F>(f: F) -> Result<std::thread::JoinHandle<T>, String>
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let slot = Arc::new(Mutex::new(Some(f)));
+    let mut pause = std::time::Duration::from_millis(1);
+    loop {
+        let taken = slot.clone();
+        let spawned = std::thread::Builder::new().spawn(move || {
+            let f = taken
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            // Only the one thread that started runs it, and it runs it once.
+            f.expect("the thread's work is there")()
+        });
+        match spawned {
+            Ok(handle) => return Ok(handle),
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && pause <= std::time::Duration::from_millis(64) =>
+            {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            Err(e) => {
+                return Err(format!(
+                    "the agent cannot start a thread ({e}): the sandbox's process limit (pids) \
+                     is reached; end some of its processes or create the sandbox with a higher \
+                     pids limit"
+                ));
+            }
+        }
+    }
 }
 
 fn reap_forever(mask: SigSet) -> ! {
@@ -492,11 +525,9 @@ fn shim_exec(
         let conn = conn.clone();
         let background = background.clone();
         let (limit, stream) = (req.output_limit_bytes, req.stream);
-        std::thread::Builder::new()
-            .spawn(move || pump_output(stdout, stderr, limit, stream.then_some(conn), &background))
-            .map_err(|e| {
-                format!("the agent cannot start a thread ({e}): the sandbox's process limit (pids) is reached")
-            })?
+        spawn_thread(move || {
+            pump_output(stdout, stderr, limit, stream.then_some(conn), &background)
+        })?
     };
     let mut events = BufReader::new(ctl.try_clone().map_err(|e| e.to_string())?);
     let mut outcome = ExecOutcome::default();

@@ -871,13 +871,23 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
             (ok, errors)
         }));
     }
-    let mut total = 0;
+    let (mut total, mut all_errors) = (0, Vec::new());
     for t in tasks {
         let (ok, errors) = t.await.unwrap();
-        assert!(errors.is_empty(), "{errors:?}");
-        assert!(ok > 0, "every client got execs through");
+        assert!(ok > 0, "every client got execs through: {errors:?}");
+        all_errors.extend(errors);
         total += ok;
     }
+    // On failure, what each sandbox's pids cgroup saw (its peak, and how often its cap
+    // refused a task), to tell the sandbox's cap from the host's pid_max.
+    assert!(
+        all_errors.is_empty(),
+        "{all_errors:?}\npids cgroups: {}",
+        sbs.iter()
+            .map(|id| pids_seen(id))
+            .collect::<Vec<_>>()
+            .join("; ")
+    );
     eprintln!(
         "load: {clients} clients, {secs} s, {total} execs, {:.0}/s",
         total as f64 / secs as f64
@@ -886,6 +896,32 @@ async fn a_bounded_load_of_concurrent_clients_has_no_errors_and_leaves_nothing()
         c.destroy(id).await.unwrap();
     }
     d.assert_none_left().await;
+}
+
+/// The pids cgroup files of sandbox `id` (peak, current, max, events), where found.
+fn pids_seen(id: &str) -> String {
+    let found = std::process::Command::new("find")
+        .args([
+            "/sys/fs/cgroup",
+            "-maxdepth",
+            "5",
+            "-type",
+            "d",
+            "-name",
+            id,
+        ])
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+        .unwrap_or_default();
+    let mut seen = Vec::new();
+    for dir in found.lines() {
+        for f in ["pids.peak", "pids.current", "pids.max", "pids.events"] {
+            if let Ok(v) = std::fs::read_to_string(std::path::Path::new(dir).join(f)) {
+                seen.push(format!("{f}={}", v.trim().replace('\n', ",")));
+            }
+        }
+    }
+    format!("{id}: {}", seen.join(" "))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
