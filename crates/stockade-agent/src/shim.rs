@@ -371,7 +371,25 @@ fn kill_descendants(child: Pid) -> WaitStatus {
         if pids.is_empty() || Instant::now() > until {
             return main;
         }
-        for p in &pids {
+        // Stopped first, killed after: a stopped process cannot fork, and stopping one
+        // frees no pid, so under a full pids cap (a fork bomb) those still running
+        // cannot fork into the pids that killing frees. Walked again while new ones
+        // appear (a few times at most), then all killed at once.
+        let mut seen: HashSet<i32> = pids.iter().copied().collect();
+        let mut fresh = pids;
+        for _ in 0..4 {
+            for p in &fresh {
+                let _ = kill(Pid::from_raw(*p), Signal::SIGSTOP);
+            }
+            fresh = descendants()
+                .into_iter()
+                .filter(|p| seen.insert(*p))
+                .collect();
+            if fresh.is_empty() {
+                break;
+            }
+        }
+        for p in &seen {
             let _ = kill(Pid::from_raw(*p), Signal::SIGKILL);
         }
         while let Ok(st) = waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
