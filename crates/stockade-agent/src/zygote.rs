@@ -3,13 +3,16 @@
 //! binary for each (a 4.6 MB static-pie: page faults and self-relocation of the whole
 //! file, then the seccomp filter built again from its rule table, on every exec).
 //!
-//! PID 1 cannot fork such a child itself: it serves with several threads, and a fork
-//! of a threaded process may copy a lock another thread held. So it starts the zygote
-//! as `stockade-agent zygote`, from a thread, when a sandbox asks for its second
-//! helper (a one-shot sandbox never pays for one); the zygote enters the sandbox's
-//! seccomp filter itself (so no exec builds it, nor has the kernel check and
-//! JIT-compile it again: a fork shares it), and then only waits for requests on a
-//! socket pair that PID 1 alone holds.
+//! PID 1 forks the zygote when it starts serving, while it is still single-threaded
+//! (a fork of a threaded process may copy a lock another thread held): a fork of the
+//! small PID 1 costs far less than the spawn of the agent's binary that a sandbox's
+//! first exec, or a pool's warm-up, would otherwise pay (BENCHMARKS.md, issue 24,
+//! "The zygote from the start"). Where PID 1 is threaded by then (the microVM's serial
+//! multiplexer) or the fork fails, and to replace one that died, it starts the zygote
+//! as `stockade-agent zygote`, from a thread, at the sandbox's second helper or when
+//! asked to warm. Either way the zygote enters the sandbox's seccomp filter itself (so
+//! no exec builds it, nor has the kernel check and JIT-compile it again: a fork shares
+//! it), and then only waits for requests on a socket pair that PID 1 alone holds.
 //!
 //! Each request is one byte naming the role (`s` shim, `f` file operation) with the
 //! child's descriptors attached (`SCM_RIGHTS`: stdin, stdout, stderr and control
@@ -25,8 +28,9 @@
 //! to kill its tree) under the code's own seccomp filter and no_new_privs (neither
 //! the zygote nor the shim ever calls `execve`; the code does, after dropping every
 //! privilege); it holds nothing the code can reach: no listener, no file of the
-//! sandbox, undumpable, the least likely OOM victim. Nothing waits for it: until it
-//! has said it is ready (one byte, once its filter is in force), and while a
+//! sandbox, undumpable, the least likely OOM victim. It says it is ready with one
+//! byte, once its filter is in force. The first helper waits for the byte of the
+//! zygote forked at the start (well under a millisecond: less than a spawn); while a
 //! replacement for one that died starts, PID 1 spawns shims from its binary as
 //! before.
 
@@ -146,27 +150,38 @@ enum State {
     Down,
     /// Being started by a thread of ours (it waits for the ready byte).
     Launching,
+    /// Forked at the start; its ready byte not read yet.
+    Forked(UnixStream, u32),
     /// Ready for requests: its socket and pid.
     Ready(UnixStream, u32),
 }
 
-/// The helper (counted from 0) whose request starts the zygote: a sandbox that runs
-/// one exec and ends (a one-shot, most of a burst) never pays for a zygote, which
-/// costs about what that exec's own spawn does (measured: creates per second fell by
-/// a fifth when every sandbox started one); from the second on, it pays back.
+/// The helper (counted from 0) whose request starts a zygote by `exec` where none was
+/// forked at the start (or to replace one that died): a sandbox that runs one exec
+/// and ends does not pay for that spawn, which costs about what the exec's own does;
+/// from the second on, it pays back.
 const START_AT_USE: u32 = 1;
+
+/// The longest the first helper waits for the ready byte of the zygote forked at the
+/// start (it takes well under a millisecond; more only on a machine too loaded to
+/// matter) before it spawns a shim instead.
+const FORKED_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The longest [`Zygote::warm`] waits for the zygote to be ready (it takes about a
 /// millisecond; more only on a machine too loaded to matter).
 const WARM_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Zygote {
-    /// A zygote started on demand (see [`START_AT_USE`]) as `stockade-agent zygote`,
-    /// from a thread: PID 1 is threaded by then, and the sandbox's start and its
-    /// first exec never wait for it.
+    /// A zygote forked now, while the caller (PID 1, before it starts any thread) is
+    /// single-threaded; where it is not, or the fork fails, one started on demand
+    /// (see [`START_AT_USE`]) by `exec` from a thread.
     pub fn start(setup: Setup) -> Zygote {
+        let state = match fork_zygote(setup) {
+            Ok((sock, pid)) => State::Forked(sock, pid),
+            Err(_) => State::Down,
+        };
         Zygote {
-            inner: Arc::new(Mutex::new(State::Down)),
+            inner: Arc::new(Mutex::new(state)),
             setup,
             enabled: true,
             uses: AtomicU32::new(0),
@@ -216,9 +231,30 @@ impl Zygote {
     /// The zygote's pid, while it runs (PID 1's orphan sweep spares it).
     pub fn pid(&self) -> Option<u32> {
         match &*self.lock() {
-            State::Ready(_, pid) => Some(*pid),
+            State::Ready(_, pid) | State::Forked(_, pid) => Some(*pid),
             State::Down | State::Launching => None,
         }
+    }
+
+    /// Turns a zygote forked at the start into a ready one once its ready byte is read
+    /// (waiting at most [`FORKED_WAIT`]), or into none if it failed.
+    fn settle(g: &mut State) {
+        if !matches!(g, State::Forked(..)) {
+            return;
+        }
+        let State::Forked(sock, pid) = std::mem::replace(g, State::Down) else {
+            unreachable!("matched above")
+        };
+        let _ = sock.set_read_timeout(Some(FORKED_WAIT));
+        *g = match ready(sock, pid) {
+            Ok((sock, pid)) => {
+                let _ = sock.set_read_timeout(None);
+                State::Ready(sock, pid)
+            }
+            // Not ready in time, or it exited: PID 1's reaper collects it (a live one
+            // ends when its socket closes here), and an exec'd one may start later.
+            Err(_) => State::Down,
+        };
     }
 
     /// Starts the zygote now rather than at [`START_AT_USE`], and waits until it is
@@ -230,6 +266,7 @@ impl Zygote {
         }
         {
             let mut g = self.lock();
+            Self::settle(&mut g);
             if matches!(*g, State::Down) {
                 *g = State::Launching;
                 drop(g);
@@ -248,6 +285,7 @@ impl Zygote {
     pub fn spawn(&self, role: Role, fds: &[BorrowedFd<'_>]) -> io::Result<u32> {
         let use_no = self.uses.fetch_add(1, Ordering::Relaxed);
         let mut g = self.lock();
+        Self::settle(&mut g);
         if matches!(*g, State::Down) && self.enabled && use_no >= START_AT_USE {
             *g = State::Launching;
             drop(g);
@@ -312,6 +350,30 @@ fn ready(sock: UnixStream, pid: u32) -> io::Result<(UnixStream, u32)> {
             "the exec zygote exited before it was ready",
         )),
         Err(e) => Err(e),
+    }
+}
+
+/// Forks the zygote (the caller must be single-threaded; `fork` checks) with its
+/// socket as fd 3 and nothing else open past the standard three; it serves as an
+/// exec'd one does.
+fn fork_zygote(setup: Setup) -> io::Result<(UnixStream, u32)> {
+    let (ours, theirs) = UnixStream::pair()?;
+    match stockade_sys::process::fork().map_err(|e| io::Error::other(e.to_string()))? {
+        Forked::Parent(pid) => {
+            drop(theirs);
+            // PID 1's reaper collects it.
+            Ok((ours, pid.as_raw() as u32))
+        }
+        Forked::Child => {
+            // Fd 3 is its socket, and nothing past it stays open: not PID 1's
+            // listener, not our end of the pair.
+            if nix::unistd::dup2(theirs.as_raw_fd(), 3).is_err() {
+                exit_now(126);
+            }
+            stockade_sys::process::close_fds_from(4);
+            std::mem::forget((ours, theirs));
+            exit_now(serve_forever(3, setup))
+        }
     }
 }
 
