@@ -11,6 +11,12 @@ for extra in crates/*/ci-setup.sh; do
   [ -f "$extra" ] && bash "$extra"
 done
 
+# Staged mounts of test daemons that an interrupted or older run left on a kept machine
+# (their temporary state directories are gone): detached, so the final leak check
+# judges this run alone.
+awk '$5 ~ /^\/tmp\/\.tmp[^\/]+\/daemon\/mounts\/[0-9a-f]+\/[0-9]+$/ {print $5}' /proc/self/mountinfo |
+  while read -r m; do umount -l "$m" 2>/dev/null || true; done
+
 # Rootless mode is tested as real unprivileged users: one with subordinate ids and a
 # cgroup delegated by `stockade setup rootless`, one with neither.
 id stockade-rl >/dev/null 2>&1 || useradd -m -s /bin/sh stockade-rl

@@ -24,6 +24,10 @@ for root in /run/stockade /tmp/stockade-it-* /tmp/stockade-cli-it-*; do
 done
 mnts=$(grep -E 'stockade/sb-' /proc/self/mountinfo)
 [ -z "$mnts" ] || report "mounts left: $mnts"
+# The staged mounts (`STATE_DIR/mounts/TOKEN/N`) of test daemons, whose state
+# directories are `/tmp/.tmpXXXX/daemon`.
+staged=$(awk '$5 ~ /^\/tmp\/\.tmp[^\/]+\/daemon\/mounts\/[0-9a-f]+\/[0-9]+$/ {print $5}' /proc/self/mountinfo)
+[ -z "$staged" ] || report "staged mounts of a daemon left: $staged"
 slirps=$(live 'slirp4netns')
 [ -z "$slirps" ] || report "network helpers left: $slirps"
 # Docker sandboxes: containers labelled by stockade, their host dirs and watchers.

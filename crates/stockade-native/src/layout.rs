@@ -88,6 +88,23 @@ fn entry(p: &Path) -> Option<Entry> {
     }
 }
 
+/// How this host's cgroups are mounted, read from `/proc/self/mountinfo` once per
+/// process: the file lists every mount of the host (hundreds on a container host,
+/// and reading it took 0.57 ms per create here with 285), and the cgroup hierarchies
+/// are mounted at boot. A layout with no cgroups is read again next time (a host
+/// whose cgroups were not mounted yet).
+fn cgroups() -> CgroupLayout {
+    static CACHED: std::sync::OnceLock<CgroupLayout> = std::sync::OnceLock::new();
+    if let Some(c) = CACHED.get() {
+        return c.clone();
+    }
+    let layout = parse_cgroups(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    if layout != CgroupLayout::None {
+        let _ = CACHED.set(layout.clone());
+    }
+    layout
+}
+
 /// Reads the layout of this host.
 pub fn detect() -> HostLayout {
     let pick = |list: &[&str]| {
@@ -105,7 +122,7 @@ pub fn detect() -> HostLayout {
         root: pick(ROOT_DIRS),
         etc: pick(ETC_ALLOWLIST),
         nameservers,
-        cgroups: parse_cgroups(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default()),
+        cgroups: cgroups(),
         host_addresses: host_addresses(
             &fs::read_to_string("/proc/net/fib_trie").unwrap_or_default(),
             &fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),

@@ -532,3 +532,31 @@ pub fn host_address() -> String {
         .find(|a| !a.starts_with("127."))
         .expect("the host has an address besides loopback")
 }
+
+/// Detaches every mount at or below `dir`, deepest first: what a daemon that was
+/// stopped before its sandboxes were destroyed leaves in its state directory (its
+/// reaper unmounts a gone sandbox's staged mounts, but only while it runs), so a
+/// test that removes that directory leaves no mount on the host.
+pub fn detach_mounts_under(dir: &std::path::Path) {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return;
+    };
+    // The mount point is the fifth field, with space, tab, newline and backslash
+    // written as octal escapes.
+    let unescape = |p: &str| {
+        p.replace("\\040", " ")
+            .replace("\\011", "\t")
+            .replace("\\012", "\n")
+            .replace("\\134", "\\")
+    };
+    let mut points: Vec<std::path::PathBuf> = info
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .map(|p| std::path::PathBuf::from(unescape(p)))
+        .filter(|p| p.starts_with(dir))
+        .collect();
+    points.sort_by_key(|p| std::cmp::Reverse(p.components().count()));
+    for p in points {
+        let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
+    }
+}

@@ -170,6 +170,8 @@ impl Drop for Serve {
             }
         }
         let _ = std::fs::remove_dir(&self.root);
+        // The staged mounts of the sandboxes removed above (their daemon was gone).
+        stockade_testkit::detach_mounts_under(self.dir.path());
     }
 }
 

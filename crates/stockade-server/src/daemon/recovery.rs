@@ -200,5 +200,8 @@ impl Daemon {
             }
         }
         tracing::info!(tenants = tenants.len(), "pools drained");
+        // The staged mounts of sandboxes already gone (the drained ones among them)
+        // go now: a daemon that is not started again would leave them on the host.
+        self.sweep_staging().await;
     }
 }

@@ -247,6 +247,8 @@ impl Drop for TestDaemon {
             let _ = std::fs::remove_dir_all(&root);
         })
         .join();
+        // The staged mounts of the sandboxes destroyed above (their daemon was gone).
+        stockade_testkit::detach_mounts_under(&self.dir);
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
