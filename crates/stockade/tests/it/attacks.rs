@@ -856,6 +856,17 @@ fn host_zygote_pid(id: &str) -> Option<u32> {
         .map(|(pid, ..)| pid)
 }
 
+/// The host pid of sandbox `id`'s exec zygote, waiting up to 5 s for it to appear.
+async fn wait_for_zygote(id: &str) -> Option<u32> {
+    for _ in 0..500 {
+        if let Some(pid) = host_zygote_pid(id) {
+            return Some(pid);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
 // Issue 24: the exec zygote (PID 1's forking helper, with PID 1's privileges) is out
 // of the code's reach: it cannot signal it, read its descriptors, environment or
 // memory; and a zygote killed from outside (as the OOM killer might) is replaced, with
@@ -900,17 +911,9 @@ async fn the_exec_zygote_is_out_of_reach_and_comes_back_when_killed() {
     assert_eq!(text(&out.stdout), "still\n", "{out:?}");
     if !on_gvisor() && !on_microvm() {
         let id = sb.id().to_string();
-        // Started at the second helper (the probe and `echo still` were the first
-        // two), from a thread of PID 1, without anyone waiting for it.
-        let mut zygote = None;
-        for _ in 0..500 {
-            zygote = host_zygote_pid(&id);
-            if zygote.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        let zygote = zygote.expect("a native sandbox runs an exec zygote by its second exec");
+        let zygote = wait_for_zygote(&id)
+            .await
+            .expect("a native sandbox runs an exec zygote");
         std::process::Command::new("kill")
             .args(["-9", &zygote.to_string()])
             .status()
@@ -956,15 +959,9 @@ async fn a_sandbox_serves_its_first_exec_from_its_zygote() {
     let sb = sandbox(SandboxSpec::default()).await;
     let id = sb.id().to_string();
     // PID 1 forks it as it starts serving, before any exec or warm.
-    let mut zygote = None;
-    for _ in 0..200 {
-        zygote = host_zygote_pid(&id);
-        if zygote.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    let zygote = zygote.expect("a native sandbox starts with its exec zygote");
+    let zygote = wait_for_zygote(&id)
+        .await
+        .expect("a native sandbox starts with its exec zygote");
     let zygote_cmdline = std::fs::read(format!("/proc/{zygote}/cmdline")).unwrap();
     let init = host_init_pid(&id).unwrap();
     let run = {
