@@ -21,6 +21,12 @@ use stockade_testkit::require;
 
 pub use stockade_testkit::{py, sh, text};
 
+/// Held by a test while a VM it killed from the host must stay on record, and by
+/// each `gc()` call: tests run in parallel, and gc rightly reaps any VM whose host
+/// is gone, so without it another test's gc turns the dead VM's answer into
+/// `NotFound` before the killing test has read it.
+pub static DEAD_VM: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The provider, or `None` (after a SKIPPED line) when a part is missing outside CI.
 pub async fn provider() -> Option<Arc<MicrovmProvider>> {
     require("root", stockade_testkit::root(), "run the tests as root")?;

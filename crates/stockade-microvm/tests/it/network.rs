@@ -452,7 +452,10 @@ async fn the_network_goes_when_the_owner_or_the_vm_host_is_killed() {
     owner.wait().unwrap();
     assert_net_gone(&id, helper, &ns).await;
     // gc finds nothing more to do.
-    let report = p.gc().await.unwrap();
+    let report = {
+        let _gc = crate::DEAD_VM.lock().await;
+        p.gc().await.unwrap()
+    };
     assert!(!report.reaped.contains(&id), "{report:?}");
 
     // The VM host itself killed (a crash): its QEMU and slirp4netns die with it, and
@@ -479,7 +482,10 @@ async fn the_network_goes_when_the_owner_or_the_vm_host_is_killed() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(net_leftovers(helper, &ns), Vec::<String>::new());
-    let report = p.gc().await.unwrap();
+    let report = {
+        let _gc = crate::DEAD_VM.lock().await;
+        p.gc().await.unwrap()
+    };
     assert!(report.reaped.contains(&id), "{report:?}");
     assert_net_gone(&id, helper, &ns).await;
 }

@@ -270,7 +270,10 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
     assert!(copy_state.exists());
     owner.kill().unwrap();
     owner.wait().unwrap();
-    let report = p.gc().await.unwrap();
+    let report = {
+        let _gc = crate::DEAD_VM.lock().await;
+        p.gc().await.unwrap()
+    };
     assert!(report.reaped.contains(&copy.id().to_string()), "{report:?}");
     assert!(!partial.exists(), "{report:?}");
     assert!(!copy_state.exists());

@@ -112,6 +112,7 @@ async fn a_vm_boots_runs_code_and_holds_the_attacks() {
     assert!(e.to_string().contains("is not paused"), "{e}");
 
     // The VM killed from the host is reported as such.
+    let dead_vm = crate::DEAD_VM.lock().await;
     let pid = qemu_pid(&id).expect("the VM's QEMU process");
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(pid).unwrap(),
@@ -149,6 +150,7 @@ async fn a_vm_boots_runs_code_and_holds_the_attacks() {
 
     // Nothing is left after destroy.
     sb.destroy().await.unwrap();
+    drop(dead_vm);
     assert_eq!(leftovers(&id), Vec::<String>::new());
     assert!(matches!(p.inspect(&id).await, Err(Error::NotFound { .. })));
 }
