@@ -550,10 +550,16 @@ fn set_rlimits(p: &ExecPolicy) -> Result<(), String> {
 }
 
 /// Enters the policy's landlock domain, if it has one.
+/// A child of the exec zygote enters the ruleset it built once, when it is this one.
 pub fn enter_landlock(p: &ExecPolicy) -> Result<(), String> {
     if let Some(writable) = &p.landlock_writable {
-        stockade_sys::landlock::restrict_min(writable, p.landlock_min_abi)
-            .map_err(|e| e.to_string())?;
+        match crate::zygote::prepared_landlock() {
+            Some(prepared) if prepared.is_for(writable, p.landlock_min_abi) => {
+                prepared.restrict_self()
+            }
+            _ => stockade_sys::landlock::restrict_min(writable, p.landlock_min_abi),
+        }
+        .map_err(|e| e.to_string())?;
     }
     Ok(())
 }

@@ -78,10 +78,13 @@ impl Role {
 }
 
 /// What the zygote sets up once for all its children (from the sandbox's policy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Setup {
     /// Enter the code's seccomp filter.
     pub seccomp: bool,
+    /// The code's landlock ruleset (its writable paths and oldest ABI), built once
+    /// for every child to enter ([`prepared_landlock`]); `None`: no landlock.
+    pub landlock: Option<(Vec<String>, Option<u8>)>,
     /// Limit the bounding set: to nothing, or to root's capabilities where the
     /// sandbox has its own user namespace (an exec or file operation as uid 0 keeps
     /// those); `None` leaves it.
@@ -99,33 +102,60 @@ impl Setup {
         Setup {
             seccomp: policy.seccomp,
             bounding,
+            landlock: policy
+                .landlock_writable
+                .clone()
+                .map(|w| (w, policy.landlock_min_abi)),
         }
     }
 
-    fn args(self) -> Vec<&'static str> {
+    /// Nothing set up (no zygote).
+    fn nothing() -> Setup {
+        Setup {
+            seccomp: false,
+            bounding: None,
+            landlock: None,
+        }
+    }
+
+    fn args(&self) -> Vec<String> {
         let mut v = Vec::new();
         if self.seccomp {
-            v.push("--seccomp");
+            v.push("--seccomp".to_string());
         }
         match self.bounding {
             None => {}
-            Some([]) => v.push("--bounding=none"),
-            Some(_) => v.push("--bounding=root"),
+            Some([]) => v.push("--bounding=none".to_string()),
+            Some(_) => v.push("--bounding=root".to_string()),
+        }
+        if let Some((writable, min_abi)) = &self.landlock {
+            v.push("--landlock".to_string());
+            if let Some(abi) = min_abi {
+                v.push(format!("--landlock-min-abi={abi}"));
+            }
+            v.extend(writable.iter().map(|w| format!("--writable={w}")));
         }
         v
     }
 
     fn parse(args: &[String]) -> Option<Setup> {
-        let mut setup = Setup {
-            seccomp: false,
-            bounding: None,
-        };
+        let mut setup = Setup::nothing();
         for a in args {
             match a.as_str() {
                 "--seccomp" => setup.seccomp = true,
                 "--bounding=none" => setup.bounding = Some(&[]),
                 "--bounding=root" => setup.bounding = Some(stockade_agent_proto::launch::ROOT_CAPS),
-                _ => return None,
+                "--landlock" => setup.landlock = Some((Vec::new(), None)),
+                _ => {
+                    let (writable, min_abi) = setup.landlock.as_mut()?;
+                    if let Some(w) = a.strip_prefix("--writable=") {
+                        writable.push(w.to_string());
+                    } else if let Some(n) = a.strip_prefix("--landlock-min-abi=") {
+                        *min_abi = Some(n.parse().ok()?);
+                    } else {
+                        return None;
+                    }
+                }
             }
         }
         Some(setup)
@@ -176,7 +206,7 @@ impl Zygote {
     /// single-threaded; where it is not, or the fork fails, one started on demand
     /// (see [`START_AT_USE`]) by `exec` from a thread.
     pub fn start(setup: Setup) -> Zygote {
-        let state = match fork_zygote(setup) {
+        let state = match fork_zygote(setup.clone()) {
             Ok((sock, pid)) => State::Forked(sock, pid),
             Err(_) => State::Down,
         };
@@ -193,10 +223,7 @@ impl Zygote {
     pub fn none() -> Zygote {
         Zygote {
             inner: Arc::new(Mutex::new(State::Down)),
-            setup: Setup {
-                seccomp: false,
-                bounding: None,
-            },
+            setup: Setup::nothing(),
             enabled: false,
             uses: AtomicU32::new(0),
         }
@@ -212,7 +239,7 @@ impl Zygote {
     /// and set `Launching`); it serves once ready.
     fn launch(&self) {
         let inner = self.inner.clone();
-        let setup = self.setup;
+        let setup = self.setup.clone();
         let spawned = std::thread::Builder::new().spawn(move || {
             let started = exec_zygote(setup);
             let mut g = inner
@@ -429,6 +456,19 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
         eprintln!("stockade-zygote: cannot limit the bounding set: {e}");
         return 1;
     }
+    // The code's landlock ruleset, built once (before the filter, which the rules'
+    // opens do not need to pass): each child enters it with two system calls. The
+    // writable paths are the sandbox's mount points in its read-only root (or the
+    // root itself), so they name the same directories for the sandbox's whole life.
+    // Should it fail, each child builds its own, as a spawned shim does.
+    if let Some((writable, min_abi)) = &setup.landlock {
+        match stockade_sys::landlock::Prepared::new(writable, *min_abi) {
+            Ok(p) => {
+                let _ = LANDLOCK.set(p);
+            }
+            Err(e) => eprintln!("stockade-zygote: each exec builds its landlock ruleset: {e}"),
+        }
+    }
     let seccomp = setup.seccomp;
     // The code's filter, entered here once: every child forked below is under it
     // already. No zygote serves without it (PID 1 then execs shims, which build it).
@@ -463,6 +503,15 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
     }
 }
 
+/// The landlock ruleset the zygote built for its children (none in a process that
+/// is not one of them).
+static LANDLOCK: std::sync::OnceLock<stockade_sys::landlock::Prepared> = std::sync::OnceLock::new();
+
+/// The zygote's landlock ruleset, in the zygote and the children it forked.
+pub fn prepared_landlock() -> Option<&'static stockade_sys::landlock::Prepared> {
+    LANDLOCK.get()
+}
+
 /// Forks one child as PID 1's own (`CLONE_PARENT`); returns its pid or `-errno`.
 fn fork_child(role: Role, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
     match stockade_sys::process::fork_sibling() {
@@ -480,7 +529,10 @@ fn fork_child(role: Role, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
                 }
             }
             std::mem::forget(fds);
-            stockade_sys::process::close_fds_from(4);
+            stockade_sys::process::close_fds_from_except(
+                4,
+                prepared_landlock().map(stockade_sys::landlock::Prepared::fd),
+            );
             // A spawned helper starts with no signal blocked (the zygote inherited
             // PID 1's blocked SIGCHLD).
             let _ = nix::sys::signal::sigprocmask(
@@ -536,16 +588,25 @@ mod tests {
             Setup {
                 seccomp: true,
                 bounding: Some(&[]),
+                landlock: Some((vec!["/tmp".into(), "/a=b c".into()], Some(2))),
             },
             Setup {
                 seccomp: false,
                 bounding: Some(ROOT_CAPS),
+                landlock: Some((Vec::new(), None)),
             },
         ] {
-            let args: Vec<String> = setup.args().iter().map(|a| (*a).to_string()).collect();
+            let args = setup.args();
             assert_eq!(Setup::parse(&args), Some(setup), "{args:?}");
         }
         assert_eq!(Setup::parse(&["--bounding=all".to_string()]), None);
+        // Paths and the ABI only after --landlock; an ABI must be a number.
+        assert_eq!(Setup::parse(&["--writable=/tmp".to_string()]), None);
+        let bad = ["--landlock".to_string(), "--landlock-min-abi=x".to_string()];
+        assert_eq!(Setup::parse(&bad), None);
+        p.landlock_writable = Some(vec!["/tmp".into()]);
+        p.landlock_min_abi = Some(1);
+        assert_eq!(Setup::of(&p).landlock, Some((vec!["/tmp".into()], Some(1))));
     }
 
     #[test]

@@ -24,9 +24,7 @@ pub fn drop_bounding() -> Result<()> {
 
 /// The bounding set as the kernel reports it (`CapBnd` of `/proc/self/status`).
 fn bounding_now() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let hex = status.lines().find_map(|l| l.strip_prefix("CapBnd:"))?;
-    u64::from_str_radix(hex.trim(), 16).ok()
+    crate::process::own_status_hex(b"CapBnd:")
 }
 
 /// Clears the ambient, inheritable, effective and permitted sets.
@@ -36,10 +34,8 @@ fn bounding_now() -> Option<u64> {
 /// permitted and inheritable, so once both are empty (checked) there is none.
 pub fn clear_all() -> Result<()> {
     let ambient = caps::clear(None, CapSet::Ambient);
-    for set in [CapSet::Inheritable, CapSet::Effective, CapSet::Permitted] {
-        caps::clear(None, set)
-            .map_err(|e| SysError::other("capset", format!("clear {set:?}"), e))?;
-    }
+    clear_three()
+        .map_err(|e| SysError::other("capset", "clear Inheritable, Effective and Permitted", e))?;
     if let Err(e) = ambient {
         let empty = |set| caps::read(None, set).is_ok_and(|c| c.is_empty());
         if !(empty(CapSet::Permitted) && empty(CapSet::Inheritable)) {
@@ -47,6 +43,46 @@ pub fn clear_all() -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Clears the inheritable, effective and permitted sets with one `capset` (the
+/// `caps` crate reads and writes each set on its own: six system calls per exec).
+fn clear_three() -> std::io::Result<()> {
+    /// `struct __user_cap_header_struct`.
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    /// `struct __user_cap_data_struct`.
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+    let mut header = Header {
+        version: LINUX_CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let empty = Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    };
+    // Version 3 takes two data structs (capabilities 0-31 and 32-63).
+    let data = [empty; 2];
+    // SAFETY: capset reads a version-3 header and two data structs, both valid for
+    // the call (the kernel may write the header's version back, hence `&mut`); pid 0
+    // is the calling thread. Nothing else is touched.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 /// Whether the current process holds any capability in its effective or bounding set.

@@ -1,8 +1,8 @@
 //! Landlock: read and execute everywhere, write only below chosen paths.
 
 use landlock::{
-    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    RulesetStatus, Scope, path_beneath_rules,
+    ABI, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr, RulesetStatus, Scope, path_beneath_rules,
 };
 
 use crate::{Result, SysError};
@@ -31,13 +31,18 @@ pub fn restrict(writable: &[String]) -> Result<String> {
 /// Like [`restrict`], accepting a kernel whose landlock ABI is `min_abi` (1 to 3)
 /// or newer instead of [`REQUIRED_ABI`] (`None`).
 pub fn restrict_min(writable: &[String], min_abi: Option<u8>) -> Result<String> {
+    enforce(build(writable, min_abi)?, writable)
+}
+
+/// The ruleset of [`restrict_min`], created but not entered.
+fn build(writable: &[String], min_abi: Option<u8>) -> Result<RulesetCreated> {
     let required = match min_abi {
         Some(1) => ABI::V1,
         Some(2) => ABI::V2,
         _ => REQUIRED_ABI,
     };
     let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
-    let ruleset = Ruleset::default()
+    Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(required))
         .map_err(|e| err(&e))?
@@ -58,7 +63,12 @@ pub fn restrict_min(writable: &[String], min_abi: Option<u8>) -> Result<String> 
                 .filter(|p| std::path::Path::new(p).exists()),
             AccessFs::from_file(BEST_ABI),
         ))
-        .map_err(|e| err(&e))?;
+        .map_err(|e| err(&e))
+}
+
+/// Enters `ruleset` (and sets no_new_privs).
+fn enforce(ruleset: RulesetCreated, writable: &[String]) -> Result<String> {
+    let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
     let status = ruleset.restrict_self().map_err(|e| err(&e))?;
     match status.ruleset {
         RulesetStatus::FullyEnforced => Ok("landlock: fully enforced".to_string()),
@@ -66,6 +76,71 @@ pub fn restrict_min(writable: &[String], min_abi: Option<u8>) -> Result<String> 
             Ok("landlock: enforced (kernel lacks some newer rights)".to_string())
         }
         RulesetStatus::NotEnforced => Err(err(&"kernel did not enforce the ruleset")),
+    }
+}
+
+/// The ruleset of [`restrict_min`] built once, for processes forked later to enter
+/// (the exec zygote's children): entering it is a `dup` and `landlock_restrict_self`
+/// instead of about 45 system calls (the ruleset, then for each path an open, two
+/// stats, the rule and a close). The rules name the directories the paths resolved
+/// to when it was built; a caller keeps it only for paths that cannot be replaced
+/// while it lives (mount points in a read-only root).
+#[derive(Debug)]
+pub struct Prepared {
+    writable: Vec<String>,
+    min_abi: Option<u8>,
+    ruleset: RulesetCreated,
+    fd: u32,
+}
+
+impl Prepared {
+    /// Builds the ruleset for `writable` and `min_abi`. The caller must be
+    /// single-threaded (the ruleset's descriptor is found as the lowest free one).
+    pub fn new(writable: &[String], min_abi: Option<u8>) -> Result<Prepared> {
+        let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
+        // A path that is missing now gets no rule (`path_beneath_rules` skips it): one
+        // made later would, in a ruleset built then. So none may be missing.
+        if let Some(w) = writable.iter().find(|w| !std::path::Path::new(w).exists()) {
+            return Err(err(&format!("{w} does not exist")));
+        }
+        // The kernel gives a new descriptor the lowest free number: the ruleset's
+        // (created before the rules open their paths) is the one this probe had.
+        let probe = std::fs::File::open("/").map_err(|e| err(&e))?;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&probe) as u32;
+        drop(probe);
+        let ruleset = build(writable, min_abi)?;
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| err(&e))?;
+        if link.as_os_str() != "anon_inode:[landlock-ruleset]" {
+            return Err(err(&format!(
+                "descriptor {fd} is {}, not the ruleset",
+                link.display()
+            )));
+        }
+        Ok(Prepared {
+            writable: writable.to_vec(),
+            min_abi,
+            ruleset,
+            fd,
+        })
+    }
+
+    /// Whether it is the ruleset [`restrict_min`] would build for these arguments.
+    pub fn is_for(&self, writable: &[String], min_abi: Option<u8>) -> bool {
+        self.writable == writable && self.min_abi == min_abi
+    }
+
+    /// Its descriptor (close-on-exec), for a caller that closes the others.
+    pub fn fd(&self) -> u32 {
+        self.fd
+    }
+
+    /// Enters it, as [`restrict_min`] does.
+    pub fn restrict_self(&self) -> Result<String> {
+        let copy = self
+            .ruleset
+            .try_clone()
+            .map_err(|e| SysError::other("landlock", self.writable.join(","), e))?;
+        enforce(copy, &self.writable)
     }
 }
 
@@ -84,4 +159,32 @@ pub fn kernel_abi() -> i32 {
         )
     };
     if r < 0 { 0 } else { r as i32 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_prepared_ruleset_finds_its_descriptor() {
+        let writable = ["/tmp".to_string()];
+        // Other tests' threads may take a descriptor between the probe and the
+        // ruleset (the caller must be single-threaded): then it says so.
+        let p = (0..20)
+            .find_map(|_| match Prepared::new(&writable, None) {
+                Ok(p) => Some(p),
+                Err(e) => {
+                    assert!(e.to_string().contains("not the ruleset"), "{e}");
+                    None
+                }
+            })
+            .expect("the ruleset's descriptor in 20 tries");
+        assert!(p.is_for(&writable, None));
+        assert!(!p.is_for(&writable, Some(1)));
+        assert!(!p.is_for(&["/".to_string()], None));
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", p.fd())).unwrap();
+        assert_eq!(link.to_str(), Some("anon_inode:[landlock-ruleset]"));
+        // A missing writable path is refused (a ruleset built later would have it).
+        assert!(Prepared::new(&["/no/such/dir".to_string()], None).is_err());
+    }
 }

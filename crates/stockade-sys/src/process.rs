@@ -196,6 +196,37 @@ pub fn close_fds_from(first: u32) {
     }
 }
 
+/// Like [`close_fds_from`], but leaves `keep` (a descriptor at or above `first`) open.
+pub fn close_fds_from_except(first: u32, keep: Option<u32>) {
+    match keep {
+        Some(k) if k >= first => {
+            if k > first {
+                // SAFETY: as in close_range: the caller owns every descriptor in
+                // [first, k), and no Rust object uses one of them afterwards.
+                let ok = unsafe {
+                    libc::syscall(
+                        libc::SYS_close_range,
+                        first as libc::c_uint,
+                        (k - 1) as libc::c_uint,
+                        0 as libc::c_uint,
+                    ) == 0
+                };
+                if !ok {
+                    for fd in open_fds_from(first as i32) {
+                        if fd >= k as i32 {
+                            break;
+                        }
+                        // SAFETY: as in close_fds_from.
+                        unsafe { libc::close(fd) };
+                    }
+                }
+            }
+            close_fds_from(k + 1);
+        }
+        _ => close_fds_from(first),
+    }
+}
+
 /// Marks every descriptor at or above `first` close-on-exec (`close_range` with
 /// `CLOSE_RANGE_CLOEXEC`, else `fcntl` over `/proc/self/fd`): the last step before an
 /// `execve` that must start with stdio only, which keeps the descriptors usable until
@@ -481,6 +512,37 @@ pub fn reset_signals() {
 /// when the file cannot be read or lacks either line.
 fn non_default_signals() -> Option<u64> {
     let mut buf = [0u8; 4096];
+    let len = read_own_status(&mut buf)?;
+    parse_signal_masks(&buf[..len])
+}
+
+/// A hexadecimal field of `/proc/self/status` (e.g. `CapBnd:`), read with one `read`
+/// into a stack buffer and parsed without allocating; `None` when the file cannot
+/// be read or lacks the field.
+pub fn own_status_hex(field: &[u8]) -> Option<u64> {
+    let mut buf = [0u8; 4096];
+    let len = read_own_status(&mut buf)?;
+    buf[..len]
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(parse_hex)
+}
+
+fn parse_hex(text: &[u8]) -> Option<u64> {
+    let hex = text.trim_ascii();
+    if hex.is_empty() || hex.len() > 16 {
+        return None;
+    }
+    let mut v = 0u64;
+    for c in hex {
+        v = (v << 4) | u64::from((*c as char).to_digit(16)?);
+    }
+    Some(v)
+}
+
+/// Reads `/proc/self/status` into `buf` (the kernel writes it whole on the first
+/// `read` when it fits); the number of bytes read.
+fn read_own_status(buf: &mut [u8; 4096]) -> Option<usize> {
     // SAFETY: a NUL-terminated path; the descriptor is closed below.
     let fd = unsafe {
         libc::open(
@@ -502,7 +564,7 @@ fn non_default_signals() -> Option<u64> {
     }
     // SAFETY: closes the descriptor opened above, once.
     unsafe { libc::close(fd) };
-    parse_signal_masks(&buf[..len])
+    Some(len)
 }
 
 /// `SigIgn | SigCgt` from the text of a `/proc/PID/status` file.
@@ -516,15 +578,7 @@ fn parse_signal_masks(status: &[u8]) -> Option<u64> {
         } else {
             continue;
         };
-        let hex = slot.1.trim_ascii();
-        if hex.is_empty() || hex.len() > 16 {
-            return None;
-        }
-        let mut v = 0u64;
-        for c in hex {
-            v = (v << 4) | u64::from((*c as char).to_digit(16)?);
-        }
-        *slot.0 = Some(v);
+        *slot.0 = Some(parse_hex(slot.1)?);
     }
     Some(ign? | cgt?)
 }
