@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -469,7 +469,11 @@ fn start_shim(helpers: &Helpers, config: &[u8]) -> Result<ShimIo, String> {
     Ok(io)
 }
 
-/// Drives a started shim through the exec.
+/// Drives a started shim through the exec, in this thread alone: one `poll` over the
+/// shim's events, the client's messages (stdin, signals, a kill, or its going away)
+/// and the output pipes. Only stdin, when there is any, has a thread of its own (a
+/// full pipe must not stop the rest). Output is read from the shim's `Started` on, so
+/// a streaming client gets `Started` before the first `Output`.
 fn shim_exec(
     client: &UnixStream,
     conn: &Arc<Mutex<UnixStream>>,
@@ -510,91 +514,142 @@ fn shim_exec(
             }
         })?;
     }
-    // Client messages during the exec: stdin, kill; end of connection kills.
-    let mut ctl_for_client = ctl.try_clone().map_err(|e| e.to_string())?;
-    let mut client_r = client.try_clone().map_err(|e| e.to_string())?;
-    let done = Arc::new(AtomicBool::new(false));
-    let done_c = done.clone();
-    spawn_thread(move || {
-        loop {
-            match read_msg::<_, ClientMsg>(&mut client_r) {
-                Ok(Some(ClientMsg::Stdin(d))) => {
-                    let _ = stdin_tx.send(Some(d));
-                }
-                Ok(Some(ClientMsg::CloseStdin)) => {
-                    let _ = stdin_tx.send(None);
-                }
-                // A number that is no signal is ignored (the shim parses it as one).
-                Ok(Some(ClientMsg::Signal(n))) => {
-                    if (1..=64).contains(&n) && !done_c.load(Ordering::SeqCst) {
-                        let _ = ctl_for_client.write_all(format!("signal {n}\n").as_bytes());
-                    }
-                }
-                Ok(Some(_)) | Ok(None) | Err(_) => {
-                    if !done_c.load(Ordering::SeqCst) {
-                        let _ = ctl_for_client.write_all(b"kill\n");
-                    }
-                    break;
-                }
-            }
-        }
-    })?;
-    let background = Arc::new(AtomicBool::new(false));
-    let pump = {
-        let conn = conn.clone();
-        let background = background.clone();
-        let (limit, stream) = (req.output_limit_bytes, req.stream);
-        spawn_thread(move || {
-            pump_output(stdout, stderr, limit, stream.then_some(conn), &background)
-        })?
-    };
-    let mut events = BufReader::new(ctl.try_clone().map_err(|e| e.to_string())?);
+    let live = req.stream.then_some(conn);
+    let mut caps = [
+        BoundedCapture::new(req.output_limit_bytes),
+        BoundedCapture::new(req.output_limit_bytes),
+    ];
+    let mut pipes: [Option<fs::File>; 2] = [stdout, stderr];
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut events: Vec<u8> = Vec::new();
     let mut outcome = ExecOutcome::default();
-    let mut line = String::new();
+    // The shim's `Started` and `Exited`; the client still read; the exec ended leaving
+    // processes that may hold the pipes (read only what is there, then stop).
+    let (mut running, mut exited, mut listening, mut draining) = (false, false, true, false);
+    const CTL: usize = 2;
+    const CLIENT: usize = 3;
     loop {
-        line.clear();
-        match events.read_line(&mut line) {
-            Ok(0) | Err(_) => {
-                done.store(true, Ordering::SeqCst);
-                return Err("the exec shim died".into());
-            }
-            Ok(_) => {}
+        if exited && pipes.iter().all(Option::is_none) {
+            break;
         }
-        match serde_json::from_str::<ShimEvent>(line.trim()) {
-            Ok(ShimEvent::Started { pid }) => {
-                send(conn, &AgentMsg::Started { pid });
-            }
-            Ok(ShimEvent::Exited {
-                exit_code,
-                signal,
-                timed_out,
-                background: bg,
-            }) => {
-                outcome.exit_code = exit_code;
-                outcome.signal = signal;
-                outcome.timed_out = timed_out;
-                // Where the shim's child-subreaper mark is not honoured (gVisor
-                // 2022: the policy's `sweep_orphans`), what the exec left running was
-                // reparented to us instead of being killed by the shim, and may hold
-                // the output pipes: killed here when no other exec runs; else the
-                // pipes are only drained, and the last exec to end kills it. Elsewhere
-                // the shim killed them and this scan of /proc is skipped.
-                let sweep = shared.policy.sweep_orphans;
-                let orphaned = sweep && !bg && cleanup::any_orphan(&shared.helpers);
-                if orphaned && cleanup::only_helper(&shared.helpers, shim) {
-                    cleanup::kill_orphans(&shared.helpers, 0);
+        let ready: Vec<usize> = {
+            let mut fds = Vec::with_capacity(4);
+            let mut idx = Vec::with_capacity(4);
+            if !exited {
+                fds.push(PollFd::new(ctl.as_fd(), PollFlags::POLLIN));
+                idx.push(CTL);
+                if listening {
+                    fds.push(PollFd::new(client.as_fd(), PollFlags::POLLIN));
+                    idx.push(CLIENT);
                 }
-                let left = orphaned && cleanup::any_orphan(&shared.helpers);
-                background.store(bg || left, Ordering::SeqCst);
-                break;
             }
-            Err(e) => return Err(format!("bad message from the exec shim: {e}")),
+            if running || exited {
+                for (i, p) in pipes.iter().enumerate() {
+                    if let Some(p) = p {
+                        fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
+                        idx.push(i);
+                    }
+                }
+            }
+            let timeout = if draining {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::NONE
+            };
+            match poll(&mut fds, timeout) {
+                Ok(0) if draining => break,
+                Ok(_) => fds
+                    .iter()
+                    .zip(idx)
+                    .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
+                    .map(|(_, i)| i)
+                    .collect(),
+                Err(nix::errno::Errno::EINTR) => continue,
+                Err(e) => return Err(format!("cannot wait for the exec: poll: {e}")),
+            }
+        };
+        for i in ready {
+            match i {
+                CTL => {
+                    let n = match (&ctl).read(&mut buf) {
+                        Ok(0) | Err(_) => return Err("the exec shim died".into()),
+                        Ok(n) => n,
+                    };
+                    events.extend_from_slice(&buf[..n]);
+                    while let Some(end) = events.iter().position(|b| *b == b'\n') {
+                        let event: Vec<u8> = events.drain(..=end).collect();
+                        match serde_json::from_slice::<ShimEvent>(&event) {
+                            Ok(ShimEvent::Started { pid }) => {
+                                running = true;
+                                send(conn, &AgentMsg::Started { pid });
+                            }
+                            Ok(ShimEvent::Exited {
+                                exit_code,
+                                signal,
+                                timed_out,
+                                background,
+                            }) => {
+                                outcome.exit_code = exit_code;
+                                outcome.signal = signal;
+                                outcome.timed_out = timed_out;
+                                draining = background || orphans_hold_output(shared, shim);
+                                exited = true;
+                                break;
+                            }
+                            Err(e) => return Err(format!("bad message from the exec shim: {e}")),
+                        }
+                    }
+                }
+                CLIENT if !exited => {
+                    // Client messages during the exec: stdin, signals; anything else,
+                    // or the end of the connection, kills it.
+                    match read_msg::<_, ClientMsg>(&mut &*client) {
+                        Ok(Some(ClientMsg::Stdin(d))) => {
+                            let _ = stdin_tx.send(Some(d));
+                        }
+                        Ok(Some(ClientMsg::CloseStdin)) => {
+                            let _ = stdin_tx.send(None);
+                        }
+                        // A number that is no signal is ignored (the shim parses it).
+                        Ok(Some(ClientMsg::Signal(n))) => {
+                            if (1..=64).contains(&n) {
+                                let _ = (&ctl).write_all(format!("signal {n}\n").as_bytes());
+                            }
+                        }
+                        Ok(Some(_)) | Ok(None) | Err(_) => {
+                            let _ = (&ctl).write_all(b"kill\n");
+                            listening = false;
+                        }
+                    }
+                }
+                CLIENT => {}
+                _ => {
+                    let Some(p) = pipes[i].as_mut() else { continue };
+                    match p.read(&mut buf) {
+                        Ok(0) | Err(_) => pipes[i] = None,
+                        Ok(n) => {
+                            let head = caps[i].push(&buf[..n]);
+                            if let (Some(conn), false) = (live, head.is_empty()) {
+                                let stream = if i == 0 {
+                                    Stream::Stdout
+                                } else {
+                                    Stream::Stderr
+                                };
+                                send(
+                                    conn,
+                                    &AgentMsg::Output {
+                                        stream,
+                                        data: head.to_vec(),
+                                    },
+                                );
+                            }
+                        }
+                    }
+                }
+            }
         }
     }
-    done.store(true, Ordering::SeqCst);
-    let (out, err) = pump
-        .join()
-        .map_err(|_| "output pump panicked".to_string())?;
+    let [out, err] = caps;
     outcome.duration_ms = started.elapsed().as_millis() as u64;
     outcome.stdout_dropped = out.dropped();
     outcome.stderr_dropped = err.dropped();
@@ -607,72 +662,20 @@ fn shim_exec(
     Ok(outcome)
 }
 
-/// Reads both pipes until EOF (or, once the exec ended leaving background processes
-/// holding them, until they are empty). Streams head bytes when asked.
-fn pump_output(
-    stdout: Option<fs::File>,
-    stderr: Option<fs::File>,
-    limit: u64,
-    live: Option<Arc<Mutex<UnixStream>>>,
-    background: &AtomicBool,
-) -> (BoundedCapture, BoundedCapture) {
-    let mut caps = [BoundedCapture::new(limit), BoundedCapture::new(limit)];
-    let mut pipes: [Option<fs::File>; 2] = [stdout, stderr];
-    let mut buf = vec![0u8; CHUNK_BYTES];
-    loop {
-        if pipes.iter().all(Option::is_none) {
-            break;
-        }
-        let draining = background.load(Ordering::SeqCst);
-        let ready: Vec<usize> = {
-            let mut fds = Vec::new();
-            let mut idx = Vec::new();
-            for (i, p) in pipes.iter().enumerate() {
-                if let Some(p) = p {
-                    fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
-                    idx.push(i);
-                }
-            }
-            let timeout = if draining {
-                PollTimeout::ZERO
-            } else {
-                PollTimeout::from(50u8)
-            };
-            match poll(&mut fds, timeout) {
-                Ok(0) if draining => break,
-                Ok(_) => fds
-                    .iter()
-                    .zip(idx)
-                    .filter(|(f, _)| f.revents().is_some_and(|r| !r.is_empty()))
-                    .map(|(_, i)| i)
-                    .collect(),
-                Err(_) => Vec::new(),
-            }
-        };
-        for i in ready {
-            let Some(p) = pipes[i].as_mut() else { continue };
-            match p.read(&mut buf) {
-                Ok(0) | Err(_) => pipes[i] = None,
-                Ok(n) => {
-                    let head = caps[i].push(&buf[..n]);
-                    if let (Some(conn), false) = (&live, head.is_empty()) {
-                        let stream = if i == 0 {
-                            Stream::Stdout
-                        } else {
-                            Stream::Stderr
-                        };
-                        send(
-                            conn,
-                            &AgentMsg::Output {
-                                stream,
-                                data: head.to_vec(),
-                            },
-                        );
-                    }
-                }
-            }
-        }
+/// Whether processes the exec left (reparented to us) may still hold its output
+/// pipes, once its shim said it ended with none in the background.
+///
+/// Where the shim's child-subreaper mark is not honoured (gVisor 2022: the policy's
+/// `sweep_orphans`), what the exec left running was reparented to us instead of being
+/// killed by the shim, and may hold the output pipes: killed here when no other exec
+/// runs; else the pipes are only drained, and the last exec to end kills it. Elsewhere
+/// the shim killed them and this scan of /proc is skipped.
+fn orphans_hold_output(shared: &Shared, shim: u32) -> bool {
+    if !shared.policy.sweep_orphans || !cleanup::any_orphan(&shared.helpers) {
+        return false;
     }
-    let [o, e] = caps;
-    (o, e)
+    if cleanup::only_helper(&shared.helpers, shim) {
+        cleanup::kill_orphans(&shared.helpers, 0);
+    }
+    cleanup::any_orphan(&shared.helpers)
 }
