@@ -48,36 +48,16 @@ pub fn clear_all() -> Result<()> {
 /// Clears the inheritable, effective and permitted sets with one `capset` (the
 /// `caps` crate reads and writes each set on its own: six system calls per exec).
 fn clear_three() -> std::io::Result<()> {
-    /// `struct __user_cap_header_struct`.
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    /// `struct __user_cap_data_struct`.
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    const LINUX_CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-    let mut header = Header {
-        version: LINUX_CAPABILITY_VERSION_3,
+    use crate::process::{CAP_V3, CapData, CapHeader};
+    let mut header = CapHeader {
+        version: CAP_V3,
         pid: 0,
     };
-    let empty = Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    };
-    // Version 3 takes two data structs (capabilities 0-31 and 32-63).
-    let data = [empty; 2];
+    let data = [CapData::default(); 2];
     // SAFETY: capset reads a version-3 header and two data structs, both valid for
-    // the call (the kernel may write the header's version back, hence `&mut`); pid 0
-    // is the calling thread. Nothing else is touched.
-    let r = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    // the call (the kernel may write the header's version back, hence `&raw mut`);
+    // pid 0 is the calling thread. Nothing else is touched.
+    let r = unsafe { libc::syscall(libc::SYS_capset, &raw mut header, data.as_ptr()) };
     if r == 0 {
         Ok(())
     } else {

@@ -90,21 +90,24 @@ pub fn pass_fd(cmd: &mut Command, fd: OwnedFd, target: i32) {
     }
 }
 
+/// `struct __user_cap_header_struct`.
 #[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
+pub(crate) struct CapHeader {
+    pub(crate) version: u32,
+    pub(crate) pid: libc::c_int,
 }
 
+/// `struct __user_cap_data_struct` (version 3 takes two: capabilities 0-31, 32-63).
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
+pub(crate) struct CapData {
+    pub(crate) effective: u32,
+    pub(crate) permitted: u32,
+    pub(crate) inheritable: u32,
 }
 
-const CAP_V3: u32 = 0x2008_0522;
+/// `_LINUX_CAPABILITY_VERSION_3`.
+pub(crate) const CAP_V3: u32 = 0x2008_0522;
 const CAP_NET_ADMIN: u32 = 12;
 
 /// Makes the child spawned by `cmd` enter the user namespace `userns` (one the caller
