@@ -5,7 +5,7 @@ set -uo pipefail
 # Sandboxes owned by test processes that just exited are torn down by their monitors
 # within milliseconds; give that a few seconds before judging.
 for _ in $(seq 50); do
-  pgrep -f 'stockade-agent monitor' >/dev/null || break
+  pgrep -f 'stockade-agent monitor|stockade-monitor' >/dev/null || break
   sleep 0.1
 done
 leaks=0
@@ -15,7 +15,7 @@ cgs=$(find /sys/fs/cgroup -maxdepth 3 -path '*/stockade/sb-*' -type d 2>/dev/nul
 [ -z "$cgs" ] || report "cgroups left: $cgs"
 # Live processes only (zombies wait for their parent and hold nothing).
 live() { ps -eo stat=,pid=,args= | awk '$1 !~ /^Z/' | grep -E "$1" | grep -v grep; }
-procs=$(live 'stockade-agent (monitor|shim)|stockade-shim')
+procs=$(live 'stockade-agent (monitor|shim)|stockade-monitor|stockade-shim')
 [ -z "$procs" ] || report "processes left: $procs"
 for root in /run/stockade /tmp/stockade-it-* /tmp/stockade-cli-it-*; do
   [ -d "$root" ] || continue

@@ -46,6 +46,22 @@ pub fn reap_later(mut child: tokio::process::Child) {
     });
 }
 
+/// Like [`reap_later`], for a child this process did not spawn through tokio (a
+/// monitor forked for us by a monitor server, with `CLONE_PARENT`): waits on its
+/// pidfd, then reaps exactly that pid. Fails only when the pidfd cannot be opened
+/// (the pid is then not waited for; the caller decides).
+pub fn reap_pid_later(pid: u32) -> std::io::Result<()> {
+    let exit = stockade_sys::pidfd::watch_child(pid)?;
+    let (tx, rx) = watch::channel(());
+    children().insert(pid, rx);
+    let waiting = Waiting { pid, _reaped: tx };
+    tokio::spawn(async move {
+        exit.reap().await;
+        drop(waiting);
+    });
+    Ok(())
+}
+
 /// Returns once the child `pid` given to [`reap_later`] has been reaped (at once for
 /// any other pid). Call it only for a process known to have exited.
 pub async fn reaped(pid: u32) {

@@ -3,6 +3,8 @@
 //! - `monitor`: host-side jailer and supervisor of a native sandbox (reads a launch
 //!   plan on stdin); its forked child becomes PID 1 inside and serves the agent
 //!   protocol.
+//! - `monitor-server`: forks monitors for a process that creates many sandboxes
+//!   (monitor_server.rs).
 //! - `shim`: runs one exec inside the sandbox (started by PID 1 for every exec).
 //! - `fileop`: runs one file operation as the sandbox user (started by PID 1).
 //! - `zygote`: forks PID 1's shims and file operations (PID 1 forks it at start, or
@@ -24,6 +26,7 @@ mod egress;
 mod fileop;
 mod ids;
 mod monitor;
+mod monitor_server;
 mod netmon;
 mod proxy;
 mod rootfs;
@@ -41,12 +44,13 @@ fn main() {
     // outlives the caller): every role starts with stdio only, plus fd 3, the control
     // socket PID 1 hands the shim and fileop on purpose.
     let first = match role.as_deref() {
-        Some("shim" | "fileop" | "zygote") => 4,
+        Some("shim" | "fileop" | "zygote" | "monitor-server") => 4,
         _ => 3,
     };
     stockade_sys::process::close_fds_from(first);
     let code = match role.as_deref() {
         Some("monitor") => monitor::main(),
+        Some("monitor-server") => monitor_server::main(),
         Some("shim") => shim::main(),
         Some("zygote") => zygote::main(&args.collect::<Vec<_>>()),
         Some("fileop") => fileop::main(),

@@ -17,6 +17,7 @@ pub mod freezer;
 pub mod idpool;
 mod image;
 pub mod layout;
+mod monitors;
 pub mod plan;
 pub mod rootless;
 mod state;
@@ -359,36 +360,15 @@ impl NativeLauncher {
             .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
         let log = std::fs::File::create(dir.join("monitor.log"))
             .map_err(|e| Error::io("cannot create monitor log", e))?;
-        let mut cmd = std::process::Command::new(&agent);
-        // PID 1 of the sandbox is the monitor's fork: its command line is readable
-        // inside, so it names no host path (the agent's own path would).
-        std::os::unix::process::CommandExt::arg0(&mut cmd, "stockade-monitor");
-        cmd.arg("monitor")
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(log);
-        // The monitor's first act puts it in a session of its own (out of reach of our
-        // terminal's Ctrl-C and hangup: the sandbox outlives us) and closes, at exec,
-        // whatever our caller holds open beyond stdio (an SDK user's files and sockets,
-        // a daemon's listeners): `stockade_sys::process::detach_and_close_inherited`. Done
-        // there rather than in a `pre_exec` here, so this spawn is a `posix_spawn`
-        // (vfork), not a `fork` that copies a large embedding process's page tables.
-        let mut child = tokio::process::Command::from(cmd).spawn().map_err(|e| {
+        // A session of its own and nothing of our caller's open: the monitor's first
+        // act (`stockade_sys::process::detach_and_close_inherited`), so its spawn is a
+        // `posix_spawn` (vfork), not a `fork` that copies a large embedding process's
+        // page tables; where this process made a sandbox before, a monitor server
+        // forks it instead (monitors.rs).
+        let started = monitors::start(&agent, log).await.inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
-            Error::io(format!("cannot start {}", agent.display()), e)
         })?;
-        let (stdin, stdout) = (child.stdin.take(), child.stdout.take());
-        // The monitor stays our child for the sandbox's life: we reap it when it ends
-        // (never another pid), so no zombie is left to the host's PID 1.
-        reap::reap_later(child);
-        let (Some(mut stdin), Some(stdout)) = (stdin, stdout) else {
-            return Err(Error::Internal("monitor stdio missing".into()));
-        };
+        let (mut stdin, stdout) = (started.stdin, started.stdout);
         stdin
             .write_all(&input)
             .await

@@ -7,6 +7,8 @@ pub mod idmap;
 pub mod ipc;
 pub mod landlock;
 pub mod net;
+#[cfg(feature = "tokio")]
+pub mod pidfd;
 pub mod process;
 pub mod seccomp;
 #[cfg(feature = "wasmtime")]
