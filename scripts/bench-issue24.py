@@ -17,6 +17,7 @@ measured against itself with a feature set aside (STOCKADE_NO_ZYGOTE=1).
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -52,6 +53,7 @@ class Daemon:
                         STOCKADE_HOME=os.path.join(self.dir, "home"), STOCKADE_LOG="warn",
                         **(extra_env or {}))
         shm = tempfile.mkdtemp(prefix=f"stockade-b24-{name}-", dir="/dev/shm")
+        self.shm = shm
         self.proc = subprocess.Popen(
             [os.path.join(bindir, "stockade"), "serve", f"--listen=unix:{self.sock}",
              f"--state-dir={shm}", f"--max-sandboxes-per-tenant={max(4096, held + 512)}",
@@ -88,6 +90,8 @@ class Daemon:
         subprocess.run([os.path.join(self.bindir, "stockade"), "rm", "--direct", "--all",
                         "--everyone"], env=self.env, stdout=subprocess.DEVNULL,
                        stderr=subprocess.DEVNULL)
+        # The daemon's records (on tmpfs) go too.
+        shutil.rmtree(self.shm, ignore_errors=True)
 
 
 def burst(harness, d, *args):

@@ -135,16 +135,8 @@ pub fn destroy_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
         return Ok(());
     }
-    if let Some(st) = read_state(dir)
-        && stockade_sys::process::is_same_process(st.monitor_pid, st.monitor_start_ticks)
-    {
-        let _ = kill(Pid::from_raw(st.monitor_pid as i32), Signal::SIGTERM);
-        let until = Instant::now() + Duration::from_secs(10);
-        while stockade_sys::process::is_same_process(st.monitor_pid, st.monitor_start_ticks)
-            && Instant::now() < until
-        {
-            std::thread::sleep(Duration::from_micros(500));
-        }
+    if let Some(st) = read_state(dir) {
+        stop_monitor(st.monitor_pid, st.monitor_start_ticks, Duration::from_secs(10));
     }
     if dir.exists() && !monitor_alive(dir) {
         let errors = reap_dir(dir);
@@ -153,6 +145,43 @@ pub fn destroy_dir(dir: &Path) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Asks the monitor `pid` (started at `ticks`) to tear its sandbox down and waits up
+/// to `wait` for it to end (a zombie counts). Through a pidfd where the kernel has
+/// them: the signal goes to that very process and the wait is one `poll`. It used to
+/// read `/proc/PID/stat` every 500 µs, which under a burst of destroys (each waiting
+/// milliseconds for its teardown) was 8% of a daemon's CPU.
+fn stop_monitor(pid: u32, ticks: u64, wait: Duration) {
+    let Some(raw) = rustix::process::Pid::from_raw(pid as i32) else {
+        return;
+    };
+    // Opened first, then checked: the pidfd names the process that was checked.
+    let pidfd = rustix::process::pidfd_open(raw, rustix::process::PidfdFlags::empty()).ok();
+    if !stockade_sys::process::is_same_process(pid, ticks) {
+        return;
+    }
+    let Some(pidfd) = pidfd else {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        let until = Instant::now() + wait;
+        while stockade_sys::process::is_same_process(pid, ticks) && Instant::now() < until {
+            std::thread::sleep(Duration::from_micros(500));
+        }
+        return;
+    };
+    if rustix::process::pidfd_send_signal(&pidfd, rustix::process::Signal::TERM).is_err() {
+        return; // already gone
+    }
+    let until = Instant::now() + wait;
+    loop {
+        let left = until.saturating_duration_since(Instant::now());
+        let timeout = rustix::event::Timespec::try_from(left).ok();
+        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        match rustix::event::poll(&mut fds, timeout.as_ref()) {
+            Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
+            _ => return, // ended, or the wait is over
+        }
+    }
 }
 
 fn cgroups_of(dir: &Path) -> Vec<PathBuf> {
