@@ -136,7 +136,11 @@ pub fn destroy_dir(dir: &Path) -> Result<()> {
         return Ok(());
     }
     if let Some(st) = read_state(dir) {
-        stop_monitor(st.monitor_pid, st.monitor_start_ticks, Duration::from_secs(10));
+        stop_monitor(
+            st.monitor_pid,
+            st.monitor_start_ticks,
+            Duration::from_secs(10),
+        );
     }
     if dir.exists() && !monitor_alive(dir) {
         let errors = reap_dir(dir);
@@ -176,7 +180,10 @@ fn stop_monitor(pid: u32, ticks: u64, wait: Duration) {
     loop {
         let left = until.saturating_duration_since(Instant::now());
         let timeout = rustix::event::Timespec::try_from(left).ok();
-        let mut fds = [rustix::event::PollFd::new(&pidfd, rustix::event::PollFlags::IN)];
+        let mut fds = [rustix::event::PollFd::new(
+            &pidfd,
+            rustix::event::PollFlags::IN,
+        )];
         match rustix::event::poll(&mut fds, timeout.as_ref()) {
             Err(rustix::io::Errno::INTR) if !left.is_zero() => continue,
             _ => return, // ended, or the wait is over
