@@ -526,6 +526,11 @@ fn shim_exec(
     // The shim's `Started` and `Exited`; the client still read; the exec ended leaving
     // processes that may hold the pipes (read only what is there, then stop).
     let (mut running, mut exited, mut listening, mut draining) = (false, false, true, false);
+    // When the shim said the exec ended: the pipes get OUTPUT_GRACE more to reach their
+    // end, then what is in them is read and the exec answers. A process outside the
+    // exec's tree can hold them open (its code handed them over a unix socket to one
+    // kept by an earlier background exec): that must not hold the answer forever.
+    let mut ended: Option<Instant> = None;
     const CTL: usize = 2;
     const CLIENT: usize = 3;
     loop {
@@ -551,13 +556,20 @@ fn shim_exec(
                     }
                 }
             }
-            let timeout = if draining {
-                PollTimeout::ZERO
-            } else {
-                PollTimeout::NONE
+            let timeout = match ended {
+                _ if draining => PollTimeout::ZERO,
+                Some(at) => {
+                    let left = OUTPUT_GRACE.saturating_sub(at.elapsed()).as_millis();
+                    PollTimeout::from(u16::try_from(left).unwrap_or(u16::MAX))
+                }
+                None => PollTimeout::NONE,
             };
             match poll(&mut fds, timeout) {
                 Ok(0) if draining => break,
+                Ok(0) if ended.is_some() => {
+                    draining = true;
+                    continue;
+                }
                 Ok(_) => fds
                     .iter()
                     .zip(idx)
@@ -594,6 +606,7 @@ fn shim_exec(
                                 outcome.timed_out = timed_out;
                                 draining = background || orphans_hold_output(shared, shim);
                                 exited = true;
+                                ended = Some(Instant::now());
                                 break;
                             }
                             Err(e) => return Err(format!("bad message from the exec shim: {e}")),
@@ -661,6 +674,9 @@ fn shim_exec(
     }
     Ok(outcome)
 }
+
+/// How long the output pipes may stay open after the exec ended (see `shim_exec`).
+const OUTPUT_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Whether processes the exec left (reparented to us) may still hold its output
 /// pipes, once its shim said it ended with none in the background.

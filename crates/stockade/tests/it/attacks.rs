@@ -700,6 +700,67 @@ async fn background_processes_end_with_their_exec() {
     destroy_clean(sb).await;
 }
 
+// An exec that hands its stdout and stderr to a process outside its tree (one kept by
+// an earlier background exec, over a unix socket) must still answer: the pipes never
+// reach their end, and the agent stops waiting for them shortly after the exec ended.
+#[tokio::test]
+async fn an_exec_whose_output_pipes_are_handed_away_still_answers() {
+    if !require_root("an_exec_whose_output_pipes_are_handed_away_still_answers") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let holder = "import os, socket, time\n\
+        s = socket.socket(socket.AF_UNIX)\n\
+        s.bind('/tmp/holder.sock'); s.listen(1)\n\
+        c, _ = s.accept()\n\
+        msg, fds, _, _ = socket.recv_fds(c, 16, 8)\n\
+        open('/tmp/holding', 'w').write(str(len(fds)))\n\
+        time.sleep(60)\n";
+    let mut req = ExecRequest::new(["python3", "-c", holder]);
+    req.background = true;
+    req.timeout_ms = Some(120_000);
+    // It runs until the sandbox ends; its own exec answers once it is started.
+    let bg = tokio::spawn({
+        let sb = sb.clone();
+        async move { sb.exec(req).await }
+    });
+    let mut ready = false;
+    for _ in 0..100 {
+        let out = sh(&sb, "test -S /tmp/holder.sock && echo yes", 10_000).await;
+        if text(&out.stdout) == "yes\n" {
+            ready = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(ready, "the holder did not start");
+    let give = "import socket, sys\n\
+        c = socket.socket(socket.AF_UNIX); c.connect('/tmp/holder.sock')\n\
+        socket.send_fds(c, [b'x'], [1, 2])\n\
+        print('handed', flush=True)\n";
+    let t = Instant::now();
+    let out = tokio::time::timeout(Duration::from_secs(30), py(&sb, give, 20_000))
+        .await
+        .expect("the exec never answered: its handed-away pipes held it");
+    assert!(t.elapsed() < Duration::from_secs(10), "{:?}", t.elapsed());
+    assert_eq!(
+        (out.exit_code, text(&out.stdout)),
+        (0, "handed\n".into()),
+        "{out:?}"
+    );
+    let held = sh(&sb, "cat /tmp/holding", 10_000).await;
+    assert_eq!(
+        text(&held.stdout),
+        "2",
+        "the holder got no descriptors: {held:?}"
+    );
+    // The sandbox still serves.
+    let again = sh(&sb, "echo fine", 10_000).await;
+    assert_eq!(text(&again.stdout), "fine\n");
+    bg.abort();
+    destroy_clean(sb).await;
+}
+
 /// Host pid of the sandbox's PID 1 (native), from its state.
 fn host_init_pid(id: &str) -> Option<u32> {
     let state: serde_json::Value =
