@@ -47,6 +47,10 @@ enum Server {
 
 static SERVER: Mutex<Server> = Mutex::new(Server::Unused(0));
 
+/// Taken for each request to the server (the socket is shared: two requests at once
+/// could each read the other's answer). The server forks them one at a time anyway.
+static REQUESTS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// The longest a request to the server may take (a fork: well under a millisecond;
 /// more only on a machine too loaded to matter), and its start.
 const SERVER_WAIT: Duration = Duration::from_secs(5);
@@ -55,7 +59,11 @@ const SERVER_WAIT: Duration = Duration::from_secs(5);
 pub async fn start(agent: &Path, log: std::fs::File) -> Result<Started> {
     let log: OwnedFd = log.into();
     if let Some(sock) = server_for(agent).await {
-        match fork_from(&sock, &log) {
+        // One request at a time: each reads the answer to its own.
+        let turn = REQUESTS.lock().await;
+        let forked = fork_from(&sock, &log);
+        drop(turn);
+        match forked {
             Ok(started) => return Ok(started),
             // Gone or misbehaving: spawn from now on (its socket closes here, so a
             // live one ends).
