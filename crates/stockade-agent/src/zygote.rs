@@ -34,7 +34,7 @@
 //! replacement for one that died starts, PID 1 spawns shims from its binary as
 //! before.
 
-use std::io::{self, Read, Write};
+use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
@@ -42,6 +42,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
+use stockade_sys::forkserver::{self, Refused};
 use stockade_sys::process::{Forked, exit_now};
 
 /// What the zygote's child becomes.
@@ -324,8 +325,8 @@ impl Zygote {
         };
         match request(sock, role, fds) {
             Ok(pid) => Ok(pid),
-            Err(Failure::Child(e)) => Err(e),
-            Err(Failure::Gone(e)) => {
+            Err(Refused::Child(e)) => Err(e),
+            Err(Refused::Gone(e)) => {
                 // Gone (killed, or the OOM killer despite its score): PID 1 reaps it;
                 // a fresh one serves once it is ready.
                 *g = State::Launching;
@@ -337,47 +338,21 @@ impl Zygote {
     }
 }
 
-enum Failure {
-    /// The zygote answered that it could not fork.
-    Child(io::Error),
-    /// The zygote is gone or answered nonsense.
-    Gone(io::Error),
-}
-
-fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32, Failure> {
+fn request(sock: &UnixStream, role: Role, fds: &[BorrowedFd<'_>]) -> Result<u32, Refused> {
     if fds.len() != role.fds() {
-        return Err(Failure::Child(io::Error::other(format!(
+        return Err(Refused::Child(io::Error::other(format!(
             "a {role:?} takes {} descriptors, not {}",
             role.fds(),
             fds.len()
         ))));
     }
-    stockade_sys::net::send_fds(sock.as_fd(), &[role.byte()], fds)
-        .map_err(|e| Failure::Gone(io::Error::other(e.to_string())))?;
-    let mut answer = [0u8; 4];
-    let (n, _) = stockade_sys::net::recv_fds(sock.as_fd(), &mut answer)
-        .map_err(|e| Failure::Gone(io::Error::other(e.to_string())))?;
-    if n != 4 {
-        return Err(Failure::Gone(io::Error::other(
-            "the exec zygote closed its socket",
-        )));
-    }
-    match i32::from_le_bytes(answer) {
-        pid if pid > 0 => Ok(pid as u32),
-        errno => Err(Failure::Child(io::Error::from_raw_os_error(-errno))),
-    }
+    forkserver::request(sock, role.byte(), fds)
 }
 
-/// Waits for the zygote's first byte: it is set up (its filter in force) and serves.
+/// Waits for the zygote's ready byte: it is set up (its filter in force) and serves.
 fn ready(sock: UnixStream, pid: u32) -> io::Result<(UnixStream, u32)> {
-    let mut byte = [0u8; 1];
-    match (&sock).read(&mut byte) {
-        Ok(1) => Ok((sock, pid)),
-        Ok(_) => Err(io::Error::other(
-            "the exec zygote exited before it was ready",
-        )),
-        Err(e) => Err(e),
-    }
+    forkserver::wait_ready(&sock)?;
+    Ok((sock, pid))
 }
 
 /// Forks the zygote (the caller must be single-threaded; `fork` checks) with its
@@ -482,25 +457,11 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
             return 1;
         }
     }
-    if (&sock).write_all(b"r").is_err() {
-        return 1;
-    }
-    let mut byte = [0u8; 1];
-    loop {
-        let Ok((n, fds)) = stockade_sys::net::recv_fds(sock.as_fd(), &mut byte) else {
-            return 1;
-        };
-        if n == 0 {
-            return 0; // PID 1 is gone
-        }
-        let answer = match Role::from_byte(byte[0]) {
-            Some(role) if fds.len() == role.fds() => fork_child(role, fds, seccomp),
-            _ => -libc::EINVAL,
-        };
-        if stockade_sys::net::send_fds(sock.as_fd(), &answer.to_le_bytes(), &[]).is_err() {
-            return 1;
-        }
-    }
+    // Until PID 1 closes the socket.
+    forkserver::serve(sock.as_fd(), |byte, fds| match Role::from_byte(byte) {
+        Some(role) if fds.len() == role.fds() => fork_child(role, fds, seccomp),
+        _ => -libc::EINVAL,
+    })
 }
 
 /// The landlock ruleset the zygote built for its children (none in a process that
@@ -514,40 +475,27 @@ pub fn prepared_landlock() -> Option<&'static stockade_sys::landlock::Prepared> 
 
 /// Forks one child as PID 1's own (`CLONE_PARENT`); returns its pid or `-errno`.
 fn fork_child(role: Role, fds: Vec<OwnedFd>, seccomp: bool) -> i32 {
-    match stockade_sys::process::fork_sibling() {
-        Ok(Forked::Parent(pid)) => pid.as_raw(),
-        Ok(Forked::Child) => {
-            // The descriptors at 0-3 (a file operation's stdio stays /dev/null), then
-            // nothing else: not the zygote's socket, not the received originals.
-            let targets: &[i32] = match role {
-                Role::Shim => &[0, 1, 2, 3],
-                Role::FileOp => &[3],
-            };
-            for (fd, target) in fds.iter().zip(targets) {
-                if nix::unistd::dup2(fd.as_raw_fd(), *target).is_err() {
-                    exit_now(126);
-                }
-            }
-            std::mem::forget(fds);
-            stockade_sys::process::close_fds_from_except(
-                4,
-                prepared_landlock().map(stockade_sys::landlock::Prepared::fd),
-            );
-            // A spawned helper starts with no signal blocked (the zygote inherited
-            // PID 1's blocked SIGCHLD).
-            let _ = nix::sys::signal::sigprocmask(
-                nix::sys::signal::SigmaskHow::SIG_SETMASK,
-                Some(&nix::sys::signal::SigSet::empty()),
-                None,
-            );
-            let code = match role {
-                Role::Shim => crate::shim::run(seccomp, true),
-                Role::FileOp => crate::fileop::main(),
-            };
-            exit_now(code)
+    // The descriptors at 0-3 (a file operation's stdio stays /dev/null), then nothing
+    // else: not the zygote's socket, not the received originals; but the landlock
+    // ruleset the children enter.
+    let targets: &[i32] = match role {
+        Role::Shim => &[0, 1, 2, 3],
+        Role::FileOp => &[3],
+    };
+    let keep = prepared_landlock().map(stockade_sys::landlock::Prepared::fd);
+    forkserver::fork_child(fds, targets, 4, keep, || {
+        // A spawned helper starts with no signal blocked (the zygote inherited PID 1's
+        // blocked SIGCHLD).
+        let _ = nix::sys::signal::sigprocmask(
+            nix::sys::signal::SigmaskHow::SIG_SETMASK,
+            Some(&nix::sys::signal::SigSet::empty()),
+            None,
+        );
+        match role {
+            Role::Shim => crate::shim::run(seccomp, true),
+            Role::FileOp => crate::fileop::main(),
         }
-        Err(e) => -e.source.raw_os_error().unwrap_or(libc::EAGAIN),
-    }
+    })
 }
 
 #[cfg(test)]

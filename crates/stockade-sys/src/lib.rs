@@ -3,6 +3,7 @@
 //! call and its arguments.
 
 pub mod caps;
+pub mod forkserver;
 pub mod idmap;
 pub mod ipc;
 pub mod landlock;
