@@ -560,6 +560,44 @@ pub struct SandboxState {
     /// namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_ids: Option<HostIds>,
+    /// The steps of the sandbox's start, as the monitor and PID 1 timed them.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<TimedStep>,
+}
+
+/// One step of a native sandbox's start, timed on the host's `CLOCK_MONOTONIC` (one
+/// clock for every process there: the sandbox has no time namespace), in ns.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TimedStep {
+    pub name: String,
+    pub start_ns: u64,
+    pub end_ns: u64,
+}
+
+impl TimedStep {
+    /// PID 1 sends its steps to the monitor after `ok`, one per line:
+    /// `start_ns end_ns name`.
+    pub fn to_line(&self) -> String {
+        format!("{} {} {}\n", self.start_ns, self.end_ns, self.name)
+    }
+
+    /// The steps in `text` (lines of [`TimedStep::to_line`]); lines that are not one
+    /// are skipped.
+    pub fn parse_lines(text: &str) -> Vec<TimedStep> {
+        text.lines()
+            .filter_map(|l| {
+                let mut it = l.splitn(3, ' ');
+                let start_ns = it.next()?.parse().ok()?;
+                let end_ns = it.next()?.parse().ok()?;
+                let name = it.next()?.to_string();
+                (end_ns >= start_ns && !name.is_empty()).then_some(TimedStep {
+                    name,
+                    start_ns,
+                    end_ns,
+                })
+            })
+            .collect()
+    }
 }
 
 /// In a native sandbox's state directory: the unix ms at which its current pause
@@ -748,3 +786,28 @@ pub struct VmHostConfig {
 
 /// The first file descriptor of [`VmHostConfig::vmm_files`] in the VMM.
 pub const VMM_FIRST_FD: i32 = 3;
+
+#[cfg(test)]
+mod tests {
+    use super::TimedStep;
+
+    #[test]
+    fn timed_steps_go_through_lines_and_bad_lines_are_skipped() {
+        let steps = vec![
+            TimedStep {
+                name: "PID 1: build the root and pivot into it".into(),
+                start_ns: 10,
+                end_ns: 2_000_000,
+            },
+            TimedStep {
+                name: "x".into(),
+                start_ns: 5,
+                end_ns: 5,
+            },
+        ];
+        let mut text: String = steps.iter().map(TimedStep::to_line).collect();
+        // What a confused or hostile writer could add: none of it is a step.
+        text.push_str("\n1 2\n3 1 backwards\nnot numbers at all\n7 9 \n-1 2 negative\n");
+        assert_eq!(TimedStep::parse_lines(&text), steps);
+    }
+}

@@ -21,9 +21,9 @@ use nix::sys::wait::waitpid;
 use nix::unistd::Pid;
 use stockade_agent_proto::ErrorCode;
 use stockade_agent_proto::launch::{
-    LaunchPlan, LaunchReport, NetworkPlan, SandboxState, TlsIntercept, UsernsPlan,
+    LaunchPlan, LaunchReport, NetworkPlan, SandboxState, TimedStep, TlsIntercept, UsernsPlan,
 };
-use stockade_sys::process::{Forked, fork_into};
+use stockade_sys::process::{Forked, fork_into, monotonic_ns};
 
 use crate::ids::{self, Ids};
 use crate::{cgroup, egress, rootfs, server};
@@ -93,6 +93,8 @@ pub fn main() -> i32 {
     // Before anything: a session of our own, and nothing of our launcher's caller
     // kept open (the launcher leaves this to us: see `detach_and_close_inherited`).
     stockade_sys::process::detach_and_close_inherited();
+    let mut steps = Steps::default();
+    let t = monotonic_ns();
     let mut stdout = std::io::stdout();
     // Stdin is `LENGTH\n`, the plan, then the credentials of an egress policy (if
     // any), which are read only after the fork: PID 1's memory never holds them.
@@ -116,9 +118,10 @@ pub fn main() -> i32 {
             return 2;
         }
     };
+    let t = steps.done("monitor: read the launch plan", t);
     // We stay a child of the process that created the sandbox (started in a session of
     // our own), which reaps us; we outlive it if it exits first.
-    let launched = launch(&plan);
+    let launched = launch(&plan, &mut steps, t);
     let (child, helper, ids, resolver) = match launched {
         Ok(v) => v,
         Err((code, message)) => {
@@ -127,6 +130,7 @@ pub fn main() -> i32 {
             return 1;
         }
     };
+    let t = monotonic_ns();
     // Hold the state dir's lock for the rest of our life: gc treats an unlocked dir
     // with state as dead. Taken after the fork so PID 1 does not share it (gc ignores
     // young dirs without state meanwhile).
@@ -155,7 +159,7 @@ pub fn main() -> i32 {
     if let Some(ids) = &ids {
         applied.push(ids.describe(plan.exec.uid, plan.exec.gid));
     }
-    let state = SandboxState {
+    let mut state = SandboxState {
         id: plan.id.clone(),
         monitor_pid: std::process::id(),
         monitor_start_ticks: stockade_sys::process::start_ticks(std::process::id()).unwrap_or(0),
@@ -167,7 +171,11 @@ pub fn main() -> i32 {
         applied,
         spec: plan.spec.clone(),
         host_ids: ids.as_ref().map(|i| i.range),
+        steps: Vec::new(),
     };
+    steps.done("monitor: lock the state and the image", t);
+    state.steps = steps.0;
+    let t = monotonic_ns();
     if let Err(e) = write_state(&plan.state_dir, &state) {
         teardown(&plan, child, helper.as_ref());
         report(&mut stdout, &fail(ErrorCode::Internal, e));
@@ -194,6 +202,10 @@ pub fn main() -> i32 {
         report(&mut stdout, &fail(ErrorCode::Internal, e));
         return 1;
     }
+    // The state file has the steps up to here; the report has them all.
+    let mut steps = Steps(std::mem::take(&mut state.steps));
+    steps.done("monitor: write the state, start the egress proxy", t);
+    state.steps = steps.0;
     report(&mut stdout, &LaunchReport::Ready(state));
     // The children that made the namespaces exited long ago: reaped now, after the
     // answer, not on the way to it.
@@ -232,9 +244,28 @@ fn write_state(dir: &Path, state: &SandboxState) -> Result<(), String> {
 
 type Launched = (Pid, Option<Helper>, Option<Ids>, Option<egress::Sockets>);
 
+/// The steps of a sandbox's start, timed as they happen (`stockade run --timings`).
+#[derive(Default)]
+pub(crate) struct Steps(pub(crate) Vec<TimedStep>);
+
+impl Steps {
+    /// Records `name` as running from `start` (ns, [`monotonic_ns`]) until now, and
+    /// returns now: the start of the next step.
+    pub(crate) fn done(&mut self, name: &str, start: u64) -> u64 {
+        let now = monotonic_ns();
+        self.0.push(TimedStep {
+            name: name.to_string(),
+            start_ns: start,
+            end_ns: now,
+        });
+        now
+    }
+}
+
 /// Everything up to a listening agent. On error nothing is left but the state dir.
-fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
+fn launch(plan: &LaunchPlan, steps: &mut Steps, t: u64) -> Result<Launched, (ErrorCode, String)> {
     let internal = |m: String| (ErrorCode::Internal, m);
+    let mut t = t;
     // The user namespace and the mount mappings first: made by forks, which need this
     // process single-threaded, and inherited by PID 1.
     let ids = match &plan.userns {
@@ -246,6 +277,9 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         })?),
         _ => None,
     };
+    if ids.is_some() {
+        t = steps.done("monitor: user namespace and id-mapped mounts", t);
+    }
     let rootless = match &plan.userns {
         Some(UsernsPlan::Rootless(m)) => Some(m),
         _ => None,
@@ -256,6 +290,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
             format!("{m} (is this root on a host with cgroups? see `stockade doctor`)"),
         )
     })?;
+    t = steps.done("monitor: create the cgroups", t);
     let (sync_r, sync_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
         .map_err(|e| internal(format!("pipe: {e}")))?;
     let (ready_r, ready_w) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)
@@ -284,6 +319,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
         }
         Ok(Forked::Parent(pid)) => pid,
     };
+    t = steps.done("monitor: clone PID 1 into new namespaces", t);
     drop(sync_r);
     drop(ready_w);
     let abort = |msg: (ErrorCode, String), helper: Option<&Helper>| {
@@ -306,6 +342,7 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
     if let Err(m) = cgroup::join(&plan.cgroups, child.as_raw() as u32) {
         return Err(abort(internal(m), None));
     }
+    t = steps.done("monitor: move PID 1 into the cgroups", t);
     let mut resolver = None;
     let helper = match &plan.network {
         NetworkPlan::LoopbackOnly => None,
@@ -348,6 +385,9 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
             }
         }
     };
+    if helper.is_some() {
+        t = steps.done("monitor: firewall and network helper", t);
+    }
     let went = w.write_all(b"g").is_ok();
     // PID 1's answer: "ok", or why it failed (also when it failed before our go).
     let mut answer = String::new();
@@ -360,6 +400,15 @@ fn launch(plan: &LaunchPlan) -> Result<Launched, (ErrorCode, String)> {
     }
     // Held open until here: PID 1 sees it close if we die while it finishes setup.
     drop(w);
+    steps.done("monitor: wait for PID 1 to finish its setup", t);
+    // `ok`, then PID 1's own steps, one per line.
+    let answer = match answer.strip_prefix("ok") {
+        Some(rest) if rest.is_empty() || rest.starts_with('\n') => {
+            steps.0.extend(TimedStep::parse_lines(rest));
+            "ok".to_string()
+        }
+        _ => answer,
+    };
     if answer != "ok" {
         let msg = if answer.is_empty() {
             "the sandbox init died during setup".to_string()
@@ -516,8 +565,12 @@ fn init(
     let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGKILL);
     let mut ready = fs::File::from(ready_w);
     match setup_init(plan, sync_r, ids, rootless) {
-        Ok((listener, oom)) => {
-            let _ = ready.write_all(b"ok");
+        Ok((listener, oom, steps)) => {
+            let mut answer = String::from("ok\n");
+            for s in &steps.0 {
+                answer.push_str(&s.to_line());
+            }
+            let _ = ready.write_all(answer.as_bytes());
             drop(ready);
             server::serve(listener, plan.exec.clone(), oom)
         }
@@ -533,13 +586,23 @@ fn setup_init(
     sync_r: OwnedFd,
     ids: Option<&Ids>,
     rootless: bool,
-) -> Result<(std::os::unix::net::UnixListener, Option<server::OomCounter>), String> {
+) -> Result<
+    (
+        std::os::unix::net::UnixListener,
+        Option<server::OomCounter>,
+        Steps,
+    ),
+    String,
+> {
+    let mut steps = Steps::default();
+    let mut t = monotonic_ns();
     let mut sync = fs::File::from(sync_r);
     let mut go = [0u8; 1];
     if rootless {
         // Our ids mean nothing until the monitor has written the maps.
         sync.read_exact(&mut go)
             .map_err(|_| "the monitor went away before mapping the sandbox's ids".to_string())?;
+        t = steps.done("PID 1: wait for the rootless id maps", t);
     }
     // The root is built while the monitor moves us into the cgroups (a v1 migration
     // waits for an RCU grace period, ~10 ms); nothing here forks or allocates much.
@@ -556,14 +619,17 @@ fn setup_init(
     let _ = fs::remove_file(&sock);
     let listener = std::os::unix::net::UnixListener::bind(&sock)
         .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
+    t = steps.done("PID 1: hostname, loopback, the agent's socket", t);
     rootfs::build_and_pivot(
         &plan.state_dir.join("root"),
         &plan.mounts,
         plan.readonly_root,
         ids,
     )?;
+    t = steps.done("PID 1: build the root and pivot into it", t);
     sync.read_exact(&mut go)
         .map_err(|_| "the monitor went away during setup".to_string())?;
+    t = steps.done("PID 1: wait for the cgroups and the network", t);
     // Now inside the sandbox's cgroups: a fresh cgroup namespace makes
     // /proc/self/cgroup show "/" inside.
     nix::sched::unshare(CloneFlags::CLONE_NEWCGROUP)
@@ -584,7 +650,8 @@ fn setup_init(
                 .map_err(|e| format!("cannot keep capabilities across exec: {e}"))?;
         }
     }
-    Ok((listener, oom))
+    steps.done("PID 1: cgroup namespace, user namespace root", t);
+    Ok((listener, oom, steps))
 }
 
 /// Becomes root of the user namespace we are in, the last step of setup. As root of

@@ -205,6 +205,7 @@ pub fn from_sandbox_info(i: pb::SandboxInfo) -> Result<SandboxInfo, Error> {
         spec,
         applied: i.applied,
         state: RunState::parse(&i.state),
+        steps: Vec::new(),
     })
 }
 

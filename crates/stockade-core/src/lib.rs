@@ -210,6 +210,22 @@ pub struct SandboxInfo {
     /// Running or paused (see [`Provider::pause`]); `running` when absent.
     #[serde(default)]
     pub state: RunState,
+    /// How the sandbox's start went, step by step, as its provider measured it
+    /// (empty when the provider does not say, or the sandbox came from a pool).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub steps: Vec<StartStep>,
+}
+
+/// One step of a sandbox's start (`stockade run --timings`, `inspect`). Steps of
+/// different processes overlap: each has its own start.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StartStep {
+    /// What happened, e.g. `monitor: move PID 1 into the cgroups`.
+    pub name: String,
+    /// When it began, in microseconds after the first step began.
+    pub start_us: u64,
+    /// How long it took, in microseconds.
+    pub took_us: u64,
 }
 
 /// Whether a live sandbox runs or is paused.

@@ -326,6 +326,7 @@ impl DockerLauncher {
             spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
             applied: plan.applied,
             state: stockade_core::RunState::Running,
+            steps: Vec::new(),
         })
     }
 
@@ -549,6 +550,7 @@ impl DockerLauncher {
                 .and_then(|s| serde_json::from_str(s).ok())
                 .unwrap_or_default(),
             state: stockade_core::RunState::Running,
+            steps: Vec::new(),
         }
     }
 

@@ -610,6 +610,7 @@ impl GvisorLauncher {
             spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
             applied: b.applied,
             state: stockade_core::RunState::Running,
+            steps: Vec::new(),
         };
         let record = Record {
             info: info.clone(),

@@ -29,12 +29,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
 use stockade_agent_proto::EgressDenial;
-use stockade_agent_proto::launch::{LaunchReport, NetReply, NetRequest, NetworkPlan, SandboxState};
+use stockade_agent_proto::launch::{
+    LaunchReport, NetReply, NetRequest, NetworkPlan, SandboxState, TimedStep,
+};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
-    SandboxInfo, ValidatedSpec,
+    SandboxInfo, StartStep, ValidatedSpec,
 };
+use stockade_sys::process::monotonic_ns;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use doctor::{host_checks, tune_favordynmods, tune_pid_max};
@@ -135,6 +138,24 @@ pub fn network_tools() -> std::result::Result<String, String> {
         .join(", "))
 }
 
+/// `steps` (absolute, on the host's monotonic clock) as the API says them: from the
+/// start of the first, in the order they began.
+fn start_steps(steps: &[TimedStep]) -> Vec<StartStep> {
+    let Some(first) = steps.iter().map(|s| s.start_ns).min() else {
+        return Vec::new();
+    };
+    let mut out: Vec<StartStep> = steps
+        .iter()
+        .map(|s| StartStep {
+            name: s.name.clone(),
+            start_us: (s.start_ns - first) / 1000,
+            took_us: s.end_ns.saturating_sub(s.start_ns) / 1000,
+        })
+        .collect();
+    out.sort_by_key(|s| s.start_us);
+    out
+}
+
 fn new_id() -> String {
     stockade_core::host::new_sandbox_id()
 }
@@ -229,6 +250,7 @@ impl NativeLauncher {
             } else {
                 RunState::Running
             },
+            steps: start_steps(&st.steps),
         }
     }
 
@@ -245,6 +267,7 @@ impl NativeLauncher {
     }
 
     async fn start(&self, spec: &ValidatedSpec, opts: &CreateOptions) -> Result<SandboxState> {
+        let t0 = monotonic_ns();
         let userns = self.userns()?;
         let rootless = (!stockade_core::host::is_root()).then(rootless::RootlessHost::detect);
         let agent = find_agent()?;
@@ -365,9 +388,11 @@ impl NativeLauncher {
         // `posix_spawn` (vfork), not a `fork` that copies a large embedding process's
         // page tables; where this process made a sandbox before, a monitor server
         // forks it instead (monitors.rs).
+        let t1 = monotonic_ns();
         let started = monitors::start(&agent, log).await.inspect_err(|_| {
             let _ = std::fs::remove_dir_all(&dir);
         })?;
+        let t2 = monotonic_ns();
         let (mut stdin, stdout) = (started.stdin, started.stdout);
         stdin
             .write_all(&input)
@@ -392,7 +417,23 @@ impl NativeLauncher {
             Ok(Ok(_)) => {}
         }
         match serde_json::from_str::<LaunchReport>(line.trim()) {
-            Ok(LaunchReport::Ready(st)) => Ok(st),
+            Ok(LaunchReport::Ready(mut st)) => {
+                let step = |name: &str, start_ns, end_ns| TimedStep {
+                    name: name.to_string(),
+                    start_ns,
+                    end_ns,
+                };
+                let t3 = monotonic_ns();
+                st.steps.splice(
+                    0..0,
+                    [
+                        step("host: plan the sandbox", t0, t1),
+                        step("host: start the monitor", t1, t2),
+                    ],
+                );
+                st.steps.push(step("host: the monitor's report", t2, t3));
+                Ok(st)
+            }
             Ok(LaunchReport::Failed { code, message }) => {
                 state::reap_dir(&dir);
                 Err(Error::remote(code, message))
@@ -752,5 +793,39 @@ async fn net_request(sock: &Path, req: &NetRequest) -> Result<NetReply> {
             operation: "asking the sandbox's network monitor".into(),
             after_ms: 10_000,
         }),
+    }
+}
+
+#[cfg(test)]
+mod step_tests {
+    use super::*;
+
+    #[test]
+    fn start_steps_count_from_the_first_and_are_in_order() {
+        let s = |name: &str, start_ns, end_ns| TimedStep {
+            name: name.into(),
+            start_ns,
+            end_ns,
+        };
+        let steps = start_steps(&[
+            s("host: plan", 1_000_000, 1_300_000),
+            s("monitor: clone", 2_000_000, 2_500_000),
+            s("PID 1: root", 2_200_000, 4_000_000),
+            s("monitor: move", 2_500_000, 3_000_000),
+        ]);
+        let got: Vec<(&str, u64, u64)> = steps
+            .iter()
+            .map(|s| (s.name.as_str(), s.start_us, s.took_us))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("host: plan", 0, 300),
+                ("monitor: clone", 1000, 500),
+                ("PID 1: root", 1200, 1800),
+                ("monitor: move", 1500, 500),
+            ]
+        );
+        assert!(start_steps(&[]).is_empty());
     }
 }

@@ -202,6 +202,7 @@ impl Provider for WasmProvider {
                 .map_err(|e| Error::Internal(format!("cannot encode spec: {e}")))?,
             applied: self.applied(&spec, &module),
             state: stockade_core::RunState::Running,
+            steps: Vec::new(),
         };
         let (dead, dead_rx) = watch::channel(false);
         let expires_at = Instant::now() + lifetime;

@@ -28,6 +28,17 @@ pub async fn run(ctx: &Ctx, id: &str) -> Result<i32> {
     if let Some(o) = info.owner_pid {
         println!("owner pid:  {o}");
     }
+    if let Some(end) = info.steps.iter().map(|s| s.start_us + s.took_us).max() {
+        println!("started in: {:.2} ms (at, took, step)", end as f64 / 1000.0);
+        for s in &info.steps {
+            println!(
+                "  {:8.2} {:8.2}  {}",
+                s.start_us as f64 / 1000.0,
+                s.took_us as f64 / 1000.0,
+                s.name
+            );
+        }
+    }
     println!("applied:");
     for a in &info.applied {
         println!("  {a}");

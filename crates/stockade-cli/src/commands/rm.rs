@@ -104,6 +104,7 @@ mod tests {
             spec: serde_json::json!({ "labels": labels }),
             applied: Vec::new(),
             state: Default::default(),
+            steps: Vec::new(),
         }
     }
 

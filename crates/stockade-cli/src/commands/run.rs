@@ -1,11 +1,12 @@
 //! `stockade run [spec flags] CMD...` and `run --language L --code CODE | -f FILE`.
 
 use std::path::PathBuf;
+use std::time::{Duration, Instant};
 
 use clap::Args;
 use stockade::code::Source;
 use stockade::spec::LanguagePreset;
-use stockade::{CreateOptions, Error, Result, Sandbox};
+use stockade::{CreateOptions, Error, Result, Sandbox, StartStep};
 
 use super::exec::{exec_and_print, request};
 use super::{Ctx, image};
@@ -38,6 +39,11 @@ pub struct RunArgs {
     /// NAME`) instead of a fresh one; --timeout is then only the command's deadline.
     #[arg(long, value_name = "NAME")]
     pub from_snapshot: Option<String>,
+    /// Print, to stderr, how long each step took: the sandbox's start as its provider
+    /// timed it (native: the host, the monitor and PID 1, step by step), then the
+    /// create, the exec and the destroy as this command saw them.
+    #[arg(long)]
+    pub timings: bool,
     /// The command and its arguments (unless --language is given). Every flag after
     /// the command's first word is the command's own, as with `docker run`; a `--`
     /// before the command is accepted too.
@@ -47,6 +53,38 @@ pub struct RunArgs {
         value_name = "COMMAND"
     )]
     pub command: Vec<String>,
+}
+
+/// `run --timings`: the provider's steps of the sandbox's start (`at` from the start
+/// of the first), then this command's create, exec and destroy (`at` from the start of
+/// the create, which the first step follows within microseconds).
+fn timings_table(
+    steps: &[StartStep],
+    created: Duration,
+    executed: Duration,
+    total: Duration,
+) -> String {
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    let mut out = String::from(
+        "stockade: timings in ms (steps of one process follow each other; those of \
+         different processes overlap)\n      at     took  step\n",
+    );
+    let mut row = |at: f64, took: Option<f64>, what: &str| {
+        let took = took.map_or(String::new(), |t| format!("{t:8.2}"));
+        out.push_str(&format!("{at:8.2} {took:>8}  {what}\n"));
+    };
+    for s in steps {
+        row(
+            s.start_us as f64 / 1000.0,
+            Some(s.took_us as f64 / 1000.0),
+            &s.name,
+        );
+    }
+    row(0.0, Some(ms(created)), "create");
+    row(ms(created), Some(ms(executed - created)), "exec");
+    row(ms(executed), Some(ms(total - executed)), "destroy");
+    row(ms(total), None, "total");
+    out
 }
 
 /// Pulls and unpacks images with the CLI's progress bars.
@@ -182,6 +220,7 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let opts = CreateOptions {
         owner_pid: Some(std::process::id()),
     };
+    let t0 = Instant::now();
     let sb = match &a.from_snapshot {
         Some(name) => super::snapshot::start_from(ctx, provider.clone(), name, opts).await?,
         None => {
@@ -192,8 +231,16 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
             Sandbox::create(provider.clone(), spec, opts).await?
         }
     };
+    let created = t0.elapsed();
     let result = exec_and_print(ctx, provider.as_ref(), sb.id(), req).await;
+    let executed = t0.elapsed();
     let destroyed = sb.destroy().await;
+    if a.timings {
+        eprint!(
+            "{}",
+            timings_table(&sb.info().steps, created, executed, t0.elapsed())
+        );
+    }
     let code = result?;
     destroyed?;
     Ok(code)

@@ -18,6 +18,7 @@ mod languages;
 mod manners;
 mod rootless;
 mod snapshot;
+mod timings;
 
 use stockade_testkit::require_root;
 
