@@ -6,6 +6,12 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The incremental caches of a kept machine grow with every build of changed code (31 GiB
+# here after a week, and a full disk failed a run): past 8 GiB they go, before the build.
+inc=$CARGO_TARGET_DIR/debug/incremental
+if [ -d "$inc" ] && [ "$(du -sm "$inc" | cut -f1)" -gt 8192 ]; then
+  rm -rf "$inc"
+fi
 scripts/setup.sh debug
 for extra in crates/*/ci-setup.sh; do
   [ -f "$extra" ] && bash "$extra"

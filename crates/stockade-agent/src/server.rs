@@ -16,6 +16,7 @@ use std::time::Instant;
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::signal::{SigSet, Signal};
+use nix::sys::signalfd::{SfdFlags, SignalFd};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::Pid;
 use stockade_agent_proto::codec::{read_msg, write_msg};
@@ -85,7 +86,8 @@ fn idle_watchdog(shared: &Shared, idle_ms: u64) -> ! {
 pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>) -> ! {
     let _ = nix::sys::prctl::set_dumpable(false);
     // Orphans of every exec end up with us; reap them on SIGCHLD. Block it here so
-    // every thread inherits the block and only the reaper takes it.
+    // every thread inherits the block and only the loop below (or the reaper thread,
+    // where no signalfd can be had) takes it.
     let mut chld = SigSet::empty();
     chld.add(Signal::SIGCHLD);
     let _ = chld.thread_block();
@@ -96,7 +98,14 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
     } else {
         Zygote::start(crate::zygote::Setup::of(&policy))
     };
-    std::thread::spawn(move || reap_forever(chld));
+    // The accept loop reaps too, woken by a signalfd: no thread of its own for it (one
+    // task less per idle sandbox). Where that cannot be set up, a reaper thread.
+    let sigchld = SignalFd::with_flags(&chld, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)
+        .ok()
+        .filter(|_| listener.set_nonblocking(true).is_ok());
+    if sigchld.is_none() {
+        std::thread::spawn(move || reap_forever(chld));
+    }
     let idle = policy.idle_timeout_ms;
     let shared = Arc::new(Shared {
         policy,
@@ -111,7 +120,14 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
         let shared = shared.clone();
         std::thread::spawn(move || idle_watchdog(&shared, idle));
     }
-    for conn in listener.incoming() {
+    loop {
+        let conn = match &sigchld {
+            Some(sigchld) => match next_connection(&listener, sigchld) {
+                Some(c) => c,
+                None => continue,
+            },
+            None => listener.accept().map(|(s, _)| s),
+        };
         match conn {
             Ok(stream) => {
                 let shared = shared.clone();
@@ -145,7 +161,49 @@ pub fn serve(listener: UnixListener, policy: ExecPolicy, oom: Option<OomCounter>
             Err(_) => std::thread::sleep(std::time::Duration::from_millis(10)),
         }
     }
-    stockade_sys::process::exit_now(0)
+}
+
+/// Waits for a connection on `listener` (non-blocking) and reaps every child that
+/// ended meanwhile (`sigchld` readable). `None`: nothing to accept yet.
+fn next_connection(
+    listener: &UnixListener,
+    sigchld: &SignalFd,
+) -> Option<std::io::Result<UnixStream>> {
+    match listener.accept() {
+        // Blocking, as every connection's thread expects (accept does not pass
+        // O_NONBLOCK on; said anyway).
+        Ok((s, _)) => return Some(s.set_nonblocking(false).map(|()| s)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+        Err(e) => return Some(Err(e)),
+    }
+    let mut fds = [
+        PollFd::new(listener.as_fd(), PollFlags::POLLIN),
+        PollFd::new(sigchld.as_fd(), PollFlags::POLLIN),
+    ];
+    let _ = poll(&mut fds, PollTimeout::NONE);
+    let ready = |f: &PollFd| f.revents().is_some_and(|r| !r.is_empty());
+    if ready(&fds[1]) {
+        while let Ok(Some(_)) = sigchld.read_signal() {}
+        reap_all();
+    }
+    if ready(&fds[0]) {
+        return match listener.accept() {
+            Ok((s, _)) => Some(s.set_nonblocking(false).map(|()| s)),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+            Err(e) => Some(Err(e)),
+        };
+    }
+    None
+}
+
+/// Reaps every child that has ended, without waiting.
+fn reap_all() {
+    loop {
+        match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
+            Ok(WaitStatus::StillAlive) | Err(_) => break,
+            Ok(_) => continue,
+        }
+    }
 }
 
 /// Starts a thread, or says why not: with the sandbox's pids cap reached (the code's
@@ -178,6 +236,9 @@ where
                 if e.kind() == std::io::ErrorKind::WouldBlock
                     && pause <= std::time::Duration::from_millis(64) =>
             {
+                // Children that ended hold their pids until reaped, and the loop
+                // that reaps may be this very thread.
+                reap_all();
                 std::thread::sleep(pause);
                 pause *= 2;
             }
@@ -194,12 +255,7 @@ where
 
 fn reap_forever(mask: SigSet) -> ! {
     loop {
-        loop {
-            match waitpid(Pid::from_raw(-1), Some(WaitPidFlag::WNOHANG)) {
-                Ok(WaitStatus::StillAlive) | Err(_) => break,
-                Ok(_) => continue,
-            }
-        }
+        reap_all();
         let _ = mask.wait();
     }
 }
