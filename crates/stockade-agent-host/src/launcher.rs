@@ -39,6 +39,11 @@ pub trait Launcher: Send + Sync + 'static {
     /// The live sandboxes.
     async fn list(&self) -> Result<Vec<SandboxInfo>>;
 
+    /// See `Provider::live_ids`; the default lists them.
+    async fn live_ids(&self) -> Result<Vec<String>> {
+        Ok(self.list().await?.into_iter().map(|i| i.id).collect())
+    }
+
     /// One sandbox.
     async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
 

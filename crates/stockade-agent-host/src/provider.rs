@@ -124,6 +124,10 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.list().await
     }
 
+    async fn live_ids(&self) -> Result<Vec<String>> {
+        self.launcher.live_ids().await
+    }
+
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
         self.launcher.inspect(id).await
     }

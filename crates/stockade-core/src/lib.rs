@@ -355,6 +355,13 @@ pub trait Provider: Send + Sync + 'static {
     /// The live sandboxes of this provider.
     async fn list(&self) -> Result<Vec<SandboxInfo>>;
 
+    /// The ids of the sandboxes [`Provider::list`] names, without describing each: the
+    /// daemon's look for vanished sandboxes asks every few seconds, with thousands
+    /// live. The default lists them.
+    async fn live_ids(&self) -> Result<Vec<String>> {
+        Ok(self.list().await?.into_iter().map(|i| i.id).collect())
+    }
+
     /// One sandbox.
     async fn inspect(&self, id: &str) -> Result<SandboxInfo>;
 

@@ -506,6 +506,16 @@ impl Launcher for NativeLauncher {
         Ok(())
     }
 
+    /// A live sandbox's directory has a state file and a monitor holding its lock:
+    /// two look-ups and a lock probe each, where `list` also reads and decodes the
+    /// state (at 3,000 sandboxes, about 100 ms every 5 s of a daemon's CPU).
+    async fn live_ids(&self) -> Result<Vec<String>> {
+        let root = self.state_root.clone();
+        tokio::task::spawn_blocking(move || state::live_ids(&root))
+            .await
+            .map_err(|e| Error::Internal(format!("the listing task failed: {e}")))
+    }
+
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
         // A few files per sandbox: with thousands (a daemon's idle ones) that is
         // hundreds of milliseconds, which must not hold up the caller's runtime thread

@@ -111,6 +111,15 @@ pub fn read_live(dir: &Path) -> Option<SandboxState> {
     monitor_alive(dir).then_some(st)
 }
 
+/// The ids of the live sandboxes under `root` (those [`live`] returns), in no order.
+pub fn live_ids(root: &Path) -> Vec<String> {
+    entries(root)
+        .iter()
+        .filter(|d| d.join("state.json").exists() && monitor_alive(d))
+        .filter_map(|d| d.file_name().and_then(|n| n.to_str()).map(str::to_string))
+        .collect()
+}
+
 /// Every live sandbox under `root`, oldest first.
 pub fn live(root: &Path) -> Vec<SandboxState> {
     let mut v: Vec<SandboxState> = entries(root).iter().filter_map(|d| read_live(d)).collect();
@@ -122,8 +131,9 @@ fn entries(root: &Path) -> Vec<PathBuf> {
     fs::read_dir(root)
         .map(|d| {
             d.flatten()
+                // The type from the directory listing itself: no `stat` for each.
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
                 .map(|e| e.path())
-                .filter(|p| p.is_dir())
                 .collect()
         })
         .unwrap_or_default()

@@ -60,6 +60,16 @@ async fn pid1_is_one_thread_and_reaps_orphans() {
             .unwrap();
     let init = st["init_pid"].as_u64().unwrap() as u32;
     assert_eq!(threads_and_zombies(init), (1, vec![]), "an idle PID 1");
+    // The daemon's cheap look for vanished sandboxes names what `list` names.
+    let listed: Vec<String> = provider
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    assert_eq!(provider.live_ids().await.unwrap(), listed);
+    assert_eq!(listed, [sb.id().to_string()]);
     // Orphans: each subshell's child outlives its parent and ends up with PID 1.
     for _ in 0..3 {
         let out = sb
@@ -97,4 +107,5 @@ async fn pid1_is_one_thread_and_reaps_orphans() {
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), "still serving\n");
     sb.destroy().await.unwrap();
+    assert_eq!(provider.live_ids().await.unwrap(), Vec::<String>::new());
 }

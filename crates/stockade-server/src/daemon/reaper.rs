@@ -25,34 +25,47 @@ impl Daemon {
         let now = now_ms();
         let mut victims: Vec<(SandboxRecord, ReapReason)> = Vec::new();
         let pool_keys: Vec<PoolKey>;
+        // The owners to look at: each process once, however many sandboxes it owns
+        // (one program often owns thousands), and outside the lock.
+        let owners: HashSet<u32> = {
+            let g = self.lock();
+            g.entries
+                .values()
+                .filter(|e| e.state == State::InUse)
+                .filter_map(|e| e.record.owner_pid)
+                .collect()
+        };
+        let owner_gone = |pid: u32| !std::path::Path::new(&format!("/proc/{pid}")).exists();
+        let dead: HashSet<u32> = owners.into_iter().filter(|&pid| owner_gone(pid)).collect();
         {
             let mut g = self.lock();
-            let due: Vec<(String, ReapReason)> =
-                g.entries
-                    .values()
-                    .filter(|e| e.state == State::InUse)
-                    .filter_map(|e| {
-                        let r = &e.record;
-                        // A paused sandbox's lifetime and idle time do not run.
-                        let paused = r.paused_at_ms.is_some();
-                        let why = if !paused && now >= r.expires_at_ms {
-                            ReapReason::Lifetime
-                        } else if !paused
-                            && r.idle_timeout_ms
-                                .is_some_and(|t| now.saturating_sub(e.last_used_ms) >= t)
-                            && e.ops == 0
-                        {
-                            ReapReason::Idle
-                        } else if r.owner_pid.is_some_and(|pid| {
-                            !std::path::Path::new(&format!("/proc/{pid}")).exists()
-                        }) {
-                            ReapReason::Owner
-                        } else {
-                            return None;
-                        };
-                        Some((r.id.clone(), why))
-                    })
-                    .collect();
+            // Still dead now, under the lock: a pid taken again meanwhile is a live
+            // owner (as it would have been had the look been made here).
+            let dead: HashSet<u32> = dead.into_iter().filter(|&pid| owner_gone(pid)).collect();
+            let due: Vec<(String, ReapReason)> = g
+                .entries
+                .values()
+                .filter(|e| e.state == State::InUse)
+                .filter_map(|e| {
+                    let r = &e.record;
+                    // A paused sandbox's lifetime and idle time do not run.
+                    let paused = r.paused_at_ms.is_some();
+                    let why = if !paused && now >= r.expires_at_ms {
+                        ReapReason::Lifetime
+                    } else if !paused
+                        && r.idle_timeout_ms
+                            .is_some_and(|t| now.saturating_sub(e.last_used_ms) >= t)
+                        && e.ops == 0
+                    {
+                        ReapReason::Idle
+                    } else if r.owner_pid.is_some_and(|pid| dead.contains(&pid)) {
+                        ReapReason::Owner
+                    } else {
+                        return None;
+                    };
+                    Some((r.id.clone(), why))
+                })
+                .collect();
             for (id, why) in due {
                 if let Some(r) = g.claim(&id, |_| true) {
                     victims.push((r, why));
@@ -111,10 +124,10 @@ impl Daemon {
             let Ok((_, p)) = self.provider(&name) else {
                 continue;
             };
-            let Ok(live) = p.list().await else {
+            let Ok(live) = p.live_ids().await else {
                 continue;
             };
-            let live: HashSet<String> = live.into_iter().map(|i| i.id).collect();
+            let live: HashSet<String> = live.into_iter().collect();
             let mut g = self.lock();
             for (id, state) in seen {
                 if live.contains(&id) {

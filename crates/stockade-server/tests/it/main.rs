@@ -1011,3 +1011,36 @@ async fn a_destroyed_sandbox_is_never_shown_again_and_a_restart_finishes_its_tea
     assert!(listed.is_empty(), "shown after a restart: {listed:?}");
     d.assert_none_left().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sandbox_that_dies_on_its_own_is_forgotten_and_its_neighbour_kept() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let port = free_port();
+    let d = TestDaemon::start(&[&format!("--metrics-listen=127.0.0.1:{port}")]);
+    let c = d.client(None).await;
+    let keep = create(&c, spec(120)).await;
+    let lost = create(&c, spec(120)).await;
+    // Its monitor killed, the sandbox ends (the monitor's PID 1 dies with it); the
+    // daemon's look for vanished sandboxes (by their ids, every 5 s) forgets it, and
+    // says so in its metrics.
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &monitor_pid(&d, lost.id()).to_string()])
+        .status();
+    eventually(30, "the dead sandbox reaped as gone", || async {
+        http_get(port, "/metrics")
+            .await
+            .contains("stockade_reaps_total{reason=\"gone\"} 1\n")
+    })
+    .await;
+    assert_eq!(
+        c.inspect(lost.id()).await.unwrap_err().code(),
+        ErrorCode::NotFound
+    );
+    let listed: Vec<String> = c.list().await.unwrap().into_iter().map(|i| i.id).collect();
+    assert_eq!(listed, [keep.id().to_string()]);
+    let o = keep.exec(sh("echo alive")).await.unwrap();
+    assert_eq!(String::from_utf8_lossy(&o.stdout), "alive\n");
+    keep.destroy().await.unwrap();
+}
