@@ -424,13 +424,23 @@ impl NativeLauncher {
                     end_ns,
                 };
                 let t3 = monotonic_ns();
-                st.steps.splice(
-                    0..0,
-                    [
-                        step("host: plan the sandbox", t0, t1),
-                        step("host: start the monitor", t1, t2),
-                    ],
-                );
+                // From our start of the monitor to its first step: its `exec` and its
+                // own start (or, from the monitor server, its fork).
+                let monitor_from = st
+                    .steps
+                    .iter()
+                    .filter(|s| s.name.starts_with("monitor: "))
+                    .map(|s| s.start_ns)
+                    .min()
+                    .filter(|&m| m > t2);
+                let mut host = vec![
+                    step("host: plan the sandbox", t0, t1),
+                    step("host: start the monitor", t1, t2),
+                ];
+                if let Some(m) = monitor_from {
+                    host.push(step("monitor: its process starting", t2, m));
+                }
+                st.steps.splice(0..0, host);
                 st.steps.push(step("host: the monitor's report", t2, t3));
                 Ok(st)
             }

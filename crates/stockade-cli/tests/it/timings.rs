@@ -61,6 +61,7 @@ both_ways! {
         for name in [
             "host: plan the sandbox",
             "host: start the monitor",
+            "monitor: its process starting",
             "monitor: read the launch plan",
             "monitor: create the cgroups",
             "monitor: clone PID 1 into new namespaces",
