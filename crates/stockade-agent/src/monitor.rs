@@ -159,6 +159,7 @@ pub fn main() -> i32 {
     if let Some(ids) = &ids {
         applied.push(ids.describe(plan.exec.uid, plan.exec.gid));
     }
+    steps.done("monitor: lock the state and the image", t);
     let mut state = SandboxState {
         id: plan.id.clone(),
         monitor_pid: std::process::id(),
@@ -171,10 +172,9 @@ pub fn main() -> i32 {
         applied,
         spec: plan.spec.clone(),
         host_ids: ids.as_ref().map(|i| i.range),
-        steps: Vec::new(),
+        // What state.json keeps; the report has the steps after it too.
+        steps: steps.0.clone(),
     };
-    steps.done("monitor: lock the state and the image", t);
-    state.steps = steps.0;
     let t = monotonic_ns();
     if let Err(e) = write_state(&plan.state_dir, &state) {
         teardown(&plan, child, helper.as_ref());
@@ -202,8 +202,6 @@ pub fn main() -> i32 {
         report(&mut stdout, &fail(ErrorCode::Internal, e));
         return 1;
     }
-    // The state file has the steps up to here; the report has them all.
-    let mut steps = Steps(std::mem::take(&mut state.steps));
     steps.done("monitor: write the state, start the egress proxy", t);
     state.steps = steps.0;
     report(&mut stdout, &LaunchReport::Ready(state));
@@ -246,12 +244,12 @@ type Launched = (Pid, Option<Helper>, Option<Ids>, Option<egress::Sockets>);
 
 /// The steps of a sandbox's start, timed as they happen (`stockade run --timings`).
 #[derive(Default)]
-pub(crate) struct Steps(pub(crate) Vec<TimedStep>);
+struct Steps(Vec<TimedStep>);
 
 impl Steps {
     /// Records `name` as running from `start` (ns, [`monotonic_ns`]) until now, and
     /// returns now: the start of the next step.
-    pub(crate) fn done(&mut self, name: &str, start: u64) -> u64 {
+    fn done(&mut self, name: &str, start: u64) -> u64 {
         let now = monotonic_ns();
         self.0.push(TimedStep {
             name: name.to_string(),

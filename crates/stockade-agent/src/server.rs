@@ -169,12 +169,15 @@ fn next_connection(
     listener: &UnixListener,
     sigchld: &SignalFd,
 ) -> Option<std::io::Result<UnixStream>> {
-    match listener.accept() {
+    let accept = || match listener.accept() {
         // Blocking, as every connection's thread expects (accept does not pass
         // O_NONBLOCK on; said anyway).
-        Ok((s, _)) => return Some(s.set_nonblocking(false).map(|()| s)),
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-        Err(e) => return Some(Err(e)),
+        Ok((s, _)) => Some(s.set_nonblocking(false).map(|()| s)),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
+        Err(e) => Some(Err(e)),
+    };
+    if let Some(conn) = accept() {
+        return Some(conn);
     }
     let mut fds = [
         PollFd::new(listener.as_fd(), PollFlags::POLLIN),
@@ -187,11 +190,7 @@ fn next_connection(
         reap_all();
     }
     if ready(&fds[0]) {
-        return match listener.accept() {
-            Ok((s, _)) => Some(s.set_nonblocking(false).map(|()| s)),
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => None,
-            Err(e) => Some(Err(e)),
-        };
+        return accept();
     }
     None
 }

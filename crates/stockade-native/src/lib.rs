@@ -433,14 +433,12 @@ impl NativeLauncher {
                     .map(|s| s.start_ns)
                     .min()
                     .filter(|&m| m > t2);
-                let mut host = vec![
-                    step("host: plan the sandbox", t0, t1),
-                    step("host: start the monitor", t1, t2),
-                ];
+                // In any order: `start_steps` orders them by when they began.
+                st.steps.push(step("host: plan the sandbox", t0, t1));
+                st.steps.push(step("host: start the monitor", t1, t2));
                 if let Some(m) = monitor_from {
-                    host.push(step("monitor: its process starting", t2, m));
+                    st.steps.push(step("monitor: its process starting", t2, m));
                 }
-                st.steps.splice(0..0, host);
                 st.steps.push(step("host: the monitor's report", t2, t3));
                 Ok(st)
             }

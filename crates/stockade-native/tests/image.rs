@@ -9,6 +9,8 @@ use stockade_core::{CreateOptions, Error, ExecRequest, Provider, Sandbox, Sandbo
 use stockade_native::{NativeLauncher, NativeProvider};
 use stockade_testkit::{DEBIAN_FIX, Registry, debian_test_image, require};
 
+mod common;
+
 const HELLO: &[u8] =
     b"import os\nprint('hello', os.getcwd(), os.environ['IMAGE_GREETING'], os.getuid())\n";
 
@@ -28,12 +30,7 @@ fn write_layout_as(dir: &Path, base: &Path, user: &str, name: &str) {
 
 /// Root, the agent and the Debian test image, or `None` after a SKIPPED line.
 fn parts() -> Option<std::path::PathBuf> {
-    require("root", stockade_testkit::root(), "run the tests as root")?;
-    require(
-        "the stockade agent",
-        stockade_native::find_agent().map_err(|e| e.to_string()),
-        "cargo build -p stockade-agent (cargo test --workspace builds it)",
-    )?;
+    common::root_and_agent()?;
     require("the Debian test image", debian_test_image(), DEBIAN_FIX)
 }
 

@@ -10,16 +10,11 @@ use std::time::{Duration, Instant};
 
 use stockade_core::{CreateOptions, ExecRequest, Provider, Sandbox, SandboxSpec};
 use stockade_native::{NativeLauncher, NativeProvider};
-use stockade_testkit::require;
+
+mod common;
 
 fn parts() -> Option<()> {
-    require("root", stockade_testkit::root(), "run the tests as root")?;
-    require(
-        "the stockade agent",
-        stockade_native::find_agent().map_err(|e| e.to_string()),
-        "cargo build -p stockade-agent (cargo test --workspace builds it)",
-    )?;
-    Some(())
+    common::root_and_agent()
 }
 
 /// A process's parent, session and command line.

@@ -7,41 +7,22 @@ use std::time::Duration;
 
 use stockade_core::{CreateOptions, ExecRequest, Provider, Sandbox, SandboxSpec};
 use stockade_native::{NativeLauncher, NativeProvider};
-use stockade_testkit::require;
+
+mod common;
 
 /// The threads of `pid`, and its children that are zombies.
 fn threads_and_zombies(pid: u32) -> (usize, Vec<u32>) {
     let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map_or(0, Iterator::count);
-    let parent = pid.to_string();
-    let mut zombies = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(child) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{child}/stat")) else {
-            continue;
-        };
-        let Some(close) = stat.rfind(')') else {
-            continue;
-        };
-        let mut rest = stat[close + 2..].split(' ');
-        if rest.next() == Some("Z") && rest.next() == Some(parent.as_str()) {
-            zombies.push(child);
-        }
-    }
+    let zombies = common::zombie_children_of(pid)
+        .into_iter()
+        .map(|(z, _)| z)
+        .collect();
     (threads, zombies)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pid1_is_one_thread_and_reaps_orphans() {
-    if require("root", stockade_testkit::root(), "run the tests as root").is_none()
-        || require(
-            "the stockade agent",
-            stockade_native::find_agent().map_err(|e| e.to_string()),
-            "cargo build -p stockade-agent (cargo test --workspace builds it)",
-        )
-        .is_none()
-    {
+    if common::root_and_agent().is_none() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

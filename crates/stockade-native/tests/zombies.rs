@@ -11,43 +11,19 @@ use std::sync::Arc;
 
 use stockade_core::{CreateOptions, Provider, Sandbox, SandboxSpec};
 use stockade_native::{NativeLauncher, NativeProvider};
-use stockade_testkit::require;
+
+mod common;
 
 const BURST: usize = 24;
 
 /// Our zombie children: pid and command name.
 fn zombie_children() -> Vec<(u32, String)> {
-    let me = std::process::id().to_string();
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        let (Some(open), Some(close)) = (stat.find('('), stat.rfind(')')) else {
-            continue;
-        };
-        let mut rest = stat[close + 2..].split(' ');
-        let (state, ppid) = (rest.next(), rest.next());
-        if state == Some("Z") && ppid == Some(me.as_str()) {
-            found.push((pid, stat[open + 1..close].to_string()));
-        }
-    }
-    found
+    common::zombie_children_of(std::process::id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_sandboxes_leaves_no_zombie() {
-    if require("root", stockade_testkit::root(), "run the tests as root").is_none()
-        || require(
-            "the stockade agent",
-            stockade_native::find_agent().map_err(|e| e.to_string()),
-            "cargo build -p stockade-agent (cargo test --workspace builds it)",
-        )
-        .is_none()
-    {
+    if common::root_and_agent().is_none() {
         return;
     }
     nix::sys::prctl::set_child_subreaper(true).expect("PR_SET_CHILD_SUBREAPER");
