@@ -219,6 +219,9 @@ fn sha256_copy(path: &Path, mut to: Option<&mut std::fs::File>) -> Result<(Strin
 
 /// Whether the process `pid` that started at `ticks` still runs. A zombie does not:
 /// a killed VM host is reparented to the host's init, which may reap it late.
+/// A sandbox held by a make, pause or resume in progress ([`MicrovmLauncher::hold`]).
+struct Hold(#[allow(dead_code)] nix::fcntl::Flock<std::fs::File>);
+
 fn alive(pid: u32, ticks: u64) -> bool {
     stockade_sys::process::is_same_process(pid, ticks)
 }
@@ -485,7 +488,56 @@ impl MicrovmLauncher {
         lines.into_iter().rev().collect::<Vec<_>>().join(" | ")
     }
 
-    fn make_dir(&self, id: &str) -> Result<PathBuf> {
+    /// Holds sandbox `id` while it is made, paused or resumed (an exclusive `flock`
+    /// on `DIR/busy`, waiting up to two minutes for another such operation on it).
+    /// Between one VM host's end and the next one's start a sandbox has no
+    /// supervisor and would look dead: [`Launcher::gc`] leaves a held one alone.
+    async fn hold(&self, id: &str) -> Result<Hold> {
+        let until = Instant::now() + Duration::from_secs(120);
+        loop {
+            match self.try_hold(id)? {
+                Some(h) => return Ok(h),
+                None if Instant::now() < until => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                None => {
+                    return Err(Error::Timeout {
+                        operation: format!(
+                            "waiting for another operation on sandbox {id} (a pause, resume or start) to finish"
+                        ),
+                        after_ms: 120_000,
+                    });
+                }
+            }
+        }
+    }
+
+    /// [`Self::hold`] without waiting: `None` when another process or task holds it.
+    fn try_hold(&self, id: &str) -> Result<Option<Hold>> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let p = self.dir(id).join("busy");
+        let f = match std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&p)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Err(not_found(id)),
+            Err(e) => return Err(Error::io(format!("cannot open {}", p.display()), e)),
+        };
+        match nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock) {
+            Ok(h) => Ok(Some(Hold(h))),
+            Err((_, nix::errno::Errno::EWOULDBLOCK)) => Ok(None),
+            Err((_, e)) => Err(Error::Internal(format!("cannot lock {}: {e}", p.display()))),
+        }
+    }
+
+    /// Makes sandbox `id`'s directory, held (see [`Self::hold`]) until the returned
+    /// hold is dropped.
+    fn make_dir(&self, id: &str) -> Result<(PathBuf, Hold)> {
         use std::os::unix::fs::PermissionsExt;
         std::fs::create_dir_all(&self.state_root)
             .map_err(io(format!("cannot create {}", self.state_root.display())))?;
@@ -497,7 +549,13 @@ impl MicrovmLauncher {
             .mode(0o700)
             .create(&dir)
             .map_err(io(format!("cannot create {}", dir.display())))?;
-        Ok(dir)
+        let hold = self.try_hold(id)?.ok_or_else(|| {
+            Error::Internal(format!(
+                "the new directory {} is held by another",
+                dir.display()
+            ))
+        })?;
+        Ok((dir, hold))
     }
 
     /// Makes sandbox `id`'s network monitor directory (0700, in its own), with the
@@ -571,7 +629,7 @@ impl MicrovmLauncher {
         // proxy, and (with credentials) a new authority and placeholders.
         let setup = stockade_native::network_setup(&spec.network, &[])?;
         let id = stockade_core::host::new_sandbox_id();
-        let dir = self.make_dir(&id)?;
+        let (dir, _hold) = self.make_dir(&id)?;
         let r = async {
             let now = now_ms();
             let net = setup.as_ref().map(|s| plan::NetInput {
@@ -710,6 +768,8 @@ impl MicrovmLauncher {
 
     async fn pause_vm(&self, id: &str) -> Result<()> {
         check_id(id)?;
+        self.read_record(id)?;
+        let _hold = self.hold(id).await?;
         let record = self.read_record(id)?;
         if self.is_paused(id) {
             return Err(Error::InvalidRequest(format!(
@@ -827,6 +887,9 @@ impl MicrovmLauncher {
     }
 
     async fn resume_vm(&self, id: &str) -> Result<()> {
+        check_id(id)?;
+        self.read_record(id)?;
+        let _hold = self.hold(id).await?;
         let mem = self.snapshot_of(id).await?;
         let mut record = self.read_record(id)?;
         // A sandbox started from a named snapshot boots from that snapshot's root
@@ -874,6 +937,10 @@ impl MicrovmLauncher {
                 "fork count {count} is out of range; give 1 to 64"
             )));
         }
+        check_id(id)?;
+        self.read_record(id)?;
+        // The source stays paused (its saved state in place) while the copies start.
+        let _hold = self.hold(id).await?;
         let mem = self.snapshot_of(id).await?;
         let source = self.read_record(id)?;
         let mut applied = source.info.applied.clone();
@@ -905,11 +972,13 @@ impl MicrovmLauncher {
         opts: &CreateOptions,
     ) -> Result<Vec<SandboxInfo>> {
         let mut made: Vec<Record> = Vec::new();
+        let mut holds = Vec::new();
         let mut result = Ok(());
         for _ in 0..count {
             let new = stockade_core::host::new_sandbox_id();
             let made_one = async {
-                let dir = self.make_dir(&new)?;
+                let (dir, hold) = self.make_dir(&new)?;
+                holds.push(hold);
                 let initrd = dir.join("initrd");
                 if std::fs::hard_link(&r.plan.initrd, &initrd).is_err() {
                     std::fs::copy(&r.plan.initrd, &initrd).map_err(io(format!(
@@ -1026,6 +1095,7 @@ impl MicrovmLauncher {
             self.write_record(&r)?;
             infos.push(r.info);
         }
+        drop(holds);
         Ok(infos)
     }
 
@@ -1433,6 +1503,12 @@ impl Launcher for MicrovmLauncher {
             if check_id(&id).is_err() {
                 continue;
             }
+            // One being made, paused or resumed is not dead, whatever it looks like.
+            let _hold = match self.try_hold(&id) {
+                Ok(Some(h)) => h,
+                Ok(None) => continue,
+                Err(_) => continue,
+            };
             let reap = match self.read_record(&id) {
                 // Half-made by a crash (no record yet) once it is not fresh.
                 Err(_) => e

@@ -67,6 +67,37 @@ async fn start_server(p: &std::sync::Arc<stockade_microvm::MicrovmProvider>, sb:
     assert_eq!(out.exit_code, 0, "{out:?}");
 }
 
+/// Runs `work` while `gc` runs over and over beside it (as `stockade gc` from another
+/// shell, or the daemon's own), returning its result, the ids gc reaped meanwhile and
+/// how many times it ran.
+async fn with_gc_beside<T>(
+    p: &stockade_microvm::MicrovmProvider,
+    work: impl std::future::Future<Output = T>,
+) -> (T, Vec<String>, u32) {
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let (out, (reaped, runs)) = tokio::join!(
+        async {
+            let out = work.await;
+            done.store(true, std::sync::atomic::Ordering::SeqCst);
+            out
+        },
+        async {
+            let (mut reaped, mut runs) = (Vec::new(), 0);
+            while !done.load(std::sync::atomic::Ordering::SeqCst) {
+                let report = {
+                    let _gc = crate::DEAD_VM.lock().await;
+                    p.gc().await.unwrap()
+                };
+                reaped.extend(report.reaped);
+                runs += 1;
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            (reaped, runs)
+        }
+    );
+    (out, reaped, runs)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_refused() {
     let Some(p) = provider().await else { return };
@@ -91,10 +122,18 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     let e = sb.exec(ExecRequest::new(["true"])).await.unwrap_err();
     assert!(e.to_string().contains("is paused; resume it first"), "{e}");
 
-    // Resume: same process, same variable, same open (unlinked) file.
+    // Resume: same process, same variable, same open (unlinked) file. gc runs all
+    // the while: between the old VM host's end and the new one's start the sandbox
+    // has no supervisor, and is still not dead.
     let t = Instant::now();
-    sb.resume().await.unwrap();
-    eprintln!("resume took {:?}", t.elapsed());
+    let (resumed, reaped, runs) = with_gc_beside(&p, sb.resume()).await;
+    resumed.unwrap();
+    eprintln!("resume took {:?} ({runs} gc runs beside it)", t.elapsed());
+    assert!(runs >= 2, "gc ran {runs} times beside the resume");
+    assert!(
+        !reaped.contains(&id),
+        "gc reaped the resuming sandbox: {reaped:?}"
+    );
     let after = ask(&sb, "after").await;
     assert_eq!(x_of(&after), x, "{after}");
     assert!(
@@ -105,16 +144,32 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     // Fork 3 copies of a new snapshot; each has its own id as hostname and diverges.
     sb.pause().await.unwrap();
     let t = Instant::now();
-    let forks = sb
-        .fork(
+    let (forks, reaped, runs) = with_gc_beside(
+        &p,
+        sb.fork(
             3,
             CreateOptions {
                 owner_pid: Some(std::process::id()),
             },
-        )
-        .await
-        .unwrap();
-    eprintln!("fork of 3 took {:?}", t.elapsed());
+        ),
+    )
+    .await;
+    let forks = forks.unwrap();
+    eprintln!(
+        "fork of 3 took {:?} ({runs} gc runs beside it)",
+        t.elapsed()
+    );
+    assert!(runs >= 2, "gc ran {runs} times beside the fork");
+    assert!(
+        !reaped.contains(&id),
+        "gc reaped the forked sandbox: {reaped:?}"
+    );
+    for f in &forks {
+        assert!(
+            !reaped.iter().any(|r| r == f.id()),
+            "gc reaped a starting copy: {reaped:?}"
+        );
+    }
     assert_eq!(forks.len(), 3);
     for (i, f) in forks.iter().enumerate() {
         let a = ask(f, &format!("set fork{i}")).await;
