@@ -6,6 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# Each phase's start, from this script's: where a cold run's time goes.
+stamp() { echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
+stamp "setup"
 # The incremental caches of a kept machine grow with every build of changed code (31 GiB
 # here after a week, and a full disk failed a run): past 8 GiB they go, before the build.
 inc=$CARGO_TARGET_DIR/debug/incremental
@@ -14,6 +17,7 @@ if [ -d "$inc" ] && [ "$(du -sm "$inc" | cut -f1)" -gt 8192 ]; then
 fi
 scripts/setup.sh debug
 for extra in crates/*/ci-setup.sh; do
+  stamp "$extra"
   [ -f "$extra" ] && bash "$extra"
 done
 
@@ -34,13 +38,16 @@ as_rootless() {
     STOCKADE_TEST_ROOTLESS=1 "$@"
 }
 
+stamp "fmt, clippy, machete"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
 tools=/var/cache/stockade/tools
 [ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
+stamp "cargo test"
 cargo test --workspace --no-fail-fast
+stamp "rootless, gvisor, microvm suites"
 # The conformance and attack suites again, unchanged, as the unprivileged user.
 it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null |
   python3 -c 'import json, sys
@@ -84,6 +91,7 @@ for t in "${microvm_gaps[@]}"; do skips+=(--skip "$t"); done
 (cd /tmp && STOCKADE_TEST_PROVIDER=microvm "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
+stamp "Python SDK"
 sdk/python/test.sh
 # (The user's venv is on Debian's python3: the main one may be on a Python only root
 # can reach. The abi3 wheel installs into either.)
@@ -99,9 +107,12 @@ cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
 rm -rf "$rl_tests"
 # The TypeScript SDK: its npm tarball (debug native module, static agent) installed
 # into a fresh project, node --test against it.
+stamp "TypeScript SDK"
 sdk/typescript/test.sh
+stamp "E2B SDKs"
 # The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
 crates/stockade-e2b/test.sh
 
+stamp "leak check"
 scripts/leak-check.sh
-echo "test.sh: all green"
+stamp "all green"
