@@ -109,7 +109,10 @@ impl Prepared {
         let fd = std::os::fd::AsRawFd::as_raw_fd(&probe) as u32;
         drop(probe);
         let ruleset = build(writable, min_abi)?;
-        let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).map_err(|e| err(&e))?;
+        // (Another thread may have taken the number, and closed it again: then it is
+        // no descriptor at all.)
+        let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
+            .map_err(|e| err(&format!("descriptor {fd} is not the ruleset ({e})")))?;
         if link.as_os_str() != "anon_inode:[landlock-ruleset]" {
             return Err(err(&format!(
                 "descriptor {fd} is {}, not the ruleset",
