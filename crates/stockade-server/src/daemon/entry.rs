@@ -209,6 +209,11 @@ pub struct Inner {
     pub pools: HashMap<PoolKey, PoolEntry>,
     /// Cold creations in progress by tenant (counted against quotas).
     pub pending: HashMap<String, usize>,
+    /// Warm creations in progress by pool, from their start to the end of their task
+    /// (a destroy of one its pool no longer wants included). Kept apart from the
+    /// pool's own count: a drained pool is gone while its creations still run, and
+    /// both the cap and a drain or shutdown that waits for them must see them.
+    pub warm_creating: HashMap<PoolKey, usize>,
 }
 
 impl Inner {
@@ -228,11 +233,7 @@ impl Inner {
             .filter(|e| e.state != State::Creating)
             .count()
             + self.pending.values().sum::<usize>()
-            + self
-                .pools
-                .values()
-                .map(|p| p.pool.stats().creating)
-                .sum::<usize>()
+            + self.warm_creating.values().sum::<usize>()
     }
 
     /// Claims `id` for destruction when it is in one of the claimable states and

@@ -274,14 +274,12 @@ impl Daemon {
     /// Gauges for `/metrics`.
     pub fn gauges(&self) -> Gauges {
         let g = self.lock();
-        let (idle, creating) = g.pools.values().fold((0, 0), |(i, c), p| {
-            let s = p.pool.stats();
-            (i + s.idle, c + s.creating)
-        });
+        let idle = g.pools.values().map(|p| p.pool.stats().idle).sum();
         Gauges {
             live: g.entries.values().filter(|e| e.is_live()).count(),
             idle,
-            creating,
+            // Those of pools drained meanwhile too: they still run.
+            creating: g.warm_creating.values().sum(),
             running_execs: self.execs.lock().map(|e| e.len()).unwrap_or(0),
         }
     }

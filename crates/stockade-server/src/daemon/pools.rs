@@ -12,8 +12,8 @@ use stockade_pool::{Pool, PoolConfig};
 use super::entry::{Entry, PoolEntry, PoolKey, ReapReason, State};
 use super::made::{Made, MountMaker};
 use super::{
-    Daemon, MAX_LIFETIME_SECS, PoolView, WARM_LIFETIME_MARGIN_SECS, internal, now_ms,
-    template_of_kind,
+    Daemon, MAX_LIFETIME_SECS, PoolView, SHUTDOWN_POLL, SHUTDOWN_WAIT, WARM_LIFETIME_MARGIN_SECS,
+    internal, now_ms, template_of_kind,
 };
 use crate::store::{PoolRecord, SandboxRecord};
 
@@ -204,6 +204,13 @@ impl Daemon {
             self.destroy_quietly(&p, &id, ReapReason::Drained).await;
             destroyed.push(id);
         }
+        // Creations the drained pools had started end in a destroy (no pool wants
+        // them): wait for those too, so that nothing of the pool outlives the answer
+        // (and a stop right after it leaves nothing behind).
+        self.wait_warm_creations(Instant::now() + SHUTDOWN_WAIT, |k| {
+            k.tenant == tenant && template_id.is_none_or(|t| k.template == t)
+        })
+        .await;
         Ok(destroyed)
     }
 
@@ -224,7 +231,9 @@ impl Daemon {
     /// its refills wait for acquisitions to stop, a timer that calls this again.
     pub(super) fn refill(self: &Arc<Self>, key: &PoolKey) {
         let (n, wake, spec, tenant, pname, maker) = {
-            let mut g = self.lock();
+            let mut guard = self.lock();
+            // Reborrowed, so that the pool and the counts are borrowed apart.
+            let g = &mut *guard;
             let total = g.total();
             let Some(e) = g.pools.get_mut(key) else {
                 return;
@@ -240,8 +249,12 @@ impl Daemon {
             for _ in 0..extra {
                 e.pool.create_failed(now);
             }
+            let n = n - extra;
+            if n > 0 {
+                *g.warm_creating.entry(key.clone()).or_default() += n;
+            }
             (
-                n - extra,
+                n,
                 e.pool.wake_at(now),
                 e.spec.clone(),
                 e.record.tenant.clone(),
@@ -281,6 +294,11 @@ impl Daemon {
         spec: SandboxSpec,
         maker: Option<Arc<dyn MountMaker>>,
     ) {
+        // Counted in `warm_creating` by `refill`; the count ends with this task.
+        let _counted = WarmCreating {
+            daemon: self.clone(),
+            key: key.clone(),
+        };
         let template = spec.clone();
         let mut spec = self.labelled(spec, &tenant);
         // The caller's lifetime starts at acquisition (the daemon enforces it); the
@@ -375,6 +393,28 @@ impl Daemon {
         }
     }
 
+    /// Waits (up to `until`) until no warm creation of a pool `pick` names is left
+    /// (with the destroy of the ones no pool wants any more).
+    pub(super) async fn wait_warm_creations(
+        &self,
+        until: Instant,
+        pick: impl Fn(&PoolKey) -> bool,
+    ) {
+        loop {
+            let left: usize = self
+                .lock()
+                .warm_creating
+                .iter()
+                .filter(|(k, _)| pick(k))
+                .map(|(_, n)| *n)
+                .sum();
+            if left == 0 || Instant::now() > until {
+                return;
+            }
+            tokio::time::sleep(SHUTDOWN_POLL).await;
+        }
+    }
+
     fn schedule_refill(self: &Arc<Self>, key: PoolKey) {
         let retry = self
             .lock()
@@ -387,5 +427,24 @@ impl Daemon {
             tokio::time::sleep(Duration::from_millis(retry.saturating_sub(now_ms()))).await;
             d.refill(&key);
         });
+    }
+}
+
+/// One warm creation counted in [`super::entry::Inner::warm_creating`]; dropping it
+/// ends the count, whichever way its task ends.
+struct WarmCreating {
+    daemon: Arc<Daemon>,
+    key: PoolKey,
+}
+
+impl Drop for WarmCreating {
+    fn drop(&mut self) {
+        let mut g = self.daemon.lock();
+        if let Some(n) = g.warm_creating.get_mut(&self.key) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                g.warm_creating.remove(&self.key);
+            }
+        }
     }
 }

@@ -10,9 +10,7 @@ use stockade::{Result, SandboxSpec};
 use stockade_pool::Pool;
 
 use super::entry::{Entry, PoolEntry, PoolKey, ReapReason, State};
-use super::{
-    DAEMON_LABEL, Daemon, RECOVERY_HEALTH_TIMEOUT, SHUTDOWN_POLL, SHUTDOWN_WAIT, internal, now_ms,
-};
+use super::{DAEMON_LABEL, Daemon, RECOVERY_HEALTH_TIMEOUT, SHUTDOWN_WAIT, internal, now_ms};
 use crate::store::SandboxRecord;
 
 impl Daemon {
@@ -168,18 +166,8 @@ impl Daemon {
             .collect();
         let until = Instant::now() + SHUTDOWN_WAIT;
         self.wait_destroys(until).await;
-        loop {
-            let creating: usize = self
-                .lock()
-                .pools
-                .values()
-                .map(|e| e.pool.stats().creating)
-                .sum();
-            if creating == 0 || Instant::now() > until {
-                break;
-            }
-            tokio::time::sleep(SHUTDOWN_POLL).await;
-        }
+        // Those of drained pools too: their task destroys what it made.
+        self.wait_warm_creations(until, |_| true).await;
         // Drain without forgetting the pools: a restart fills them again.
         let mut victims = Vec::new();
         {

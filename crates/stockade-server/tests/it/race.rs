@@ -1,6 +1,7 @@
-//! The reaper against a client's destroy, made deterministic: an in-process daemon
-//! whose provider holds `list()` until the destroy has finished, so the reaper's
-//! look for vanished sandboxes always runs across a destroy.
+//! Races made deterministic with an in-process daemon whose provider can hold a call:
+//! the reaper against a client's destroy (`list()` held until the destroy has
+//! finished), and a pool's drain or the daemon's stop against a warm creation in
+//! progress (`create()` held until the drain or stop has begun).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -18,13 +19,31 @@ use tokio::sync::{Mutex, Notify};
 
 use crate::harness::{eventually, require_root};
 
-/// A native provider whose `list()` can be held: when armed, the next `list()` says
-/// it has started and waits for `release` before it asks the real provider.
+/// A native provider whose `list()` or `create()` can be held: when armed, the next
+/// call says it has started and waits for its `release` before it asks the real
+/// provider.
 struct HeldList {
     inner: NativeProvider,
     armed: Mutex<bool>,
     entered: Notify,
     release: Notify,
+    create_armed: Mutex<bool>,
+    create_entered: Notify,
+    create_release: Notify,
+}
+
+impl HeldList {
+    fn new(state: &Path) -> HeldList {
+        HeldList {
+            inner: NativeProvider::from(stockade::NativeLauncher::with_state_root(state)),
+            armed: Mutex::new(false),
+            entered: Notify::new(),
+            release: Notify::new(),
+            create_armed: Mutex::new(false),
+            create_entered: Notify::new(),
+            create_release: Notify::new(),
+        }
+    }
 }
 
 #[async_trait]
@@ -39,6 +58,11 @@ impl Provider for HeldList {
         self.inner.probe().await
     }
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
+        let held = std::mem::take(&mut *self.create_armed.lock().await);
+        if held {
+            self.create_entered.notify_one();
+            self.create_release.notified().await;
+        }
         self.inner.create(spec, opts).await
     }
     async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
@@ -130,14 +154,7 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
         .tempdir_in("/tmp")
         .unwrap();
     let _cleanup = Cleanup(dir.path().join("state"));
-    let provider = Arc::new(HeldList {
-        inner: NativeProvider::from(stockade::NativeLauncher::with_state_root(
-            dir.path().join("state"),
-        )),
-        armed: Mutex::new(false),
-        entered: Notify::new(),
-        release: Notify::new(),
-    });
+    let provider = Arc::new(HeldList::new(&dir.path().join("state")));
     let d = daemon(dir.path(), provider.clone());
     let template = SandboxSpec {
         timeout_secs: 60,
@@ -192,4 +209,69 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
     );
     d.destroy("t", &b.id).await.unwrap();
     d.shutdown().await;
+}
+
+/// A pool drained, or a daemon stopped, while one of its warm sandboxes is being made:
+/// the creation ends in a destroy (no pool wants it), and the drain or stop answers
+/// only after it, so nothing of the pool outlives it. A stop that did not wait left
+/// the sandbox behind for good (the daemon exited in the middle of its creation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_or_stop_during_a_warm_creation_leaves_nothing_behind() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("stockade-it-race-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state = dir.path().join("state");
+    let _cleanup = Cleanup(state.clone());
+    let provider = Arc::new(HeldList::new(&state));
+    let d = daemon(dir.path(), provider.clone());
+    let template = SandboxSpec {
+        timeout_secs: 60,
+        ..SandboxSpec::default()
+    };
+    let on_disk = || {
+        let p = provider.clone();
+        async move { p.inner.list().await.unwrap() }
+    };
+
+    // A drain while the pool's one creation is held.
+    *provider.create_armed.lock().await = true;
+    d.pool_warm("t", "", template.clone(), 1, 1).unwrap();
+    provider.create_entered.notified().await;
+    let drain = tokio::spawn({
+        let d = d.clone();
+        async move { d.pool_drain("t", None).await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !drain.is_finished(),
+        "the drain answered while its pool was still making a sandbox"
+    );
+    provider.create_release.notify_one();
+    let drained = drain.await.unwrap().unwrap();
+    assert!(drained.is_empty(), "nothing was warm yet: {drained:?}");
+    let left = on_disk().await;
+    assert!(left.is_empty(), "the drained pool left {left:?}");
+    assert!(d.pool_list("t").is_empty(), "the pool is gone");
+
+    // A stop while a new pool's creation is held.
+    *provider.create_armed.lock().await = true;
+    d.pool_warm("t", "", template.clone(), 1, 1).unwrap();
+    provider.create_entered.notified().await;
+    let stop = tokio::spawn({
+        let d = d.clone();
+        async move { d.shutdown().await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !stop.is_finished(),
+        "the stop ended while a warm sandbox was still being made"
+    );
+    provider.create_release.notify_one();
+    stop.await.unwrap();
+    let left = on_disk().await;
+    assert!(left.is_empty(), "the stop left {left:?}");
 }
