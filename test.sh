@@ -15,10 +15,50 @@ inc=$CARGO_TARGET_DIR/debug/incremental
 if [ -d "$inc" ] && [ "$(du -sm "$inc" | cut -f1)" -gt 8192 ]; then
   rm -rf "$inc"
 fi
-scripts/setup.sh debug
+# The Debian packages the build needs, then the build; beside the build (compiling is
+# most of a cold run, and it waits on the CPU, the downloads on the network), what the
+# test parts need that no build does: their packages, dockerd and its image, the
+# venvs and npm trees. apt runs in one of them at a time (the background's scripts
+# run one after the other, after the first apt has ended).
+scripts/setup.sh debug --packages
+stamp "build, with the test parts' downloads beside it"
+prep_log=$(mktemp)
+tools=/var/cache/stockade/tools
+(
+  set -e
+  for extra in crates/*/ci-setup.sh; do
+    echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) $extra"
+    STOCKADE_SETUP_NO_BUILD=1 bash "$extra"
+  done
+  echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) test dependencies"
+  # cargo-machete (pinned), built once into the tools cache, in a target directory of
+  # its own (the build's is locked by the build).
+  [ -x "$tools/bin/cargo-machete" ] ||
+    env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
+  sdk/python/test.sh --deps
+  sdk/typescript/test.sh --deps
+  crates/stockade-e2b/test.sh --deps
+  echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) done"
+) </dev/null >"$prep_log" 2>&1 &
+prep=$!
+build_ok=0
+scripts/setup.sh debug || build_ok=$?
+prep_ok=0
+wait "$prep" || prep_ok=$?
+cat "$prep_log" >&2
+rm -f "$prep_log"
+if [ "$build_ok" != 0 ]; then
+  echo "test.sh: the build failed (above)" >&2
+  exit 1
+fi
+if [ "$prep_ok" != 0 ]; then
+  echo "test.sh: a setup beside the build failed (its output is above)" >&2
+  exit 1
+fi
+# Each crate's setup again, now with its builds (the rest finds its work done).
 for extra in crates/*/ci-setup.sh; do
   stamp "$extra"
-  [ -f "$extra" ] && bash "$extra"
+  bash "$extra"
 done
 
 # Staged mounts of test daemons that an interrupted or older run left on a kept machine
@@ -42,7 +82,6 @@ stamp "fmt, clippy, machete"
 cargo fmt --all --check
 cargo clippy --workspace --all-targets -- -D warnings
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
-tools=/var/cache/stockade/tools
 [ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
 stamp "cargo test"

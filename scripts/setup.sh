@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Installs what Stockade needs on a Debian machine and builds it. Idempotent.
-# Usage: scripts/setup.sh [release|debug]
+# Usage: scripts/setup.sh [release|debug] [--packages]
+#   --packages: the Debian packages and the toolchain only, no build.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
+packages_only=${2:-}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
 mkdir -p "$CARGO_TARGET_DIR"
 
@@ -43,6 +45,8 @@ if command -v rustup >/dev/null 2>&1 && ! rustup toolchain list | grep -q "^$pin
     rustup toolchain install "$pinned" --profile minimal -c rustfmt,clippy
   fi
 fi
+
+[ "$packages_only" = --packages ] && exit 0
 
 # Everything but the agent, then the agent alone, statically linked (one binary for
 # native and docker; see scripts/build-agent.sh), so it is built once.

@@ -5,9 +5,9 @@
 #     does not answer (log: /var/log/stockade-dockerd.log)
 #   - the stockade agent, statically linked (scripts/build-agent.sh), that the provider
 #     bind-mounts as PID 1 of every container: $CARGO_TARGET_DIR/debug/stockade-agent
-#   - the test images, imported into dockerd from Debian rootfs tars built with
-#     mmdebstrap and cached under /var/cache/stockade/test-images/<key>/ (key: the
-#     first 16 hex of this script's sha256):
+#   - the test image, imported into dockerd from the Debian rootfs tar that
+#     crates/stockade-image/ci-setup.sh builds (key: the first 16 hex of the sha256 of
+#     this script followed by that one):
 #       stockade-test/debian-python:<key>  bookworm essential + python3-minimal
 set -eu
 cd "$(dirname "$0")"
@@ -42,17 +42,16 @@ fi
 
 # The agent every container runs as PID 1: the one static agent (scripts/setup.sh
 # builds it; this makes sure when the script runs alone). Fresh builds cost nothing.
-../../scripts/build-agent.sh debug >/dev/null
+# (test.sh runs this beside its own build, which builds the agent, and says so.)
+[ -n "${STOCKADE_SETUP_NO_BUILD:-}" ] || ../../scripts/build-agent.sh debug >/dev/null
 
-key=$(sha256sum ci-setup.sh | cut -c1-16)
-dir=/var/cache/stockade/test-images/docker-$key
+# The rootfs tar is the image tests' own (crates/stockade-image/ci-setup.sh builds it
+# with mmdebstrap): one download for both. The tag's key covers both scripts.
+key=$(cat ci-setup.sh ../stockade-image/ci-setup.sh | sha256sum | cut -c1-16)
 image=stockade-test/debian-python:$key
 if ! "$DOCKER" image inspect "$image" >/dev/null 2>&1; then
-    if [ ! -f "$dir/debian-python.tar" ]; then
-        mkdir -p "$dir"
-        mmdebstrap --quiet --format=tar --variant=essential --include=python3-minimal \
-            bookworm "$dir/debian-python.tar.part"
-        mv "$dir/debian-python.tar.part" "$dir/debian-python.tar"
-    fi
-    "$DOCKER" import --change 'CMD ["/bin/sh"]' "$dir/debian-python.tar" "$image" >/dev/null
+    sh ../stockade-image/ci-setup.sh
+    ikey=$(sha256sum ../stockade-image/ci-setup.sh | cut -c1-16)
+    "$DOCKER" import --change 'CMD ["/bin/sh"]' \
+        "/var/cache/stockade/test-images/$ikey/debian-python.tar" "$image" >/dev/null
 fi

@@ -3,6 +3,7 @@
 # cached venv) under pytest, then the npm ones (pinned by js/package-lock.json, in a
 # cached directory) under `node --test`. Called by the root test.sh; needs the debug
 # build. Works with the caches empty (they are made, then reused while the pins hold).
+#   crates/stockade-e2b/test.sh --deps   the venv and the npm SDKs only (no build, no tests)
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -34,6 +35,7 @@ if [ "$(cat "$npmdir/.stockade-pin" 2>/dev/null)" != "$lock_sum" ]; then
   (cd "$npmdir" && npm ci --no-audit --no-fund --loglevel=error)
   echo "$lock_sum" > "$npmdir/.stockade-pin"
 fi
+[ "${1:-}" = --deps ] && exit 0
 cargo build --quiet -p stockade-cli --bin stockade
 export STOCKADE_BIN="$CARGO_TARGET_DIR/debug/stockade"
 (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")

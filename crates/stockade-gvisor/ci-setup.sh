@@ -33,4 +33,5 @@ SRC
     echo "ci-setup: $(runsc --version | head -n 1)" >&2
 fi
 
-../../scripts/build-agent.sh debug >/dev/null
+# (test.sh runs this beside its own build, which builds the agent, and says so.)
+[ -n "${STOCKADE_SETUP_NO_BUILD:-}" ] || ../../scripts/build-agent.sh debug >/dev/null

@@ -4,6 +4,7 @@
 # root: the native provider). The tests are TypeScript, compiled with `tsc --strict`
 # against the installed package's types.
 #   sudo sdk/typescript/test.sh            (test.sh at the repository root calls it)
+#   sdk/typescript/test.sh --deps          the npm dependencies only
 set -euo pipefail
 cd "$(dirname "$0")"
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
@@ -13,6 +14,7 @@ if ! command -v npm >/dev/null || [ "$(node -p 'process.versions.node.split(".")
   apt-get install -y -q nodejs npm >/dev/null
 fi
 npm ci --no-audit --no-fund --prefer-offline --loglevel=error
+[ "${1:-}" = --deps ] && exit 0
 ./build.sh debug
 rm -f stockade-sdk-*.tgz
 tarball=$PWD/$(npm pack --silent)

@@ -416,12 +416,14 @@ pub const DOCKER_FIX: &str = "run crates/stockade-docker/ci-setup.sh as root (in
      starts dockerd, builds the static agent, imports the test image)";
 
 /// The Debian python image `crates/stockade-docker/ci-setup.sh` imports into dockerd
-/// (`stockade-test/debian-python:<first 16 hex of that script's sha256>`), once
-/// dockerd answers and has it.
+/// (`stockade-test/debian-python:<first 16 hex of the sha256 of that script followed
+/// by crates/stockade-image/ci-setup.sh>`), once dockerd answers and has it.
 pub fn docker_test_image() -> Result<String, String> {
     use sha2::Digest as _;
-    let script = include_bytes!("../../stockade-docker/ci-setup.sh");
-    let hex = format!("{:x}", sha2::Sha256::digest(script));
+    let mut h = sha2::Sha256::new();
+    h.update(include_bytes!("../../stockade-docker/ci-setup.sh"));
+    h.update(include_bytes!("../../stockade-image/ci-setup.sh"));
+    let hex = format!("{:x}", h.finalize());
     let name = format!("stockade-test/debian-python:{}", &hex[..16]);
     let out = Command::new("/usr/bin/docker")
         .args(["image", "inspect", "--format", "{{.Id}}", &name])
