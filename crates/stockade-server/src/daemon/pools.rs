@@ -63,6 +63,7 @@ impl Daemon {
                 "pool size must be at least 1 (use `pool drain` to empty a pool)".into(),
             ));
         }
+        let asked_max = max;
         let max = if max == 0 {
             size.saturating_mul(2)
         } else {
@@ -94,9 +95,15 @@ impl Daemon {
                 .map(|(_, e)| e.record.max as usize)
                 .sum();
             if others + max as usize > self.limits.pool_per_tenant {
+                // The max is what counts; say where it came from when not asked for.
+                let of = if asked_max == 0 {
+                    format!("up to {max} (twice its size {size}: give a smaller --max)")
+                } else {
+                    format!("up to {max}")
+                };
                 return Err(Error::LimitExceeded {
                     what: format!(
-                        "pool of {max} for tenant {tenant} ({others} pooled in other pools)"
+                        "a pool of {of} for tenant {tenant} ({others} pooled in other pools)"
                     ),
                     limit: format!(
                         "{} pooled sandboxes per tenant",

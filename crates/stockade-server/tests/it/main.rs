@@ -465,6 +465,14 @@ async fn quotas_refuse_with_limit_exceeded() {
     let e = b.pool_warm(&spec(60), 2, 3).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::LimitExceeded);
     assert!(e.to_string().contains("pooled sandboxes per tenant"), "{e}");
+    // Without --max the max is twice the size: the refusal says so, and what to do.
+    let e = b.pool_warm(&spec(60), 2, 0).await.unwrap_err();
+    assert_eq!(e.code(), ErrorCode::LimitExceeded);
+    assert!(
+        e.to_string()
+            .contains("up to 4 (twice its size 2: give a smaller --max)"),
+        "{e}"
+    );
     let e = b.pool_warm(&spec(60), 0, 0).await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::InvalidSpec);
     b2.destroy().await.unwrap();
