@@ -126,8 +126,33 @@ enum Command {
     Man(commands::docs::ManArgs),
 }
 
+/// `stockade ls | head`: when whoever reads our output has gone, end quietly with the
+/// shell's code for a SIGPIPE death (141), as `ls` does. Rust's runtime ignores
+/// SIGPIPE, and the CLI keeps it so (a write to a daemon or agent that died then fails
+/// with an error it reports, instead of killing the process silently), so `print!`
+/// panics on a closed stdout instead: this hook turns that one panic into the quiet
+/// exit. Every other panic goes to the default hook.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload
+            .downcast_ref::<String>()
+            .map(String::as_str)
+            .or_else(|| payload.downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if msg.starts_with("failed printing to stdout") && msg.contains("Broken pipe") {
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_) | Command::Mcp(_)) {
+        quiet_on_closed_stdout();
+    }
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -22,7 +22,7 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
         super::snapshot::refuse_spec_flags(&a.spec, false)?;
         let sb = super::snapshot::start_from(ctx, ctx.provider()?, name, CreateOptions::default())
             .await?;
-        return print(ctx, &sb);
+        return print(ctx, sb).await;
     }
     let mut spec = a.spec.to_spec()?;
     // In-process, the sandbox outlives this command: record whose it is for `rm
@@ -44,18 +44,34 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
         eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
     }
     let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
-    print(ctx, &sb)
+    print(ctx, sb).await
 }
 
-fn print(ctx: &Ctx, sb: &Sandbox) -> Result<i32> {
-    if ctx.json {
+/// Prints the new sandbox's id. When it cannot be printed (whoever reads our output
+/// has gone: `stockade create | true`), nobody will ever know the id, so the sandbox
+/// is destroyed rather than left running until its lifetime ends.
+async fn print(ctx: &Ctx, sb: Sandbox) -> Result<i32> {
+    use std::io::Write as _;
+    let line = if ctx.json {
         let i = sb.info();
-        println!(
-            "{}",
-            json!({"id": i.id, "provider": i.provider, "created_at_ms": i.created_at_ms, "expires_at_ms": i.expires_at_ms})
-        );
+        json!({"id": i.id, "provider": i.provider, "created_at_ms": i.created_at_ms, "expires_at_ms": i.expires_at_ms}).to_string()
     } else {
-        println!("{}", sb.id());
+        sb.id().to_string()
+    };
+    let mut out = std::io::stdout().lock();
+    let printed = writeln!(out, "{line}").and_then(|()| out.flush());
+    drop(out);
+    match printed {
+        Ok(()) => Ok(0),
+        Err(e) => {
+            let id = sb.id().to_string();
+            sb.destroy().await?;
+            Err(stockade::Error::Io {
+                context: format!(
+                    "sandbox {id} was destroyed: nobody could be told its id (the output is closed)"
+                ),
+                source: e,
+            })
+        }
     }
-    Ok(0)
 }

@@ -373,3 +373,58 @@ fn setup_tune_dry_run_names_each_cgroup2_mount_and_pid_max_and_changes_nothing()
     };
     assert_eq!(opts(&before), opts(&after), "a dry run changed a mount");
 }
+
+/// `stockade ARGS` with a state directory of its own (in-process, `ls` then sees this
+/// test's sandboxes alone; a daemon is this test's own anyway).
+fn own_state(via: &crate::via::Via, dir: &std::path::Path, args: &[&str]) -> Command {
+    let mut cmd = via.cmd(args);
+    cmd.env("STOCKADE_STATE_DIR", dir);
+    cmd
+}
+
+both_ways! {
+    fn a_closed_stdout_ends_quietly_and_a_create_nobody_can_see_is_destroyed(via) {
+        if !require_root("a_closed_stdout_ends_quietly") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| own_state(via, dir.path(), args).output().unwrap();
+        // Its stdout a pipe whose reader has gone (`stockade ... | true`).
+        let closed = |args: &[&str]| {
+            let (reader, writer) = std::io::pipe().unwrap();
+            drop(reader);
+            let out = own_state(via, dir.path(), args)
+                .stdout(writer)
+                .stderr(Stdio::piped())
+                .output()
+                .unwrap();
+            (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+        };
+        let ids = || -> Vec<String> {
+            json(&run(&["ls", "--json"]))
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|s| s["id"].as_str().unwrap().to_string())
+                .collect()
+        };
+        let id = json(&run(&["create", "--json"]))["id"].as_str().unwrap().to_string();
+        // `stockade inspect ID | head -1`: the shell's code for SIGPIPE, no panic.
+        for args in [vec!["inspect", id.as_str()], vec!["ls"], vec!["ls", "--json"]] {
+            let (code, stderr) = closed(&args);
+            assert_eq!(code, Some(141), "{args:?}: {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+        }
+        // `stockade create | true`: nobody learns the id, so nothing is left running.
+        for args in [vec!["create"], vec!["create", "--json"]] {
+            let (code, stderr) = closed(&args);
+            assert!(code.is_some_and(|c| c != 0), "{args:?}: {code:?} {stderr}");
+            assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
+            assert_eq!(ids(), std::slice::from_ref(&id), "{args:?} left a sandbox: {stderr}");
+        }
+        let (_, stderr) = closed(&["create"]);
+        assert!(stderr.contains("was destroyed: nobody could be told its id"), "{stderr}");
+        assert!(run(&["rm", &id]).status.success());
+        assert!(ids().is_empty());
+    }
+}
