@@ -41,6 +41,8 @@ fn pool_info(v: PoolView) -> pb::PoolInfo {
         in_use: v.stats.in_use as u32,
         hits: v.stats.hits,
         misses: v.stats.misses,
+        failures: v.stats.failures,
+        last_error: v.last_error.unwrap_or_default(),
     }
 }
 

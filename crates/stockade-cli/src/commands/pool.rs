@@ -1,8 +1,13 @@
 //! `stockade pool warm|ls|drain`: the daemon's warm pools.
 
+use std::io::IsTerminal as _;
+use std::time::{Duration, Instant};
+
 use clap::Subcommand;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
 use stockade::{Error, Result};
+use stockade_client::pb;
 
 use super::Ctx;
 use crate::spec_args::SpecArgs;
@@ -18,6 +23,12 @@ pub enum PoolCmd {
         /// Most sandboxes of the pool at once (default: twice the size).
         #[arg(long, value_name = "N")]
         max: Option<u32>,
+        /// Return at once instead of waiting, with progress, until SIZE are idle.
+        #[arg(long)]
+        no_wait: bool,
+        /// Give up waiting after this many seconds (the pool goes on warming).
+        #[arg(long, value_name = "SECS", default_value_t = 600)]
+        wait_timeout: u64,
         #[command(flatten)]
         spec: Box<SpecArgs>,
     },
@@ -38,13 +49,14 @@ fn remote(ctx: &Ctx) -> Result<&stockade_client::RemoteProvider> {
     })
 }
 
-fn print_pool(ctx: &Ctx, p: &stockade_client::pb::PoolInfo) {
+fn print_pool(ctx: &Ctx, p: &pb::PoolInfo) {
     if ctx.json {
         println!(
             "{}",
             json!({"template_id": p.template_id, "provider": p.provider, "min_idle": p.min_idle,
                    "max": p.max, "idle": p.idle, "creating": p.creating, "in_use": p.in_use,
-                   "hits": p.hits, "misses": p.misses})
+                   "hits": p.hits, "misses": p.misses, "failures": p.failures,
+                   "last_error": (!p.last_error.is_empty()).then_some(&p.last_error)})
         );
     } else {
         println!(
@@ -71,12 +83,121 @@ fn header(ctx: &Ctx) {
     }
 }
 
+/// Consecutive failed creations after which `pool warm` stops waiting (the daemon
+/// goes on retrying, with backoff).
+const FAILURES_TO_GIVE_UP: u64 = 3;
+
+/// Waits until the pool `p` has its size idle, with a progress bar on stderr (a line
+/// per change when stderr is not a terminal; nothing with `--json`). Fails with the
+/// pool's own error when its creations keep failing, and after `timeout`.
+async fn wait_warm(
+    ctx: &Ctx,
+    r: &stockade_client::RemoteProvider,
+    mut p: pb::PoolInfo,
+    timeout: Duration,
+) -> Result<pb::PoolInfo> {
+    let started = Instant::now();
+    let failures_at_start = p.failures;
+    let bar = if ctx.json {
+        ProgressBar::hidden()
+    } else if std::io::stderr().is_terminal() {
+        ProgressBar::with_draw_target(Some(u64::from(p.min_idle)), ProgressDrawTarget::stderr())
+    } else {
+        ProgressBar::hidden()
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg} [{bar:30}] {pos}/{len} idle ({elapsed})")
+            .expect("template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("warming pool {}", p.template_id));
+    bar.enable_steady_tick(Duration::from_millis(200));
+    let lines = !ctx.json && !std::io::stderr().is_terminal();
+    let mut shown = None;
+    let mut errors_shown = std::collections::HashSet::new();
+    loop {
+        bar.set_position(u64::from(p.idle.min(p.min_idle)));
+        if lines && shown != Some((p.idle, p.creating)) {
+            eprintln!(
+                "warming pool {}: {}/{} idle, {} creating",
+                p.template_id, p.idle, p.min_idle, p.creating
+            );
+            shown = Some((p.idle, p.creating));
+        }
+        if p.idle >= p.min_idle {
+            bar.finish_and_clear();
+            if !ctx.json {
+                eprintln!(
+                    "pool {} is warm: {} idle in {:.1} s",
+                    p.template_id,
+                    p.idle,
+                    started.elapsed().as_secs_f64()
+                );
+            }
+            return Ok(p);
+        }
+        if !p.last_error.is_empty() && errors_shown.insert(p.last_error.clone()) && !ctx.json {
+            bar.suspend(|| {
+                eprintln!(
+                    "stockade: a warm sandbox could not be made: {}",
+                    p.last_error
+                );
+            });
+        }
+        if !p.last_error.is_empty() && p.failures - failures_at_start >= FAILURES_TO_GIVE_UP {
+            bar.finish_and_clear();
+            return Err(Error::Unavailable {
+                what: format!("pool {}", p.template_id),
+                reason: format!(
+                    "{} of its sandboxes could not be made, the last with: {}",
+                    p.failures - failures_at_start,
+                    p.last_error
+                ),
+                fix: format!(
+                    "fix the spec or the host and warm it again; the daemon keeps retrying \
+                     with backoff until `stockade pool drain {}`",
+                    p.template_id
+                ),
+            });
+        }
+        if started.elapsed() >= timeout {
+            bar.finish_and_clear();
+            return Err(Error::Timeout {
+                operation: format!(
+                    "warming pool {} ({}/{} idle, {} creating; it goes on warming)",
+                    p.template_id, p.idle, p.min_idle, p.creating
+                ),
+                after_ms: started.elapsed().as_millis() as u64,
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        p = r
+            .pool_list()
+            .await?
+            .into_iter()
+            .find(|q| q.template_id == p.template_id)
+            .ok_or_else(|| Error::NotFound {
+                kind: "pool",
+                id: format!("{} (drained while it warmed)", p.template_id),
+            })?;
+    }
+}
+
 pub async fn run(ctx: &Ctx, cmd: PoolCmd) -> Result<i32> {
     let r = remote(ctx)?.clone().with_backend(ctx.provider.clone());
     match cmd {
-        PoolCmd::Warm { size, max, spec } => {
+        PoolCmd::Warm {
+            size,
+            max,
+            no_wait,
+            wait_timeout,
+            spec,
+        } => {
             let spec = spec.to_spec()?;
-            let p = r.pool_warm(&spec, size, max.unwrap_or(0)).await?;
+            let mut p = r.pool_warm(&spec, size, max.unwrap_or(0)).await?;
+            if !no_wait {
+                p = wait_warm(ctx, &r, p, Duration::from_secs(wait_timeout)).await?;
+            }
             header(ctx);
             print_pool(ctx, &p);
         }
@@ -88,7 +209,9 @@ pub async fn run(ctx: &Ctx, cmd: PoolCmd) -> Result<i32> {
                     .map(|p| json!({"template_id": p.template_id, "provider": p.provider,
                         "min_idle": p.min_idle, "max": p.max, "idle": p.idle,
                         "creating": p.creating, "in_use": p.in_use, "hits": p.hits,
-                        "misses": p.misses, "spec": serde_json::from_str::<serde_json::Value>(&p.spec_json).unwrap_or_default()}))
+                        "misses": p.misses, "failures": p.failures,
+                        "last_error": (!p.last_error.is_empty()).then_some(&p.last_error),
+                        "spec": serde_json::from_str::<serde_json::Value>(&p.spec_json).unwrap_or_default()}))
                     .collect();
                 println!("{}", json!(v));
                 return Ok(0);

@@ -21,23 +21,18 @@ fn the_cli_runs_through_the_daemon_and_manages_pools() {
     );
     assert_eq!(json(&out)["stdout"], "via daemon\n");
 
+    // `pool warm` returns once the pool is warm (with progress on stderr).
     let out = d.cli(&["pool", "warm", "--size", "1", "--timeout", "60"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("is warm: 1 idle"), "{stderr}");
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
     assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+        (v[0]["idle"].as_u64(), v[0]["min_idle"].as_u64()),
+        (Some(1), Some(1)),
+        "{v}"
     );
-    let until = Instant::now() + Duration::from_secs(30);
-    loop {
-        let v = json(&d.cli(&["pool", "ls", "--json"]));
-        if v[0]["idle"] == 1 {
-            assert_eq!(v[0]["min_idle"], 1);
-            break;
-        }
-        assert!(Instant::now() < until, "no warm sandbox: {v}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    assert_eq!(v[0]["failures"], 0, "{v}");
     let out = d.cli(&["create", "--json", "--timeout", "60"]);
     let id = json(&out)["id"].as_str().unwrap().to_string();
     let v = json(&d.cli(&["pool", "ls", "--json"]));
@@ -124,4 +119,53 @@ fn descriptors_of_the_daemon_do_not_reach_the_code() {
         String::from_utf8_lossy(&out.stderr)
     );
     planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
+}
+
+/// A pool whose sandboxes cannot be made: `pool warm` stops waiting after a few failed
+/// creations and says why (the pool's own error, kept in `pool ls`), instead of
+/// hanging or answering "ok" for a pool that will never be warm.
+#[test]
+fn a_pool_that_cannot_warm_says_why() {
+    if !require_root("a_pool_that_cannot_warm") {
+        return;
+    }
+    let d = Serve::start();
+    // Nothing listens on port 1: every pull of the image fails at once.
+    let image = "127.0.0.1:1/nothing:latest";
+    let out = d.cli(&["pool", "warm", "--json", "--size", "2", "--image", image]);
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = json(&out);
+    let msg = err["error"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("could not be made") && msg.contains(image),
+        "{msg}"
+    );
+    assert!(msg.contains("stockade pool drain"), "{msg}");
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
+    assert!(v[0]["failures"].as_u64().unwrap() >= 3, "{v}");
+    assert!(v[0]["last_error"].as_str().unwrap().contains(image), "{v}");
+    assert_eq!(v[0]["idle"], 0, "{v}");
+    // --no-wait answers at once, as before.
+    let out = d.cli(&[
+        "pool",
+        "warm",
+        "--json",
+        "--no-wait",
+        "--size",
+        "2",
+        "--image",
+        image,
+    ]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(d.cli(&["pool", "drain"]).status.success());
 }

@@ -199,6 +199,8 @@ pub struct PoolEntry {
     /// pool belongs to the front end that made it: it is not saved (a restart
     /// finds no maker for it), and its sandboxes are reaped at a restart.
     pub maker: Option<std::sync::Arc<dyn super::MountMaker>>,
+    /// The error of its last creation, when that one failed (`pool warm` shows it).
+    pub last_error: Option<String>,
 }
 
 /// The daemon's in-memory state (behind its one lock).
@@ -333,6 +335,7 @@ mod tests {
                     max: 2,
                 },
                 spec: Default::default(),
+                last_error: None,
                 pool: Pool::new(PoolConfig::new(2, 2)),
                 maker: None,
             },

@@ -144,6 +144,8 @@ pub struct Daemon {
 pub struct PoolView {
     pub record: PoolRecord,
     pub stats: PoolStats,
+    /// The error of its last creation, when that one failed.
+    pub last_error: Option<String>,
 }
 
 /// A template: the spec without what is bound late (env, workdir), and its id. The

@@ -122,6 +122,7 @@ impl Daemon {
                     return Ok(PoolView {
                         record,
                         stats: e.pool.stats(),
+                        last_error: e.last_error.clone(),
                     });
                 }
                 Some(e) => {
@@ -137,6 +138,7 @@ impl Daemon {
                             spec: tspec,
                             pool: Pool::new(config),
                             maker: maker.clone(),
+                            last_error: None,
                         },
                     );
                 }
@@ -146,10 +148,16 @@ impl Daemon {
             self.store.put_pool(&record).map_err(internal)?;
         }
         self.refill(&key);
-        let stats = self.lock().pools.get(&key).map(|e| e.pool.stats());
+        let (stats, last_error) = self
+            .lock()
+            .pools
+            .get(&key)
+            .map(|e| (e.pool.stats(), e.last_error.clone()))
+            .unwrap_or_default();
         Ok(PoolView {
             record,
-            stats: stats.unwrap_or_default(),
+            stats,
+            last_error,
         })
     }
 
@@ -163,6 +171,7 @@ impl Daemon {
             .map(|e| PoolView {
                 record: e.record.clone(),
                 stats: e.pool.stats(),
+                last_error: e.last_error.clone(),
             })
             .collect();
         v.sort_by(|a, b| a.record.template_id.cmp(&b.record.template_id));
@@ -344,6 +353,7 @@ impl Daemon {
                 tracing::warn!(pool = %key, error = %e, "cannot create a warm sandbox");
                 if let Some(en) = self.lock().pools.get_mut(&key) {
                     en.pool.create_failed(now_ms());
+                    en.last_error = Some(e.to_string());
                 }
                 self.schedule_refill(key);
                 return;
@@ -380,7 +390,10 @@ impl Daemon {
         let refused = {
             let mut g = self.lock();
             let refused = match g.pools.get_mut(&key) {
-                Some(en) => en.pool.created(rec.id.clone(), now_ms()),
+                Some(en) => {
+                    en.last_error = None;
+                    en.pool.created(rec.id.clone(), now_ms())
+                }
                 None => Some(rec.id.clone()),
             };
             if refused.is_none()

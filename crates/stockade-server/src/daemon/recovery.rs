@@ -41,6 +41,7 @@ impl Daemon {
                         spec,
                         pool: Pool::new(config),
                         maker: None,
+                        last_error: None,
                     },
                 );
             }
