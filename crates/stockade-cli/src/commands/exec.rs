@@ -83,6 +83,20 @@ pub async fn exec_and_print(
     id: &str,
     req: ExecRequest,
 ) -> Result<i32> {
+    let outcome = exec_streaming(ctx, provider, id, req).await?;
+    print_outcome(ctx, id, &outcome);
+    Ok(outcome.exit_code)
+}
+
+/// Runs `req`, streaming output live unless `json`; the result is for
+/// [`print_outcome`] (what `run` calls after its destroy, so that a reader who has
+/// gone, which ends this process at that print, never cuts a destroy short).
+pub async fn exec_streaming(
+    ctx: &Ctx,
+    provider: &dyn Provider,
+    id: &str,
+    req: ExecRequest,
+) -> Result<ExecOutcome> {
     let req = stockade::CheckedRequest::new(req)?;
     let outcome = if ctx.json {
         provider.exec(id, req, stockade::ExecIo::none()).await?
@@ -102,11 +116,10 @@ pub async fn exec_and_print(
         let _ = printer.await;
         r?
     };
-    print_outcome(ctx, id, &outcome);
-    Ok(outcome.exit_code)
+    Ok(outcome)
 }
 
-fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
+pub fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
     if ctx.json {
         println!("{}", output::outcome_json(id, o));
         return;

@@ -8,7 +8,7 @@ use stockade::code::Source;
 use stockade::spec::LanguagePreset;
 use stockade::{CreateOptions, Error, Result, Sandbox, StartStep};
 
-use super::exec::{exec_and_print, request};
+use super::exec::{exec_streaming, print_outcome, request};
 use super::{Ctx, image};
 use crate::spec_args::SpecArgs;
 
@@ -232,16 +232,21 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         }
     };
     let created = t0.elapsed();
-    let result = exec_and_print(ctx, provider.as_ref(), sb.id(), req).await;
+    let result = exec_streaming(ctx, provider.as_ref(), sb.id(), req).await;
     let executed = t0.elapsed();
     let destroyed = sb.destroy().await;
+    // The result is printed after the destroy: a closed stdout ends this process at
+    // that print, and the destroy is then done already.
+    if let Ok(outcome) = &result {
+        print_outcome(ctx, sb.id(), outcome);
+    }
     if a.timings {
         eprint!(
             "{}",
             timings_table(&sb.info().steps, created, executed, t0.elapsed())
         );
     }
-    let code = result?;
+    let code = result?.exit_code;
     destroyed?;
     Ok(code)
 }

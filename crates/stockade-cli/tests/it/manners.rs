@@ -422,6 +422,11 @@ both_ways! {
             assert!(!stderr.contains("panicked"), "{args:?}: {stderr}");
             assert_eq!(ids(), std::slice::from_ref(&id), "{args:?} left a sandbox: {stderr}");
         }
+        // `stockade run --json ... | true`: the result is printed after the destroy, so
+        // the sandbox is gone when the command ends at that print.
+        let (code, stderr) = closed(&["run", "--json", "--", "true"]);
+        assert_eq!(code, Some(141), "{stderr}");
+        assert_eq!(ids(), std::slice::from_ref(&id), "run left its sandbox: {stderr}");
         let (_, stderr) = closed(&["create"]);
         assert!(stderr.contains("was destroyed: nobody could be told its id"), "{stderr}");
         assert!(run(&["rm", &id]).status.success());
