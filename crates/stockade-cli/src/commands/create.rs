@@ -39,11 +39,13 @@ pub async fn run(ctx: &Ctx, a: CreateArgs) -> Result<i32> {
     if let Some(reference) = &spec.image {
         super::image::prepare(ctx, provider.as_ref(), reference).await?;
     }
-    if !ctx.json && provider.name() == "microvm" {
-        // A VM boots for seconds (tens under software emulation): say so.
-        eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
-    }
-    let sb = Sandbox::create(provider, spec, CreateOptions::default()).await?;
+    let name = provider.name();
+    let sb = super::with_boot_progress(
+        ctx,
+        name,
+        Sandbox::create(provider.clone(), spec, CreateOptions::default()),
+    )
+    .await?;
     print(ctx, sb).await
 }
 

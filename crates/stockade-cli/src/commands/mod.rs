@@ -84,3 +84,39 @@ pub fn until(ms: u64) -> String {
         format!("{s}s")
     }
 }
+
+/// Runs `make` (a sandbox's creation), saying that a microVM boots while it does: a VM
+/// boots for seconds, tens under software emulation. On a terminal a spinner counts
+/// the seconds and the boot's time is printed after it; otherwise one line before
+/// it; nothing with `--json` or another provider.
+pub async fn with_boot_progress<T>(
+    ctx: &Ctx,
+    provider: &str,
+    make: impl std::future::Future<Output = Result<T>>,
+) -> Result<T> {
+    use std::io::IsTerminal as _;
+    const SAYING: &str = "stockade: booting a microVM (see `stockade doctor` for KVM or TCG)";
+    if ctx.json || provider != "microvm" {
+        return make.await;
+    }
+    if !std::io::stderr().is_terminal() {
+        eprintln!("{SAYING}...");
+        return make.await;
+    }
+    let spinner = indicatif::ProgressBar::new_spinner();
+    spinner.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {msg} {elapsed}").expect("template"),
+    );
+    spinner.set_message(SAYING);
+    spinner.enable_steady_tick(std::time::Duration::from_millis(100));
+    let started = std::time::Instant::now();
+    let made = make.await;
+    spinner.finish_and_clear();
+    if made.is_ok() {
+        eprintln!(
+            "stockade: the microVM booted in {:.1} s",
+            started.elapsed().as_secs_f64()
+        );
+    }
+    made
+}

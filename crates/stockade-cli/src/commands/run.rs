@@ -224,11 +224,9 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let sb = match &a.from_snapshot {
         Some(name) => super::snapshot::start_from(ctx, provider.clone(), name, opts).await?,
         None => {
-            if !ctx.json && provider.name() == "microvm" {
-                // A VM boots for seconds (tens under software emulation): say so.
-                eprintln!("stockade: booting a microVM (see `stockade doctor` for KVM or TCG)...");
-            }
-            Sandbox::create(provider.clone(), spec, opts).await?
+            let name = provider.name();
+            super::with_boot_progress(ctx, name, Sandbox::create(provider.clone(), spec, opts))
+                .await?
         }
     };
     let created = t0.elapsed();
