@@ -87,6 +87,9 @@ fn header(ctx: &Ctx) {
 /// goes on retrying, with backoff).
 const FAILURES_TO_GIVE_UP: u64 = 3;
 
+/// How long a pool with an error, nothing in flight and no change is waited for.
+const STALLED: Duration = Duration::from_secs(3);
+
 /// Waits until the pool `p` has its size idle, with a progress bar on stderr (a line
 /// per change when stderr is not a terminal; nothing with `--json`). Fails with the
 /// pool's own error when its creations keep failing, and after `timeout`.
@@ -115,7 +118,12 @@ async fn wait_warm(
     let lines = !ctx.json && !std::io::stderr().is_terminal();
     let mut shown = None;
     let mut errors_shown = std::collections::HashSet::new();
+    // Since when nothing has changed (idle, in flight, failures).
+    let mut still = (p.idle, p.creating, p.failures, Instant::now());
     loop {
+        if (p.idle, p.creating, p.failures) != (still.0, still.1, still.2) {
+            still = (p.idle, p.creating, p.failures, Instant::now());
+        }
         bar.set_position(u64::from(p.idle.min(p.min_idle)));
         if lines && shown != Some((p.idle, p.creating)) {
             eprintln!(
@@ -144,15 +152,22 @@ async fn wait_warm(
                 );
             });
         }
-        if !p.last_error.is_empty() && p.failures - failures_at_start >= FAILURES_TO_GIVE_UP {
+        // Failing: several failed creations, the last one too; or held back, nothing
+        // in flight and nothing changing (the daemon's cap).
+        let stalled = p.creating == 0 && still.3.elapsed() >= STALLED;
+        if !p.last_error.is_empty()
+            && (p.failures - failures_at_start >= FAILURES_TO_GIVE_UP || stalled)
+        {
             bar.finish_and_clear();
             return Err(Error::Unavailable {
                 what: format!("pool {}", p.template_id),
-                reason: format!(
-                    "{} of its sandboxes could not be made, the last with: {}",
-                    p.failures - failures_at_start,
-                    p.last_error
-                ),
+                reason: match p.failures - failures_at_start {
+                    0 => format!("{}/{} idle: {}", p.idle, p.min_idle, p.last_error),
+                    n => format!(
+                        "{}/{} idle; {n} of its sandboxes could not be made, the last with: {}",
+                        p.idle, p.min_idle, p.last_error
+                    ),
+                },
                 fix: format!(
                     "fix the spec or the host and warm it again; the daemon keeps retrying \
                      with backoff until `stockade pool drain {}`",

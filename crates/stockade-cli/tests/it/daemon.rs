@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use super::via::Serve;
+use super::via::{Home, Serve};
 use super::{json, require_root, stockade};
 
 #[test]
@@ -166,6 +166,66 @@ fn a_pool_that_cannot_warm_says_why() {
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(d.cli(&["pool", "drain"]).status.success());
+}
+
+/// A pool the daemon's global cap holds back: one larger than the cap is refused at
+/// once, and `pool warm` stops waiting when the cap is reached (and says so) instead
+/// of waiting out its timeout; with room made, the same warm fills the pool.
+#[test]
+fn a_pool_held_back_by_the_global_cap_says_so() {
+    if !require_root("a_pool_held_back_by_the_cap") {
+        return;
+    }
+    let d = Serve::start_full(false, Home::Own, &["--max-sandboxes=2".into()]);
+    let out = d.cli(&["pool", "warm", "--json", "--size", "3"]);
+    assert_eq!(
+        out.status.code(),
+        Some(67),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("--max-sandboxes"), "{msg}");
+    let ids: Vec<String> = (0..2)
+        .map(|_| {
+            json(&d.cli(&["create", "--json"]))["id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    let started = Instant::now();
+    let out = d.cli(&["pool", "warm", "--json", "--size", "1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(69),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    assert!(msg.contains("holds its most sandboxes (2 in all"), "{msg}");
+    assert!(
+        started.elapsed() < Duration::from_secs(60),
+        "it waited {:?}",
+        started.elapsed()
+    );
+    for id in &ids {
+        assert!(d.cli(&["rm", id]).status.success());
+    }
+    let out = d.cli(&["pool", "warm", "--size", "1"]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v = json(&d.cli(&["pool", "ls", "--json"]));
+    assert_eq!(v[0]["idle"], 1, "{v}");
+    assert!(
+        v[0]["last_error"].is_null(),
+        "cleared once one was made: {v}"
     );
     assert!(d.cli(&["pool", "drain"]).status.success());
 }

@@ -74,6 +74,16 @@ impl Daemon {
                 "pool max {max} is below its size {size}"
             )));
         }
+        // A pool that could never be full (the global cap is smaller than its size).
+        if size as usize > self.limits.sandboxes_total {
+            return Err(Error::LimitExceeded {
+                what: format!("a pool of {size} idle sandboxes"),
+                limit: format!(
+                    "{} sandboxes in all (the daemon's --max-sandboxes)",
+                    self.limits.sandboxes_total
+                ),
+            });
+        }
         let (template_id, tspec) =
             template_of_kind(&pname, &spec, maker.as_ref().map(|m| m.kind()));
         let key = PoolKey::new(tenant, &template_id);
@@ -255,7 +265,19 @@ impl Daemon {
                 return;
             };
             let room = self.limits.sandboxes_total.saturating_sub(total);
+            // What `pool warm` shows while the cap holds the pool back (the reaper's
+            // passes ask again, so the pool fills when room is made).
+            let capped = || {
+                format!(
+                    "the daemon holds its most sandboxes ({} in all, --max-sandboxes): \
+                     the pool fills as others are destroyed",
+                    self.limits.sandboxes_total
+                )
+            };
             if room == 0 {
+                if e.pool.stats().idle < e.record.min_idle as usize {
+                    e.last_error = Some(capped());
+                }
                 return;
             }
             // Never ask for more than the global cap leaves.
@@ -264,6 +286,9 @@ impl Daemon {
             let extra = n.saturating_sub(room);
             for _ in 0..extra {
                 e.pool.create_failed(now);
+            }
+            if extra > 0 {
+                e.last_error = Some(capped());
             }
             let n = n - extra;
             if n > 0 {
