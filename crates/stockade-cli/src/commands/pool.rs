@@ -88,7 +88,7 @@ fn header(ctx: &Ctx) {
 const FAILURES_TO_GIVE_UP: u64 = 3;
 
 /// How long a pool with an error, nothing in flight and no change is waited for.
-const STALLED: Duration = Duration::from_secs(3);
+const STALLED: Duration = Duration::from_secs(10);
 
 /// Waits until the pool `p` has its size idle, with a progress bar on stderr (a line
 /// per change when stderr is not a terminal; nothing with `--json`). Fails with the
