@@ -101,9 +101,9 @@ async fn wait_warm(
 ) -> Result<pb::PoolInfo> {
     let started = Instant::now();
     let failures_at_start = p.failures;
-    let bar = if ctx.json {
-        ProgressBar::hidden()
-    } else if std::io::stderr().is_terminal() {
+    // A bar on a terminal; a line per change elsewhere; nothing with --json.
+    let terminal = std::io::stderr().is_terminal();
+    let bar = if !ctx.json && terminal {
         ProgressBar::with_draw_target(Some(u64::from(p.min_idle)), ProgressDrawTarget::stderr())
     } else {
         ProgressBar::hidden()
@@ -115,23 +115,24 @@ async fn wait_warm(
     );
     bar.set_message(format!("warming pool {}", p.template_id));
     bar.enable_steady_tick(Duration::from_millis(200));
-    let lines = !ctx.json && !std::io::stderr().is_terminal();
-    let mut shown = None;
+    let lines = !ctx.json && !terminal;
     let mut errors_shown = std::collections::HashSet::new();
-    // Since when nothing has changed (idle, in flight, failures).
-    let mut still = (p.idle, p.creating, p.failures, Instant::now());
+    // The last counts seen (idle, in flight, failures), and since when they hold.
+    let mut seen = None;
+    let mut changed_at = Instant::now();
     loop {
-        if (p.idle, p.creating, p.failures) != (still.0, still.1, still.2) {
-            still = (p.idle, p.creating, p.failures, Instant::now());
+        let counts = (p.idle, p.creating, p.failures);
+        if seen != Some(counts) {
+            seen = Some(counts);
+            changed_at = Instant::now();
+            if lines {
+                eprintln!(
+                    "warming pool {}: {}/{} idle, {} creating",
+                    p.template_id, p.idle, p.min_idle, p.creating
+                );
+            }
         }
         bar.set_position(u64::from(p.idle.min(p.min_idle)));
-        if lines && shown != Some((p.idle, p.creating)) {
-            eprintln!(
-                "warming pool {}: {}/{} idle, {} creating",
-                p.template_id, p.idle, p.min_idle, p.creating
-            );
-            shown = Some((p.idle, p.creating));
-        }
         if p.idle >= p.min_idle {
             bar.finish_and_clear();
             if !ctx.json {
@@ -154,7 +155,7 @@ async fn wait_warm(
         }
         // Failing: several failed creations, the last one too; or held back, nothing
         // in flight and nothing changing (the daemon's cap).
-        let stalled = p.creating == 0 && still.3.elapsed() >= STALLED;
+        let stalled = p.creating == 0 && changed_at.elapsed() >= STALLED;
         if !p.last_error.is_empty()
             && (p.failures - failures_at_start >= FAILURES_TO_GIVE_UP || stalled)
         {

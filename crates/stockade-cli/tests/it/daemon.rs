@@ -121,6 +121,17 @@ fn descriptors_of_the_daemon_do_not_reach_the_code() {
     planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
 }
 
+/// The `--json` error message of a command that must end with `code`.
+fn error_message(out: &std::process::Output, code: i32) -> String {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    json(out)["error"]["message"].as_str().unwrap().to_string()
+}
+
 /// A pool whose sandboxes cannot be made: `pool warm` stops waiting after a few failed
 /// creations and says why (the pool's own error, kept in `pool ls`), instead of
 /// hanging or answering "ok" for a pool that will never be warm.
@@ -132,15 +143,10 @@ fn a_pool_that_cannot_warm_says_why() {
     let d = Serve::start();
     // Nothing listens on port 1: every pull of the image fails at once.
     let image = "127.0.0.1:1/nothing:latest";
-    let out = d.cli(&["pool", "warm", "--json", "--size", "2", "--image", image]);
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let msg = error_message(
+        &d.cli(&["pool", "warm", "--json", "--size", "2", "--image", image]),
+        69,
     );
-    let err = json(&out);
-    let msg = err["error"]["message"].as_str().unwrap();
     assert!(
         msg.contains("could not be made") && msg.contains(image),
         "{msg}"
@@ -179,14 +185,7 @@ fn a_pool_held_back_by_the_global_cap_says_so() {
         return;
     }
     let d = Serve::start_full(false, Home::Own, &["--max-sandboxes=2".into()]);
-    let out = d.cli(&["pool", "warm", "--json", "--size", "3"]);
-    assert_eq!(
-        out.status.code(),
-        Some(67),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    let msg = error_message(&d.cli(&["pool", "warm", "--json", "--size", "3"]), 67);
     assert!(msg.contains("--max-sandboxes"), "{msg}");
     let ids: Vec<String> = (0..2)
         .map(|_| {
@@ -197,14 +196,7 @@ fn a_pool_held_back_by_the_global_cap_says_so() {
         })
         .collect();
     let started = Instant::now();
-    let out = d.cli(&["pool", "warm", "--json", "--size", "1"]);
-    assert_eq!(
-        out.status.code(),
-        Some(69),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let msg = json(&out)["error"]["message"].as_str().unwrap().to_string();
+    let msg = error_message(&d.cli(&["pool", "warm", "--json", "--size", "1"]), 69);
     assert!(msg.contains("holds its most sandboxes (2 in all"), "{msg}");
     assert!(
         started.elapsed() < Duration::from_secs(60),

@@ -323,7 +323,16 @@ impl Daemon {
             let tenant = tenant.clone();
             let pname = pname.clone();
             let maker = maker.clone();
-            tokio::spawn(async move { d.create_warm(key, tenant, pname, spec, maker).await });
+            // Counted in `warm_creating` above; the count ends when this is dropped,
+            // with the task or with the task never run.
+            let counted = WarmCreating {
+                daemon: self.clone(),
+                key: key.clone(),
+            };
+            tokio::spawn(async move {
+                d.create_warm(key, tenant, pname, spec, maker, counted)
+                    .await;
+            });
         }
     }
 
@@ -334,12 +343,8 @@ impl Daemon {
         pname: String,
         spec: SandboxSpec,
         maker: Option<Arc<dyn MountMaker>>,
+        _counted: WarmCreating,
     ) {
-        // Counted in `warm_creating` by `refill`; the count ends with this task.
-        let _counted = WarmCreating {
-            daemon: self.clone(),
-            key: key.clone(),
-        };
         let template = spec.clone();
         let mut spec = self.labelled(spec, &tenant);
         // The caller's lifetime starts at acquisition (the daemon enforces it); the

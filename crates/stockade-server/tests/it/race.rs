@@ -19,29 +19,42 @@ use tokio::sync::{Mutex, Notify};
 
 use crate::harness::{eventually, require_root};
 
-/// A native provider whose `list()` or `create()` can be held: when armed, the next
-/// call says it has started and waits for its `release` before it asks the real
-/// provider.
-struct HeldList {
-    inner: NativeProvider,
+/// One call that can be held: when armed, the next call says it has started
+/// (`entered`) and waits for `release`.
+#[derive(Default)]
+struct Hold {
     armed: Mutex<bool>,
     entered: Notify,
     release: Notify,
-    create_armed: Mutex<bool>,
-    create_entered: Notify,
-    create_release: Notify,
+}
+
+impl Hold {
+    async fn arm(&self) {
+        *self.armed.lock().await = true;
+    }
+
+    /// What the held call does first.
+    async fn pass(&self) {
+        if std::mem::take(&mut *self.armed.lock().await) {
+            self.entered.notify_one();
+            self.release.notified().await;
+        }
+    }
+}
+
+/// A native provider whose `list()` or `create()` can be held.
+struct HeldList {
+    inner: NativeProvider,
+    list: Hold,
+    create: Hold,
 }
 
 impl HeldList {
     fn new(state: &Path) -> HeldList {
         HeldList {
             inner: NativeProvider::from(stockade::NativeLauncher::with_state_root(state)),
-            armed: Mutex::new(false),
-            entered: Notify::new(),
-            release: Notify::new(),
-            create_armed: Mutex::new(false),
-            create_entered: Notify::new(),
-            create_release: Notify::new(),
+            list: Hold::default(),
+            create: Hold::default(),
         }
     }
 }
@@ -58,11 +71,7 @@ impl Provider for HeldList {
         self.inner.probe().await
     }
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
-        let held = std::mem::take(&mut *self.create_armed.lock().await);
-        if held {
-            self.create_entered.notify_one();
-            self.create_release.notified().await;
-        }
+        self.create.pass().await;
         self.inner.create(spec, opts).await
     }
     async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
@@ -75,11 +84,7 @@ impl Provider for HeldList {
         self.inner.destroy(id).await
     }
     async fn list(&self) -> Result<Vec<SandboxInfo>> {
-        let held = std::mem::take(&mut *self.armed.lock().await);
-        if held {
-            self.entered.notify_one();
-            self.release.notified().await;
-        }
+        self.list.pass().await;
         self.inner.list().await
     }
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
@@ -117,6 +122,35 @@ impl Drop for Cleanup {
     }
 }
 
+/// An in-process daemon on a [`HeldList`] in a directory of its own (under /tmp,
+/// cleaned up whatever the test's end), and a 60 s template.
+struct Setup {
+    d: Arc<Daemon>,
+    provider: Arc<HeldList>,
+    template: SandboxSpec,
+    _cleanup: Cleanup,
+    _dir: tempfile::TempDir,
+}
+
+fn setup() -> Setup {
+    let dir = tempfile::Builder::new()
+        .prefix("stockade-it-race-")
+        .tempdir_in("/tmp")
+        .unwrap();
+    let state = dir.path().join("state");
+    let provider = Arc::new(HeldList::new(&state));
+    Setup {
+        d: daemon(dir.path(), provider.clone()),
+        provider,
+        template: SandboxSpec {
+            timeout_secs: 60,
+            ..SandboxSpec::default()
+        },
+        _cleanup: Cleanup(state),
+        _dir: dir,
+    }
+}
+
 fn daemon(dir: &Path, provider: Arc<HeldList>) -> Arc<Daemon> {
     let store = Store::open(&dir.join("state.redb")).unwrap();
     let limits = Limits {
@@ -149,17 +183,15 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
     if !require_root("the daemon's tests") {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("stockade-it-race-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let _cleanup = Cleanup(dir.path().join("state"));
-    let provider = Arc::new(HeldList::new(&dir.path().join("state")));
-    let d = daemon(dir.path(), provider.clone());
-    let template = SandboxSpec {
-        timeout_secs: 60,
-        ..SandboxSpec::default()
-    };
+    // Bound in this order so that they drop in the reverse one: the daemon, then the
+    // cleanup of its sandboxes, then their directory.
+    let Setup {
+        _dir,
+        _cleanup,
+        provider,
+        d,
+        template,
+    } = setup();
     d.pool_warm("t", "", template.clone(), 2, 2).unwrap();
     eventually(30, "two warm sandboxes", || async {
         d.pool_list("t").iter().map(|p| p.stats.idle).sum::<usize>() == 2
@@ -177,14 +209,14 @@ async fn a_destroy_during_the_reapers_listing_is_not_reaped_again() {
     assert_eq!(d.pool_list("t")[0].stats.in_use, 2);
 
     // The reaper lists the provider's sandboxes; while it waits, `a` is destroyed.
-    *provider.armed.lock().await = true;
+    provider.list.arm().await;
     let reaper = tokio::spawn({
         let d = d.clone();
         async move { d.reap_once(true).await }
     });
-    provider.entered.notified().await;
+    provider.list.entered.notified().await;
     d.destroy("t", &a.id).await.unwrap();
-    provider.release.notify_one();
+    provider.list.release.notify_one();
     let report = reaper.await.unwrap();
 
     assert!(
@@ -220,27 +252,24 @@ async fn a_drain_or_stop_during_a_warm_creation_leaves_nothing_behind() {
     if !require_root("the daemon's tests") {
         return;
     }
-    let dir = tempfile::Builder::new()
-        .prefix("stockade-it-race-")
-        .tempdir_in("/tmp")
-        .unwrap();
-    let state = dir.path().join("state");
-    let _cleanup = Cleanup(state.clone());
-    let provider = Arc::new(HeldList::new(&state));
-    let d = daemon(dir.path(), provider.clone());
-    let template = SandboxSpec {
-        timeout_secs: 60,
-        ..SandboxSpec::default()
-    };
+    // Bound in this order so that they drop in the reverse one: the daemon, then the
+    // cleanup of its sandboxes, then their directory.
+    let Setup {
+        _dir,
+        _cleanup,
+        provider,
+        d,
+        template,
+    } = setup();
     let on_disk = || {
         let p = provider.clone();
         async move { p.inner.list().await.unwrap() }
     };
 
     // A drain while the pool's one creation is held.
-    *provider.create_armed.lock().await = true;
+    provider.create.arm().await;
     d.pool_warm("t", "", template.clone(), 1, 1).unwrap();
-    provider.create_entered.notified().await;
+    provider.create.entered.notified().await;
     let drain = tokio::spawn({
         let d = d.clone();
         async move { d.pool_drain("t", None).await }
@@ -250,7 +279,7 @@ async fn a_drain_or_stop_during_a_warm_creation_leaves_nothing_behind() {
         !drain.is_finished(),
         "the drain answered while its pool was still making a sandbox"
     );
-    provider.create_release.notify_one();
+    provider.create.release.notify_one();
     let drained = drain.await.unwrap().unwrap();
     assert!(drained.is_empty(), "nothing was warm yet: {drained:?}");
     let left = on_disk().await;
@@ -258,9 +287,9 @@ async fn a_drain_or_stop_during_a_warm_creation_leaves_nothing_behind() {
     assert!(d.pool_list("t").is_empty(), "the pool is gone");
 
     // A stop while a new pool's creation is held.
-    *provider.create_armed.lock().await = true;
+    provider.create.arm().await;
     d.pool_warm("t", "", template.clone(), 1, 1).unwrap();
-    provider.create_entered.notified().await;
+    provider.create.entered.notified().await;
     let stop = tokio::spawn({
         let d = d.clone();
         async move { d.shutdown().await }
@@ -270,7 +299,7 @@ async fn a_drain_or_stop_during_a_warm_creation_leaves_nothing_behind() {
         !stop.is_finished(),
         "the stop ended while a warm sandbox was still being made"
     );
-    provider.create_release.notify_one();
+    provider.create.release.notify_one();
     stop.await.unwrap();
     let left = on_disk().await;
     assert!(left.is_empty(), "the stop left {left:?}");
