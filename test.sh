@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Sets Stockade up and runs the whole test suite: formatting, lints, every crate's
-# tests (as root: the attack tests need it), the Python and TypeScript SDKs' tests, and a final
-# check that nothing leaked.
+# tests (as root: the attack tests need it), the Python, TypeScript and Go SDKs' tests,
+# and a final check that nothing leaked.
 #   sudo ./test.sh
 set -euo pipefail
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 # Each phase's start, from this script's: where a cold run's time goes.
 stamp() { echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
 stamp "setup"
@@ -37,6 +38,7 @@ tools=/var/cache/stockade/tools
     env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
   sdk/python/test.sh --deps
   sdk/typescript/test.sh --deps
+  sdk/go/test.sh --deps
   crates/stockade-e2b/test.sh --deps
   echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) done"
 ) </dev/null >"$prep_log" 2>&1 &
@@ -93,6 +95,12 @@ it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
+if ! runuser -u stockade-rl -- test -x "$it"; then
+  echo "test.sh: the rootless suites run as the user stockade-rl, who cannot reach $it:" \
+    "run from a checkout other users can read, or set CARGO_TARGET_DIR to a directory" \
+    "they can (CI uses /var/cache/stockade/target)" >&2
+  exit 1
+fi
 (cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle:: egress::)
 # The same suites on the gvisor provider (real runsc; crates/stockade-gvisor/ci-setup.sh
 # installs it): the conformance cases, the attacks and pause/resume. The attacks below are skipped BY
@@ -148,9 +156,23 @@ rm -rf "$rl_tests"
 # into a fresh project, node --test against it.
 stamp "TypeScript SDK"
 sdk/typescript/test.sh
+# The Go SDK: vet, staticcheck and go test against a daemon of this build.
+stamp "Go SDK"
+sdk/go/test.sh
 stamp "E2B SDKs"
 # The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
 crates/stockade-e2b/test.sh
+
+stamp "install"
+# The install step, tried: the installed CLI finds its agent and runs a sandbox, and
+# `stockaded` is its daemon.
+prefix=$(mktemp -d)
+scripts/install.sh --debug --prefix "$prefix" 2>/dev/null
+out=$(cd / && env -u STOCKADE_AGENT PATH=/usr/bin:/bin "$prefix/bin/stockade" run --direct -- /bin/echo installed)
+[ "$out" = installed ] || { echo "test.sh: the installed stockade printed '$out'" >&2; exit 1; }
+"$prefix/bin/stockaded" --help | grep -q -- '--listen' ||
+  { echo "test.sh: stockaded is not the daemon" >&2; exit 1; }
+rm -rf "$prefix"
 
 stamp "leak check"
 scripts/leak-check.sh

@@ -5,7 +5,8 @@
 # Needs crates/stockade-image/ci-setup.sh (registry, skopeo, the Debian test image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 key=$(sha256sum crates/stockade-image/ci-setup.sh | cut -c1-16)
 base=/var/cache/stockade/test-images/$key/debian-python.tar
 [ -f "$base" ] || { echo "run crates/stockade-image/ci-setup.sh first" >&2; exit 1; }

@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-debug}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 case "$profile" in
   release) flags=(--release); dir=release ;;
   debug | dev) flags=(); dir=debug ;;

@@ -6,7 +6,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
 packages_only=${2:-}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$PWD/target}
 mkdir -p "$CARGO_TARGET_DIR"
 
 as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
@@ -48,10 +49,12 @@ fi
 
 [ "$packages_only" = --packages ] && exit 0
 
-# Everything but the agent, then the agent alone, statically linked (one binary for
-# native and docker; see scripts/build-agent.sh), so it is built once.
+# Release (run.sh, install): the one `stockade` binary (it is also the daemon and the
+# MCP server), then the agent alone, statically linked (one binary for native and
+# docker; see scripts/build-agent.sh), so it is built once. Debug (test.sh): every
+# binary of the workspace, which the crates' tests start.
 if [ "$profile" = release ]; then
-  cargo build --release --bins --workspace --exclude stockade-agent >&2
+  cargo build --release -p stockade-cli --bin stockade >&2
 else
   cargo build --bins --workspace --exclude stockade-agent >&2
 fi

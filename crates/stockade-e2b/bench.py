@@ -1,7 +1,6 @@
 """E2B API benchmark: the unmodified E2B Python SDK against `stockade serve
 --e2b-listen`, beside Stockade's own client library on the same daemon.
 
-    export CARGO_TARGET_DIR=/var/cache/stockade/target
     cargo build --release -p stockade-cli --bin stockade
     cargo build --release -p stockade-e2b --example native_client
     /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py [N [ROUNDS]]
@@ -42,6 +41,7 @@ the ratio of the two medians.
 
 import json
 import os
+from pathlib import Path
 import shutil
 import socket
 import statistics
@@ -52,7 +52,7 @@ import time
 import urllib.error
 import urllib.request
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", "/var/cache/stockade/target")
+TARGET = os.environ.get("CARGO_TARGET_DIR", str(Path(__file__).resolve().parents[2] / "target"))
 KEY = "e2b-bench-tenant-0123456789"
 
 

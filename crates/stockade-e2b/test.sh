@@ -7,7 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-/var/cache/stockade/pip-cache}
 export npm_config_cache=${npm_config_cache:-/var/cache/stockade/npm-cache}
 venv=${STOCKADE_E2B_VENV:-/var/cache/stockade/venv-e2b}

@@ -8,6 +8,7 @@
 #     sandbox runs as PID 1: $CARGO_TARGET_DIR/debug/stockade-agent
 set -eu
 cd "$(dirname "$0")"
+. ../../scripts/apt-suite.sh
 
 # The 8-digit build date in `runsc --version` (0 when there is no runsc).
 runsc_date() {
@@ -17,21 +18,26 @@ runsc_date() {
 if [ "$(runsc_date)" -lt 20240101 ]; then
     . /etc/os-release
     if [ "${VERSION_CODENAME:-}" = bookworm ]; then
-        cat >/etc/apt/sources.list.d/stockade-bookworm-backports.sources <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
+        add_backports
         apt-get update -q
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q -t bookworm-backports runsc
     else
         apt-get update -q
         DEBIAN_FRONTEND=noninteractive apt-get install -y -q runsc
     fi
-    echo "ci-setup: $(runsc --version | head -n 1)" >&2
 fi
+# What was installed must run, and be the 2024 build.
+v=$(runsc --version 2>&1) || {
+    echo "ci-setup (gvisor): runsc does not run: $v
+  Reinstall it: apt-get install --reinstall -t bookworm-backports runsc" >&2
+    exit 1
+}
+if [ "$(runsc_date)" -lt 20240101 ]; then
+    echo "ci-setup (gvisor): runsc is older than 2024 ($(echo "$v" | head -n 1)): the provider needs
+  the systrap platform. On Debian 12: apt-get install -t bookworm-backports runsc" >&2
+    exit 1
+fi
+echo "ci-setup (gvisor): $(echo "$v" | head -n 1)" >&2
 
 # (test.sh runs this beside its own build, which builds the agent, and says so.)
 [ -n "${STOCKADE_SETUP_NO_BUILD:-}" ] || ../../scripts/build-agent.sh debug >/dev/null

@@ -12,6 +12,7 @@ SDK's overhead per operation (p50 SDK - p50 Rust library, median over rounds).
 from __future__ import annotations
 
 import os
+from pathlib import Path
 import statistics
 import subprocess
 import sys
@@ -19,7 +20,7 @@ import time
 
 import stockade
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", "/var/cache/stockade/target")
+TARGET = os.environ.get("CARGO_TARGET_DIR", str(Path(__file__).resolve().parents[2] / "target"))
 PY = ["/usr/bin/python3", "-c", "pass"]
 
 

@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # Builds the wheel of the Python SDK with the stockade-agent binary inside, into
-# sdk/python/dist. Usage: sdk/python/build.sh [release|dev]   (default release)
+# sdk/python/dist. Usage: sdk/python/build.sh [release|local|dev]   (default release)
+#   release  a wheel for any Linux with glibc 2.28+ (manylinux_2_28, zig): every crate
+#            is compiled again for its explicit target
+#   local    a release wheel for this machine alone: reuses the release build of
+#            `./run.sh` (only the Python module's own crate and pyo3 are compiled)
+#   dev      the debug build (what test.sh installs)
 set -euo pipefail
 cd "$(dirname "$0")"
 profile=${1:-release}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 py=${PYTHON:-python3}
 if ! "$py" -m maturin --version >/dev/null 2>&1; then
   "$py" -m pip install -q "maturin>=1.9,<2"
 fi
 # The one agent, statically linked (scripts/build-agent.sh): native and docker both
 # run it from the wheel's _bin/.
-if [ "$profile" = release ]; then
+case "$profile" in
+  release | local | dev) ;;
+  *) echo "build.sh: unknown profile $profile (release, local or dev)" >&2; exit 2 ;;
+esac
+if [ "$profile" != dev ]; then
   agent=$(../../scripts/build-agent.sh release)
   flags=(--release)
 else

@@ -5,7 +5,8 @@
 #   sdk/python/test.sh --deps          the venv and its test dependencies only
 set -euo pipefail
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 export PIP_CACHE_DIR=${PIP_CACHE_DIR:-/var/cache/stockade/pip-cache}
 venv=${STOCKADE_VENV:-/var/cache/stockade/venv}
 if [ ! -x "$venv/bin/python" ]; then

@@ -13,7 +13,7 @@ import { performance } from "node:perf_hooks";
 
 import { Stockade } from "./dist/index.mjs";
 
-const TARGET = process.env.CARGO_TARGET_DIR ?? "/var/cache/stockade/target";
+const TARGET = process.env.CARGO_TARGET_DIR ?? new URL("../../target", import.meta.url).pathname;
 const PY = ["/usr/bin/python3", "-c", "pass"];
 
 async function timed(n, fn) {

@@ -7,7 +7,8 @@
 #   sdk/typescript/test.sh --deps          the npm dependencies only
 set -euo pipefail
 cd "$(dirname "$0")"
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+# The checkout's own build directory, unless the caller names one (CI keeps a cache).
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 export npm_config_cache=${npm_config_cache:-/var/cache/stockade/npm-cache}
 # Node 20 or later, with npm (Debian's packages are recent enough).
 if ! command -v npm >/dev/null || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then

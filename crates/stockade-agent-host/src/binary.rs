@@ -13,7 +13,9 @@ pub const BUILD_STATIC_AGENT: &str = "build the agent statically linked with scr
      STOCKADE_DOCKER_AGENT at a statically linked stockade-agent";
 
 /// Finds the `stockade-agent` binary: `$STOCKADE_AGENT`, next to the running program
-/// (or its parent directory, for test binaries in `target/*/deps`), then `PATH`.
+/// (or its parent directory, for test binaries in `target/*/deps`), in
+/// `../libexec/stockade/` from it (where `run.sh install` puts it: `PREFIX/bin/stockade`
+/// and `PREFIX/libexec/stockade/stockade-agent`), then `PATH`.
 pub fn find_agent() -> Result<PathBuf> {
     if let Some(p) = std::env::var_os("STOCKADE_AGENT") {
         let p = PathBuf::from(p);
@@ -34,16 +36,24 @@ pub fn find_agent() -> Result<PathBuf> {
         candidates.push(dir.join("stockade-agent"));
         if let Some(up) = dir.parent() {
             candidates.push(up.join("stockade-agent"));
+            candidates.push(up.join("libexec/stockade/stockade-agent"));
         }
     }
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join("stockade-agent")));
     }
-    candidates.into_iter().find(|p| p.is_file()).ok_or_else(|| Error::Unavailable {
-        what: "the stockade agent".into(),
-        reason: "stockade-agent was not found next to this program or in PATH".into(),
-        fix: "install it beside stockade (cargo install --path crates/stockade-agent) or set STOCKADE_AGENT".into(),
-    })
+    candidates
+        .into_iter()
+        .find(|p| p.is_file())
+        .ok_or_else(|| Error::Unavailable {
+            what: "the stockade agent".into(),
+            reason: "stockade-agent was not found next to this program, in ../libexec/stockade \
+                 from it, or in PATH"
+                .into(),
+            fix: "install stockade with its agent (./run.sh install [--prefix DIR] in the source \
+              tree) or set STOCKADE_AGENT to the stockade-agent binary"
+                .into(),
+        })
 }
 
 /// Finds the statically linked agent: `$STOCKADE_DOCKER_AGENT`, else the one

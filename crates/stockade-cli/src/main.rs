@@ -148,8 +148,22 @@ fn quiet_on_closed_stdout() {
     }));
 }
 
+/// The command line, with the name this program was started by taken into account:
+/// `stockaded` (a link to `stockade`, as `run.sh install` makes) is `stockade serve`.
+fn args() -> Vec<std::ffi::OsString> {
+    let mut args: Vec<_> = std::env::args_os().collect();
+    let name = args
+        .first()
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .map(std::ffi::OsStr::to_os_string);
+    if name.as_deref() == Some(std::ffi::OsStr::new("stockaded")) {
+        args.insert(1, "serve".into());
+    }
+    args
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(args());
     if !matches!(cli.command, Command::Serve(_) | Command::Mcp(_)) {
         quiet_on_closed_stdout();
     }

@@ -182,6 +182,8 @@ pub async fn pull(
     if is_loopback_registry(&r.registry) {
         plain.push(r.registry.clone());
     }
+    // ring is the process's rustls provider (the daemon installs the same one).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let client = oci_client::Client::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(plain),
         platform_resolver: None,

@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")"
 export BENCH_N=${1:-100}
-target=${CARGO_TARGET_DIR:-/var/cache/stockade/target}
+target=${CARGO_TARGET_DIR:-$(cd ../../.. && pwd)/target}
 bin=${STOCKADE_MCP_BIN:-$target/debug/stockade-mcp}
 mcp_py=${STOCKADE_MCP_VENV:-/var/cache/stockade/mcp-venv}/bin/python
 sdk_py=${SDK_PYTHON:-/var/cache/stockade/mcp-bench-venv/bin/python}

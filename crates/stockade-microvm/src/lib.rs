@@ -1137,24 +1137,43 @@ fn shares_check(spec: &stockade_core::ValidatedSpec) -> Result<Option<PathBuf>> 
             }
         }
     }
-    find_virtiofsd().map(Some).ok_or_else(|| Error::Unavailable {
-        what: "workspaces on the microvm provider".into(),
-        reason: "no virtiofsd on this host (looked in /usr/libexec, /usr/lib/qemu and PATH)".into(),
-        fix: "apt-get install qemu-system-common (Debian 12: /usr/lib/qemu/virtiofsd), or virtiofsd".into(),
-    })
+    find_virtiofsd()
+        .map(Some)
+        .ok_or_else(|| Error::Unavailable {
+            what: "workspaces on the microvm provider".into(),
+            reason: "no virtiofsd on this host (looked at STOCKADE_VIRTIOFSD, in /usr/libexec, \
+                 /usr/lib/qemu, /usr/local/libexec and PATH)"
+                .into(),
+            fix:
+                "install virtiofsd (Debian 13: apt-get install virtiofsd; Debian 12 with QEMU 7.2: \
+              apt-get install qemu-system-common; otherwise cargo install virtiofsd and set \
+              STOCKADE_VIRTIOFSD to it)"
+                    .into(),
+        })
 }
 
-/// The virtiofsd binary, if the host has one.
+/// The virtiofsd binary, if the host has one: `STOCKADE_VIRTIOFSD`, else the
+/// distribution's (`/usr/libexec`), QEMU 7.2's (`/usr/lib/qemu`), one built from
+/// crates.io (`/usr/local/libexec`, where the microvm setup installs it), or PATH's.
 fn find_virtiofsd() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("STOCKADE_VIRTIOFSD") {
+        return Some(PathBuf::from(p)).filter(|p| p.is_file());
+    }
     let mut candidates = vec![
         PathBuf::from("/usr/libexec/virtiofsd"),
-        PathBuf::from("/usr/lib/qemu/virtiofsd"),
+        PathBuf::from(C_VIRTIOFSD),
+        PathBuf::from("/usr/local/libexec/virtiofsd"),
     ];
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join("virtiofsd")));
     }
     candidates.into_iter().find(|p| p.is_file())
 }
+
+/// Where QEMU up to 7.2 installs its own virtiofsd (written in C, with the legacy
+/// `-o` options). Every other virtiofsd is the Rust one (QEMU 8 dropped the C one),
+/// which takes long options.
+const C_VIRTIOFSD: &str = "/usr/lib/qemu/virtiofsd";
 
 /// The command line serving `m` on `socket`: virtiofsd confined to the directory
 /// (its own mount, pid and network namespaces, `pivot_root` into it, so no `..` or
@@ -1166,25 +1185,33 @@ fn virtiofsd_command(
     m: &stockade_spec::Mount,
     socket: &str,
 ) -> Vec<String> {
-    let bin = virtiofsd
-        .unwrap_or(Path::new("/usr/lib/qemu/virtiofsd"))
-        .display()
-        .to_string();
+    let bin = virtiofsd.unwrap_or(Path::new(C_VIRTIOFSD));
     let source = m.host.display().to_string();
-    let serve = vec![
-        bin.clone(),
-        format!("--socket-path={socket}"),
-        "-o".into(),
-        format!("source={source}"),
-        "-o".into(),
-        "sandbox=namespace".into(),
-        "-o".into(),
-        "cache=auto".into(),
-        "-o".into(),
-        "no_posix_lock".into(),
-        "-o".into(),
-        "no_xattr".into(),
-    ];
+    let serve: Vec<String> = if bin == Path::new(C_VIRTIOFSD) {
+        vec![
+            bin.display().to_string(),
+            format!("--socket-path={socket}"),
+            "-o".into(),
+            format!("source={source}"),
+            "-o".into(),
+            "sandbox=namespace".into(),
+            "-o".into(),
+            "cache=auto".into(),
+            "-o".into(),
+            "no_posix_lock".into(),
+            "-o".into(),
+            "no_xattr".into(),
+        ]
+    } else {
+        // The Rust virtiofsd: no xattrs and no POSIX locks by default.
+        vec![
+            bin.display().to_string(),
+            format!("--socket-path={socket}"),
+            format!("--shared-dir={source}"),
+            "--sandbox=namespace".into(),
+            "--cache=auto".into(),
+        ]
+    };
     if m.writable {
         return serve;
     }
@@ -1604,5 +1631,54 @@ impl Launcher for MicrovmLauncher {
 
     async fn create_from_snapshot(&self, name: &str, opts: &CreateOptions) -> Result<SandboxInfo> {
         self.start_from_snapshot(name, opts).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mount(writable: bool) -> stockade_spec::Mount {
+        stockade_spec::Mount {
+            host: PathBuf::from("/srv/work"),
+            target: "/work".into(),
+            writable,
+        }
+    }
+
+    #[test]
+    fn each_virtiofsd_gets_the_options_it_understands() {
+        let c = virtiofsd_command(Some(Path::new(C_VIRTIOFSD)), &mount(true), "/s");
+        assert_eq!(c[0], C_VIRTIOFSD);
+        assert!(c.iter().any(|a| a == "source=/srv/work"), "{c:?}");
+        assert!(c.iter().any(|a| a == "sandbox=namespace"), "{c:?}");
+        let r = virtiofsd_command(
+            Some(Path::new("/usr/local/libexec/virtiofsd")),
+            &mount(true),
+            "/s",
+        );
+        assert_eq!(
+            r,
+            [
+                "/usr/local/libexec/virtiofsd",
+                "--socket-path=/s",
+                "--shared-dir=/srv/work",
+                "--sandbox=namespace",
+                "--cache=auto"
+            ]
+        );
+        // Read-only: the same daemon inside a read-only bind of the directory.
+        let ro = virtiofsd_command(
+            Some(Path::new("/usr/libexec/virtiofsd")),
+            &mount(false),
+            "/s",
+        );
+        assert_eq!(ro[0], "unshare");
+        assert!(
+            ro.iter().any(|a| a.contains("mount --bind -o ro")),
+            "{ro:?}"
+        );
+        assert!(ro.ends_with(&["--cache=auto".to_string()]), "{ro:?}");
+        assert!(ro.iter().any(|a| a == "--shared-dir=/srv/work"), "{ro:?}");
     }
 }
