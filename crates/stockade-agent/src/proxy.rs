@@ -184,6 +184,10 @@ enum Head {
     Tls(Option<String>),
     /// An HTTP/1 request head.
     Http,
+    /// Bytes that start like an HTTP request (as a lax server would read them) or a
+    /// TLS ClientHello but are not a well-formed, whole one: refused (`tls` or
+    /// `http`, and why), never passed on by address.
+    Malformed(&'static str, String),
     Other,
 }
 
@@ -210,22 +214,60 @@ fn classify(buf: &[u8]) -> Head {
             Err(_) => Head::Other,
         };
     }
-    let token = buf.iter().take_while(|b| b.is_ascii_uppercase()).count();
-    if token == 0 || token > 16 {
-        return Head::Other;
-    }
-    if token == buf.len() {
+    // Lax servers skip whitespace before the request line and split it on tabs: what
+    // would reach one of them as a request must be one here.
+    let (lead, token) = method_at(buf);
+    let rest = &buf[lead..];
+    if rest.is_empty() || (token == rest.len() && token <= 16) {
         return Head::NeedMore;
     }
-    if buf[token] != b' ' {
+    if token == 0 || token > 16 || !matches!(rest[token], b' ' | b'\t') {
         return Head::Other;
+    }
+    if lead > 0 {
+        return Head::Malformed("http", "HTTP request line after leading whitespace".into());
+    }
+    if rest[token] == b'\t' {
+        return Head::Malformed(
+            "http",
+            "HTTP request line with a tab after the method".into(),
+        );
     }
     let mut headers = [httparse::EMPTY_HEADER; 128];
     match httparse::Request::new(&mut headers).parse(buf) {
         Ok(httparse::Status::Partial) => Head::NeedMore,
         Ok(httparse::Status::Complete(_)) => Head::Http,
-        Err(_) => Head::Other,
+        Err(e) => Head::Malformed("http", format!("malformed HTTP request ({e})")),
     }
+}
+
+/// Where a lax server would find a request's method in `buf`: the length of the
+/// whitespace before it and of the method (uppercase letters).
+fn method_at(buf: &[u8]) -> (usize, usize) {
+    let lead = buf
+        .iter()
+        .take_while(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        .count();
+    let token = buf[lead..]
+        .iter()
+        .take_while(|b| b.is_ascii_uppercase())
+        .count();
+    (lead, token)
+}
+
+/// A head still undecided when the wait or the size ran out: one that began as a
+/// ClientHello or an HTTP request is refused (its rest could name anything once
+/// passed on by address), anything else is another protocol.
+fn incomplete(head: &[u8], how: &str) -> Head {
+    if head.first() == Some(&0x16) {
+        return Head::Malformed("tls", format!("TLS ClientHello {how}"));
+    }
+    let (lead, token) = method_at(head);
+    let rest = &head[lead..];
+    if (1..=16).contains(&token) && matches!(rest.get(token), Some(b' ' | b'\t')) {
+        return Head::Malformed("http", format!("HTTP request head {how}"));
+    }
+    Head::Other
 }
 
 /// The decision on a name for `port`: `None` allows, `Some(rule)` says why not.
@@ -294,7 +336,15 @@ fn handle(client: TcpStream, dest: SocketAddr, policy: &dyn Policy) {
             }
         }
         Head::Http => http(client, dest, head, policy, by_address),
-        Head::Other | Head::NeedMore if web => {
+        Head::Malformed(protocol, why) if !by_address => {
+            policy.record(protocol, dest, None, why.clone());
+            if protocol == "tls" {
+                tls_refuse(&client);
+            } else {
+                refuse_http(&client, &why);
+            }
+        }
+        Head::Malformed(..) | Head::Other | Head::NeedMore if web => {
             policy.record(
                 "tcp",
                 dest,
@@ -303,7 +353,7 @@ fn handle(client: TcpStream, dest: SocketAddr, policy: &dyn Policy) {
             );
             reset(&client);
         }
-        Head::Other | Head::NeedMore => {
+        Head::Malformed(..) | Head::Other | Head::NeedMore => {
             let Some(up) = connect(&client, dest) else {
                 return;
             };
@@ -334,7 +384,7 @@ fn read_head(client: &TcpStream, head: &mut Vec<u8>, web: bool) -> io::Result<He
             return Ok(if head.is_empty() {
                 Head::Other
             } else {
-                Head::NeedMore
+                incomplete(head, "not complete within 30 s")
             });
         }
         client.set_read_timeout(Some(left))?;
@@ -353,7 +403,7 @@ fn read_head(client: &TcpStream, head: &mut Vec<u8>, web: bool) -> io::Result<He
         }
         match classify(head) {
             Head::NeedMore if head.len() < MAX_HEAD => continue,
-            Head::NeedMore => return Ok(Head::Other),
+            Head::NeedMore => return Ok(incomplete(head, "over 64 KiB")),
             k => {
                 client.set_read_timeout(None)?;
                 return Ok(k);
@@ -402,6 +452,7 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy,
     let mut input = Input { buf: head };
     let mut up: Option<TcpStream> = None;
     let mut back: Option<(std::sync::mpsc::Sender<Sent>, std::thread::JoinHandle<()>)> = None;
+    let mut switched: Option<std::sync::mpsc::Receiver<bool>> = None;
     // A refused request after allowed ones on the same connection: the answers to
     // those still reach the client, then the connection ends (no answer is sent for
     // the refused one: the client's parser could not tell it from the server's).
@@ -452,14 +503,16 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy,
                 return;
             };
             let (tx, rx) = std::sync::mpsc::channel();
+            let (sw_tx, sw_rx) = std::sync::mpsc::channel();
             let Ok(t) = std::thread::Builder::new()
                 .name("egress-back".into())
-                .spawn(move || relay_answers(&u2, &c2, &rx))
+                .spawn(move || relay_answers(&u2, &c2, &rx, &sw_tx))
             else {
                 reset(&client);
                 return;
             };
             back = Some((tx, t));
+            switched = Some(sw_rx);
             up = Some(u);
         }
         let (Some(u), Some((tx, _))) = (up.as_ref(), back.as_ref()) else {
@@ -476,10 +529,18 @@ fn http(client: TcpStream, dest: SocketAddr, head: Vec<u8>, policy: &dyn Policy,
             break;
         }
         if req.upgrade {
-            // A protocol switch (e.g. websocket): what follows is no longer HTTP.
-            let _ = (&*u).write_all(&input.buf);
-            copy_then_close(&client, u);
-            break;
+            // A protocol switch (e.g. websocket) only once the server agreed (its
+            // 101): until then the connection is HTTP, and its next request is
+            // checked like the first.
+            match switched.as_ref().map(std::sync::mpsc::Receiver::recv) {
+                Some(Ok(true)) => {
+                    let _ = (&*u).write_all(&input.buf);
+                    copy_then_close(&client, u);
+                    break;
+                }
+                Some(Ok(false)) => {}
+                Some(Err(_)) | None => break,
+            }
         }
     }
     if refused_later && let Some(u) = &up {
@@ -506,19 +567,31 @@ struct Sent {
 }
 
 /// Relays one response per request sent, then closes the client's side for writing.
-/// After a protocol switch's `101` the rest is copied as it comes.
-fn relay_answers(up: &TcpStream, client: &TcpStream, sent: &std::sync::mpsc::Receiver<Sent>) {
+/// The answer to an upgrade request is told to the request side (`switched`: true
+/// for a `101`); after a `101` the rest is copied as it comes.
+fn relay_answers(
+    up: &TcpStream,
+    client: &TcpStream,
+    sent: &std::sync::mpsc::Receiver<Sent>,
+    switched: &std::sync::mpsc::Sender<bool>,
+) {
     let mut uin = Input { buf: Vec::new() };
     while let Ok(req) = sent.recv() {
         match relay_response(&mut uin, &mut &*up, &mut &*client, req.head_request) {
-            Ok(true) => {}
-            Ok(false) if req.upgrade => {
+            Ok(Relayed::Next) => {
+                if req.upgrade {
+                    let _ = switched.send(false);
+                }
+            }
+            Ok(Relayed::Switched) if req.upgrade => {
+                let _ = switched.send(true);
                 if (&*client).write_all(&uin.buf).is_ok() {
                     let _ = io::copy(&mut &*up, &mut &*client);
                 }
                 break;
             }
-            Ok(false) | Err(_) => break,
+            // (A 101 nobody asked for ends the connection.)
+            Ok(Relayed::Switched | Relayed::End) | Err(_) => break,
         }
     }
     let _ = client.shutdown(Shutdown::Write);
@@ -534,6 +607,9 @@ pub struct Intercept {
     servers: Mutex<HashMap<String, Arc<rustls::ServerConfig>>>,
     client: Arc<rustls::ClientConfig>,
     credentials: Vec<CredentialRule>,
+    /// What no response may carry back: each credential's value and each word of it
+    /// of 8 bytes or more (the token of `Bearer sk-...`).
+    secrets: Vec<Vec<u8>>,
 }
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
@@ -567,6 +643,7 @@ impl Intercept {
             servers: Mutex::new(HashMap::new()),
             client: Arc::new(client),
             credentials: t.credentials.clone(),
+            secrets: secrets_of(&t.credentials),
         })
     }
 
@@ -730,9 +807,19 @@ impl Intercept {
                 }
                 return Ok(());
             }
-            match relay_response(uin, u, &mut down, req.head_request) {
-                Ok(true) => {}
-                Ok(false) => {
+            let mut scrubbed = Scrub::new(&mut down, &self.secrets);
+            let relayed = relay_response(uin, u, &mut scrubbed, req.head_request);
+            if let Err(e) = &relayed
+                && e.kind() == io::ErrorKind::PermissionDenied
+            {
+                // Cut where the value began: the code never reads it.
+                return Err(format!(
+                    "a response from {sni} carried an injected credential back (cut)"
+                ));
+            }
+            match relayed {
+                Ok(Relayed::Next) => {}
+                Ok(Relayed::End | Relayed::Switched) => {
                     let _ = down.flush();
                     down.conn.send_close_notify();
                     let _ = down.flush();
@@ -766,7 +853,10 @@ impl Intercept {
                 break;
             }
             let name = line.split(':').next().unwrap_or("").trim();
+            // No `Accept-Encoding` to a credential's host: its answers come
+            // uncompressed, so an echo of the credential is seen and cut.
             if name.eq_ignore_ascii_case("expect")
+                || (cred.is_some() && name.eq_ignore_ascii_case("accept-encoding"))
                 || cred.is_some_and(|c| name.eq_ignore_ascii_case(&c.header))
             {
                 continue;
@@ -782,14 +872,24 @@ impl Intercept {
     }
 }
 
-/// Relays one response (and any interim 1xx before it) from the server; `Ok(false)`
-/// when the connection ends with it.
+/// What follows a relayed response on its connection.
+#[derive(Debug, PartialEq, Eq)]
+enum Relayed {
+    /// More HTTP: the next response.
+    Next,
+    /// Nothing: the connection ends with it.
+    End,
+    /// A `101 Switching Protocols`: what follows is no longer HTTP.
+    Switched,
+}
+
+/// Relays one response (and any interim 1xx before it) from the server.
 fn relay_response(
     uin: &mut Input,
     up: &mut impl ReadWrite,
     down: &mut impl Write,
     head_request: bool,
-) -> io::Result<bool> {
+) -> io::Result<Relayed> {
     loop {
         let (n, status, framing, close) = loop {
             let mut headers = [httparse::EMPTY_HEADER; 128];
@@ -848,7 +948,78 @@ fn relay_response(
         let to_end = framing == Framing::ToEnd;
         uin.body(up, &framing, down)?;
         down.flush()?;
-        return Ok(!close && !to_end && status != 101);
+        return Ok(if status == 101 {
+            Relayed::Switched
+        } else if close || to_end {
+            Relayed::End
+        } else {
+            Relayed::Next
+        });
+    }
+}
+
+/// The byte strings of [`Intercept::secrets`].
+fn secrets_of(credentials: &[CredentialRule]) -> Vec<Vec<u8>> {
+    let mut out: Vec<Vec<u8>> = Vec::new();
+    for c in credentials {
+        let words = c.value.split_whitespace().filter(|w| w.len() >= 8);
+        for w in std::iter::once(c.value.trim()).chain(words) {
+            if !w.is_empty() && !out.iter().any(|o| o == w.as_bytes()) {
+                out.push(w.as_bytes().to_vec());
+            }
+        }
+    }
+    out
+}
+
+/// A writer that passes on nothing holding one of `secrets`: it keeps back the last
+/// bytes that could begin one until a later write (or a flush) shows they do not,
+/// and fails with `PermissionDenied`, the secret unwritten, when one appears.
+struct Scrub<'a, W: Write> {
+    inner: W,
+    secrets: &'a [Vec<u8>],
+    held: Vec<u8>,
+}
+
+impl<'a, W: Write> Scrub<'a, W> {
+    fn new(inner: W, secrets: &'a [Vec<u8>]) -> Self {
+        Scrub {
+            inner,
+            secrets,
+            held: Vec::new(),
+        }
+    }
+}
+
+impl<W: Write> Write for Scrub<'_, W> {
+    fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+        let longest = self.secrets.iter().map(Vec::len).max().unwrap_or(0);
+        // Only where a secret could start: the held tail and what came now.
+        let from = self.held.len().saturating_sub(longest);
+        self.held.extend_from_slice(b);
+        let window = &self.held[from..];
+        if self
+            .secrets
+            .iter()
+            .any(|s| window.windows(s.len()).any(|w| w == s.as_slice()))
+        {
+            self.held.clear();
+            return Err(io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                "a response carried an injected credential",
+            ));
+        }
+        let keep = longest.saturating_sub(1).min(self.held.len());
+        let out = self.held.len() - keep;
+        self.inner.write_all(&self.held[..out])?;
+        self.held.drain(..out);
+        Ok(b.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.write_all(&self.held)?;
+        self.held.clear();
+        self.inner.flush()
     }
 }
 
@@ -943,6 +1114,38 @@ fn host_of(authority: &str) -> String {
     h.trim_end_matches('.').to_ascii_lowercase()
 }
 
+/// Whether `a` is a host with an optional port and nothing else (no userinfo, no
+/// path, no spaces inside): a name, an IPv4 address or a bracketed IPv6 address.
+fn valid_authority(a: &str) -> bool {
+    let a = a.trim_matches([' ', '\t']);
+    let (host, port) = if let Some(rest) = a.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            return false;
+        };
+        if v6.parse::<std::net::Ipv6Addr>().is_err() {
+            return false;
+        }
+        match after {
+            "" => ("v6", None),
+            p => match p.strip_prefix(':') {
+                Some(p) => ("v6", Some(p)),
+                None => return false,
+            },
+        }
+    } else {
+        match a.split_once(':') {
+            Some((h, p)) => (h, Some(p)),
+            None => (a, None),
+        }
+    };
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-._".contains(c))
+        && port
+            .is_none_or(|p| !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// Parses one request head (all of it in `buf`).
 fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
     let mut headers = [httparse::EMPTY_HEADER; 128];
@@ -954,6 +1157,10 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
     };
     let method = req.method.unwrap_or_default();
     let target = req.path.unwrap_or_default();
+    if ["TRACE", "TRACK"].contains(&method) {
+        // The server would echo the request back, headers (and credentials) included.
+        return Err(format!("{method} requests are not proxied"));
+    }
     let mut hosts = Vec::new();
     let mut lengths = Vec::new();
     let mut chunked = false;
@@ -963,7 +1170,15 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
     for h in req.headers.iter() {
         let v = String::from_utf8_lossy(h.value);
         match h.name.to_ascii_lowercase().as_str() {
-            "host" => hosts.push(host_of(&v)),
+            "host" => {
+                if !valid_authority(&v) {
+                    return Err(format!(
+                        "HTTP request with a malformed Host: {:?}",
+                        v.trim()
+                    ));
+                }
+                hosts.push(host_of(&v));
+            }
             "content-length" => lengths.push(v.trim().to_string()),
             "transfer-encoding" => {
                 te = true;
@@ -972,7 +1187,13 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
                     .next()
                     .is_some_and(|l| l.trim().eq_ignore_ascii_case("chunked"));
             }
-            "upgrade" => upgrade = true,
+            "upgrade" => {
+                if v.to_ascii_lowercase().contains("h2c") {
+                    // Its HTTP/2 streams could each name another host, unchecked.
+                    return Err("an HTTP/2 upgrade (h2c) is not proxied".into());
+                }
+                upgrade = true;
+            }
             "expect" => expect_continue = v.trim().eq_ignore_ascii_case("100-continue"),
             _ => {}
         }
@@ -997,9 +1218,28 @@ fn parse_request(buf: &[u8]) -> Result<Option<(usize, Request)>, String> {
             )
         }
     };
-    let target_host = target
-        .split_once("://")
-        .map(|(_, rest)| host_of(rest.split(['/', '?', '#']).next().unwrap_or("")));
+    // Origin form (`/path?q`), `*` (OPTIONS), CONNECT's authority (refused later), or
+    // the absolute form (`http://host/path`), whose authority is checked as a Host is.
+    let target_host = if target.starts_with('/') || target == "*" {
+        None
+    } else if method.eq_ignore_ascii_case("CONNECT") {
+        Some(host_of(target))
+    } else {
+        let (scheme, rest) = target
+            .split_once("://")
+            .filter(|(scheme, _)| {
+                scheme.starts_with(|c: char| c.is_ascii_alphabetic())
+                    && scheme
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || "+-.".contains(c))
+            })
+            .ok_or_else(|| format!("HTTP request with a malformed target: {target:?}"))?;
+        let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+        if scheme.is_empty() || !valid_authority(authority) {
+            return Err(format!("HTTP request with a malformed target: {target:?}"));
+        }
+        Some(host_of(authority))
+    };
     Ok(Some((
         n,
         Request {
@@ -1170,7 +1410,36 @@ mod tests {
         assert_eq!(classify(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n"), Head::Http);
         assert_eq!(classify(b"SSH-2.0-OpenSSH\r\n"), Head::Other);
         assert_eq!(classify(b"\x00\x00\x00\x08"), Head::Other);
-        assert_eq!(classify(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"), Head::Other);
+        // HTTP/2 with prior knowledge: its streams could each name another host.
+        assert!(matches!(
+            classify(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+            Head::Malformed("http", _)
+        ));
+        // What a lax server would still read as a request is refused, not passed on.
+        for lax in [
+            &b" GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"[..],
+            b"\r\nGET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            b"GET\t/ HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            b"GET /  HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+            b"GET / HTTP/1.1\nHost evil.test\r\n\r\n",
+        ] {
+            assert!(
+                matches!(classify(lax), Head::Malformed("http", _)),
+                "{:?}: {:?}",
+                String::from_utf8_lossy(lax),
+                classify(lax)
+            );
+        }
+        // A head that never completes is refused if it began as HTTP or TLS.
+        assert!(matches!(
+            incomplete(b"GET / HTTP/1.1\r\nHost: evil.test\r\n", "t"),
+            Head::Malformed("http", _)
+        ));
+        assert!(matches!(
+            incomplete(&[0x16, 0x03, 0x01, 0x02], "t"),
+            Head::Malformed("tls", _)
+        ));
+        assert_eq!(incomplete(b"\x00\x01", "t"), Head::Other);
         // A TLS record header alone is not yet a ClientHello.
         assert_eq!(classify(&[0x16, 0x03, 0x01]), Head::NeedMore);
     }
@@ -1213,9 +1482,92 @@ mod tests {
             r.refusal(&plan(), 80),
             Some((None, "HTTP request without a Host header".into()))
         );
+        for bad in [
+            // userinfo: a server may take the part before the @ as the host
+            &b"GET / HTTP/1.1\r\nHost: evil.test:80@pypi.org\r\n\r\n"[..],
+            b"GET http://evil.test@pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: pypi.org/x\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: pypi.org evil.test\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: pypi.org:8o\r\n\r\n",
+            b"GET / HTTP/1.1\r\nHost: \r\n\r\n",
+            // echoes of the request, credentials included
+            b"TRACE / HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+            b"TRACK / HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+            // HTTP/2 streams after the switch could each name another host
+            b"GET / HTTP/1.1\r\nHost: pypi.org\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+            // neither origin nor absolute form
+            b"GET pypi.org/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+            b"GET ://evil.test/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n",
+        ] {
+            assert!(
+                parse_request(bad).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+        // `://` in an origin-form query is not an absolute target.
+        let (_, r) =
+            parse_request(b"GET /?next=http://evil.test/ HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
+                .unwrap()
+                .unwrap();
+        assert_eq!(r.target_host, None);
+        assert_eq!(r.refusal(&plan(), 80), None);
+        let (_, r) = parse_request(b"GET / HTTP/1.1\r\nHost: pypi.org\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert!(r.upgrade);
+        let (_, r) = parse_request(b"OPTIONS * HTTP/1.1\r\nHost: [::1]:80\r\n\r\n")
+            .unwrap()
+            .unwrap();
+        assert_eq!(r.host.as_deref(), Some("::1"));
         let (_, r) = parse_request(b"CONNECT pypi.org:443 HTTP/1.1\r\nHost: pypi.org\r\n\r\n")
             .unwrap()
             .unwrap();
         assert!(r.refusal(&plan(), 80).is_some());
+    }
+
+    #[test]
+    fn an_injected_secret_never_passes_a_scrub() {
+        let rule = |value: &str| CredentialRule {
+            host: "api.test".into(),
+            header: "Authorization".into(),
+            value: value.into(),
+            placeholder: "p".into(),
+        };
+        let secrets = secrets_of(&[rule("Bearer sk-live-12345678")]);
+        assert_eq!(
+            secrets,
+            [
+                b"Bearer sk-live-12345678".to_vec(),
+                b"sk-live-12345678".to_vec()
+            ]
+        );
+        // Split across writes, at every point: cut before any byte of it is written.
+        let body = b"{\"headers\": {\"authorization\": \"Bearer sk-live-12345678\"}}";
+        let at = body.windows(7).position(|w| w == b"sk-live").unwrap();
+        for split in 0..body.len() {
+            let mut out = Vec::new();
+            let mut w = Scrub::new(&mut out, &secrets);
+            let r = w
+                .write_all(&body[..split])
+                .and_then(|()| w.write_all(&body[split..]));
+            assert_eq!(
+                r.unwrap_err().kind(),
+                io::ErrorKind::PermissionDenied,
+                "split at {split}"
+            );
+            assert!(
+                out.len() <= at,
+                "split at {split}: {}",
+                String::from_utf8_lossy(&out)
+            );
+        }
+        // Anything else goes through whole, the held tail at the flush.
+        let mut out = Vec::new();
+        let mut w = Scrub::new(&mut out, &secrets);
+        w.write_all(b"HTTP/1.1 200 OK\r\n\r\nsk-live-1234567 is not it")
+            .unwrap();
+        w.flush().unwrap();
+        assert_eq!(out, b"HTTP/1.1 200 OK\r\n\r\nsk-live-1234567 is not it");
     }
 }

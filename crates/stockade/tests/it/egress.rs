@@ -559,6 +559,106 @@ except OSError as e:
     destroy_clean(sb).await;
 }
 
+/// Requests a lax server would still take, and a protocol switch the server did not
+/// agree to, never carry a request for another name past the proxy.
+#[tokio::test]
+async fn the_proxy_reads_http_as_strictly_as_a_server() {
+    if !require_egress("the_proxy_reads_http_as_strictly_as_a_server") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = policy_sandbox(
+        &upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+            credentials: Vec::new(),
+        },
+    )
+    .await;
+    let code = r#"
+import socket
+ip = socket.gethostbyname('pypi.org')
+def http(raw):
+    s = socket.create_connection((ip, 80), timeout=10)
+    s.sendall(raw)
+    out = b''
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            out += b
+    except OSError as e:
+        out += b' <%s>' % e.__class__.__name__.encode()
+    s.close()
+    return out
+def first(r): return r.split(b'\r\n')[0].decode(errors='replace')
+npm = b'GET / HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n'
+# An upgrade the server answers without a 101, then another name on the connection.
+r = http(b'GET / HTTP/1.1\r\nHost: pypi.org\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n' + npm)
+print('upgrade answers:', r.count(b'HTTP/1.1 '), b'npmjs' in r.lower())
+print('h2c:', first(http(b'GET / HTTP/1.1\r\nHost: pypi.org\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n')))
+print('leading space:', first(http(b' ' + npm)))
+print('tab:', first(http(npm.replace(b'GET ', b'GET\t', 1))))
+print('userinfo:', first(http(b'GET / HTTP/1.1\r\nHost: registry.npmjs.org:80@pypi.org\r\nConnection: close\r\n\r\n')))
+print('trace:', first(http(b'TRACE / HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')))
+print('query:', first(http(b'GET /?next=http://registry.npmjs.org/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')))
+"#;
+    let out = py(&sb, code, 90_000).await;
+    let s = text(&out.stdout);
+    let report = format!(
+        "{s}
+{}
+{:#?}",
+        text(&out.stderr),
+        out.egress_denied
+    );
+    let line = |p: &str| {
+        s.lines()
+            .find(|l| l.starts_with(p))
+            .unwrap_or_else(|| panic!("{p} missing: {report}"))
+            .to_string()
+    };
+    assert_eq!(
+        line("upgrade answers:"),
+        "upgrade answers: 1 False",
+        "a request after an upgrade the server refused got through: {report}"
+    );
+    // The server kept the connection open after its answer: the next request on it
+    // was read, as HTTP, and refused.
+    assert!(
+        out.egress_denied.iter().any(|x| x.protocol == "http"
+            && x.name.as_deref() == Some("registry.npmjs.org")
+            && x.rule == "name not in the allowlist"),
+        "the request after the upgrade was not checked: {report}"
+    );
+    for what in ["h2c:", "leading space:", "tab:", "userinfo:", "trace:"] {
+        assert!(
+            line(what).contains("403 Forbidden"),
+            "{what} was passed on: {report}"
+        );
+    }
+    assert!(
+        !line("query:").contains("403") && line("query:").contains("HTTP/1.1"),
+        "an origin-form query was taken for another host: {report}"
+    );
+    let d = &out.egress_denied;
+    for rule in [
+        "an HTTP/2 upgrade (h2c) is not proxied",
+        "HTTP request line after leading whitespace",
+        "HTTP request line with a tab after the method",
+        "TRACE requests are not proxied",
+    ] {
+        assert!(d.iter().any(|x| x.rule == rule), "{rule}: {report}");
+    }
+    assert!(
+        d.iter()
+            .any(|x| x.rule.starts_with("HTTP request with a malformed Host")),
+        "{report}"
+    );
+    destroy_clean(sb).await;
+}
+
 /// An HTTPS server on one of the host's addresses standing in for an API: its
 /// certificate (for `name`) comes from a CA of the test's; it logs each request's
 /// Authorization header host-side and answers only whether it matched `expected`.
@@ -596,7 +696,23 @@ expected = os.environ['EXPECTED']
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = 'HTTP/1.1'
     def log_message(self, *a): pass
-    def do_GET(self): self.reply(b'')
+    def do_GET(self):
+        if self.path == '/echo':
+            # What an endpoint that echoes headers does (httpbin's /headers).
+            out = ('{"authorization": "%s"}' % self.headers.get('Authorization')).encode()
+            self.send_response(200)
+            self.send_header('Content-Length', str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
+        self.reply(b'')
+    def do_TRACE(self):
+        out = str(self.headers).encode()
+        self.send_response(200)
+        self.send_header('Content-Type', 'message/http')
+        self.send_header('Content-Length', str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
     def do_POST(self):
         self.reply(self.rfile.read(int(self.headers.get('Content-Length', 0))))
     def reply(self, body):
@@ -717,6 +833,17 @@ def call(url, data=None, extra=None):
         return 'error %r' % e
 print('get:', call('https://{name}:{port}/v1/models'))
 print('post:', call('https://{name}:{port}/v1/chat', data=b'x' * 100000))
+print('echo:', call('https://{name}:{port}/echo'))
+def trace():
+    r = urllib.request.Request('https://{name}:{port}/', method='TRACE', headers={{'Authorization': 'Bearer ' + key}})
+    try:
+        return '%d %s' % (urllib.request.urlopen(r, timeout=20).status, 'answered')
+    except urllib.error.HTTPError as e:
+        return '%d %s' % (e.code, e.read().decode().strip())
+    except Exception as e:
+        return 'error %r' % e
+print('trace:', trace())
+print('after the echo:', call('https://{name}:{port}/v1/models'))
 print('elsewhere:', call('https://pypi.org/simple/six/'))
 print('in a query:', call('https://pypi.org/simple/six/?k=' + key, extra={{'Authorization': 'none'}}))
 "#
@@ -738,9 +865,28 @@ print('in a query:', call('https://pypi.org/simple/six/?k=' + key, extra={{'Auth
         s.contains("post: 200 auth=match body=100000"),
         "a request body was not relayed whole: {report}"
     );
+    // An echo of the credential is cut before it reaches the code, and recorded;
+    // TRACE is refused; the next request works.
+    assert!(!s.contains(&secret), "the credential came back: {report}");
+    let echo = s
+        .lines()
+        .find(|l| l.starts_with("echo:"))
+        .unwrap_or_default();
+    // (Its head may have gone out; the body that held the credential did not.)
+    assert!(!echo.contains("Bearer"), "{report}");
+    assert!(
+        out.egress_denied
+            .iter()
+            .any(|d| d.name.as_deref() == Some(name)
+                && d.rule
+                    == format!("a response from {name} carried an injected credential back (cut)")),
+        "{report}"
+    );
+    assert!(s.contains("trace: 403"), "TRACE was relayed: {report}");
+    assert!(s.contains("after the echo: 200 auth=match"), "{report}");
     // The server saw the real header, once per request, never the placeholder.
     let seen = api.requests();
-    assert_eq!(seen.len(), 2, "{report}");
+    assert_eq!(seen.len(), 3, "{report}");
     for r in &seen {
         assert_eq!(
             r["auth"],
