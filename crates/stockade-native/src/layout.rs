@@ -123,16 +123,26 @@ pub fn detect() -> HostLayout {
         etc: pick(ETC_ALLOWLIST),
         nameservers,
         cgroups: cgroups(),
-        host_addresses: host_addresses(
-            &fs::read_to_string("/proc/net/fib_trie").unwrap_or_default(),
-            &fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
-        ),
-        host_networks: host_networks(
-            &fs::read_to_string("/proc/net/route").unwrap_or_default(),
-            &fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default(),
-            &fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
-        ),
+        host_addresses: read_host_addresses(),
+        host_networks: read_host_networks(),
     }
+}
+
+/// [`host_addresses`] of this host now.
+pub fn read_host_addresses() -> Vec<String> {
+    host_addresses(
+        &fs::read_to_string("/proc/net/fib_trie").unwrap_or_default(),
+        &fs::read_to_string("/proc/net/if_inet6").unwrap_or_default(),
+    )
+}
+
+/// [`host_networks`] of this host now.
+pub fn read_host_networks() -> Vec<String> {
+    host_networks(
+        &fs::read_to_string("/proc/net/route").unwrap_or_default(),
+        &fs::read_to_string("/proc/net/ipv6_route").unwrap_or_default(),
+        &fs::read_to_string("/etc/resolv.conf").unwrap_or_default(),
+    )
 }
 
 /// The host's LAN as CIDR prefixes: every directly connected network (a route without

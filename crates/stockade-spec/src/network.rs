@@ -479,30 +479,52 @@ impl NetRule {
     /// Whether this rule is a range that reaches into loopback, private, shared,
     /// link-local (metadata), multicast or reserved addresses.
     pub fn opens_private(&self) -> bool {
-        let NetTarget::Cidr(ip, len) = &self.target else {
+        let fixed = |ranges: &[(&str, u32)]| {
+            ranges.iter().any(|(n, l)| {
+                n.parse::<IpAddr>()
+                    .is_ok_and(|n| self.overlaps_range(n, *l as u8))
+            })
+        };
+        match &self.target {
+            NetTarget::Cidr(IpAddr::V4(_), _) => fixed(NON_PUBLIC_V4),
+            NetTarget::Cidr(IpAddr::V6(_), _) => fixed(NON_PUBLIC_V6),
+            _ => false,
+        }
+    }
+
+    /// Whether this rule is an address range that shares an address with `cidr`
+    /// (`A.B.C.D/N`, an IPv6 prefix, or one address); a `cidr` that does not parse
+    /// overlaps nothing.
+    pub fn overlaps(&self, cidr: &str) -> bool {
+        let (ip, len) = match cidr.split_once('/') {
+            Some((ip, len)) => (ip.parse::<IpAddr>(), len.parse::<u8>().ok()),
+            None => (cidr.parse::<IpAddr>(), None),
+        };
+        let Ok(ip) = ip else {
             return false;
         };
-        let overlaps = |a: u128, alen: u32, b: u128, blen: u32, bits: u32| {
-            let l = alen.min(blen);
-            let mask = if l == 0 { 0 } else { u128::MAX << (bits - l) };
-            (a & mask) == (b & mask)
+        let len = len.unwrap_or(if ip.is_ipv4() { 32 } else { 128 });
+        self.overlaps_range(ip, len)
+    }
+
+    fn overlaps_range(&self, b: IpAddr, blen: u8) -> bool {
+        let NetTarget::Cidr(a, alen) = &self.target else {
+            return false;
         };
-        match ip {
-            IpAddr::V4(a) => NON_PUBLIC_V4.iter().any(|(n, l)| {
-                let n: std::net::Ipv4Addr = n.parse().unwrap_or(std::net::Ipv4Addr::UNSPECIFIED);
-                overlaps(
-                    u128::from(u32::from(*a)),
-                    u32::from(*len),
-                    u128::from(u32::from(n)),
-                    *l,
-                    32,
-                )
-            }),
-            IpAddr::V6(a) => NON_PUBLIC_V6.iter().any(|(n, l)| {
-                let n: std::net::Ipv6Addr = n.parse().unwrap_or(std::net::Ipv6Addr::UNSPECIFIED);
-                overlaps(u128::from(*a), u32::from(*len), u128::from(n), *l, 128)
-            }),
-        }
+        let (a, b, bits) = match (a, b) {
+            (IpAddr::V4(a), IpAddr::V4(b)) => {
+                (u128::from(u32::from(*a)), u128::from(u32::from(b)), 32u32)
+            }
+            (IpAddr::V6(a), IpAddr::V6(b)) => (u128::from(*a), u128::from(b), 128),
+            _ => return false,
+        };
+        let l = u32::from(*alen).min(u32::from(blen)).min(bits);
+        let mask = if l == 0 {
+            0
+        } else {
+            (u128::MAX >> (128 - bits)) << (bits - l)
+        };
+        (a & mask) == (b & mask)
     }
 
     /// Whether this rule names `name` (lowercase, no trailing dot).
@@ -692,6 +714,21 @@ mod tests {
         for p in ["203.0.113.0/24", "8.8.8.8", "2001:db8::/32", "pypi.org"] {
             assert!(!NetRule::parse(p).unwrap().opens_private(), "{p}");
         }
+    }
+
+    #[test]
+    fn ranges_overlap_by_their_common_prefix() {
+        let r = NetRule::parse("198.51.100.0/30:8080").unwrap();
+        assert!(r.overlaps("198.51.100.2"));
+        assert!(r.overlaps("198.51.100.0/24"));
+        assert!(r.overlaps("0.0.0.0/0"));
+        assert!(!r.overlaps("198.51.100.4"));
+        assert!(!r.overlaps("2001:db8::1"));
+        assert!(!r.overlaps("not an address"));
+        let r = NetRule::parse("2001:db8::/32").unwrap();
+        assert!(r.overlaps("2001:db8:1::1/64"));
+        assert!(!r.overlaps("2001:db9::1"));
+        assert!(!NetRule::parse("pypi.org").unwrap().overlaps("0.0.0.0/0"));
     }
 
     #[test]

@@ -221,25 +221,14 @@ impl Daemon {
         if !self.limits.tenants_untrusted {
             return Ok(());
         }
-        let errs: Vec<stockade::spec::SpecError> = p
-            .allow
-            .iter()
-            .enumerate()
-            .filter_map(|(i, e)| {
-                stockade::spec::NetRule::parse(e)
-                    .ok()
-                    .filter(stockade::spec::NetRule::opens_private)
-                    .map(|r| (i, r))
-            })
-            .map(|(i, r)| stockade::spec::SpecError {
-                field: format!("network.allow[{i}]"),
-                message: format!(
-                    "{} reaches private, link-local or loopback addresses, which tenants of \
-                     this daemon may not open; allow names or public ranges",
-                    r.text
-                ),
-            })
+        // This host's own addresses and its LAN (connected networks, gateways,
+        // resolvers), read now, whatever their range: a tenant's sandbox never opens
+        // them (the sandbox's firewall fences them off unless a range opens them).
+        let host: Vec<String> = stockade::native::layout::read_host_addresses()
+            .into_iter()
+            .chain(stockade::native::layout::read_host_networks())
             .collect();
+        let errs = tenant_network_refusals(&p.allow, &host);
         if errs.is_empty() {
             Ok(())
         } else {
@@ -299,5 +288,72 @@ impl Daemon {
             d: self,
             tenant: tenant.to_string(),
         })
+    }
+}
+
+/// What of a tenant's allowlist reaches where tenants may not: private, link-local
+/// or loopback ranges, and `host` (the daemon host's addresses and networks).
+fn tenant_network_refusals(allow: &[String], host: &[String]) -> Vec<stockade::spec::SpecError> {
+    allow
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| {
+            let r = stockade::spec::NetRule::parse(e).ok()?;
+            let why = if r.opens_private() {
+                "private, link-local or loopback addresses".to_string()
+            } else {
+                let h = host.iter().find(|h| r.overlaps(h))?;
+                format!("this daemon's host or its network ({h})")
+            };
+            Some(stockade::spec::SpecError {
+                field: format!("network.allow[{i}]"),
+                message: format!(
+                    "{} reaches {why}, which tenants of this daemon may not open; allow \
+                     names or public ranges",
+                    r.text
+                ),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tenants_open_neither_private_ranges_nor_the_hosts_own() {
+        // A host whose own address and LAN are public ranges (as on many servers).
+        let host = ["198.51.100.2".to_string(), "198.51.100.0/24".to_string()];
+        let allow: Vec<String> = [
+            "pypi.org",
+            "203.0.113.0/24:443",
+            "198.51.100.2:8080",
+            "198.51.100.0/30:22",
+            "0.0.0.0/0",
+            "10.1.2.3",
+        ]
+        .iter()
+        .map(|s| (*s).to_string())
+        .collect();
+        let errs = tenant_network_refusals(&allow, &host);
+        let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "network.allow[2]",
+                "network.allow[3]",
+                "network.allow[4]",
+                "network.allow[5]"
+            ],
+            "{errs:?}"
+        );
+        assert!(
+            errs[0]
+                .message
+                .contains("this daemon's host or its network (198.51.100.2)"),
+            "{errs:?}"
+        );
+        assert!(errs[3].message.contains("private"), "{errs:?}");
     }
 }

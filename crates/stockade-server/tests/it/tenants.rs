@@ -473,3 +473,58 @@ fn with_image_none() -> SandboxSpec {
         ..SandboxSpec::default()
     }
 }
+
+/// A tenant's allowlist never opens the daemon's host or its LAN, at create and
+/// when it replaces a running sandbox's policy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_open_the_daemons_host_or_its_network() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let host = stockade_testkit::host_address();
+    let net = stockade::native::layout::read_host_networks();
+    let mut attempts = vec![format!("{host}:8080"), format!("{host}/32")];
+    attempts.extend(net.iter().filter(|n| !n.contains(':')).cloned());
+    for allow in &attempts {
+        let spec = SandboxSpec {
+            timeout_secs: 30,
+            network: serde_json::from_value(serde_json::json!([allow])).unwrap(),
+            ..SandboxSpec::default()
+        };
+        let s = try_create(t.port, "native", &spec)
+            .await
+            .unwrap_or_else(|| panic!("a tenant opened {allow}"));
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{allow}: {s:?}");
+        assert!(
+            s.message().contains("tenants of this daemon may not open"),
+            "{s:?}"
+        );
+    }
+    // A running sandbox's policy replaced the same way.
+    let mut c = raw(t.port).await;
+    let info = c
+        .create(authed(pb::CreateRequest {
+            provider: "native".into(),
+            spec_json: serde_json::to_string(&SandboxSpec {
+                timeout_secs: 30,
+                network: serde_json::from_value(serde_json::json!(["pypi.org"])).unwrap(),
+                ..SandboxSpec::default()
+            })
+            .unwrap(),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await
+        .expect("an allowlist of names is fine")
+        .into_inner();
+    let s = c
+        .set_network(authed(pb::SetNetworkRequest {
+            sandbox_id: info.id.clone(),
+            network_json: serde_json::json!([format!("{host}:22")]).to_string(),
+        }))
+        .await
+        .expect_err("a tenant opened the host by replacing its policy");
+    assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
+    let _ = c.destroy(authed(pb::SandboxRef { id: info.id })).await;
+}
