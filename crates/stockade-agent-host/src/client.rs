@@ -114,8 +114,11 @@ pub async fn exec<T: Transport + ?Sized>(
         return exec_events(id, &mut s, output).await;
     };
     let (mut r, mut w) = tokio::io::split(s);
-    // Reading a frame is not cancel-safe, so writing input gets its own task.
-    let writer = tokio::spawn(async move {
+    // Reading a frame is not cancel-safe, so writing input gets its own task. It
+    // holds the write half, so it ends with this exec, also when this future is
+    // dropped (a caller gone): the connection then closes and the agent kills the
+    // exec.
+    let _writer = AbortOnDrop(tokio::spawn(async move {
         while let Some(m) = input.recv().await {
             let msg = match m {
                 ExecInput::Stdin(d) => ClientMsg::Stdin(d),
@@ -135,10 +138,17 @@ pub async fn exec<T: Transport + ?Sized>(
         }
         // Keep the write half open: closing it would tell the agent to kill the exec.
         std::future::pending::<()>().await;
-    });
-    let r = exec_events(id, &mut r, output).await;
-    writer.abort();
-    r
+    }));
+    exec_events(id, &mut r, output).await
+}
+
+/// A task aborted when this is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 async fn exec_events<R: AsyncRead + Unpin>(

@@ -154,6 +154,58 @@ async fn invalid_specs_are_refused_with_every_problem() {
     }
 }
 
+/// A caller that goes away in the middle of an exec with stdin (its future dropped,
+/// as when a daemon's client disconnects) takes the exec with it.
+#[tokio::test]
+async fn an_exec_whose_caller_went_away_is_killed() {
+    if !require_root("an_exec_whose_caller_went_away_is_killed") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let (in_tx, in_rx) = mpsc::channel(4);
+    let mut req = ExecRequest::new(["sh", "-c", "echo $$ > /tmp/pid; exec sleep 60"]);
+    req.timeout_ms = Some(120_000);
+    let p = provider();
+    let exec = p.exec(
+        sb.id(),
+        stockade::CheckedRequest::new(req).unwrap(),
+        stockade::ExecIo {
+            output: None,
+            input: Some(in_rx),
+        },
+    );
+    // The caller gives up after a second, stdin still open.
+    assert!(
+        tokio::time::timeout(Duration::from_secs(2), exec)
+            .await
+            .is_err(),
+        "the sleep ended by itself"
+    );
+    let mut gone = false;
+    for _ in 0..50 {
+        let o = sb
+            .exec(ExecRequest::new([
+                "sh",
+                "-c",
+                // (/proc, not kill -0: another exec's processes may be out of its reach.)
+                "p=$(cat /tmp/pid); [ -n \"$p\" ] || { echo no pid; exit; }; grep -qv '^[0-9]* ([^)]*) Z' /proc/$p/stat 2>/dev/null \
+                 && echo alive || echo gone",
+            ]))
+            .await
+            .unwrap();
+        let said = String::from_utf8_lossy(&o.stdout).trim().to_string();
+        assert_ne!(said, "no pid", "the exec never started");
+        if said == "gone" {
+            gone = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(in_tx);
+    assert!(gone, "the exec outlived its caller by 5 s");
+    destroy_clean(sb).await;
+}
+
 #[tokio::test]
 async fn a_kill_sent_before_the_exec_starts_still_kills_it() {
     if !require_root("a_kill_sent_before_the_exec_starts_still_kills_it") {
