@@ -122,12 +122,25 @@ pub fn run(seccomp_in_force: bool, signals_clean: bool) -> i32 {
         report_failure(&mut ctl, "cannot build the seccomp filter");
         return 1;
     }
+    // Without the sandbox's filter the code still runs under the floor: no setuid or
+    // setgid file from it, whatever the hardening.
+    let floor = if config.policy.seccomp {
+        None
+    } else {
+        match stockade_sys::seccomp::build_floor() {
+            Ok(f) => Some(f),
+            Err(e) => {
+                report_failure(&mut ctl, &format!("cannot build the setuid floor: {e}"));
+                return 1;
+            }
+        }
+    };
     let (err_r, err_w) = nix::unistd::pipe2(OFlag::O_CLOEXEC).expect("pipe2");
     let started = Instant::now();
     let child = match fork() {
         Ok(Forked::Child) => {
             drop(err_r);
-            let msg = exec_child(&config, filters.as_ref(), signals_clean);
+            let msg = exec_child(&config, filters.as_ref(), floor.as_ref(), signals_clean);
             let mut w = fs::File::from(err_w);
             let _ = w.write_all(msg.as_bytes());
             exit_now(if msg.contains("permission denied") {
@@ -409,9 +422,10 @@ fn kill_descendants(child: Pid) -> WaitStatus {
 fn exec_child(
     config: &ShimConfig,
     filters: Option<&stockade_sys::seccomp::Filters>,
+    floor: Option<&stockade_sys::seccomp::Floor>,
     signals_clean: bool,
 ) -> String {
-    let msg = match prepare_and_exec(config, filters, signals_clean) {
+    let msg = match prepare_and_exec(config, filters, floor, signals_clean) {
         Ok(never) => match never {},
         Err(m) => m,
     };
@@ -422,6 +436,7 @@ fn exec_child(
 fn prepare_and_exec(
     config: &ShimConfig,
     filters: Option<&stockade_sys::seccomp::Filters>,
+    floor: Option<&stockade_sys::seccomp::Floor>,
     signals_clean: bool,
 ) -> Result<std::convert::Infallible, String> {
     let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
@@ -437,6 +452,17 @@ fn prepare_and_exec(
         stockade_sys::process::reset_sigpipe_and_mask();
     } else {
         stockade_sys::process::reset_signals();
+    }
+    if let Some(f) = floor {
+        // While the capabilities are still held (CAP_SYS_ADMIN of the sandbox's user
+        // namespace lets it in without no_new_privs); where they do not suffice (a
+        // container without that capability), with no_new_privs.
+        if f.apply().is_err() {
+            nix::sys::prctl::set_no_new_privs()
+                .map_err(|e| format!("cannot set no_new_privs for the setuid floor: {e}"))?;
+            f.apply()
+                .map_err(|e| format!("cannot enter the setuid floor: {e}"))?;
+        }
     }
     become_sandbox_user(&config.policy)?;
     nix::unistd::chdir(config.cwd.as_str()).map_err(|e| {

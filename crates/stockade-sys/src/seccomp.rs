@@ -520,15 +520,9 @@ fn arg_ne(arg: u8, value: libc::c_int) -> Result<SeccompCondition> {
 /// negation of each list, written out): namespace flags on `clone`, a setuid or
 /// setgid bit in a mode (for `open`/`openat` only when the call creates), a socket
 /// family other than the allowed ones.
-fn refused_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
-    let mut refused: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    refused.insert(
-        libc::SYS_clone,
-        bits_set(0, SeccompCmpArgLen::Qword, CLONE_NAMESPACE_FLAGS)?
-            .into_iter()
-            .map(|c| rule(vec![c]))
-            .collect::<Result<_>>()?,
-    );
+/// The calls that would give a file a setuid or setgid bit (chmod, creating a file
+/// with such a mode, mknod), each with the conditions under which it is refused.
+fn set_id_refusals() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
     let set_id = |arg: u8| -> Result<Vec<SeccompRule>> {
         bits_set(arg, SeccompCmpArgLen::Dword, SET_ID_BITS)?
             .into_iter()
@@ -544,8 +538,10 @@ fn refused_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         }
         Ok(v)
     };
+    let mut refused = BTreeMap::new();
     refused.insert(libc::SYS_fchmod, set_id(1)?);
     refused.insert(libc::SYS_fchmodat, set_id(2)?);
+    refused.insert(SYS_FCHMODAT2, set_id(2)?);
     refused.insert(libc::SYS_mknodat, set_id(2)?);
     refused.insert(libc::SYS_openat, creating_set_id(2, 3)?);
     #[cfg(target_arch = "x86_64")]
@@ -555,6 +551,64 @@ fn refused_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
         refused.insert(libc::SYS_mknod, set_id(1)?);
         refused.insert(libc::SYS_open, creating_set_id(1, 2)?);
     }
+    Ok(refused)
+}
+
+/// `fchmodat2` (Linux 6.6), the same number on every architecture; not in libc yet.
+const SYS_FCHMODAT2: i64 = 452;
+
+/// The filter every exec runs under even when its sandbox turned seccomp off: no
+/// setuid or setgid bit on any file (a file the code makes in a writable mount lands
+/// on the host, owned by the mount's owner, maybe root), and `openat2` (its mode sits
+/// behind a pointer) answers `ENOSYS`. Everything else is allowed.
+pub struct Floor {
+    set_id: BpfProgram,
+    openat2: BpfProgram,
+}
+
+/// Builds [`Floor`].
+pub fn build_floor() -> Result<Floor> {
+    let arch = target_arch()?;
+    let set_id = SeccompFilter::new(
+        set_id_refusals()?,
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::EPERM as u32),
+        arch,
+    )
+    .and_then(BpfProgram::try_from)
+    .map_err(|e| SysError::other("seccomp", "setuid floor", e))?;
+    let openat2 = SeccompFilter::new(
+        [(libc::SYS_openat2, vec![])].into_iter().collect(),
+        SeccompAction::Allow,
+        SeccompAction::Errno(libc::ENOSYS as u32),
+        arch,
+    )
+    .and_then(BpfProgram::try_from)
+    .map_err(|e| SysError::other("seccomp", "openat2 floor", e))?;
+    Ok(Floor { set_id, openat2 })
+}
+
+impl Floor {
+    /// Installs the floor on the calling thread. Needs no_new_privs or CAP_SYS_ADMIN
+    /// in the caller's user namespace (before the capabilities go).
+    pub fn apply(&self) -> Result<()> {
+        seccompiler::apply_filter(&self.openat2)
+            .map_err(|e| SysError::other("seccomp", "openat2 floor", e))?;
+        seccompiler::apply_filter(&self.set_id)
+            .map_err(|e| SysError::other("seccomp", "setuid floor", e))
+    }
+}
+
+fn refused_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>> {
+    let mut refused: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    refused.insert(
+        libc::SYS_clone,
+        bits_set(0, SeccompCmpArgLen::Qword, CLONE_NAMESPACE_FLAGS)?
+            .into_iter()
+            .map(|c| rule(vec![c]))
+            .collect::<Result<_>>()?,
+    );
+    refused.extend(set_id_refusals()?);
     let mut other_family = SOCKET_FAMILIES
         .iter()
         .map(|f| arg_ne(0, *f))

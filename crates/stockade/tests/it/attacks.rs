@@ -113,6 +113,79 @@ async fn writes_outside_tmp_and_writable_mounts_fail() {
     destroy_clean(sb).await;
 }
 
+/// With every opt-out the spec has (seccomp, landlock, no_new_privs, capabilities)
+/// and a writable mount of a root-owned directory, the code still cannot leave a
+/// setuid or setgid file there for the host's users to run.
+#[tokio::test]
+async fn no_setuid_file_reaches_a_writable_mount_whatever_the_hardening() {
+    if !require_root("no_setuid_file_reaches_a_writable_mount_whatever_the_hardening") {
+        return;
+    }
+    let rw = tempfile::tempdir().unwrap();
+    // Native maps the sandbox user to the directory's owner (root here, rootless the
+    // caller); the other providers pass the guest's ids through, so it is the
+    // sandbox user's there.
+    if (on_gvisor() || on_microvm()) && !stockade_testkit::rootless() {
+        std::os::unix::fs::chown(rw.path(), Some(1000), Some(1000)).unwrap();
+    }
+    let mut spec = SandboxSpec::default();
+    spec.hardening.seccomp = false;
+    spec.hardening.landlock = false;
+    spec.hardening.no_new_privileges = false;
+    spec.hardening.drop_capabilities = false;
+    spec.mounts.push(Mount {
+        host: rw.path().into(),
+        target: "/work".into(),
+        writable: true,
+    });
+    let sb = sandbox(spec).await;
+    let out = py(
+        &sb,
+        r#"
+import os, shutil, stat
+tries = []
+def attempt(name, f):
+    try:
+        f(); tries.append(name + ':done')
+    except OSError as e:
+        tries.append('%s:%s' % (name, e.errno))
+shutil.copy('/bin/sh', '/work/sh')
+attempt('chmod', lambda: os.chmod('/work/sh', 0o4755))
+attempt('chmod-g', lambda: os.chmod('/work/sh', 0o2755))
+attempt('fchmod', lambda: os.fchmod(os.open('/work/sh', os.O_RDONLY), 0o6755))
+attempt('open', lambda: os.close(os.open('/work/o', os.O_CREAT | os.O_WRONLY, 0o4755)))
+attempt('mknod', lambda: os.mknod('/work/n', 0o4755 | stat.S_IFREG))
+attempt('plain', lambda: os.chmod('/work/sh', 0o755))
+print(' '.join(tries))
+"#,
+        20_000,
+    )
+    .await;
+    let report = format!(
+        "{}
+{}",
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    assert!(
+        report.contains("plain:done"),
+        "the mount is not writable: {report}"
+    );
+    for entry in std::fs::read_dir(rw.path()).unwrap() {
+        let e = entry.unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let m = e.metadata().unwrap();
+        assert_eq!(
+            m.mode() & 0o6000,
+            0,
+            "{} is setuid/setgid on the host (owner {}): {report}",
+            e.path().display(),
+            m.uid()
+        );
+    }
+    destroy_clean(sb).await;
+}
+
 #[tokio::test]
 async fn host_secrets_and_environment_are_invisible() {
     if !require_root("host_secrets_and_environment_are_invisible") {
