@@ -205,6 +205,7 @@ impl Daemon {
         self.limits.mounts.check(spec)?;
         if self.limits.tenants_untrusted {
             check_image(provider.name(), spec.image.as_deref())?;
+            check_hardening(&spec.hardening)?;
         }
         self.check_network(&spec.network)?;
         let v = spec.clone().validate()?;
@@ -289,6 +290,29 @@ impl Daemon {
             tenant: tenant.to_string(),
         })
     }
+}
+
+/// Tenants keep every hardening on: with one off, their code reaches the host's
+/// kernel further (io_uring, keyrings, new user namespaces, vsock without seccomp).
+fn check_hardening(h: &stockade::spec::Hardening) -> Result<()> {
+    let off: Vec<&str> = [
+        (h.seccomp, "seccomp"),
+        (h.landlock, "landlock"),
+        (h.no_new_privileges, "no_new_privileges"),
+        (h.drop_capabilities, "drop_capabilities"),
+    ]
+    .into_iter()
+    .filter(|(on, _)| !on)
+    .map(|(_, name)| name)
+    .collect();
+    if off.is_empty() {
+        return Ok(());
+    }
+    Err(Error::PolicyDenied(format!(
+        "tenants of this daemon may not turn hardening off (hardening.{} = false): remove \
+         the opt-out, or run the sandbox with the local CLI as root",
+        off.join(", hardening.")
+    )))
 }
 
 /// What of a tenant's allowlist reaches where tenants may not: private, link-local

@@ -528,3 +528,56 @@ async fn a_tenant_cannot_open_the_daemons_host_or_its_network() {
     assert_eq!(s.code(), tonic::Code::InvalidArgument, "{s:?}");
     let _ = c.destroy(authed(pb::SandboxRef { id: info.id })).await;
 }
+
+/// A tenant cannot turn any of the sandbox's hardening off.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_turn_hardening_off() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    for (name, off) in [
+        (
+            "seccomp",
+            stockade::spec::Hardening {
+                seccomp: false,
+                ..Default::default()
+            },
+        ),
+        (
+            "landlock",
+            stockade::spec::Hardening {
+                landlock: false,
+                ..Default::default()
+            },
+        ),
+        (
+            "no_new_privileges",
+            stockade::spec::Hardening {
+                no_new_privileges: false,
+                ..Default::default()
+            },
+        ),
+        (
+            "drop_capabilities",
+            stockade::spec::Hardening {
+                drop_capabilities: false,
+                ..Default::default()
+            },
+        ),
+    ] {
+        let spec = SandboxSpec {
+            timeout_secs: 30,
+            hardening: off,
+            ..SandboxSpec::default()
+        };
+        let s = try_create(t.port, "native", &spec)
+            .await
+            .unwrap_or_else(|| panic!("a tenant turned {name} off"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{name}: {s:?}");
+        assert!(
+            s.message().contains(&format!("hardening.{name} = false")),
+            "{s:?}"
+        );
+    }
+}
