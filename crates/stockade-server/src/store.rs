@@ -81,9 +81,72 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// The bytes of a redb file's header that say how long the file is.
+const REDB_HEADER_FIELDS: usize = 32;
+
+/// Why a redb file of `len` bytes, beginning with `head`, is shorter than its own
+/// header says (redb 3's layout: the magic number, then the page size, the pages of
+/// a region's header, a region's data pages, the full regions and the trailing
+/// region's data pages, little-endian u32s from byte 12). `None`: not truncated, or
+/// not a redb file at all (redb then says what it is).
+fn truncation(head: &[u8], len: u64) -> Option<String> {
+    const MAGIC: [u8; 9] = [b'r', b'e', b'd', b'b', 0x1A, 0x0A, 0xA9, 0x0D, 0x0A];
+    if len == 0 {
+        return None;
+    }
+    if head.len() < REDB_HEADER_FIELDS {
+        return head
+            .starts_with(&MAGIC[..head.len().min(MAGIC.len())])
+            .then(|| format!("{len} bytes, shorter than its header"));
+    }
+    if head[..MAGIC.len()] != MAGIC {
+        return None;
+    }
+    let u32_at = |o: usize| {
+        u64::from(u32::from_le_bytes([
+            head[o],
+            head[o + 1],
+            head[o + 2],
+            head[o + 3],
+        ]))
+    };
+    let (page, region_header, region_data, full, trailing) =
+        (u32_at(12), u32_at(16), u32_at(20), u32_at(24), u32_at(28));
+    let regions = full + u64::from(trailing > 0);
+    if page == 0 || regions == 0 {
+        return Some("its header describes no regions".into());
+    }
+    let full_len = (region_header + region_data) * page;
+    let last = if trailing > 0 { trailing } else { region_data };
+    let expected = page + (regions - 1) * full_len + (region_header + last) * page;
+    (len < expected).then(|| format!("{len} bytes of the {expected} its header describes"))
+}
+
 impl Store {
     /// Opens (or creates) the store at `path`.
     pub fn open(path: &Path) -> Result<Store, StoreError> {
+        // redb asserts (and the process aborts) on a file shorter than its header
+        // says: that damage is told here, with what to do.
+        if let Ok(f) = std::fs::File::open(path) {
+            let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+            let mut head = Vec::with_capacity(REDB_HEADER_FIELDS);
+            let _ = std::io::Read::read_to_end(
+                &mut std::io::Read::take(f, REDB_HEADER_FIELDS as u64),
+                &mut head,
+            );
+            if let Some(why) = truncation(&head, len) {
+                return Err(StoreError::Db {
+                    path: path.into(),
+                    message: format!(
+                        "the file is damaged ({why}): move it aside (mv {p} {p}.damaged) and \
+                         start the daemon again; it then starts with no record of the sandboxes \
+                         the old state described (`stockade ls --direct` lists them, `stockade \
+                         rm --direct ID` removes one)",
+                        p = path.display()
+                    ),
+                });
+            }
+        }
         let db = Database::create(path).map_err(|e| StoreError::Db {
             path: path.into(),
             message: e.to_string(),
@@ -249,6 +312,35 @@ mod tests {
             destroying: false,
             paused_at_ms: None,
         }
+    }
+
+    #[test]
+    fn a_truncated_state_file_is_refused_with_what_to_do() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.redb");
+        {
+            let s = Store::open(&path).unwrap();
+            s.put_sandbox(&record("sb-1")).unwrap();
+        }
+        let full = std::fs::metadata(&path).unwrap().len();
+        for len in [full / 2, 4096, 100, 20] {
+            let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+            f.set_len(len).unwrap();
+            drop(f);
+            // (A panic here, in redb, would abort the daemon.)
+            let e = Store::open(&path)
+                .err()
+                .expect("a truncated file opened")
+                .to_string();
+            assert!(
+                e.contains("damaged") && e.contains(".damaged"),
+                "{len}: {e}"
+            );
+            assert!(e.contains(&path.display().to_string()), "{e}");
+        }
+        // Moved aside as told, the daemon starts again.
+        std::fs::rename(&path, dir.path().join("state.redb.damaged")).unwrap();
+        Store::open(&path).unwrap();
     }
 
     #[test]
