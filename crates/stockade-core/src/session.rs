@@ -202,13 +202,19 @@ impl SessionManager {
             },
         )
         .await?;
-        self.write(
+        let recorded = self.write(
             name,
             &Record {
                 sandbox_id: Some(sb.id().to_string()),
                 last_used_ms: now_ms(),
             },
-        )?;
+        );
+        if let Err(e) = recorded {
+            // A sandbox no record names would run on, unreachable by the session,
+            // until its lifetime ends (a full disk, say): it goes now.
+            let _ = sb.destroy().await;
+            return Err(e);
+        }
         Ok(sb)
     }
 

@@ -397,6 +397,41 @@ fn sessions(home: &std::path::Path, max_live: usize, idle: u64) -> SessionManage
     SessionManager::new(provider(), cfg)
 }
 
+/// A session whose record cannot be written (a full disk, here a directory where
+/// the record's temporary file goes) fails, and leaves no sandbox running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_that_cannot_be_recorded_leaves_no_sandbox() {
+    if !require_root("a_session_that_cannot_be_recorded_leaves_no_sandbox") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let m = sessions(home.path(), 2, 600);
+    let dir = m.workspace("full").parent().unwrap().to_path_buf();
+    std::fs::create_dir_all(dir.join("session.json.tmp")).unwrap();
+    let before: Vec<String> = provider()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|i| i.id)
+        .collect();
+    let err = m
+        .get_or_create("full")
+        .await
+        .expect_err("a session without its record");
+    assert!(err.to_string().contains("session.json"), "{err}");
+    let left: Vec<String> = provider()
+        .list()
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|i| i.spec["labels"]["stockade.session"] == "full")
+        .map(|i| i.id)
+        .filter(|id| !before.contains(id))
+        .collect();
+    assert!(left.is_empty(), "sandboxes left running: {left:?}");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_persist_workspaces_and_share_one_sandbox() {
     if !require_root("sessions_persist_workspaces_and_share_one_sandbox") {
