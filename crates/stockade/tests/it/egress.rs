@@ -145,6 +145,40 @@ async fn policy_sandbox(upstream: &FakeUpstream, policy: EgressPolicy) -> Sandbo
     .expect("create a sandbox with an egress policy")
 }
 
+/// Python for the code of the tests below: `http(raw)` sends `raw` to `ip` on port
+/// 80 and returns all it gets back (with the error that ended it).
+macro_rules! py_http {
+    () => {
+        r#"def http(raw):
+    s = socket.create_connection((ip, 80), timeout=10)
+    s.sendall(raw)
+    out = b''
+    try:
+        while True:
+            b = s.recv(65536)
+            if not b: break
+            out += b
+    except OSError as e:
+        out += b' <%s>' % e.__class__.__name__.encode()
+    s.close()
+    return out
+"#
+    };
+}
+
+/// A sandbox whose allowlist is `pypi.org` alone.
+async fn pypi_only(upstream: &FakeUpstream) -> Sandbox {
+    policy_sandbox(
+        upstream,
+        EgressPolicy {
+            allow: vec!["pypi.org".into()],
+            deny: Vec::new(),
+            credentials: Vec::new(),
+        },
+    )
+    .await
+}
+
 fn host_ip(name: &str) -> String {
     use std::net::ToSocketAddrs;
     (name, 443)
@@ -172,15 +206,7 @@ async fn an_allowlist_opens_its_names_and_refuses_everything_else_at_once() {
         return;
     }
     let upstream = FakeUpstream::start();
-    let sb = policy_sandbox(
-        &upstream,
-        EgressPolicy {
-            allow: vec!["pypi.org".into()],
-            deny: Vec::new(),
-            credentials: Vec::new(),
-        },
-    )
-    .await;
+    let sb = pypi_only(&upstream).await;
     // npm's address as the host sees it: reachable from the host, not allowed here.
     let npm_ip = host_ip("registry.npmjs.org");
     let host = stockade_testkit::host_address();
@@ -355,15 +381,7 @@ async fn a_running_sandboxs_policy_is_replaced_both_ways() {
         }
     });
     let upstream = FakeUpstream::start();
-    let sb = policy_sandbox(
-        &upstream,
-        EgressPolicy {
-            allow: vec!["pypi.org".into()],
-            deny: Vec::new(),
-            credentials: Vec::new(),
-        },
-    )
-    .await;
+    let sb = pypi_only(&upstream).await;
     let code = format!(
         "import socket\ntry:\n    c = socket.create_connection(('{host}', {port}), timeout=5); print('got', c.recv(64))\n\
          except OSError as e: print('refused', e.errno)"
@@ -420,18 +438,11 @@ async fn an_allowed_address_opens_only_the_allowed_names_sni_and_host_checked() 
         return;
     }
     let upstream = FakeUpstream::start();
-    let sb = policy_sandbox(
-        &upstream,
-        EgressPolicy {
-            allow: vec!["pypi.org".into()],
-            deny: Vec::new(),
-            credentials: Vec::new(),
-        },
-    )
-    .await;
+    let sb = pypi_only(&upstream).await;
     // Everything below goes to pypi.org's own address, which the allowlist opened:
     // only the name asked for (TLS SNI, HTTP Host) differs.
-    let code = r#"
+    let code = concat!(
+        r#"
 import socket, ssl, time
 ip = socket.gethostbyname('pypi.org')
 def tls(name, verify=True):
@@ -447,19 +458,9 @@ def tls(name, verify=True):
 print('sni pypi:', tls('pypi.org'))
 print('sni npm:', tls('registry.npmjs.org'))
 print('sni none:', tls(None, verify=False))
-def http(raw):
-    s = socket.create_connection((ip, 80), timeout=10)
-    s.sendall(raw)
-    out = b''
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b: break
-            out += b
-    except OSError as e:
-        out += b' <%s>' % e.__class__.__name__.encode()
-    s.close()
-    return out
+"#,
+        py_http!(),
+        r#"
 r = http(b'GET / HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n')
 print('host npm:', r.split(b'\r\n')[0].decode(), b'network policy' in r)
 r = http(b'GET http://registry.npmjs.org/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')
@@ -481,7 +482,8 @@ try:
     print('proxy port direct:', c.recv(100))
 except OSError as e:
     print('proxy port direct:', e.errno)
-"#;
+"#
+    );
     let out = py(&sb, code, 60_000).await;
     let s = text(&out.stdout);
     let report = format!("{s}\n{}\n{:#?}", text(&out.stderr), out.egress_denied);
@@ -567,31 +569,14 @@ async fn the_proxy_reads_http_as_strictly_as_a_server() {
         return;
     }
     let upstream = FakeUpstream::start();
-    let sb = policy_sandbox(
-        &upstream,
-        EgressPolicy {
-            allow: vec!["pypi.org".into()],
-            deny: Vec::new(),
-            credentials: Vec::new(),
-        },
-    )
-    .await;
-    let code = r#"
+    let sb = pypi_only(&upstream).await;
+    let code = concat!(
+        r#"
 import socket
 ip = socket.gethostbyname('pypi.org')
-def http(raw):
-    s = socket.create_connection((ip, 80), timeout=10)
-    s.sendall(raw)
-    out = b''
-    try:
-        while True:
-            b = s.recv(65536)
-            if not b: break
-            out += b
-    except OSError as e:
-        out += b' <%s>' % e.__class__.__name__.encode()
-    s.close()
-    return out
+"#,
+        py_http!(),
+        r#"
 def first(r): return r.split(b'\r\n')[0].decode(errors='replace')
 npm = b'GET / HTTP/1.1\r\nHost: registry.npmjs.org\r\nConnection: close\r\n\r\n'
 # An upgrade the server answers without a 101, then another name on the connection.
@@ -603,7 +588,8 @@ print('tab:', first(http(npm.replace(b'GET ', b'GET\t', 1))))
 print('userinfo:', first(http(b'GET / HTTP/1.1\r\nHost: registry.npmjs.org:80@pypi.org\r\nConnection: close\r\n\r\n')))
 print('trace:', first(http(b'TRACE / HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')))
 print('query:', first(http(b'GET /?next=http://registry.npmjs.org/ HTTP/1.1\r\nHost: pypi.org\r\nConnection: close\r\n\r\n')))
-"#;
+"#
+    );
     let out = py(&sb, code, 90_000).await;
     let s = text(&out.stdout);
     let report = format!(
@@ -982,15 +968,7 @@ async fn dns_over_tcp_follows_the_same_policy() {
         return;
     }
     let upstream = FakeUpstream::start();
-    let sb = policy_sandbox(
-        &upstream,
-        EgressPolicy {
-            allow: vec!["pypi.org".into()],
-            deny: Vec::new(),
-            credentials: Vec::new(),
-        },
-    )
-    .await;
+    let sb = pypi_only(&upstream).await;
     // Raw queries over TCP to the sandbox's resolver: rcode and answer count each.
     let code = r#"
 import socket, struct
