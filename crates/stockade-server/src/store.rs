@@ -77,9 +77,13 @@ pub struct PoolRecord {
 /// The store (cheap to clone).
 #[derive(Clone)]
 pub struct Store {
-    db: Arc<Database>,
+    /// `None` only between a failed reopen and the next attempt.
+    db: Arc<std::sync::RwLock<Option<Database>>>,
     path: PathBuf,
 }
+
+/// What redb says once an I/O error has made it refuse every later transaction.
+const PREVIOUS_IO: &str = "Previous I/O error";
 
 /// The bytes of a redb file's header that say how long the file is.
 const REDB_HEADER_FIELDS: usize = 32;
@@ -152,7 +156,7 @@ impl Store {
             message: e.to_string(),
         })?;
         let s = Store {
-            db: Arc::new(db),
+            db: Arc::new(std::sync::RwLock::new(Some(db))),
             path: path.into(),
         };
         // Create the tables so readers never meet a missing one.
@@ -173,18 +177,56 @@ impl Store {
         }
     }
 
+    /// Runs `op` on the database. redb refuses every transaction after one I/O error
+    /// (a full disk, say) until the database is opened again: then it is reopened
+    /// (the old handle, and its file lock, dropped first) and `op` runs once more, so
+    /// a disk that has room again works again without a restart.
+    fn retrying<T>(
+        &self,
+        mut op: impl FnMut(&Database) -> Result<T, StoreError>,
+    ) -> Result<T, StoreError> {
+        let first = {
+            let g = self
+                .db
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            match g.as_ref() {
+                Some(db) => op(db),
+                None => Err(self.err(PREVIOUS_IO)),
+            }
+        };
+        match first {
+            Err(e) if e.to_string().contains(PREVIOUS_IO) => {
+                let mut g = self
+                    .db
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                *g = None;
+                let db = Database::create(&self.path).map_err(|e| self.err(e))?;
+                op(g.insert(db))
+            }
+            r => r,
+        }
+    }
+
     fn write(
         &self,
-        f: impl FnOnce(&redb::WriteTransaction) -> Result<(), redb::Error>,
+        mut f: impl FnMut(&redb::WriteTransaction) -> Result<(), redb::Error>,
     ) -> Result<(), StoreError> {
-        let t = self.db.begin_write().map_err(|e| self.err(e))?;
-        f(&t).map_err(|e| self.err(e))?;
-        t.commit().map_err(|e| self.err(e))
+        self.retrying(|db| {
+            let t = db.begin_write().map_err(|e| self.err(e))?;
+            f(&t).map_err(|e| self.err(e))?;
+            t.commit().map_err(|e| self.err(e))
+        })
+    }
+
+    fn begin_read(&self) -> Result<redb::ReadTransaction, StoreError> {
+        self.retrying(|db| db.begin_read().map_err(|e| self.err(e)))
     }
 
     /// This daemon's id (made once, kept): the label of every sandbox it creates.
     pub fn daemon_id(&self) -> Result<String, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let r = self.begin_read()?;
         let t = r.open_table(META).map_err(|e| self.err(e))?;
         if let Some(v) = t.get("daemon_id").map_err(|e| self.err(e))? {
             return Ok(v.value().to_string());
@@ -237,7 +279,7 @@ impl Store {
 
     /// Bytes `tenant` has added to the image store.
     pub fn image_bytes(&self, tenant: &str) -> Result<u64, StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let r = self.begin_read()?;
         let t = r.open_table(IMAGE_BYTES).map_err(|e| self.err(e))?;
         Ok(t.get(tenant)
             .map_err(|e| self.err(e))?
@@ -260,7 +302,7 @@ impl Store {
 
     /// Everything saved.
     pub fn load(&self) -> Result<(Vec<SandboxRecord>, Vec<PoolRecord>), StoreError> {
-        let r = self.db.begin_read().map_err(|e| self.err(e))?;
+        let r = self.begin_read()?;
         let mut sandboxes = Vec::new();
         let t = r.open_table(SANDBOXES).map_err(|e| self.err(e))?;
         for item in t.iter().map_err(|e| self.err(e))? {
@@ -312,6 +354,61 @@ mod tests {
             destroying: false,
             paused_at_ms: None,
         }
+    }
+
+    /// A full disk fails the writes while it is full, and not after: the database is
+    /// opened again instead of refusing every transaction until a restart.
+    #[test]
+    fn a_disk_that_was_full_works_again_without_a_restart() {
+        if !stockade_testkit::require_root("a_disk_that_was_full_works_again_without_a_restart") {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path();
+        let ok = std::process::Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                "size=4m",
+                "stockade-test",
+                &mnt.display().to_string(),
+            ])
+            .status()
+            .unwrap();
+        assert!(ok.success(), "mount a tmpfs");
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let _unmount = Unmount(mnt);
+        let s = Store::open(&mnt.join("state.redb")).unwrap();
+        s.put_sandbox(&record("sb-1")).unwrap();
+        // Fill the disk, then write until the store fails.
+        let filler = mnt.join("filler");
+        let mut f = std::fs::File::create(&filler).unwrap();
+        let block = vec![0u8; 64 * 1024];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+        drop(f);
+        let mut failed = false;
+        for i in 0..200 {
+            let mut r = record(&format!("sb-big-{i}"));
+            r.spec = serde_json::json!({"pad": "x".repeat(64 * 1024)});
+            if s.put_sandbox(&r).is_err() {
+                failed = true;
+                break;
+            }
+        }
+        assert!(failed, "the full disk never failed a write");
+        // Room again: the next writes and reads work.
+        std::fs::remove_file(&filler).unwrap();
+        s.put_sandbox(&record("sb-2"))
+            .expect("a write after the disk has room again");
+        let (sandboxes, _) = s.load().unwrap();
+        let ids: Vec<&str> = sandboxes.iter().map(|r| r.id.as_str()).collect();
+        assert!(ids.contains(&"sb-1") && ids.contains(&"sb-2"), "{ids:?}");
     }
 
     #[test]
