@@ -64,6 +64,10 @@ pub struct PullOptions {
     pub insecure_registries: Vec<String>,
     /// The platform an index is resolved to. Default: linux and this architecture.
     pub platform: Platform,
+    /// The registry (`host[:port]`) the credentials are for: a pull from any other
+    /// one is anonymous, so a credential never goes to a registry someone else named.
+    /// `None`: whichever registry the pull names (a caller pulling for itself).
+    pub auth_registry: Option<String>,
 }
 
 impl Default for PullOptions {
@@ -72,6 +76,7 @@ impl Default for PullOptions {
             auth: Auth::Anonymous,
             insecure_registries: Vec::new(),
             platform: oci::host_platform(),
+            auth_registry: None,
         }
     }
 }
@@ -79,7 +84,9 @@ impl Default for PullOptions {
 impl PullOptions {
     /// Options from the environment and the config file: `STOCKADE_REGISTRY_TOKEN`
     /// (bearer), or `STOCKADE_REGISTRY_USERNAME` with `STOCKADE_REGISTRY_PASSWORD`
-    /// (basic), else anonymous; plain-HTTP registries from `[registries] insecure`.
+    /// (basic), else anonymous, for the registry `STOCKADE_REGISTRY` names (any the
+    /// pull names when it is unset); plain-HTTP registries from `[registries]
+    /// insecure`.
     pub fn from_env(config: &crate::Config) -> PullOptions {
         let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
         let auth = match (
@@ -96,6 +103,7 @@ impl PullOptions {
         PullOptions {
             auth,
             insecure_registries: config.registries.insecure.clone(),
+            auth_registry: var("STOCKADE_REGISTRY").map(|h| h.trim().to_ascii_lowercase()),
             ..Default::default()
         }
     }
@@ -189,7 +197,12 @@ pub async fn pull(
         platform_resolver: None,
         ..Default::default()
     });
+    let scoped_out = options
+        .auth_registry
+        .as_ref()
+        .is_some_and(|h| !h.eq_ignore_ascii_case(&r.registry));
     let auth = match &options.auth {
+        _ if scoped_out => RegistryAuth::Anonymous,
         Auth::Anonymous => RegistryAuth::Anonymous,
         Auth::Basic { username, password } => {
             RegistryAuth::Basic(username.clone(), password.clone())

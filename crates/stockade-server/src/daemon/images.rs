@@ -71,7 +71,12 @@ impl Daemon {
         let h = store.with_budget(left);
         let config =
             stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
-        let options = stockade_image::PullOptions::from_env(&config);
+        let mut options = stockade_image::PullOptions::from_env(&config);
+        if self.limits.tenants_untrusted && options.auth_registry.is_none() {
+            // A tenant names the registry: the operator's credentials go only to the
+            // one STOCKADE_REGISTRY names, never to one a tenant chose.
+            options.auth = stockade_image::Auth::Anonymous;
+        }
         let mut result = stockade_image::pull(&h, reference, &options, &mut |_| {})
             .await
             .map(|_| ());

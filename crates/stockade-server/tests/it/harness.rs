@@ -32,6 +32,8 @@ pub struct TestDaemon {
     pub host: Address,
     /// Every listener (waited for at start).
     pub listeners: Vec<Address>,
+    /// Environment variables the daemon gets besides the harness's own.
+    pub env: Vec<(String, String)>,
 }
 
 impl TestDaemon {
@@ -43,6 +45,11 @@ impl TestDaemon {
     /// Starts a daemon with `extra` flags, on a unix socket of its own unless they
     /// name listeners (`--listen=ADDR`).
     pub fn start(extra: &[&str]) -> TestDaemon {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// [`TestDaemon::start`], the daemon with `env` in its environment too.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> TestDaemon {
         let n = N.fetch_add(1, Ordering::SeqCst);
         // Under /tmp/stockade-it-*: scripts/leak-check.sh looks there for leftovers.
         let dir = PathBuf::from(format!(
@@ -71,6 +78,10 @@ impl TestDaemon {
             args,
             host: listeners[0].clone(),
             listeners,
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect(),
         };
         d.spawn();
         d
@@ -89,6 +100,7 @@ impl TestDaemon {
             .env("STOCKADE_HOME", self.dir.join("home"))
             .env("STOCKADE_LOG", "info")
             .env_remove("STOCKADE_PROVIDER")
+            .envs(self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
             .stdin(Stdio::null())
             .stdout(Stdio::null());
         c

@@ -171,3 +171,100 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     assert!(scratch(&images).is_empty(), "{:?}", scratch(&images));
     d.assert_none_left().await;
 }
+
+/// The operator's registry credentials go only to the registry they are for, never
+/// to one a tenant names (here a registry of the tenant's on loopback that asks for
+/// them, and names a token realm of its own).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_registry_credentials_never_reach_a_tenants_registry() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let log = tmp.path().join("seen.log");
+    let server = r#"
+import http.server, sys
+log = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        with open(log, 'a') as f:
+            f.write('%s %s\n' % (self.path, self.headers.get('Authorization')))
+        port = self.server.server_address[1]
+        if self.path.startswith('/token'):
+            body = b'{"token": "tenant-token"}'
+            self.send_response(200)
+        else:
+            body = b'{}'
+            self.send_response(401)
+            self.send_header('WWW-Authenticate', 'Bearer realm="http://127.0.0.1:%d/token",service="x"' % port)
+        self.send_header('Content-Length', str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_HEAD = do_GET
+s = http.server.HTTPServer(('127.0.0.1', 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    let mut child = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(server)
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    // Killed however the test ends.
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _server = Kill(child);
+    let tokens = token_file(&tmp);
+    for env in [
+        &[("STOCKADE_REGISTRY_TOKEN", "operator-bearer-secret")][..],
+        &[
+            ("STOCKADE_REGISTRY_USERNAME", "operator"),
+            ("STOCKADE_REGISTRY_PASSWORD", "operator-basic-secret"),
+        ],
+        &[
+            ("STOCKADE_REGISTRY", "registry.example.com"),
+            ("STOCKADE_REGISTRY_TOKEN", "operator-bearer-secret"),
+        ],
+    ] {
+        let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}")], env);
+        let a = d.client(Some(TOKEN_A)).await;
+        let _ = refused(
+            &a,
+            &format!("127.0.0.1:{port}/tenant/app:1"),
+            "a registry that serves nothing gave an image",
+        )
+        .await;
+        let seen = std::fs::read_to_string(&log).unwrap_or_default();
+        assert!(
+            !seen.is_empty(),
+            "the registry was never asked: {}",
+            d.log()
+        );
+        for secret in [
+            "operator-bearer-secret",
+            "b3BlcmF0b3I6b3BlcmF0b3ItYmFzaWMtc2VjcmV0",
+        ] {
+            assert!(
+                !seen.contains(secret),
+                "{env:?}: the operator's credential reached the tenant's registry: {seen}"
+            );
+        }
+        std::fs::remove_file(&log).unwrap();
+    }
+}
