@@ -59,10 +59,11 @@ enum Command {
     /// Destroy sandboxes.
     Rm(commands::rm::RmArgs),
     /// Pause a sandbox, keeping its processes and memory. Native: every process is
-    /// frozen by the cgroup freezer and its memory stays in RAM; microvm: memory and
-    /// device state are written to disk and the VM stops; docker, gvisor and wasm
-    /// refuse. While paused, execs and file operations are refused, and its lifetime
-    /// does not run. Through the daemon when one is used (--host or STOCKADE_HOST).
+    /// frozen by the cgroup freezer and its memory stays in RAM; docker: `docker
+    /// pause` (runc's freezer); gvisor: `runsc pause`; microvm: memory and device
+    /// state are written to disk and the VM stops; wasm refuses. While paused, execs
+    /// and file operations are refused, and its lifetime does not run. Through the
+    /// daemon when one is used (--host or STOCKADE_HOST).
     Pause {
         /// Sandbox id.
         id: String,
