@@ -1,10 +1,11 @@
 //! `stockade rm ID... | --all [--everyone]`
 
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 
 use clap::Args;
 use stockade::host::OWNER_UID_LABEL;
-use stockade::{Error, Result, SandboxInfo};
+use stockade::{Error, Provider, Result, SandboxInfo};
 use stockade_server::daemon::DAEMON_LABEL;
 
 use super::Ctx;
@@ -46,8 +47,9 @@ fn process_uid(pid: u32) -> Option<u32> {
 }
 
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
-    let ids: Vec<String> = if a.all {
+    // Each id with its provider (ids are one namespace across providers).
+    let targets: Vec<(String, Arc<dyn Provider>)> = if a.all {
+        let provider = ctx.provider()?;
         let uid = stockade::host::euid();
         provider
             .list()
@@ -55,14 +57,16 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
             .into_iter()
             // A daemon lists only the caller's (its tenant's) sandboxes.
             .filter(|s| a.everyone || ctx.remote.is_some() || owned_by(s, uid, process_uid))
-            .map(|s| s.id)
+            .map(|s| (s.id, provider.clone()))
             .collect()
     } else {
         // Every id is checked before anything is removed, so a typo removes nothing.
         let mut unknown = Vec::new();
+        let mut found = Vec::new();
         for id in &a.ids {
+            let provider = ctx.provider_of(id).await?;
             match provider.inspect(id).await {
-                Ok(_) => {}
+                Ok(_) => found.push((id.clone(), provider)),
                 Err(e) if e.code() == stockade::ErrorCode::NotFound => unknown.push(id.as_str()),
                 Err(e) => return Err(e),
             }
@@ -74,10 +78,10 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
                 id: unknown.join(", "),
             });
         }
-        a.ids
+        found
     };
     let mut removed = Vec::new();
-    for id in &ids {
+    for (id, provider) in &targets {
         provider.destroy(id).await?;
         removed.push(id.clone());
         if !ctx.json {

@@ -100,3 +100,50 @@ fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
         assert!(err.contains(says) && err.contains("fix:"), "{value}: {err}");
     }
 }
+
+/// Ids are one namespace: a sandbox made with `--provider gvisor` is found by every
+/// command that takes an id without naming its provider again.
+#[test]
+fn a_sandbox_is_found_by_its_id_whatever_provider_made_it() {
+    if !require_root("a_sandbox_is_found_by_its_id_whatever_provider_made_it")
+        || require("runsc (gVisor)", runsc(), GVISOR_FIX).is_none()
+    {
+        return;
+    }
+    let out = stockade(&["create", "--direct", "--provider", "gvisor"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let run = |args: &[&str]| {
+        let mut a = vec!["--direct"];
+        a.extend_from_slice(args);
+        let out = stockade(&a).output().unwrap();
+        assert!(
+            out.status.success(),
+            "stockade {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    assert_eq!(run(&["exec", &id, "--", "/bin/echo", "found"]), "found\n");
+    let v: serde_json::Value = serde_json::from_str(&run(&["inspect", "--json", &id])).unwrap();
+    assert_eq!(v["provider"], "gvisor", "{v}");
+    let ls: serde_json::Value = serde_json::from_str(&run(&["ls", "--json"])).unwrap();
+    assert!(
+        ls.as_array().is_some_and(|a| a
+            .iter()
+            .any(|s| s["id"] == id.as_str() && s["provider"] == "gvisor")),
+        "ls does not list {id}: {ls}"
+    );
+    run(&["pause", &id]);
+    run(&["resume", &id]);
+    run(&["fs", &id, "write", "/tmp/f", "x"]);
+    run(&["rm", &id]);
+    let gone = stockade(&["inspect", "--direct", &id]).output().unwrap();
+    assert!(!gone.status.success(), "{id} outlived its rm");
+}
