@@ -579,15 +579,38 @@ fn set_rlimits(p: &ExecPolicy) -> Result<(), String> {
 /// A child of the exec zygote enters the ruleset it built once, when it is this one.
 pub fn enter_landlock(p: &ExecPolicy) -> Result<(), String> {
     if let Some(writable) = &p.landlock_writable {
+        let own = own_scope(p.uid);
         match crate::zygote::prepared_landlock() {
-            Some(prepared) if prepared.is_for(writable, p.landlock_min_abi) => {
+            Some(prepared) if prepared.is_for(writable, p.landlock_min_abi, own) => {
                 prepared.restrict_self()
             }
-            _ => stockade_sys::landlock::restrict_min(writable, p.landlock_min_abi),
+            _ => stockade_sys::landlock::restrict_min(writable, p.landlock_min_abi, own),
         }
         .map_err(|e| e.to_string())?;
     }
     Ok(())
+}
+
+/// Whether an exec as `uid` gets landlock's own scopes (its signals and abstract
+/// sockets reach only what it starts). The sandbox's other execs run as the same
+/// user and may be signalled, as on any machine; the agent, the shims and the zygote
+/// stay out of reach by uid (they are root of the sandbox). So the scopes are
+/// needed only where the uid does not separate them: an exec as root, or as the
+/// agent's own uid (a rootless sandbox mapping one id), or when that is unknown.
+pub fn own_scope(uid: u32) -> bool {
+    uid == 0 || agent_uid().is_none_or(|a| a == uid)
+}
+
+/// The uid of the sandbox's PID 1 (the agent), from `/proc/1/status`.
+fn agent_uid() -> Option<u32> {
+    let status = fs::read_to_string("/proc/1/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn describe(e: Errno) -> &'static str {

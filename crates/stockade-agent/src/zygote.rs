@@ -437,7 +437,8 @@ fn serve_forever(fd: i32, setup: Setup) -> i32 {
     // root itself), so they name the same directories for the sandbox's whole life.
     // Should it fail, each child builds its own, as a spawned shim does.
     if let Some((writable, min_abi)) = &setup.landlock {
-        match stockade_sys::landlock::Prepared::new(writable, *min_abi) {
+        // For the sandbox user's execs (those of root build their own, scoped).
+        match stockade_sys::landlock::Prepared::new(writable, *min_abi, false) {
             Ok(p) => {
                 let _ = LANDLOCK.set(p);
             }

@@ -25,32 +25,39 @@ const WRITABLE_DEVICES: &[&str] = &[
 /// executable, writes only below `writable` (plus the harmless device files).
 /// Fails when the kernel lacks Landlock ABI v3. Returns a line saying what applied.
 pub fn restrict(writable: &[String]) -> Result<String> {
-    restrict_min(writable, None)
+    restrict_min(writable, None, true)
 }
 
 /// Like [`restrict`], accepting a kernel whose landlock ABI is `min_abi` (1 to 3)
-/// or newer instead of [`REQUIRED_ABI`] (`None`).
-pub fn restrict_min(writable: &[String], min_abi: Option<u8>) -> Result<String> {
-    enforce(build(writable, min_abi)?, writable)
+/// or newer instead of [`REQUIRED_ABI`] (`None`). `own_scope`: signals and abstract
+/// unix sockets reach only what this process and its children start (landlock's
+/// scopes); without it they reach every process of the sandbox that the kernel's
+/// uid checks let them (an exec signals what an earlier one started).
+pub fn restrict_min(writable: &[String], min_abi: Option<u8>, own_scope: bool) -> Result<String> {
+    enforce(build(writable, min_abi, own_scope)?, writable)
 }
 
 /// The ruleset of [`restrict_min`], created but not entered.
-fn build(writable: &[String], min_abi: Option<u8>) -> Result<RulesetCreated> {
+fn build(writable: &[String], min_abi: Option<u8>, own_scope: bool) -> Result<RulesetCreated> {
     let required = match min_abi {
         Some(1) => ABI::V1,
         Some(2) => ABI::V2,
         _ => REQUIRED_ABI,
     };
     let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
-    Ruleset::default()
+    let mut ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::HardRequirement)
         .handle_access(AccessFs::from_all(required))
         .map_err(|e| err(&e))?
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(AccessFs::from_all(BEST_ABI))
-        .map_err(|e| err(&e))?
-        .scope(Scope::from_all(BEST_ABI))
-        .map_err(|e| err(&e))?
+        .map_err(|e| err(&e))?;
+    if own_scope {
+        ruleset = ruleset
+            .scope(Scope::from_all(BEST_ABI))
+            .map_err(|e| err(&e))?;
+    }
+    ruleset
         .create()
         .map_err(|e| err(&e))?
         .add_rules(path_beneath_rules(["/"], AccessFs::from_read(BEST_ABI)))
@@ -89,6 +96,7 @@ fn enforce(ruleset: RulesetCreated, writable: &[String]) -> Result<String> {
 pub struct Prepared {
     writable: Vec<String>,
     min_abi: Option<u8>,
+    own_scope: bool,
     ruleset: RulesetCreated,
     fd: u32,
 }
@@ -96,7 +104,7 @@ pub struct Prepared {
 impl Prepared {
     /// Builds the ruleset for `writable` and `min_abi`. The caller must be
     /// single-threaded (the ruleset's descriptor is found as the lowest free one).
-    pub fn new(writable: &[String], min_abi: Option<u8>) -> Result<Prepared> {
+    pub fn new(writable: &[String], min_abi: Option<u8>, own_scope: bool) -> Result<Prepared> {
         let err = |e: &dyn std::fmt::Display| SysError::other("landlock", writable.join(","), e);
         // A path that is missing now gets no rule (`path_beneath_rules` skips it): one
         // made later would, in a ruleset built then. So none may be missing.
@@ -108,7 +116,7 @@ impl Prepared {
         let probe = std::fs::File::open("/").map_err(|e| err(&e))?;
         let fd = std::os::fd::AsRawFd::as_raw_fd(&probe) as u32;
         drop(probe);
-        let ruleset = build(writable, min_abi)?;
+        let ruleset = build(writable, min_abi, own_scope)?;
         // (Another thread may have taken the number, and closed it again: then it is
         // no descriptor at all.)
         let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))
@@ -122,14 +130,15 @@ impl Prepared {
         Ok(Prepared {
             writable: writable.to_vec(),
             min_abi,
+            own_scope,
             ruleset,
             fd,
         })
     }
 
     /// Whether it is the ruleset [`restrict_min`] would build for these arguments.
-    pub fn is_for(&self, writable: &[String], min_abi: Option<u8>) -> bool {
-        self.writable == writable && self.min_abi == min_abi
+    pub fn is_for(&self, writable: &[String], min_abi: Option<u8>, own_scope: bool) -> bool {
+        self.writable == writable && self.min_abi == min_abi && self.own_scope == own_scope
     }
 
     /// Its descriptor (close-on-exec), for a caller that closes the others.
@@ -174,7 +183,7 @@ mod tests {
         // Other tests' threads may take a descriptor between the probe and the
         // ruleset (the caller must be single-threaded): then it says so.
         let p = (0..20)
-            .find_map(|_| match Prepared::new(&writable, None) {
+            .find_map(|_| match Prepared::new(&writable, None, false) {
                 Ok(p) => Some(p),
                 Err(e) => {
                     assert!(e.to_string().contains("not the ruleset"), "{e}");
@@ -182,12 +191,13 @@ mod tests {
                 }
             })
             .expect("the ruleset's descriptor in 20 tries");
-        assert!(p.is_for(&writable, None));
-        assert!(!p.is_for(&writable, Some(1)));
-        assert!(!p.is_for(&["/".to_string()], None));
+        assert!(p.is_for(&writable, None, false));
+        assert!(!p.is_for(&writable, None, true));
+        assert!(!p.is_for(&writable, Some(1), false));
+        assert!(!p.is_for(&["/".to_string()], None, false));
         let link = std::fs::read_link(format!("/proc/self/fd/{}", p.fd())).unwrap();
         assert_eq!(link.to_str(), Some("anon_inode:[landlock-ruleset]"));
         // A missing writable path is refused (a ruleset built later would have it).
-        assert!(Prepared::new(&["/no/such/dir".to_string()], None).is_err());
+        assert!(Prepared::new(&["/no/such/dir".to_string()], None, false).is_err());
     }
 }

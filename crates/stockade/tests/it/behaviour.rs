@@ -154,6 +154,35 @@ async fn invalid_specs_are_refused_with_every_problem() {
     }
 }
 
+/// One exec stops what an earlier one started (`kill $(cat server.pid)`, as agents
+/// do), while PID 1 (the agent) stays out of its reach.
+#[tokio::test]
+async fn a_later_exec_signals_what_an_earlier_one_started() {
+    if !require_root("a_later_exec_signals_what_an_earlier_one_started") {
+        return;
+    }
+    let sb = sandbox(SandboxSpec::default()).await;
+    let mut bg = ExecRequest::new(["sh", "-c", "sleep 60 & echo $! > /tmp/pid"]);
+    bg.background = true;
+    let o = sb.exec(bg).await.unwrap();
+    assert_eq!(o.exit_code, 0, "{o:?}");
+    let out = sh(
+        &sb,
+        "p=$(cat /tmp/pid); kill -0 $p && echo reach; kill -TERM $p && echo killed; \
+         sleep 0.2; kill -0 $p 2>/dev/null || echo gone; kill -0 1 2>/dev/null && echo AGENT",
+        10_000,
+    )
+    .await;
+    let o = text(&out.stdout);
+    assert!(
+        o.contains("reach") && o.contains("killed") && o.contains("gone"),
+        "an exec could not signal its sandbox's other process: {o} {}",
+        text(&out.stderr)
+    );
+    assert!(!o.contains("AGENT"), "the code can signal the agent: {o}");
+    destroy_clean(sb).await;
+}
+
 /// A caller that goes away in the middle of an exec with stdin (its future dropped,
 /// as when a daemon's client disconnects) takes the exec with it.
 #[tokio::test]
