@@ -425,19 +425,22 @@ impl NativeLauncher {
                 };
                 let t3 = monotonic_ns();
                 // From our start of the monitor to its first step: its `exec` and its
-                // own start (or, from the monitor server, its fork).
+                // own start (or, from the monitor server, its fork). A monitor forked
+                // by the monitor server can begin before our spawn call has returned:
+                // then the row is an instant just before its first step.
                 let monitor_from = st
                     .steps
                     .iter()
                     .filter(|s| s.name.starts_with("monitor: "))
                     .map(|s| s.start_ns)
-                    .min()
-                    .filter(|&m| m > t2);
+                    .min();
                 // In any order: `start_steps` orders them by when they began.
                 st.steps.push(step("host: plan the sandbox", t0, t1));
                 st.steps.push(step("host: start the monitor", t1, t2));
                 if let Some(m) = monitor_from {
-                    st.steps.push(step("monitor: its process starting", t2, m));
+                    let from = t2.min(m.saturating_sub(1));
+                    st.steps
+                        .push(step("monitor: its process starting", from, m));
                 }
                 st.steps.push(step("host: the monitor's report", t2, t3));
                 Ok(st)
