@@ -163,8 +163,55 @@ fn args() -> Vec<std::ffi::OsString> {
     args
 }
 
+/// For a flag docker users type that Stockade spells otherwise (or needs not), what
+/// to write instead.
+fn docker_hint(arg: &str) -> Option<&'static str> {
+    let flag = arg.split('=').next().unwrap_or(arg);
+    Some(match flag {
+        "--rm" => {
+            "`stockade run` always destroys its sandbox when the command ends (no --rm); \
+             `stockade create` makes one that lives until `stockade rm ID`"
+        }
+        "-v" | "--volume" => {
+            "Stockade mounts a host directory with --mount HOST:TARGET (read-only) or \
+             --mount HOST:TARGET:rw"
+        }
+        "-t" | "--tty" | "-it" | "-ti" => {
+            "there is no terminal: -i (--stdin) passes standard input to the command"
+        }
+        "-d" | "--detach" => {
+            "`stockade create` makes a sandbox that lives until `stockade rm ID`; \
+             `stockade exec --background ID -- CMD` leaves a command running in it"
+        }
+        "-p" | "--publish" => "sandboxes have no network unless asked: see --network",
+        "--name" => "sandboxes are named by the id `stockade create` prints",
+        _ => return None,
+    })
+}
+
 fn main() {
-    let cli = Cli::parse_from(args());
+    let cli = match Cli::try_parse_from(args()) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let hint = (e.kind() == clap::error::ErrorKind::UnknownArgument)
+                .then(|| e.get(clap::error::ContextKind::InvalidArg))
+                .flatten()
+                .and_then(|v| match v {
+                    clap::error::ContextValue::String(s) => docker_hint(s),
+                    _ => None,
+                });
+            if let Some(hint) = hint {
+                let arg = match e.get(clap::error::ContextKind::InvalidArg) {
+                    Some(clap::error::ContextValue::String(s)) => s.clone(),
+                    _ => String::new(),
+                };
+                eprintln!("error: unexpected argument '{arg}': {hint}");
+                eprintln!("  (to pass '{arg}' to the command, put `--` before the command)");
+                std::process::exit(2);
+            }
+            e.exit()
+        }
+    };
     if !matches!(cli.command, Command::Serve(_) | Command::Mcp(_)) {
         quiet_on_closed_stdout();
     }

@@ -35,12 +35,7 @@ pub struct ExecArgs {
     /// The command and its arguments. Every flag after the command's first word is
     /// the command's own, as with `docker exec`; a `--` before the command is accepted
     /// too.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        required = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

@@ -47,11 +47,7 @@ pub struct RunArgs {
     /// The command and its arguments (unless --language is given). Every flag after
     /// the command's first word is the command's own, as with `docker run`; a `--`
     /// before the command is accepted too.
-    #[arg(
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
+    #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
 }
 

@@ -28,12 +28,7 @@ pub enum SessionCmd {
         idle_timeout: Option<u64>,
         /// The command and its arguments. Every flag after the command's first word is
         /// the command's own; a `--` before the command is accepted too.
-        #[arg(
-            trailing_var_arg = true,
-            allow_hyphen_values = true,
-            required = true,
-            value_name = "COMMAND"
-        )]
+        #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
         command: Vec<String>,
     },
     /// Destroy the session's sandbox, keep its workspace.

@@ -306,6 +306,53 @@ fn the_daemon_log_in_a_pipe_has_no_colour_codes() {
     );
 }
 
+/// A mistyped flag before the command is refused (clap's suggestion), never run as
+/// the command; docker's spellings get Stockade's; after the command's first word
+/// every flag is the command's.
+#[test]
+fn flags_before_the_command_are_checked_and_dockers_get_a_hint() {
+    let out = stockade(&["run", "--memroy", "1g", "--", "true"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("unexpected argument '--memroy'") && err.contains("--memory"),
+        "{err}"
+    );
+    assert!(!err.contains("cannot execute"), "the typo was run: {err}");
+    for (args, says) in [
+        (&["run", "--rm", "--", "true"][..], "always destroys"),
+        (
+            &["run", "-v", "/tmp:/w", "--", "true"],
+            "--mount HOST:TARGET",
+        ),
+        (&["run", "-it", "--", "sh"], "-i (--stdin)"),
+        (&["exec", "-d", "sb-x", "--", "true"], "--background"),
+        (&["create", "--name", "x"], "the id"),
+    ] {
+        let out = stockade(args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(says), "{args:?}: {err}");
+    }
+}
+
+both_ways! {
+    fn a_commands_own_flags_pass_after_its_first_word(via) {
+        if !require_root("a_commands_own_flags_pass_after_its_first_word") {
+            return;
+        }
+        let out = via.run(&["run", "sh", "-c", "echo $0 $1", "--rm", "-v"]);
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "--rm -v\n",
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
 #[test]
 fn global_flags_are_listed_apart() {
     let out = stockade(&["run", "--help"]).output().unwrap();
