@@ -101,9 +101,8 @@ fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
     }
 }
 
-/// Ids are one namespace: a sandbox made with `--provider gvisor` is found by the
-/// commands that take an id without naming its provider again (pause and resume
-/// find it the same way; gVisor's pause is tested in the pause suite).
+/// Ids are one namespace: a sandbox made with `--provider gvisor` is found by every
+/// command that takes an id without naming its provider again.
 #[test]
 fn a_sandbox_is_found_by_its_id_whatever_provider_made_it() {
     if !require_root("a_sandbox_is_found_by_its_id_whatever_provider_made_it")
@@ -141,6 +140,8 @@ fn a_sandbox_is_found_by_its_id_whatever_provider_made_it() {
             .any(|s| s["id"] == id.as_str() && s["provider"] == "gvisor")),
         "ls does not list {id}: {ls}"
     );
+    run(&["pause", &id]);
+    run(&["resume", &id]);
     run(&["fs", &id, "write", "/tmp/f", "x"]);
     run(&["rm", &id]);
     let gone = stockade(&["inspect", "--direct", &id]).output().unwrap();
