@@ -152,7 +152,7 @@ pub fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
 }
 
 pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
-    let provider = ctx.provider_of(&a.id).await?;
+    let provider = ctx.provider()?;
     let req = request(
         a.command,
         a.timeout,

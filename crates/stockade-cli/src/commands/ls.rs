@@ -5,25 +5,7 @@ use stockade::Result;
 use super::{Ctx, until};
 
 pub async fn run(ctx: &Ctx) -> Result<i32> {
-    let list = if ctx.remote.is_some() || ctx.names_provider() {
-        ctx.provider()?.list().await?
-    } else {
-        // Every provider's, the default's first (its errors are the command's); one
-        // this host cannot run (no dockerd, no runsc) has none to list.
-        let default = ctx.provider()?;
-        let mut all = default.list().await?;
-        for name in stockade::PROVIDERS {
-            if *name == default.name() {
-                continue;
-            }
-            if let Ok(p) = ctx.local_provider(name)
-                && let Ok(more) = p.list().await
-            {
-                all.extend(more);
-            }
-        }
-        all
-    };
+    let list = ctx.provider()?.list().await?;
     if ctx.json {
         println!(
             "{}",

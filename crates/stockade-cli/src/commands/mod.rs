@@ -45,36 +45,6 @@ impl Ctx {
         stockade::provider_with_home(self.provider.as_deref(), self.home.as_deref())
     }
 
-    /// The provider of sandbox `id`: `--provider` (or `STOCKADE_PROVIDER`) and a
-    /// daemon decide as for any command; else the default provider when it knows the
-    /// id, else the first of the others that does (ids are one namespace: a sandbox
-    /// made with `--provider microvm` is found without naming it again), else the
-    /// default (whose "not found" is then the answer).
-    pub async fn provider_of(&self, id: &str) -> Result<Arc<dyn Provider>> {
-        let default = self.provider()?;
-        if self.names_provider() || self.remote.is_some() || default.inspect(id).await.is_ok() {
-            return Ok(default);
-        }
-        for name in stockade::PROVIDERS {
-            if *name == default.name() {
-                continue;
-            }
-            // A provider this host cannot run (no dockerd, no runsc) knows no id.
-            if let Ok(p) = self.local_provider(name)
-                && p.inspect(id).await.is_ok()
-            {
-                return Ok(p);
-            }
-        }
-        Ok(default)
-    }
-
-    /// Whether the caller named a provider (`--provider` or `STOCKADE_PROVIDER`).
-    pub fn names_provider(&self) -> bool {
-        self.provider.is_some()
-            || std::env::var_os("STOCKADE_PROVIDER").is_some_and(|v| !v.is_empty())
-    }
-
     /// The provider `name` of this build, in-process (whatever `--provider` says).
     pub fn local_provider(&self, name: &str) -> Result<Arc<dyn Provider>> {
         stockade::provider_with_home(Some(name), self.home.as_deref())

@@ -1,11 +1,10 @@
 //! `stockade rm ID... | --all [--everyone]`
 
 use std::os::unix::fs::MetadataExt;
-use std::sync::Arc;
 
 use clap::Args;
 use stockade::host::OWNER_UID_LABEL;
-use stockade::{Error, Provider, Result, SandboxInfo};
+use stockade::{Error, Result, SandboxInfo};
 use stockade_server::daemon::DAEMON_LABEL;
 
 use super::Ctx;
@@ -47,9 +46,8 @@ fn process_uid(pid: u32) -> Option<u32> {
 }
 
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
-    // Each id with its provider (ids are one namespace across providers).
-    let targets: Vec<(String, Arc<dyn Provider>)> = if a.all {
-        let provider = ctx.provider()?;
+    let provider = ctx.provider()?;
+    let ids: Vec<String> = if a.all {
         let uid = stockade::host::euid();
         provider
             .list()
@@ -57,16 +55,14 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
             .into_iter()
             // A daemon lists only the caller's (its tenant's) sandboxes.
             .filter(|s| a.everyone || ctx.remote.is_some() || owned_by(s, uid, process_uid))
-            .map(|s| (s.id, provider.clone()))
+            .map(|s| s.id)
             .collect()
     } else {
         // Every id is checked before anything is removed, so a typo removes nothing.
         let mut unknown = Vec::new();
-        let mut found = Vec::new();
         for id in &a.ids {
-            let provider = ctx.provider_of(id).await?;
             match provider.inspect(id).await {
-                Ok(_) => found.push((id.clone(), provider)),
+                Ok(_) => {}
                 Err(e) if e.code() == stockade::ErrorCode::NotFound => unknown.push(id.as_str()),
                 Err(e) => return Err(e),
             }
@@ -78,10 +74,10 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
                 id: unknown.join(", "),
             });
         }
-        found
+        a.ids
     };
     let mut removed = Vec::new();
-    for (id, provider) in &targets {
+    for id in &ids {
         provider.destroy(id).await?;
         removed.push(id.clone());
         if !ctx.json {

@@ -170,7 +170,7 @@ pub struct ForkArgs {
 
 /// Pauses sandbox `id`.
 pub async fn pause(ctx: &Ctx, id: &str) -> Result<i32> {
-    ctx.provider_of(id).await?.pause(id).await?;
+    ctx.provider()?.pause(id).await?;
     if ctx.json {
         println!("{}", serde_json::json!({ "id": id, "state": "paused" }));
     } else {
@@ -181,7 +181,7 @@ pub async fn pause(ctx: &Ctx, id: &str) -> Result<i32> {
 
 /// Resumes sandbox `id`.
 pub async fn resume(ctx: &Ctx, id: &str) -> Result<i32> {
-    let provider = ctx.provider_of(id).await?;
+    let provider = ctx.provider()?;
     if !ctx.json && provider.name() == "microvm" {
         eprintln!("stockade: restoring the microVM of {id} from its snapshot...");
     }
@@ -197,7 +197,7 @@ pub async fn resume(ctx: &Ctx, id: &str) -> Result<i32> {
 /// Starts copies of paused sandbox `a.id`; prints their ids, one a line. The copies
 /// live their lifetime (or until `rm`), like `stockade create`'s sandboxes.
 pub async fn fork(ctx: &Ctx, a: ForkArgs) -> Result<i32> {
-    let provider = ctx.provider_of(&a.id).await?;
+    let provider = ctx.provider()?;
     if !ctx.json && provider.name() == "microvm" {
         eprintln!("stockade: restoring {} copies of {}...", a.count, a.id);
     }
