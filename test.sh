@@ -36,6 +36,9 @@ tools=/var/cache/stockade/tools
   # its own (the build's is locked by the build).
   [ -x "$tools/bin/cargo-machete" ] ||
     env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
+  # cargo-fuzz (pinned), for the short fuzz run below.
+  [ -x "$tools/cargo-fuzz-0.13.2/bin/cargo-fuzz" ] ||
+    env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools/cargo-fuzz-0.13.2" cargo-fuzz@0.13.2
   sdk/python/test.sh --deps
   sdk/typescript/test.sh --deps
   sdk/go/test.sh --deps
@@ -82,7 +85,12 @@ as_rootless() {
 
 stamp "fmt, clippy, machete"
 cargo fmt --all --check
+cargo fmt --check --manifest-path fuzz/Cargo.toml
 cargo clippy --workspace --all-targets -- -D warnings
+# The fuzz crate is a workspace of its own (its builds carry instrumentation flags).
+fuzz_target=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
+CARGO_TARGET_DIR=$fuzz_target cargo clippy --manifest-path fuzz/Cargo.toml \
+  --no-default-features --all-targets -- -D warnings
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
 [ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
@@ -159,6 +167,11 @@ sdk/typescript/test.sh
 # The Go SDK: vet, staticcheck and go test against a daemon of this build.
 stamp "Go SDK"
 sdk/go/test.sh
+stamp "fuzz, briefly"
+# Each fuzz target that does not build the daemon, for a few seconds: the corpus kept
+# in the cache replays first, so an input that once failed fails again here. The
+# E2B target and the long runs are `scripts/fuzz.sh --time SECONDS`.
+STOCKADE_FUZZ_TARGET=$fuzz_target scripts/fuzz.sh --quick --time 10
 stamp "E2B SDKs"
 # The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
 crates/stockade-e2b/test.sh

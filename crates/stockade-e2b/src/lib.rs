@@ -10,7 +10,7 @@
 //! tenants, quotas, limits and path safety are the daemon's.
 
 mod api;
-mod connect;
+pub mod connect;
 mod envd;
 mod files;
 mod interp;
@@ -27,6 +27,13 @@ use axum::response::{IntoResponse, Response};
 use stockade_server::FrontendContext;
 
 pub use state::E2b;
+
+/// The request messages envd's methods decode from Connect bodies, for tests and the
+/// fuzz targets (`fuzz/`).
+pub mod messages {
+    pub use crate::process::{SelectRequest, StartRequest};
+    pub use crate::watch::WatchRequest;
+}
 
 /// Largest request body: a file upload of the agent's file cap plus multipart framing.
 pub const MAX_BODY_BYTES: usize = (stockade::files::MAX_FILE_BYTES as usize) + (1 << 20);

@@ -387,8 +387,10 @@ impl NetRule {
             ("/udp", Protocol::Udp),
             ("/any", Protocol::Any),
         ] {
+            // Bytes, not a str slice: the end of `rest` may be inside a character.
             if rest.len() > suffix.len()
-                && rest[rest.len() - suffix.len()..].eq_ignore_ascii_case(suffix)
+                && rest.as_bytes()[rest.len() - suffix.len()..]
+                    .eq_ignore_ascii_case(suffix.as_bytes())
             {
                 rest = &rest[..rest.len() - suffix.len()];
                 protocol = p;
@@ -674,6 +676,20 @@ impl<'de> Deserialize<'de> for Network {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn entries_ending_inside_a_character_are_refused_not_a_panic() {
+        // Found by the `spec` fuzz target: the protocol suffix was cut out of a str at
+        // a byte offset inside a character.
+        for e in [
+            "\u{30d}smo",
+            "pypi.org/t\u{e9}cp",
+            "\u{1f600}/udp",
+            "\u{e9}",
+        ] {
+            assert!(NetRule::parse(e).is_err(), "{e:?}");
+        }
+    }
 
     #[test]
     fn parses_entries() {

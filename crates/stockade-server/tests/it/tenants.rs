@@ -581,3 +581,35 @@ async fn a_tenant_cannot_turn_hardening_off() {
         );
     }
 }
+
+/// An allowlist entry whose text ends inside a multi-byte character (found by the
+/// `spec` fuzz target) once panicked the spec check: with the release build's
+/// `panic = "abort"`, one tenant request would have taken the daemon and every
+/// tenant's sandboxes down. It is refused as a bad entry, and the daemon serves on.
+#[tokio::test]
+async fn a_spec_that_once_panicked_the_check_is_refused_and_the_daemon_serves_on() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    for entry in ["\u{30d}smo", "pypi.org/t\u{e9}cp", "\u{1f600}/udp"] {
+        let spec = SandboxSpec {
+            timeout_secs: 30,
+            network: stockade::spec::Network::allow([entry]),
+            ..SandboxSpec::default()
+        };
+        let s = try_create(t.port, "native", &spec)
+            .await
+            .unwrap_or_else(|| panic!("a sandbox was made with the entry {entry:?}"));
+        assert_eq!(s.code(), tonic::Code::InvalidArgument, "{entry:?}: {s:?}");
+        assert!(s.message().contains("network.allow[0]"), "{s:?}");
+    }
+    let ok = SandboxSpec {
+        timeout_secs: 30,
+        ..SandboxSpec::default()
+    };
+    assert!(
+        try_create(t.port, "native", &ok).await.is_none(),
+        "the daemon stopped serving after the bad specs"
+    );
+}
