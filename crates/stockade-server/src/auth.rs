@@ -42,6 +42,12 @@ impl Auth {
         Auth::default()
     }
 
+    /// The tenants' names, one per token in the file's order (what a profiles
+    /// file's `[tenants]` names; a name tells nothing of its token).
+    pub fn tenant_names(&self) -> Vec<&str> {
+        self.tokens.iter().map(|(_, n)| n.as_str()).collect()
+    }
+
     /// Tokens from a file (one per line; blank lines and `#` comments skipped).
     pub fn from_file(path: &Path) -> Result<Auth, AuthError> {
         let p = path.display().to_string();

@@ -22,6 +22,20 @@ use tonic::codegen::{BoxFuture, Bytes, Service, http};
 use tonic::server::NamedService;
 
 use crate::auth::Auth;
+use crate::handshake::{ConnState, Guarded, Handshakes};
+
+/// The standing of the connection a request came on (plain TCP, TLS or the unix
+/// socket).
+fn conn_state(ext: &http::Extensions) -> Option<&Arc<ConnState>> {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo, UdsConnectInfo};
+    ext.get::<Guarded<TcpConnectInfo>>()
+        .map(|g| &g.state)
+        .or_else(|| {
+            ext.get::<TlsConnectInfo<Guarded<TcpConnectInfo>>>()
+                .map(|t| &t.get_ref().state)
+        })
+        .or_else(|| ext.get::<Guarded<UdsConnectInfo>>().map(|g| &g.state))
+}
 
 /// The authenticated tenant of a request, put in its extensions by [`Gate`].
 #[derive(Clone, Debug)]
@@ -107,8 +121,8 @@ where
             Via::Unix => {
                 let uid = parts
                     .extensions
-                    .get::<tonic::transport::server::UdsConnectInfo>()
-                    .and_then(|c| c.peer_cred)
+                    .get::<Guarded<tonic::transport::server::UdsConnectInfo>>()
+                    .and_then(|c| c.inner.peer_cred)
                     .map(|c| c.uid());
                 self.auth
                     .tenant_on_socket(&parts.headers, uid, self.own_uid)
@@ -118,6 +132,9 @@ where
             Ok(t) => t,
             Err(status) => return Box::pin(async move { Ok(status.into_http()) }),
         };
+        if let Some(state) = conn_state(&parts.extensions) {
+            state.authenticated();
+        }
         parts.extensions.insert(Tenant(tenant));
         parts.extensions.insert(self.via);
         let path = parts.uri.path().to_string();
@@ -184,22 +201,31 @@ impl http_body::Body for Capped {
     }
 }
 
-/// A connection that holds one of the daemon's connection slots while it is open.
+/// A connection that holds one of the daemon's connection slots while it is open,
+/// and is closed if it does not authenticate in time ([`crate::handshake`]).
 pub struct Counted<IO> {
     io: IO,
     _slot: OwnedSemaphorePermit,
+    state: Arc<ConnState>,
 }
 
 impl<IO> Counted<IO> {
-    pub fn new(io: IO, slot: OwnedSemaphorePermit) -> Counted<IO> {
-        Counted { io, _slot: slot }
+    pub fn new(io: IO, slot: OwnedSemaphorePermit, state: Arc<ConnState>) -> Counted<IO> {
+        Counted {
+            io,
+            _slot: slot,
+            state,
+        }
     }
 }
 
 impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Counted<IO> {
-    type ConnectInfo = IO::ConnectInfo;
-    fn connect_info(&self) -> IO::ConnectInfo {
-        self.io.connect_info()
+    type ConnectInfo = Guarded<IO::ConnectInfo>;
+    fn connect_info(&self) -> Self::ConnectInfo {
+        Guarded {
+            inner: self.io.connect_info(),
+            state: self.state.clone(),
+        }
     }
 }
 
@@ -209,6 +235,9 @@ impl<IO: AsyncRead + Unpin> AsyncRead for Counted<IO> {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
+        if let Some(e) = self.state.poll_refused(cx) {
+            return Poll::Ready(Err(e));
+        }
         Pin::new(&mut self.io).poll_read(cx, buf)
     }
 }
@@ -240,21 +269,24 @@ impl<IO: AsyncWrite + Unpin> AsyncWrite for Counted<IO> {
 }
 
 /// `incoming` holding one of `slots` per open connection: when none is left, the
-/// next accept waits for one (new connections queue in the kernel's backlog). The
-/// listeners of one daemon share their slots.
+/// next accept waits for one (new connections queue in the kernel's backlog). Each
+/// connection is pending in `handshakes` until it authenticates. The listeners of one
+/// daemon share their slots and their handshake budget.
 pub fn counted<S, IO, E>(
     incoming: S,
     slots: Arc<Semaphore>,
+    handshakes: Arc<Handshakes>,
 ) -> impl tokio_stream::Stream<Item = Result<Counted<IO>, E>>
 where
     S: tokio_stream::Stream<Item = Result<IO, E>>,
 {
     futures_util::stream::unfold(
-        (Box::pin(incoming), slots),
-        |(mut incoming, slots)| async move {
+        (Box::pin(incoming), slots, handshakes),
+        |(mut incoming, slots, handshakes)| async move {
             let slot = slots.clone().acquire_owned().await.ok()?;
             let next = tokio_stream::StreamExt::next(&mut incoming).await?;
-            Some((next.map(|io| Counted::new(io, slot)), (incoming, slots)))
+            let conn = next.map(|io| Counted::new(io, slot, handshakes.open()));
+            Some((conn, (incoming, slots, handshakes)))
         },
     )
 }

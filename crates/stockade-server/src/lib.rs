@@ -5,9 +5,11 @@
 //! [`ServeArgs`] are the flags of both `stockaded` and `stockade serve`; [`run`]
 //! serves until SIGINT or SIGTERM.
 
+pub mod admission;
 pub mod auth;
 pub mod daemon;
 pub mod gate;
+pub mod handshake;
 pub mod listen;
 pub mod metrics;
 mod service;
@@ -99,6 +101,12 @@ pub struct ServeArgs {
     /// the daemon's state, so a restart does not reset it. `512M`, `8G`...
     #[arg(long, value_name = "SIZE", default_value = "8G", value_parser = stockade_image::parse_size)]
     pub tenant_image_bytes: u64,
+    /// Tenant profiles (TOML): what each token tenant and socket-group user may ask
+    /// for (hardening opt-outs, per-sandbox maxima, per-tenant totals, providers,
+    /// images, network modes). Without it every tenant gets the built-in profile:
+    /// no hardening opt-outs, maxima cut to this host, every provider but wasm.
+    #[arg(long, value_name = "FILE")]
+    pub profiles: Option<PathBuf>,
     /// Most client connections open at once (more wait to be accepted).
     #[arg(long, default_value_t = 256)]
     pub max_connections: usize,
@@ -236,6 +244,10 @@ pub async fn serve_with(
         Some(f) => auth::Auth::from_file(f)?,
         None => auth::Auth::none(),
     };
+    if auth.required() {
+        // What a profiles file's [tenants] names, one per token in the file's order.
+        tracing::info!(tenants = ?auth.tenant_names(), "tenants of the token file, in order");
+    }
     let any_tcp = addrs.iter().any(|a| matches!(a, Address::Tcp { .. }));
     if any_tcp && !auth.required() {
         bail!("listening on TCP needs --token-file (every call must carry a token)");
@@ -303,6 +315,10 @@ pub async fn serve_with(
         mounts: daemon::MountPolicy::new(&args.allow_mounts, untrusted, state_dir.join("mounts"))?,
         tenants_untrusted: untrusted,
         tenant_image_bytes: args.tenant_image_bytes,
+        admission: match &args.profiles {
+            Some(f) => admission::Admission::from_file(f, admission::Host::this())?,
+            None => admission::Admission::builtin(admission::Host::this()),
+        },
         // Only calls over a unix socket carry an owner pid (`gate::Via`).
         honour_owner_pid: addrs.iter().any(|a| matches!(a, Address::Unix(_))),
     };
@@ -350,6 +366,11 @@ pub async fn serve_with(
     let gate = gate::Gate::new(svc, auth, FILE_CALLS_AT_ONCE);
     // One connection budget for all listeners.
     let conns = Arc::new(tokio::sync::Semaphore::new(args.max_connections.max(1)));
+    // Connections that have not authenticated yet hold at most a quarter of them.
+    let handshakes = handshake::Handshakes::new(
+        (args.max_connections / 4).clamp(1, handshake::MAX_PENDING),
+        handshake::HANDSHAKE_TIMEOUT,
+    );
     let streams = args.max_streams_per_connection.max(1);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut servers = tokio::task::JoinSet::new();
@@ -359,6 +380,7 @@ pub async fn serve_with(
             let _ = stopped.wait_for(|s| *s).await;
         };
         let conns = conns.clone();
+        let handshakes = handshakes.clone();
         match b {
             listen::Bound::Unix(l, path) => {
                 tracing::info!(socket = %path.display(), "listening");
@@ -366,7 +388,7 @@ pub async fn serve_with(
                 servers.spawn(async move {
                     let r = router
                         .serve_with_incoming_shutdown(
-                            gate::counted(UnixListenerStream::new(l), conns),
+                            gate::counted(UnixListenerStream::new(l), conns, handshakes),
                             stopped,
                         )
                         .await
@@ -406,6 +428,7 @@ pub async fn serve_with(
                                     },
                                 ),
                                 conns,
+                                handshakes,
                             ),
                             stopped,
                         )

@@ -14,12 +14,15 @@ use super::{
     DAEMON_LABEL, Daemon, QUOTA_POLL, QUOTA_WAIT_FOR_DESTROYS, TENANT_LABEL, check_image, internal,
     now_ms, template_of_kind,
 };
+use crate::admission::{PROFILE_LABEL, Profile, Usage};
+use crate::auth::LOCAL_TENANT;
 use crate::store::SandboxRecord;
 
 /// Releases a creation slot on drop.
 pub(super) struct Pending<'a> {
     d: &'a Daemon,
     tenant: String,
+    usage: Usage,
 }
 
 impl Drop for Pending<'_> {
@@ -27,6 +30,10 @@ impl Drop for Pending<'_> {
         let mut g = self.d.lock();
         if let Some(n) = g.pending.get_mut(&self.tenant) {
             *n = n.saturating_sub(1);
+        }
+        if let Some(u) = g.pending_usage.get_mut(&self.tenant) {
+            u.memory_bytes = u.memory_bytes.saturating_sub(self.usage.memory_bytes);
+            u.cpus = (u.cpus - self.usage.cpus).max(0.0);
         }
     }
 }
@@ -105,14 +112,21 @@ impl Daemon {
             });
         }
         let (pname, p) = self.provider(provider)?;
-        self.check_spec(p.as_ref(), &spec)?;
-        let _slot = self.reserve_after_destroys(tenant).await?;
+        self.check_spec(tenant, p.as_ref(), &spec)?;
+        let _slot = self
+            .reserve_after_destroys(tenant, Usage::of(&spec))
+            .await?;
         self.charge_image(tenant, &pname, &spec).await?;
         let (template, _) = template_of_kind(&pname, &spec, maker.as_ref().map(|m| m.kind()));
         let key = PoolKey::new(tenant, &template);
+        let mut spec_json = serde_json::to_value(&spec).map_err(internal)?;
+        if let Some(p) = self.profile(tenant) {
+            // What inspect shows: the profile that admitted it.
+            spec_json["labels"][PROFILE_LABEL] = p.name.clone().into();
+        }
         let req = Request {
             tenant: tenant.to_string(),
-            spec_json: serde_json::to_value(&spec).map_err(internal)?,
+            spec_json,
             spec,
             provider: pname,
             owner_pid: owner_pid.filter(|_| self.limits.honour_owner_pid),
@@ -198,14 +212,29 @@ impl Daemon {
         Ok(info)
     }
 
+    /// The profile that admits `tenant`: none for the daemon's one local caller
+    /// (no tokens, no socket group; or the daemon's own uid on its socket).
+    pub(super) fn profile(&self, tenant: &str) -> Option<&Profile> {
+        (self.limits.tenants_untrusted && tenant != LOCAL_TENANT)
+            .then(|| self.limits.admission.profile_of(tenant))
+    }
+
     /// The checks a spec passes before anything is created: host mounts and images
-    /// a tenant may name, validity, and what the provider can honour.
-    pub(super) fn check_spec(&self, provider: &dyn Provider, spec: &SandboxSpec) -> Result<()> {
+    /// a tenant may name, the tenant's profile, validity, and what the provider can
+    /// honour.
+    pub(super) fn check_spec(
+        &self,
+        tenant: &str,
+        provider: &dyn Provider,
+        spec: &SandboxSpec,
+    ) -> Result<()> {
         // Names only, checked before anything touches the file system.
         self.limits.mounts.check(spec)?;
         if self.limits.tenants_untrusted {
             check_image(provider.name(), spec.image.as_deref())?;
-            check_hardening(&spec.hardening)?;
+        }
+        if let Some(profile) = self.profile(tenant) {
+            profile.admit(provider.name(), spec)?;
         }
         self.check_network(&spec.network)?;
         let v = spec.clone().validate()?;
@@ -242,6 +271,9 @@ impl Daemon {
         spec.labels
             .insert(DAEMON_LABEL.into(), self.daemon_id.clone());
         spec.labels.insert(TENANT_LABEL.into(), tenant.into());
+        if let Some(p) = self.profile(tenant) {
+            spec.labels.insert(PROFILE_LABEL.into(), p.name.clone());
+        }
         spec
     }
 
@@ -249,10 +281,14 @@ impl Daemon {
     /// answered still hold their slots waits for those teardowns (up to
     /// [`QUOTA_WAIT_FOR_DESTROYS`]): destroy-then-create at the quota works as it
     /// did when a destroy answered only after its teardown.
-    pub(super) async fn reserve_after_destroys(&self, tenant: &str) -> Result<Pending<'_>> {
+    pub(super) async fn reserve_after_destroys(
+        &self,
+        tenant: &str,
+        usage: Usage,
+    ) -> Result<Pending<'_>> {
         let until = Instant::now() + QUOTA_WAIT_FOR_DESTROYS;
         loop {
-            match self.reserve(tenant) {
+            match self.reserve(tenant, usage) {
                 Err(Error::LimitExceeded { .. })
                     if self.destroys_in_flight.load(Ordering::SeqCst) > 0
                         && Instant::now() < until =>
@@ -264,9 +300,13 @@ impl Daemon {
         }
     }
 
-    /// A creation slot of the tenant, refused past its quota or the daemon's.
-    pub(super) fn reserve(&self, tenant: &str) -> Result<Pending<'_>> {
+    /// A creation slot of the tenant, refused past its quota, its profile's totals
+    /// or the daemon's quota.
+    pub(super) fn reserve(&self, tenant: &str, usage: Usage) -> Result<Pending<'_>> {
         let mut g = self.lock();
+        if let Some(profile) = self.profile(tenant) {
+            profile.admit_totals(usage, g.usage_of(tenant))?;
+        }
         let live = g.live_of(tenant);
         if live >= self.limits.sandboxes_per_tenant {
             return Err(Error::LimitExceeded {
@@ -285,34 +325,14 @@ impl Daemon {
             });
         }
         *g.pending.entry(tenant.to_string()).or_default() += 1;
+        let u = g.pending_usage.entry(tenant.to_string()).or_default();
+        *u = u.plus(usage);
         Ok(Pending {
             d: self,
             tenant: tenant.to_string(),
+            usage,
         })
     }
-}
-
-/// Tenants keep every hardening on: with one off, their code reaches the host's
-/// kernel further (io_uring, keyrings, new user namespaces, vsock without seccomp).
-fn check_hardening(h: &stockade::spec::Hardening) -> Result<()> {
-    let off: Vec<&str> = [
-        (h.seccomp, "seccomp"),
-        (h.landlock, "landlock"),
-        (h.no_new_privileges, "no_new_privileges"),
-        (h.drop_capabilities, "drop_capabilities"),
-    ]
-    .into_iter()
-    .filter(|(on, _)| !on)
-    .map(|(_, name)| name)
-    .collect();
-    if off.is_empty() {
-        return Ok(());
-    }
-    Err(Error::PolicyDenied(format!(
-        "tenants of this daemon may not turn hardening off (hardening.{} = false): remove \
-         the opt-out, or run the sandbox with the local CLI as root",
-        off.join(", hardening.")
-    )))
 }
 
 /// What of a tenant's allowlist reaches where tenants may not: private, link-local

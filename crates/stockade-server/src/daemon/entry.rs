@@ -167,11 +167,15 @@ pub struct Entry {
     /// Host mounts the daemon made for it ([`super::MountMaker`]): released when the
     /// entry goes (the sandbox is gone).
     pub made: Option<super::made::Made>,
+    /// What its spec holds of the host (memory, CPUs): counted in its tenant's
+    /// totals while it is live.
+    pub usage: crate::admission::Usage,
 }
 
 impl Entry {
     pub fn new(record: SandboxRecord, state: State, now_ms: u64) -> Entry {
         Entry {
+            usage: crate::admission::Usage::of_json(&record.spec),
             record,
             state,
             last_used_ms: now_ms,
@@ -211,6 +215,8 @@ pub struct Inner {
     pub pools: HashMap<PoolKey, PoolEntry>,
     /// Cold creations in progress by tenant (counted against quotas).
     pub pending: HashMap<String, usize>,
+    /// What those cold creations hold, by tenant (counted against its totals).
+    pub pending_usage: HashMap<String, crate::admission::Usage>,
     /// Warm creations in progress by pool, from their start to the end of their task
     /// (a destroy of one its pool no longer wants included). Kept apart from the
     /// pool's own count: a drained pool is gone while its creations still run, and
@@ -226,6 +232,17 @@ impl Inner {
             .filter(|e| e.is_live() && e.record.tenant == tenant)
             .count()
             + self.pending.get(tenant).copied().unwrap_or(0)
+    }
+
+    /// What the tenant's live sandboxes hold, creations in progress included.
+    pub fn usage_of(&self, tenant: &str) -> crate::admission::Usage {
+        self.entries
+            .values()
+            .filter(|e| e.is_live() && e.record.tenant == tenant)
+            .fold(
+                self.pending_usage.get(tenant).copied().unwrap_or_default(),
+                |u, e| u.plus(e.usage),
+            )
     }
 
     /// Every sandbox of the daemon, creations in progress included.

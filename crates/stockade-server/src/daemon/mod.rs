@@ -109,6 +109,8 @@ pub struct Limits {
     pub tenant_image_bytes: u64,
     /// Whether `owner_pid` means a process of the caller (unix socket only).
     pub honour_owner_pid: bool,
+    /// The tenants' profiles: what each may ask for (`crate::admission`).
+    pub admission: crate::admission::Admission,
 }
 
 fn internal(e: impl std::fmt::Display) -> Error {
@@ -437,6 +439,9 @@ impl Daemon {
         network: &stockade::spec::Network,
     ) -> Result<()> {
         self.check_network(network)?;
+        if let Some(profile) = self.profile(tenant) {
+            profile.admit_network(network)?;
+        }
         let rec = self.record_shown(tenant, id)?;
         let (_, p) = self.provider(&rec.provider)?;
         let sb = stockade::Sandbox::attach(p, id).await?;

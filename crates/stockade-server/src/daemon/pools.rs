@@ -57,7 +57,7 @@ impl Daemon {
         maker: Option<Arc<dyn MountMaker>>,
     ) -> Result<PoolView> {
         let (pname, p) = self.provider(provider)?;
-        self.check_spec(p.as_ref(), &spec)?;
+        self.check_spec(tenant, p.as_ref(), &spec)?;
         if size == 0 {
             return Err(Error::InvalidRequest(
                 "pool size must be at least 1 (use `pool drain` to empty a pool)".into(),

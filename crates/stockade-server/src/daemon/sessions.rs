@@ -20,7 +20,11 @@ impl Daemon {
     /// The session's sandbox (created on its workspace when none is live).
     pub async fn session_get(&self, tenant: &str, name: &str) -> Result<SandboxInfo> {
         check_session_name(name)?;
-        let _slot = self.reserve_after_destroys(tenant).await?;
+        let spec = SandboxSpec::default();
+        self.check_spec(tenant, self.provider("")?.1.as_ref(), &spec)?;
+        let _slot = self
+            .reserve_after_destroys(tenant, crate::admission::Usage::of(&spec))
+            .await?;
         let sb = self.sessions(tenant)?.get_or_create(name).await?;
         let info = sb.info().clone();
         let known = self.lock().entries.contains_key(&info.id);

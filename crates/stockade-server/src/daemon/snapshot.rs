@@ -81,7 +81,10 @@ impl Daemon {
         let (_, p) = self.provider(&rec.provider)?;
         let mut slots = Vec::new();
         for _ in 0..count {
-            slots.push(self.reserve_after_destroys(tenant).await?);
+            slots.push(
+                self.reserve_after_destroys(tenant, crate::admission::Usage::of_json(&rec.spec))
+                    .await?,
+            );
         }
         let infos = p.fork(id, count, CreateOptions { owner_pid: None }).await?;
         let now = now_ms();
@@ -230,7 +233,11 @@ impl Daemon {
             provider.to_string()
         };
         let (pname, p) = self.provider(&provider)?;
-        let _slot = self.reserve_after_destroys(tenant).await?;
+        // The snapshot's spec is known once it runs: its sandbox counts in the
+        // tenant's totals from then on, like every live one.
+        let _slot = self
+            .reserve_after_destroys(tenant, crate::admission::Usage::default())
+            .await?;
         let info = p
             .create_from_snapshot(&scoped(tenant, name), CreateOptions { owner_pid: None })
             .await

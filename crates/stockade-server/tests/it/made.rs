@@ -70,6 +70,9 @@ fn daemon(dir: &Path) -> Arc<Daemon> {
         tenants_untrusted: true,
         tenant_image_bytes: 1 << 30,
         honour_owner_pid: false,
+        admission: stockade_server::admission::Admission::builtin(
+            stockade_server::admission::Host::this(),
+        ),
     };
     Daemon::new(
         store,

@@ -106,7 +106,8 @@ fn as_user(d: &TestDaemon, uid: u32, group: Option<u32>, ops: &[String]) -> Vec<
 }
 
 /// Not a test of its own: `as_user` runs it as another user. Each line of
-/// `STOCKADE_IT_PEER_OPS` is an op (`health`, `create`, `create-mount`, `list`,
+/// `STOCKADE_IT_PEER_OPS` is an op (`health`, `create`, `create-mount`, `create-big`,
+/// `create-no-seccomp`, `create-wasm`, `list`,
 /// `exec ID`, `inspect ID`, `read ID PATH`, `destroy ID`); each prints
 /// `@@ ok VALUE` or `@@ err CODE MESSAGE`.
 #[tokio::test]
@@ -139,6 +140,24 @@ async fn run_op(c: &stockade_client::RemoteProvider, w: &[&str]) -> stockade::Re
             s.mounts
                 .push(stockade::spec::Mount::parse("/etc:/x").unwrap());
             Ok(c.create_spec(&s, None, true).await?.0.id)
+        }
+        ["create-big"] => {
+            let mut s = spec(60);
+            s.limits.memory_bytes = 100 << 30;
+            Ok(c.create_spec(&s, None, true).await?.0.id)
+        }
+        ["create-no-seccomp"] => {
+            let mut s = spec(60);
+            s.hardening.seccomp = false;
+            Ok(c.create_spec(&s, None, true).await?.0.id)
+        }
+        ["create-wasm"] => {
+            let s = stockade::SandboxSpec {
+                image: Some("python".into()),
+                ..spec(60)
+            };
+            let wasm = c.clone().with_backend(Some("wasm".into()));
+            Ok(wasm.create_spec(&s, None, true).await?.0.id)
         }
         ["list"] => Ok(c
             .list()
@@ -296,4 +315,34 @@ fn a_socket_group_that_does_not_exist_is_refused_at_start() {
         "{err}"
     );
     assert!(!std::path::Path::new("/tmp/stockade-it-nosuchgroup.sock").exists());
+}
+
+/// A socket-group user is a tenant like a token holder: admitted by the
+/// `socket-user` profile, which refuses a sandbox larger than the host, a hardening
+/// opt-out and the in-process wasm engine.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn socket_group_users_are_held_to_their_profile() {
+    if !require_root("the daemon's --socket-group tests") {
+        return;
+    }
+    let Some(group) = TestGroup::create() else {
+        return;
+    };
+    let d = TestDaemon::start(&[&format!("--socket-group={}", group.name)]);
+    let a = as_user(
+        &d,
+        1000,
+        Some(group.gid),
+        &ops(&["create-big", "create-no-seccomp", "create-wasm"]),
+    );
+    for (x, rule) in a
+        .iter()
+        .zip(["max_memory", "hardening_opt_outs", "providers"])
+    {
+        assert!(
+            x.starts_with("err PolicyDenied")
+                && x.contains(&format!("profile \"socket-user\" ({rule})")),
+            "{rule}: {a:?}"
+        );
+    }
 }

@@ -162,6 +162,9 @@ fn daemon(dir: &Path, provider: Arc<HeldList>) -> Arc<Daemon> {
         tenants_untrusted: false,
         tenant_image_bytes: 1 << 30,
         honour_owner_pid: true,
+        admission: stockade_server::admission::Admission::builtin(
+            stockade_server::admission::Host::this(),
+        ),
     };
     let d = Daemon::new(
         store,

@@ -100,7 +100,15 @@ async fn a_tenant_cannot_name_a_host_path_as_its_image() {
     if !require_root("the daemon's tests") {
         return;
     }
-    let t = tcp_daemon_with_token(&[]);
+    // A profile that lets tenants use wasm (the built-in one does not).
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("profiles.toml");
+    std::fs::write(
+        &profiles,
+        "[profile.tenant]\nproviders = [\"native\", \"wasm\"]\n",
+    )
+    .unwrap();
+    let t = tcp_daemon_with_token(&[&format!("--profiles={}", profiles.display())]);
     // A real module on the host and one that is not there: the same answer, and
     // neither is opened (a daemon that opened them would tell them apart).
     let tmp = tempfile::tempdir().unwrap();
@@ -611,5 +619,230 @@ async fn a_spec_that_once_panicked_the_check_is_refused_and_the_daemon_serves_on
     assert!(
         try_create(t.port, "native", &ok).await.is_none(),
         "the daemon stopped serving after the bad specs"
+    );
+}
+
+/// A tenant with no profile of the operator's gets the built-in one, cut to the
+/// host: a sandbox larger than the host, the in-process wasm engine, or more than
+/// a day of lifetime is refused by name of the rule; what it makes says which
+/// profile admitted it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_is_held_to_the_builtin_profile() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let big = |f: &dyn Fn(&mut SandboxSpec)| {
+        let mut s = SandboxSpec {
+            timeout_secs: 30,
+            ..SandboxSpec::default()
+        };
+        f(&mut s);
+        s
+    };
+    for (rule, spec) in [
+        ("max_memory", big(&|s| s.limits.memory_bytes = 100 << 30)),
+        ("max_cpus", big(&|s| s.limits.cpus = 64.0)),
+        ("max_tmp", big(&|s| s.limits.tmp_bytes = 50 << 30)),
+        ("max_pids", big(&|s| s.limits.pids = 1_000_000)),
+        ("max_lifetime_secs", big(&|s| s.timeout_secs = 30 * 86_400)),
+    ] {
+        let s = try_create(t.port, "native", &spec)
+            .await
+            .unwrap_or_else(|| panic!("a tenant got past {rule}"));
+        assert_eq!(s.code(), tonic::Code::PermissionDenied, "{rule}: {s:?}");
+        assert!(
+            s.message()
+                .contains(&format!("profile \"tenant\" ({rule})")),
+            "{rule}: {s:?}"
+        );
+    }
+    let s = try_create(t.port, "wasm", &with_image("python"))
+        .await
+        .expect("a tenant ran wasm inside the daemon's process");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    assert!(s.message().contains("daemon's own process"), "{s:?}");
+    let mut c = raw(t.port).await;
+    let info = c
+        .create(authed(pb::CreateRequest {
+            provider: "native".into(),
+            spec_json: serde_json::to_string(&big(&|_| {})).unwrap(),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await
+        .expect("a default sandbox is admitted")
+        .into_inner();
+    let shown = c
+        .inspect(authed(pb::SandboxRef {
+            id: info.id.clone(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        shown.spec_json.contains(r#""stockade.profile":"tenant""#),
+        "inspect does not name the profile: {}",
+        shown.spec_json
+    );
+    let _ = c.destroy(authed(pb::SandboxRef { id: info.id })).await;
+}
+
+/// The operator's profile file: totals across a tenant's live sandboxes (concurrent
+/// creations cannot pass them together), network modes at create and at
+/// `set_network`, and the tenants it names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_profile_caps_a_tenants_totals_and_its_network() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let profiles = dir.path().join("profiles.toml");
+    std::fs::write(
+        &profiles,
+        "[profile.tenant]\ntotal_memory = \"1g\"\ntotal_cpus = 2\nnetwork = [\"none\", \"policy\"]\n",
+    )
+    .unwrap();
+    let t = tcp_daemon_with_token(&[&format!("--profiles={}", profiles.display())]);
+    let half = SandboxSpec {
+        timeout_secs: 60,
+        limits: stockade::spec::Limits {
+            memory_bytes: 512 << 20,
+            cpus: 0.5,
+            ..Default::default()
+        },
+        ..SandboxSpec::default()
+    };
+    // Four at once: two fit in 1 GiB, whatever the order they arrive in.
+    let mut tasks = Vec::new();
+    for _ in 0..4 {
+        let spec = half.clone();
+        let port = t.port;
+        tasks.push(tokio::spawn(async move {
+            let mut c = raw(port).await;
+            c.create(authed(pb::CreateRequest {
+                provider: "native".into(),
+                spec_json: serde_json::to_string(&spec).unwrap(),
+                owner_pid: 0,
+                no_pool: true,
+            }))
+            .await
+        }));
+    }
+    let mut made = Vec::new();
+    let mut refused = Vec::new();
+    for task in tasks {
+        match task.await.unwrap() {
+            Ok(i) => made.push(i.into_inner().id),
+            Err(s) => refused.push(s),
+        }
+    }
+    assert_eq!(made.len(), 2, "{made:?} {refused:?}");
+    for s in &refused {
+        assert_eq!(s.code(), tonic::Code::ResourceExhausted, "{s:?}");
+        assert!(s.message().contains("total_memory"), "{s:?}");
+    }
+    let mut c = raw(t.port).await;
+    // A destroy gives its share back.
+    c.destroy(authed(pb::SandboxRef {
+        id: made.pop().unwrap(),
+    }))
+    .await
+    .unwrap();
+    let again = c
+        .create(authed(pb::CreateRequest {
+            provider: "native".into(),
+            spec_json: serde_json::to_string(&half).unwrap(),
+            owner_pid: 0,
+            no_pool: true,
+        }))
+        .await
+        .expect("a destroyed sandbox still counted in the totals")
+        .into_inner();
+    made.push(again.id);
+    let egress = SandboxSpec {
+        timeout_secs: 30,
+        limits: stockade::spec::Limits {
+            memory_bytes: 1 << 20,
+            ..Default::default()
+        },
+        network: stockade::spec::Network::Egress,
+        ..SandboxSpec::default()
+    };
+    let s = try_create(t.port, "native", &egress)
+        .await
+        .expect("the profile's network modes were not applied");
+    assert!(s.message().contains("(network)"), "{s:?}");
+    let s = c
+        .set_network(authed(pb::SetNetworkRequest {
+            sandbox_id: made[0].clone(),
+            network_json: "\"egress\"".into(),
+        }))
+        .await
+        .expect_err("set_network opened what the profile does not allow");
+    assert_eq!(s.code(), tonic::Code::PermissionDenied, "{s:?}");
+    for id in made {
+        let _ = c.destroy(authed(pb::SandboxRef { id })).await;
+    }
+}
+
+/// Connections that never authenticate (300 of them, each sending nothing, or a
+/// bare HTTP/2 preface) once held every connection slot of the daemon, so no tenant
+/// got in while they stayed open. They are pending now: at most a quarter of the
+/// slots, the oldest closed first, each closed after its handshake timeout. A
+/// tenant that connects in the middle of the flood is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_without_a_token_do_not_keep_a_tenant_out() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    use tokio::io::AsyncWriteExt;
+    let t = tcp_daemon_with_token(&[]);
+    let mut held = Vec::new();
+    for i in 0..300 {
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", t.port))
+            .await
+            .expect("connect");
+        if i % 2 == 1 {
+            s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+                .await
+                .unwrap();
+        }
+        held.push(s);
+    }
+    let spec = SandboxSpec {
+        timeout_secs: 30,
+        ..SandboxSpec::default()
+    };
+    let served = tokio::time::timeout(std::time::Duration::from_secs(8), async {
+        try_create(t.port, "native", &spec).await
+    })
+    .await;
+    match served {
+        Ok(None) => {}
+        Ok(Some(s)) => panic!("the tenant's create failed under the flood: {s:?}"),
+        Err(_) => panic!("300 idle connections without a token kept the tenant out for 8 s"),
+    }
+    // Most of the flood's connections were closed by the daemon, not left to hold
+    // slots: reading from them (past the server's SETTINGS) ends.
+    let mut closed = 0;
+    for s in &mut held {
+        let mut b = [0u8; 256];
+        let ended = tokio::time::timeout(std::time::Duration::from_millis(50), async {
+            loop {
+                match tokio::io::AsyncReadExt::read(s, &mut b).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        if ended.is_ok() {
+            closed += 1;
+        }
+    }
+    assert!(
+        closed >= 200,
+        "only {closed} of 300 idle connections were closed"
     );
 }
