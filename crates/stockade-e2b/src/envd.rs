@@ -70,9 +70,14 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         if !signed && let Err(r) = reach(&e2b, id, req.headers()) {
             return *r;
         }
+        crate::conn::authenticated(&req);
         return files::handle(&e2b, &s, req).await;
     }
-    let s = match reach(&e2b, id, req.headers()) {
+    let reached = reach(&e2b, id, req.headers());
+    if reached.is_ok() {
+        crate::conn::authenticated(&req);
+    }
+    let s = match reached {
         Ok(s) => s,
         Err(r) => return *r,
     };

@@ -260,7 +260,10 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         .get("e2b-traffic-access-token")
         .and_then(|v| v.to_str().ok());
     let s = match e2b.reach_interp(id, token(req.headers()), traffic) {
-        Ok(s) => s,
+        Ok(s) => {
+            crate::conn::authenticated(&req);
+            s
+        }
         Err(Reach::Gone) => return gone(id),
         Err(Reach::Unauthorized) => {
             return error(

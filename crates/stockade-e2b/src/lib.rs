@@ -10,6 +10,7 @@
 //! tenants, quotas, limits and path safety are the daemon's.
 
 mod api;
+mod conn;
 pub mod connect;
 mod envd;
 mod files;
@@ -64,20 +65,24 @@ pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
     let stopped = async move {
         let _ = stop.wait_for(|s| *s).await;
     };
+    let listener = conn::Guarded::new(ctx.listener);
     let served = match tls {
         Some(cfg) => {
-            let l = tls::TlsListener::new(ctx.listener, cfg)?;
-            axum::serve(l, app).with_graceful_shutdown(stopped).await
+            let l = tls::TlsListener::new(listener, cfg)?;
+            axum::serve(
+                l,
+                app.into_make_service_with_connect_info::<conn::Standing>(),
+            )
+            .with_graceful_shutdown(stopped)
+            .await
         }
         None => {
-            use axum::serve::ListenerExt;
-            // No Nagle: a response's head and body go out as separate small writes,
-            // and with Nagle the second waited for the client's delayed ACK (40 ms on
-            // every call).
-            let l = ctx.listener.tap_io(|tcp| {
-                let _ = tcp.set_nodelay(true);
-            });
-            axum::serve(l, app).with_graceful_shutdown(stopped).await
+            axum::serve(
+                listener,
+                app.into_make_service_with_connect_info::<conn::Standing>(),
+            )
+            .with_graceful_shutdown(stopped)
+            .await
         }
     };
     // The front end's table (tokens, timeouts) lives in memory: its sandboxes would

@@ -7,18 +7,15 @@
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
+use stockade_server::gate::Counted;
+use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
-
-/// The longest a TLS handshake may take.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The server settings from the PEM files, with errors naming the flag and the file.
 pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerConfig> {
@@ -57,40 +54,35 @@ pub fn server_config(cert: &Path, key: &Path) -> anyhow::Result<rustls::ServerCo
 
 /// A listener of finished TLS connections.
 pub struct TlsListener {
-    rx: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
+    rx: mpsc::Receiver<(TlsStream<Counted<TcpStream>>, SocketAddr)>,
     local: SocketAddr,
 }
 
 impl TlsListener {
-    /// Accepts on `listener` and runs each handshake in its own task.
-    pub fn new(listener: TcpListener, cfg: rustls::ServerConfig) -> std::io::Result<TlsListener> {
+    /// Accepts on `listener` and runs each handshake in its own task (a pending
+    /// connection of the listener's budget: closed if it takes too long, or when
+    /// newer ones push it out).
+    pub fn new(
+        mut listener: crate::conn::Guarded,
+        cfg: rustls::ServerConfig,
+    ) -> std::io::Result<TlsListener> {
+        use axum::serve::Listener;
         let local = listener.local_addr()?;
         let acceptor = TlsAcceptor::from(Arc::new(cfg));
         let (tx, rx) = mpsc::channel(64);
         tokio::spawn(async move {
             loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        // Out of fds and the like: wait rather than spin.
-                        tracing::warn!("E2B API accept: {e}");
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                        continue;
-                    }
-                };
-                // No Nagle (see the plain listener in `serve`).
-                let _ = tcp.set_nodelay(true);
+                let (tcp, peer) = listener.accept().await;
                 if tx.is_closed() {
                     return;
                 }
                 let (acceptor, tx) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
+                    match acceptor.accept(tcp).await {
+                        Ok(tls) => {
                             let _ = tx.send((tls, peer)).await;
                         }
-                        Ok(Err(e)) => tracing::debug!(%peer, "E2B API TLS handshake: {e}"),
-                        Err(_) => tracing::debug!(%peer, "E2B API TLS handshake timed out"),
+                        Err(e) => tracing::debug!(%peer, "E2B API TLS handshake: {e}"),
                     }
                 });
             }
@@ -100,7 +92,7 @@ impl TlsListener {
 }
 
 impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
+    type Io = TlsStream<Counted<TcpStream>>;
     type Addr = SocketAddr;
 
     async fn accept(&mut self) -> (Self::Io, Self::Addr) {

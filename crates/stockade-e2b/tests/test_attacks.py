@@ -220,3 +220,42 @@ def test_root_inside_has_no_host_privilege(sbx):
         assert _run(sbx, "id -u", user="root").stdout == "0\n"
     finally:
         os.remove(name)
+
+
+def test_idle_connections_without_a_key_are_closed_and_keep_no_tenant_out(server):
+    """300 connections that never send a key (silent, or a request head never
+    finished) were all held open for as long as their peer liked. The listener keeps
+    at most 128 of them, closing the oldest, and a tenant with a key is served in the
+    middle of the flood."""
+    import os
+    import socket
+    import time
+    import urllib.request
+
+    host, port = server.split("//")[1].split(":")
+    held = []
+    for i in range(300):
+        s = socket.create_connection((host, int(port)))
+        if i % 2:
+            s.sendall(b"GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\n")
+        held.append(s)
+    req = urllib.request.Request(
+        server + "/v2/sandboxes", headers={"X-API-KEY": os.environ["E2B_API_KEY"]}
+    )
+    with urllib.request.urlopen(req, timeout=8) as r:
+        assert r.status == 200
+    time.sleep(0.5)
+    closed = 0
+    for s in held:
+        s.settimeout(0.05)
+        try:
+            while True:
+                if s.recv(4096) == b"":
+                    closed += 1
+                    break
+        except socket.timeout:
+            pass
+        except OSError:
+            closed += 1
+        s.close()
+    assert closed >= 150, f"only {closed} of 300 key-less connections were closed"

@@ -217,6 +217,11 @@ impl<IO> Counted<IO> {
             state,
         }
     }
+
+    /// The connection's standing in the handshake budget.
+    pub fn state(&self) -> &Arc<ConnState> {
+        &self.state
+    }
 }
 
 impl<IO: tonic::transport::server::Connected> tonic::transport::server::Connected for Counted<IO> {
