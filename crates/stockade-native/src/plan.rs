@@ -598,12 +598,28 @@ fn proc_sys_dev_ops(spec: &ValidatedSpec) -> Vec<MountOp> {
         "/proc/acpi",
         "/proc/scsi",
         "/proc/kallsyms",
+        "/proc/asound",
+        "/proc/latency_stats",
+        "/proc/timer_stats",
+        // The host kernel's build configuration.
+        "/proc/config.gz",
     ] {
         ops.push(MountOp::Mask { target: p.into() });
     }
     ops.push(MountOp::Sysfs {
         target: "/sys".into(),
     });
+    // What sysfs tells of the host beyond the sandbox's own network: the crash-dump
+    // layout and build notes of its kernel, its firmware tables, and the energy
+    // counters (a side channel on other tenants' work).
+    for p in [
+        "/sys/kernel/vmcoreinfo",
+        "/sys/kernel/notes",
+        "/sys/firmware",
+        "/sys/devices/virtual/powercap",
+    ] {
+        ops.push(MountOp::Mask { target: p.into() });
+    }
     ops.push(MountOp::Tmpfs {
         target: "/dev".into(),
         size_bytes: 64 << 10,

@@ -541,6 +541,7 @@ impl Daemon {
             pool_idle_ttl_secs: 600,
             native_state_dir: None,
             allow_mounts: Vec::new(),
+            profiles: None,
             max_connections: 256,
             max_streams_per_connection: 64,
             e2b_listen: None,

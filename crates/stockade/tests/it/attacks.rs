@@ -494,6 +494,56 @@ for name, args in calls.items():
     destroy_clean(sb).await;
 }
 
+/// The host kernel's build configuration (`/proc/config.gz`), its crash-dump layout
+/// (`/sys/kernel/vmcoreinfo`: symbol addresses that undo KASLR) and build notes, and
+/// the firmware tables were readable in native sandboxes. Each one the host has is
+/// masked inside (empty, or unlike the host's), whatever the provider.
+#[tokio::test]
+async fn the_host_kernels_build_and_firmware_files_stay_on_the_host() {
+    if !require_root("the_host_kernels_build_and_firmware_files_stay_on_the_host") {
+        return;
+    }
+    let sum = |out: &[u8]| {
+        text(out)
+            .split_whitespace()
+            .next()
+            .unwrap_or("")
+            .to_string()
+    };
+    let sb = sandbox(SandboxSpec::default()).await;
+    let mut checked = 0;
+    for f in [
+        "/proc/config.gz",
+        "/sys/kernel/vmcoreinfo",
+        "/sys/kernel/notes",
+    ] {
+        let Ok(host) = std::process::Command::new("sha256sum").arg(f).output() else {
+            continue;
+        };
+        if !host.status.success() {
+            continue;
+        }
+        checked += 1;
+        let inside = sh(&sb, &format!("cat {f} 2>/dev/null | sha256sum"), 10_000).await;
+        assert_ne!(
+            sum(&inside.stdout),
+            sum(&host.stdout),
+            "{f} reads as the host's inside the sandbox"
+        );
+    }
+    if std::fs::read_dir("/sys/firmware").is_ok_and(|mut d| d.next().is_some()) {
+        checked += 1;
+        let out = sh(&sb, "ls -A /sys/firmware 2>/dev/null", 10_000).await;
+        assert!(
+            text(&out.stdout).trim().is_empty(),
+            "the host's firmware tables are listed inside: {}",
+            text(&out.stdout)
+        );
+    }
+    eprintln!("{checked} host kernel files checked");
+    destroy_clean(sb).await;
+}
+
 #[tokio::test]
 async fn proc_sys_is_read_only_and_the_agent_is_out_of_reach() {
     if !require_root("proc_sys_is_read_only_and_the_agent_is_out_of_reach") {
