@@ -225,18 +225,31 @@ impl Store {
     }
 
     /// This daemon's id (made once, kept): the label of every sandbox it creates.
+    /// Kept twice, in the database and in `daemon-id` beside it, so a state file that
+    /// was emptied, removed or moved aside does not lose it: the daemon that starts
+    /// on a fresh file still knows the sandboxes it labelled and reaps them.
     pub fn daemon_id(&self) -> Result<String, StoreError> {
         let r = self.begin_read()?;
         let t = r.open_table(META).map_err(|e| self.err(e))?;
+        let side = self.path.with_file_name("daemon-id");
         if let Some(v) = t.get("daemon_id").map_err(|e| self.err(e))? {
-            return Ok(v.value().to_string());
+            let id = v.value().to_string();
+            if !side.exists() {
+                write_id(&side, &id).map_err(|e| self.err(e))?;
+            }
+            return Ok(id);
         }
         drop((t, r));
-        let id = random_hex(8);
+        let kept = std::fs::read_to_string(&side)
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| s.len() == 16 && s.bytes().all(|b| b.is_ascii_hexdigit()));
+        let id = kept.unwrap_or_else(|| random_hex(8));
         self.write(|t| {
             t.open_table(META)?.insert("daemon_id", id.as_str())?;
             Ok(())
         })?;
+        write_id(&side, &id).map_err(|e| self.err(e))?;
         Ok(id)
     }
 
@@ -332,6 +345,13 @@ impl Store {
 }
 
 pub use stockade::host::random_hex;
+
+/// Writes `id` to `path` whole or not at all (a temporary file renamed over it).
+fn write_id(path: &Path, id: &str) -> std::io::Result<()> {
+    let tmp = path.with_extension("tmp");
+    std::fs::write(&tmp, format!("{id}\n"))?;
+    std::fs::rename(&tmp, path)
+}
 
 #[cfg(test)]
 mod tests {
@@ -465,6 +485,18 @@ mod tests {
         let s = Store::open(&path).unwrap();
         assert_eq!(s.daemon_id().unwrap(), id);
         let (sbs, pools) = s.load().unwrap();
+        {
+            // The state file removed: the id lives on beside it.
+            let fresh = dir.path().join("fresh");
+            std::fs::create_dir(&fresh).unwrap();
+            std::fs::copy(dir.path().join("daemon-id"), fresh.join("daemon-id")).unwrap();
+            let other = Store::open(&fresh.join("state.redb")).unwrap();
+            assert_eq!(
+                other.daemon_id().unwrap(),
+                id,
+                "the id was lost with the file"
+            );
+        }
         assert_eq!(sbs, vec![record("sb-2")]);
         assert_eq!(pools.len(), 1);
         s.remove_pool("t-1", "tpl").unwrap();

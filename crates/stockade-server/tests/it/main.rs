@@ -1052,3 +1052,33 @@ async fn a_sandbox_that_dies_on_its_own_is_forgotten_and_its_neighbour_kept() {
     assert_eq!(String::from_utf8_lossy(&o.stdout), "alive\n");
     keep.destroy().await.unwrap();
 }
+
+/// A daemon whose state file was removed, emptied or moved aside (the advice for a
+/// damaged one) once started with a new id and no record, and the sandboxes of the
+/// one before ran unlisted until their lifetimes ended. The id is kept beside the
+/// file: the daemon that starts on a fresh file reaps what it labelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_daemon_whose_state_file_was_lost_reaps_the_sandboxes_it_made() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    for how in ["removed", "emptied"] {
+        let mut d = TestDaemon::start(&[]);
+        let c = d.client(None).await;
+        let sb = create(&c, spec(600)).await;
+        let id = sb.id().to_string();
+        assert!(d.live_ids().contains(&id));
+        d.kill9();
+        let file = d.dir.join("daemon").join("state.redb");
+        match how {
+            "removed" => std::fs::remove_file(&file).unwrap(),
+            _ => std::fs::write(&file, b"").unwrap(),
+        }
+        d.restart();
+        let _ = d.client(None).await;
+        assert!(
+            !d.live_ids().contains(&id),
+            "state file {how}: the previous daemon's sandbox {id} still runs, unlisted"
+        );
+    }
+}
