@@ -68,6 +68,10 @@ pub struct PullOptions {
     /// one is anonymous, so a credential never goes to a registry someone else named.
     /// `None`: whichever registry the pull names (a caller pulling for itself).
     pub auth_registry: Option<String>,
+    /// Credentials per registry (`host[:port]`, lowercase), each sent to its own
+    /// registry only: a docker `config.json`'s `auths` ([`registry_auths`]). Used
+    /// for a registry [`PullOptions::auth`] is not for.
+    pub registry_auths: std::collections::BTreeMap<String, Auth>,
 }
 
 impl Default for PullOptions {
@@ -77,6 +81,7 @@ impl Default for PullOptions {
             insecure_registries: Vec::new(),
             platform: oci::host_platform(),
             auth_registry: None,
+            registry_auths: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -100,13 +105,118 @@ impl PullOptions {
             },
             (None, None) => Auth::Anonymous,
         };
+        // A docker config.json's `auths`, as `docker login` leaves them: one that does
+        // not parse is told and skipped (pulls from its registries are anonymous).
+        let file = var("STOCKADE_REGISTRY_AUTH_FILE")
+            .map(std::path::PathBuf::from)
+            .or_else(|| var("DOCKER_CONFIG").map(|d| std::path::Path::new(&d).join("config.json")))
+            .or_else(|| var("HOME").map(|h| std::path::Path::new(&h).join(".docker/config.json")));
+        let registry_auths = match file.filter(|f| f.exists()) {
+            Some(f) => std::fs::read_to_string(&f)
+                .map_err(|e| e.to_string())
+                .and_then(|t| registry_auths(&t))
+                .unwrap_or_else(|e| {
+                    eprintln!(
+                        "stockade: ignoring the registry credentials of {}: {e}",
+                        f.display()
+                    );
+                    Default::default()
+                }),
+            None => Default::default(),
+        };
         PullOptions {
             auth,
             insecure_registries: config.registries.insecure.clone(),
             auth_registry: var("STOCKADE_REGISTRY").map(|h| h.trim().to_ascii_lowercase()),
+            registry_auths,
             ..Default::default()
         }
     }
+
+    /// The credentials a pull from `registry` sends: [`PullOptions::auth`] where it
+    /// is for that registry (or for whichever one is named), else that registry's own
+    /// entry of [`PullOptions::registry_auths`], else none.
+    pub fn auth_for(&self, registry: &str) -> &Auth {
+        let registry = registry.to_ascii_lowercase();
+        let env_applies = !matches!(self.auth, Auth::Anonymous)
+            && self
+                .auth_registry
+                .as_ref()
+                .is_none_or(|h| h.eq_ignore_ascii_case(&registry));
+        if env_applies {
+            return &self.auth;
+        }
+        self.registry_auths
+            .get(&registry)
+            .unwrap_or(&Auth::Anonymous)
+    }
+}
+
+/// The registry a docker `config.json` key names: `https://ghcr.io`, `ghcr.io/v2/`
+/// and `GHCR.io` are `ghcr.io`; Docker Hub's keys (`https://index.docker.io/v1/`) are
+/// `docker.io`.
+fn registry_key(key: &str) -> String {
+    let k = key.trim();
+    let k = k
+        .strip_prefix("https://")
+        .or_else(|| k.strip_prefix("http://"))
+        .unwrap_or(k);
+    let host = k.split('/').next().unwrap_or("").to_ascii_lowercase();
+    match host.as_str() {
+        "index.docker.io" | "registry-1.docker.io" | "registry.hub.docker.com" => {
+            crate::reference::DEFAULT_REGISTRY.to_string()
+        }
+        _ => host,
+    }
+}
+
+/// The `auths` of a docker `config.json`: `{"auths": {"HOST": {"auth":
+/// base64("user:password")}}}` (or `username` and `password`; `registrytoken` as a
+/// bearer token). Entries with nothing usable are skipped; credential helpers
+/// (`credsStore`, `credHelpers`) are not run.
+pub fn registry_auths(json: &str) -> Result<std::collections::BTreeMap<String, Auth>, String> {
+    use base64::Engine as _;
+    let v: serde_json::Value = serde_json::from_str(json).map_err(|e| format!("not JSON ({e})"))?;
+    let mut out = std::collections::BTreeMap::new();
+    let Some(auths) = v.get("auths").and_then(|a| a.as_object()) else {
+        return Ok(out);
+    };
+    for (key, entry) in auths {
+        let s = |k: &str| {
+            entry
+                .get(k)
+                .and_then(|x| x.as_str())
+                .filter(|x| !x.is_empty())
+        };
+        let auth = if let Some(b64) = s("auth") {
+            let raw = base64::engine::general_purpose::STANDARD
+                .decode(b64.trim())
+                .map_err(|e| format!("auths.{key}.auth is not base64 ({e})"))?;
+            let text = String::from_utf8(raw)
+                .map_err(|_| format!("auths.{key}.auth is not user:password text"))?;
+            let (username, password) = text
+                .split_once(':')
+                .ok_or_else(|| format!("auths.{key}.auth is not user:password"))?;
+            Auth::Basic {
+                username: username.to_string(),
+                password: password.to_string(),
+            }
+        } else if let (Some(u), Some(p)) = (s("username"), s("password")) {
+            Auth::Basic {
+                username: u.to_string(),
+                password: p.to_string(),
+            }
+        } else if let Some(t) = s("registrytoken") {
+            Auth::Bearer(t.to_string())
+        } else {
+            continue;
+        };
+        let host = registry_key(key);
+        if !host.is_empty() {
+            out.insert(host, auth);
+        }
+    }
+    Ok(out)
 }
 
 /// Progress of a pull, for progress lines.
@@ -197,12 +307,7 @@ pub async fn pull(
         platform_resolver: None,
         ..Default::default()
     });
-    let scoped_out = options
-        .auth_registry
-        .as_ref()
-        .is_some_and(|h| !h.eq_ignore_ascii_case(&r.registry));
-    let auth = match &options.auth {
-        _ if scoped_out => RegistryAuth::Anonymous,
+    let auth = match options.auth_for(&r.registry) {
         Auth::Anonymous => RegistryAuth::Anonymous,
         Auth::Basic { username, password } => {
             RegistryAuth::Basic(username.clone(), password.clone())
@@ -486,5 +591,57 @@ mod tests {
         assert!(!is_loopback_registry("127.0.0.2:5000"));
         assert!(!is_loopback_registry("localhost.evil.com"));
         assert!(!is_loopback_registry("docker.io"));
+    }
+
+    #[test]
+    fn docker_config_auths_are_read_per_registry() {
+        use base64::Engine as _;
+        let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s);
+        let json = format!(
+            r#"{{"auths": {{
+                "https://index.docker.io/v1/": {{"auth": "{}"}},
+                "GHCR.io": {{"auth": "{}"}},
+                "127.0.0.1:5000/v2/": {{"username": "u", "password": "p"}},
+                "quay.io": {{"registrytoken": "tok"}},
+                "empty.test": {{}}
+            }}, "credsStore": "desktop"}}"#,
+            b64("hub:pw"),
+            b64("gh:ghp_secret:with:colons")
+        );
+        let a = registry_auths(&json).unwrap();
+        let basic = |u: &str, p: &str| Auth::Basic {
+            username: u.into(),
+            password: p.into(),
+        };
+        assert_eq!(a.get("docker.io"), Some(&basic("hub", "pw")));
+        assert_eq!(
+            a.get("ghcr.io"),
+            Some(&basic("gh", "ghp_secret:with:colons"))
+        );
+        assert_eq!(a.get("127.0.0.1:5000"), Some(&basic("u", "p")));
+        assert_eq!(a.get("quay.io"), Some(&Auth::Bearer("tok".into())));
+        assert!(!a.contains_key("empty.test"));
+        assert!(registry_auths("{\"auths\": {\"x.io\": {\"auth\": \"%%%\"}}}").is_err());
+        assert!(registry_auths("nope").is_err());
+    }
+
+    #[test]
+    fn a_credential_goes_to_its_own_registry_only() {
+        let mut o = PullOptions::default();
+        o.registry_auths
+            .insert("ghcr.io".into(), Auth::Bearer("gh".into()));
+        assert_eq!(o.auth_for("ghcr.io"), &Auth::Bearer("gh".into()));
+        assert_eq!(o.auth_for("GHCR.IO"), &Auth::Bearer("gh".into()));
+        assert_eq!(o.auth_for("ghcr.io.evil.test"), &Auth::Anonymous);
+        assert_eq!(o.auth_for("127.0.0.1:5000"), &Auth::Anonymous);
+        // The environment's credential, scoped by STOCKADE_REGISTRY, comes first for
+        // its registry and never goes to another.
+        o.auth = Auth::Bearer("env".into());
+        o.auth_registry = Some("registry.example".into());
+        assert_eq!(o.auth_for("registry.example"), &Auth::Bearer("env".into()));
+        assert_eq!(o.auth_for("ghcr.io"), &Auth::Bearer("gh".into()));
+        assert_eq!(o.auth_for("evil.test"), &Auth::Anonymous);
+        o.auth_registry = None;
+        assert_eq!(o.auth_for("evil.test"), &Auth::Bearer("env".into()));
     }
 }

@@ -72,10 +72,14 @@ impl Daemon {
         let config =
             stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
         let mut options = stockade_image::PullOptions::from_env(&config);
-        if self.limits.tenants_untrusted && options.auth_registry.is_none() {
+        if self.limits.tenants_untrusted {
             // A tenant names the registry: the operator's credentials go only to the
-            // one STOCKADE_REGISTRY names, never to one a tenant chose.
-            options.auth = stockade_image::Auth::Anonymous;
+            // one STOCKADE_REGISTRY names, never to one a tenant chose; and the
+            // operator's `docker login`s are not a tenant's to use.
+            if options.auth_registry.is_none() {
+                options.auth = stockade_image::Auth::Anonymous;
+            }
+            options.registry_auths.clear();
         }
         let mut result = stockade_image::pull(&h, reference, &options, &mut |_| {})
             .await

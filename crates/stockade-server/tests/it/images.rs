@@ -267,4 +267,40 @@ s.serve_forever()
         }
         std::fs::remove_file(&log).unwrap();
     }
+    // The operator's `docker login` for that very registry (a docker config.json's
+    // `auths`): a tenant's pull from it is anonymous too, while the local caller's
+    // sends it, to that registry alone.
+    let config = tmp.path().join("config.json");
+    std::fs::write(
+        &config,
+        format!(
+            r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="}}}}}}"#
+        ),
+    )
+    .unwrap();
+    let file = config.display().to_string();
+    let auth_env = [("STOCKADE_REGISTRY_AUTH_FILE", file.as_str())];
+    let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}")], &auth_env);
+    let a = d.client(Some(TOKEN_A)).await;
+    let _ = refused(&a, &format!("127.0.0.1:{port}/tenant/app:1"), "an image").await;
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        !seen.is_empty(),
+        "the registry was never asked: {}",
+        d.log()
+    );
+    assert!(
+        !seen.contains("b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="),
+        "the operator's docker login reached a tenant's pull: {seen}"
+    );
+    std::fs::remove_file(&log).unwrap();
+    drop(d);
+    let d = TestDaemon::start_with_env(&[], &auth_env);
+    let local = d.client(None).await;
+    let _ = refused(&local, &format!("127.0.0.1:{port}/own/app:1"), "an image").await;
+    let seen = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(
+        seen.contains("Basic b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="),
+        "the local caller's docker login was not sent to its registry: {seen}"
+    );
 }
