@@ -40,11 +40,11 @@ fuzz_target!(|data: &[u8]| {
         Ok(None) => assert!(!matches!(head, Head::Http), "classify saw a whole head"),
         Err(why) => assert!(!why.is_empty()),
     }
-    if let Ok(text) = std::str::from_utf8(data) {
-        if valid_authority(text) {
-            let h = host_of(text);
-            assert!(!h.is_empty() || text.trim_matches([' ', '\t']).starts_with('.'));
-            checkable(&h);
-        }
+    if let Ok(text) = std::str::from_utf8(data)
+        && valid_authority(text)
+    {
+        let h = host_of(text);
+        assert!(!h.is_empty() || text.trim_matches([' ', '\t']).starts_with('.'));
+        checkable(&h);
     }
 });

@@ -2,9 +2,9 @@
 //! versions, the tool list, resources) and the dispatch of a tool call to its tool.
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, JsonObject, ListResourceTemplatesResult,
-    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
-    ReadResourceResponse, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, InitializeRequestParams, InitializeResult, JsonObject,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ReadResourceRequestParams, ReadResourceResponse, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer, ServerHandler};
@@ -74,6 +74,18 @@ impl ServerHandler for Handler {
         std::borrow::Cow::Borrowed(rmcp::model::ProtocolVersion::known_up_to(
             &rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE,
         ))
+    }
+
+    /// Binds the session to the caller's token at once, so every later request of
+    /// the session must carry the same one.
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, McpError> {
+        self.tenant(&context)?;
+        context.peer.set_peer_info(request.clone());
+        self.negotiate_initialize(&request)
     }
 
     async fn list_tools(

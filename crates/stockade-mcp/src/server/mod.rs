@@ -47,6 +47,9 @@ pub const LOCAL: &str = stockade_server::auth::LOCAL_TENANT;
 /// A sandbox a connection created.
 struct Owned {
     conn: u64,
+    /// The token's tenant of the connection that made it: the sandbox quota is per
+    /// tenant, across its connections.
+    tenant: String,
     provider: Arc<dyn Provider>,
     info: SandboxInfo,
 }
@@ -222,6 +225,24 @@ impl Handler {
         &self.conn.shared
     }
 
+    /// The tenant this connection is bound to ([`LOCAL`] until a request binds it).
+    fn bound_tenant(&self) -> String {
+        lock(&self.conn.tenant)
+            .clone()
+            .unwrap_or_else(|| LOCAL.to_string())
+    }
+
+    /// How many live sandboxes the connection's tenant holds, over all its
+    /// connections.
+    fn tenant_live(&self) -> usize {
+        let t = self.bound_tenant();
+        self.shared()
+            .owned()
+            .values()
+            .filter(|o| o.tenant == t)
+            .count()
+    }
+
     /// What this connection's sandboxes were when created.
     fn owned_infos(&self) -> Vec<SandboxInfo> {
         self.shared()
@@ -232,8 +253,8 @@ impl Handler {
             .collect()
     }
 
-    /// The caller's tenant; the first request binds the connection to it and a later
-    /// request of another tenant is refused.
+    /// The caller's tenant; the first request (`initialize`) binds the connection to
+    /// it and a later request of another tenant is refused.
     fn tenant(&self, ctx: &RequestContext<RoleServer>) -> Result<String, McpError> {
         let asked = ctx
             .extensions

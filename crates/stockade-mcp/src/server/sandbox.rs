@@ -76,6 +76,7 @@ impl Handler {
         .await?;
         let owned = Owned {
             conn: self.conn.id,
+            tenant: self.bound_tenant(),
             provider,
             info: sb.info().clone(),
         };
@@ -91,12 +92,12 @@ impl Handler {
     ) -> ToolResult {
         let shared = self.shared();
         let p = &shared.policy;
-        let live = self.owned_infos().len();
+        let live = self.tenant_live();
         if live >= p.max_sandboxes {
             let mut e = ToolError::new(
                 "limit_exceeded",
                 format!(
-                    "refused by policy rule max_sandboxes: this client already has {live} live \
+                    "refused by policy rule max_sandboxes: this client's token already has {live} live \
                      sandboxes"
                 ),
                 "sandbox_destroy one you no longer need, then try again",

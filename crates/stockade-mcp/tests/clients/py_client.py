@@ -260,6 +260,26 @@ async def scenario_tenants(args: argparse.Namespace) -> None:
         emit("sessions", [name])
 
 
+async def scenario_quota(args: argparse.Namespace) -> None:
+    """Sessions of one token share its sandbox quota (8 by default): a token once
+    held 3 per session, as many sessions as it liked."""
+    token = args.token.split(",")[0]
+    async with client(args, token) as a, client(args, token) as b:
+        made = []
+        for c, n in ((a, 5), (b, 3)):
+            for _ in range(n):
+                made.append((c, (await call_ok(c, "sandbox_create", {}))["sandbox_id"]))
+        err = await call_err(b, "sandbox_create", {})
+        assert err["code"] == "limit_exceeded", err
+        assert "8 live" in err["message"], err
+        c, sid = made.pop()
+        await call_ok(c, "sandbox_destroy", {"sandbox_id": sid})
+        made.append((b, (await call_ok(b, "sandbox_create", {}))["sandbox_id"]))
+        for c, sid in made:
+            await call_ok(c, "sandbox_destroy", {"sandbox_id": sid})
+        emit("quota", [len(made)])
+
+
 ATTACKS: list[tuple[str, str, str, str]] = [
     # (name, language, code, what the output must show: the escape failed)
     ("network", "python", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3); print('ESCAPED')\nexcept OSError as e: print('blocked', e)", "blocked"),
@@ -317,6 +337,7 @@ SCENARIOS = {
     "progress-cancel": scenario_progress_cancel,
     "left": scenario_left,
     "tenants": scenario_tenants,
+    "quota": scenario_quota,
     "attacks": scenario_attacks,
     "bench": scenario_bench,
 }

@@ -416,6 +416,18 @@ fn clients_with_different_tokens_do_not_see_each_others_sandboxes() {
 }
 
 #[test]
+fn one_tokens_sessions_share_its_sandbox_quota() {
+    let _l = lock();
+    let Some(e) = env() else { return };
+    let (_server, url) = e.http_server(true);
+    let rs = e.py(
+        "quota",
+        &["--http".into(), url, "--token".into(), TOKEN_A.to_string()],
+    );
+    assert_eq!(result(&rs, "quota")[0], 8);
+}
+
+#[test]
 fn http_refuses_missing_and_wrong_tokens_and_open_addresses_without_tokens() {
     let _l = lock();
     let Some(e) = env() else { return };
