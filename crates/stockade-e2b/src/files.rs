@@ -87,6 +87,11 @@ pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
         }
     };
     let path = query_path(&req).map(|p| resolve(&p));
+    // Files travel whole: a bounded number at a time keeps a burst of large
+    // transfers from holding the daemon's memory (the rest wait their turn).
+    let Some(_slot) = e2b.transfer(&s.tenant).await else {
+        return error(503, "the server is shutting down");
+    };
     match *req.method() {
         Method::GET => {
             let Some(path) = path else {

@@ -63,6 +63,38 @@ pub struct E2b {
     /// The daemon's pool (template id) of each tenant's pooled template, by (tenant,
     /// template name): a pool whose template changed or lost its `pool` is drained.
     pools: Mutex<HashMap<(String, String), Result<String, String>>>,
+    /// File transfers (`/files` uploads and downloads) in flight at once: each holds
+    /// up to `MAX_BODY_BYTES` (and its copies on the way to or from the agent), so
+    /// more wait; each tenant has a few of them, so one that sends slowly holds up
+    /// only its own.
+    transfers: tokio::sync::Semaphore,
+    tenant_transfers: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+}
+
+/// File transfers in flight at once, in all and per tenant (see `E2b::transfer`).
+pub const TRANSFERS_AT_ONCE: usize = 8;
+pub const TENANT_TRANSFERS_AT_ONCE: usize = 2;
+
+impl E2b {
+    /// A slot for one file transfer of `tenant`, waited for (`None` at shutdown).
+    pub async fn transfer(
+        &self,
+        tenant: &str,
+    ) -> Option<(
+        tokio::sync::OwnedSemaphorePermit,
+        tokio::sync::SemaphorePermit<'_>,
+    )> {
+        let mine = self
+            .tenant_transfers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .entry(tenant.to_string())
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(TENANT_TRANSFERS_AT_ONCE)))
+            .clone();
+        let own = mine.acquire_owned().await.ok()?;
+        let all = self.transfers.acquire().await.ok()?;
+        Some((own, all))
+    }
 }
 
 /// The kind of the daemon pools of E2B sandboxes (their homes are made per sandbox).
@@ -135,6 +167,8 @@ impl E2b {
             auth,
             homes,
             sandboxes: Mutex::new(HashMap::new()),
+            transfers: tokio::sync::Semaphore::new(TRANSFERS_AT_ONCE),
+            tenant_transfers: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
         })
     }

@@ -259,3 +259,50 @@ def test_idle_connections_without_a_key_are_closed_and_keep_no_tenant_out(server
             closed += 1
         s.close()
     assert closed >= 150, f"only {closed} of 300 key-less connections were closed"
+
+
+def _server_pid():
+    import os
+
+    state = os.environ["STOCKADE_TEST_STATE_DIR"]
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            cmd = open(f"/proc/{p}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if b"serve" in cmd and state.encode() in cmd:
+            return int(p)
+    raise AssertionError("the server's process was not found")
+
+
+def _peak_rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_burst_of_large_uploads_keeps_the_server_memory_bounded(sbx):
+    """24 uploads of 30 MiB at once were all read whole at the same time (the
+    server went from 321 MiB to 2.5 GiB). A tenant's transfers now wait their turn:
+    at most two of its own at once."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    pid = _server_pid()
+    before = _peak_rss_mib(pid)
+    data = b"x" * (30 << 20)
+
+    def up(_):
+        try:
+            sbx.files.write("/tmp/big", data)
+            return True
+        except Exception:  # noqa: BLE001 - a refused write still read its body
+            return False
+
+    with ThreadPoolExecutor(24) as ex:
+        done = list(ex.map(up, range(24)))
+    grew = _peak_rss_mib(pid) - before
+    assert grew < 700, f"24 uploads of 30 MiB raised the server's peak memory by {grew} MiB"
+    assert all(done), f"{done.count(False)} of 24 uploads failed"
