@@ -211,8 +211,7 @@ fn node_ts_argv(node: &str, source: Source<'_>, spec: &mut SandboxSpec) -> Resul
             argv.extend(["-e".to_string(), NODE_TS_BOOT.to_string(), code.to_string()]);
         }
         Source::File(file) => {
-            let host: PathBuf = std::fs::canonicalize(file)
-                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+            let host = code_file(file)?;
             let target = "/code/main.mts".to_string();
             spec.mounts.push(Mount {
                 host,
@@ -223,6 +222,23 @@ fn node_ts_argv(node: &str, source: Source<'_>, spec: &mut SandboxSpec) -> Resul
         }
     }
     Ok(argv)
+}
+
+/// A code file given by the caller: an existing regular file (a directory, device
+/// or pipe is refused as the caller's mistake), by its canonical path.
+fn code_file(file: &std::path::Path) -> Result<PathBuf> {
+    let host = std::fs::canonicalize(file)
+        .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+    let meta = std::fs::metadata(&host)
+        .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+    if !meta.is_file() {
+        return Err(Error::InvalidRequest(format!(
+            "code file {} is not a regular file (a directory, device or pipe): give the \
+             file of code to run",
+            file.display()
+        )));
+    }
+    Ok(host)
 }
 
 /// The argv that runs `source` of `preset` on the provider called `provider`, after
@@ -248,7 +264,7 @@ pub async fn prepare(
         spec.image.get_or_insert_with(|| image.to_string());
         let code = match source {
             Source::Code(c) => c.to_string(),
-            Source::File(f) => std::fs::read_to_string(f)
+            Source::File(f) => std::fs::read_to_string(code_file(f)?)
                 .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", f.display())))?,
         };
         return Ok(preset.code_argv(image, &code));
@@ -266,8 +282,7 @@ pub async fn prepare(
     match source {
         Source::Code(code) => Ok(preset.code_argv(&interp, code)),
         Source::File(file) => {
-            let host: PathBuf = std::fs::canonicalize(file)
-                .map_err(|e| Error::InvalidRequest(format!("code file {}: {e}", file.display())))?;
+            let host = code_file(file)?;
             let target = format!("/code/main.{}", preset.extension);
             spec.mounts.push(Mount {
                 host,

@@ -480,3 +480,20 @@ both_ways! {
         assert!(ids().is_empty());
     }
 }
+
+/// A code file that is not a file (a device, a directory) is the caller's mistake
+/// (exit 64, naming it), not an internal error from a mount that failed.
+#[test]
+fn a_code_file_that_is_not_a_file_is_the_callers_mistake() {
+    for f in ["/dev/null", "/etc"] {
+        let out = stockade(&["run", "--direct", "--language", "python", "-f", f])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "-f {f}: {err}");
+        assert!(
+            err.contains(&format!("code file {f} is not a regular file")),
+            "{err}"
+        );
+    }
+}
