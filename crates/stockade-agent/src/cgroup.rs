@@ -53,6 +53,41 @@ pub fn join(plan: &CgroupPlan, pid: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// The group of the sandbox that `pid` (its PID 1) is no longer in, if any: each
+/// line of `/proc/PID/cgroup` names its group in one hierarchy, and each of the
+/// sandbox's groups must hold it (or a group below). `None` also when `pid` is gone
+/// or its groups cannot be read (then there is nothing to tell).
+pub fn lost(plan: &CgroupPlan, pid: i32) -> Option<String> {
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).ok()?;
+    let unified = if Path::new("/sys/fs/cgroup/unified").is_dir() {
+        "/sys/fs/cgroup/unified"
+    } else {
+        "/sys/fs/cgroup"
+    };
+    let held: Vec<std::path::PathBuf> = text
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.splitn(3, ':');
+            let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
+            let rel = path.trim_start_matches('/');
+            let mount = if controllers.is_empty() {
+                unified.to_string()
+            } else {
+                format!("/sys/fs/cgroup/{}", controllers.trim_start_matches("name="))
+            };
+            // Co-mounted controllers (`cpu,cpuacct`) are reached through links too.
+            fs::canonicalize(Path::new(&mount).join(rel)).ok()
+        })
+        .collect();
+    plan.dirs
+        .iter()
+        .find(|d| {
+            // A group that is gone was emptied first: lost as well.
+            fs::canonicalize(&d.path).map_or(true, |dir| !held.iter().any(|h| h.starts_with(&dir)))
+        })
+        .map(|d| d.path.display().to_string())
+}
+
 /// Kills every process of the sandbox through `cgroup.kill`, when there is one.
 pub fn kill(plan: &CgroupPlan) -> bool {
     match &plan.kill_file {

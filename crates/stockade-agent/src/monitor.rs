@@ -686,6 +686,9 @@ fn supervised_signals() -> SigSet {
     mask
 }
 
+/// How often the monitor checks that the sandbox is still in its cgroups.
+const CGROUP_CHECK_MS: u64 = 5_000;
+
 fn supervise(plan: &LaunchPlan, child: Pid) {
     let mask = supervised_signals();
     let _ = mask.thread_block();
@@ -721,10 +724,21 @@ fn supervise(plan: &LaunchPlan, child: Pid) {
         if let Some(s) = &sigfd {
             fds.push(PollFd::new(s.as_fd(), PollFlags::POLLIN));
         }
-        let timeout = PollTimeout::try_from(Duration::from_millis(left.min(60_000)))
+        // Woken at least every few seconds to check that the sandbox is still in its
+        // groups: one whose processes were moved out would run without its limits.
+        let timeout = PollTimeout::try_from(Duration::from_millis(left.min(CGROUP_CHECK_MS)))
             .unwrap_or(PollTimeout::MAX);
         match poll(&mut fds, timeout) {
-            Ok(0) => continue,
+            Ok(0) => {
+                if let Some(dir) = cgroup::lost(&plan.cgroups, child.as_raw()) {
+                    eprintln!(
+                        "stockade monitor: the sandbox left its cgroup {dir} (moved out by \
+                         someone on the host): killed, since its limits no longer held"
+                    );
+                    return;
+                }
+                continue;
+            }
             Ok(_) => {
                 if fds
                     .iter()

@@ -544,6 +544,70 @@ async fn the_host_kernels_build_and_firmware_files_stay_on_the_host() {
     destroy_clean(sb).await;
 }
 
+/// A native sandbox whose processes are moved out of its cgroups (by someone on the
+/// host) once ran on without memory or pids limits, and nothing said so. Its monitor
+/// sees PID 1 leave a group within seconds and kills the sandbox.
+#[tokio::test]
+async fn a_sandbox_moved_out_of_its_cgroups_is_killed_not_left_unlimited() {
+    if !require_root("a_sandbox_moved_out_of_its_cgroups_is_killed_not_left_unlimited")
+        || on_gvisor()
+        || on_microvm()
+        || std::env::var_os("STOCKADE_TEST_ROOTLESS").is_some()
+    {
+        return;
+    }
+    let sb = sandbox(SandboxSpec {
+        timeout_secs: 120,
+        ..SandboxSpec::default()
+    })
+    .await;
+    let id = sb.id().to_string();
+    sh(&sb, "sleep 100 > /dev/null 2>&1 &", 5_000).await;
+    // Every process of the sandbox, moved to the root group of each hierarchy.
+    let mut moved = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(cg) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+            continue;
+        };
+        for line in cg.lines().filter(|l| l.contains(&id)) {
+            let mut f = line.splitn(3, ':');
+            let (_, controllers) = (f.next(), f.next().unwrap_or(""));
+            let root = if controllers.is_empty() {
+                if std::path::Path::new("/sys/fs/cgroup/unified").is_dir() {
+                    "/sys/fs/cgroup/unified".to_string()
+                } else {
+                    "/sys/fs/cgroup".to_string()
+                }
+            } else {
+                format!("/sys/fs/cgroup/{controllers}")
+            };
+            if std::fs::write(format!("{root}/cgroup.procs"), pid.to_string()).is_ok() {
+                moved += 1;
+            }
+        }
+    }
+    assert!(
+        moved > 0,
+        "no process of {id} was found in a cgroup of its own"
+    );
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let alive = sb.exec(ExecRequest::new(["true"])).await.is_ok();
+        if !alive {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < until,
+            "{id} still runs 20 s after leaving its cgroups, without its limits"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    }
+    let _ = sb.destroy().await;
+}
+
 #[tokio::test]
 async fn proc_sys_is_read_only_and_the_agent_is_out_of_reach() {
     if !require_root("proc_sys_is_read_only_and_the_agent_is_out_of_reach") {
