@@ -32,6 +32,44 @@ async fn authenticate(auth: Arc<Auth>, mut req: Request, next: Next) -> Response
     }
 }
 
+/// Answers as the MCP transport spec and its official clients expect where rmcp's
+/// answer differs: a session's `DELETE` is `204 No Content` (the Python client logs
+/// `202` as a failed termination on every disconnect), and a body that is not JSON
+/// is a JSON-RPC parse error (`400`, code -32700), not `415`.
+async fn conform(req: Request, next: Next) -> Response {
+    let method = req.method().clone();
+    let json_body = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let r = next.run(req).await;
+    if method == axum::http::Method::DELETE && r.status() == StatusCode::ACCEPTED {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    if method == axum::http::Method::POST
+        && json_body
+        && r.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE
+    {
+        let why = axum::body::to_bytes(r.into_body(), 4096)
+            .await
+            .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+            .unwrap_or_default();
+        let body = serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32700, "message": format!("Parse error: {why}")},
+        });
+        return (
+            StatusCode::BAD_REQUEST,
+            [(header::CONTENT_TYPE, "application/json")],
+            body.to_string(),
+        )
+            .into_response();
+    }
+    r
+}
+
 /// Serves until a signal; then destroys every sandbox the server created.
 pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, args: &McpArgs) -> anyhow::Result<()> {
     let auth = match &args.token_file {
@@ -64,6 +102,7 @@ pub async fn serve(shared: Arc<Shared>, addr: SocketAddr, args: &McpArgs) -> any
     let auth = Arc::new(auth);
     let app = axum::Router::new()
         .nest_service("/mcp", mcp)
+        .layer(axum::middleware::from_fn(conform))
         .layer(axum::middleware::from_fn(
             move |req: Request, next: Next| authenticate(auth.clone(), req, next),
         ));

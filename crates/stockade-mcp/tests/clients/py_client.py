@@ -280,6 +280,35 @@ async def scenario_quota(args: argparse.Namespace) -> None:
         emit("quota", [len(made)])
 
 
+async def scenario_transport(args: argparse.Namespace) -> None:
+    """The HTTP transport answers as the spec and the official client expect: a body
+    that is not JSON is a JSON-RPC parse error, and closing a session logs no failed
+    termination (it was 202, which the client logs on every disconnect)."""
+    import logging
+
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
+    if args.token:
+        headers["Authorization"] = f"Bearer {args.token}"
+    async with httpx2.AsyncClient(timeout=httpx2.Timeout(30.0)) as h:
+        r = await h.post(args.http, content=b"{not json", headers=headers)
+        assert r.status_code == 400, (r.status_code, r.text)
+        body = r.json()
+        assert body["error"]["code"] == -32700 and body["id"] is None, body
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logging.getLogger().addHandler(Keep())
+    logging.getLogger().setLevel(logging.DEBUG)
+    async with client(args) as c:
+        await c.list_tools()
+    failed = [m for m in seen if "termination failed" in m.lower()]
+    assert not failed, failed
+    emit("transport", ["ok"])
+
+
 ATTACKS: list[tuple[str, str, str, str]] = [
     # (name, language, code, what the output must show: the escape failed)
     ("network", "python", "import socket\ntry:\n    socket.create_connection(('1.1.1.1', 80), timeout=3); print('ESCAPED')\nexcept OSError as e: print('blocked', e)", "blocked"),
@@ -338,6 +367,7 @@ SCENARIOS = {
     "left": scenario_left,
     "tenants": scenario_tenants,
     "quota": scenario_quota,
+    "transport": scenario_transport,
     "attacks": scenario_attacks,
     "bench": scenario_bench,
 }

@@ -428,6 +428,15 @@ fn one_tokens_sessions_share_its_sandbox_quota() {
 }
 
 #[test]
+fn http_answers_bad_json_and_session_ends_as_the_spec_says() {
+    let _l = lock();
+    let Some(e) = env() else { return };
+    let (_server, url) = e.http_server(false);
+    let rs = e.py("transport", &["--http".into(), url]);
+    assert_eq!(result(&rs, "transport")[0], "ok");
+}
+
+#[test]
 fn http_refuses_missing_and_wrong_tokens_and_open_addresses_without_tokens() {
     let _l = lock();
     let Some(e) = env() else { return };
