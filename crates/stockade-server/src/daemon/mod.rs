@@ -117,6 +117,9 @@ fn internal(e: impl std::fmt::Display) -> Error {
     Error::Internal(e.to_string())
 }
 
+/// Teardowns of answered destroys that run at once.
+const TEARDOWNS_AT_ONCE: usize = 16;
+
 /// The daemon.
 pub struct Daemon {
     limits: Limits,
@@ -135,6 +138,10 @@ pub struct Daemon {
     /// Destroys answered whose teardown still runs (shutdown and creates refused
     /// by a quota wait for them).
     destroys_in_flight: AtomicUsize,
+    /// Teardowns that run at once (each may block a thread on the provider): a burst
+    /// of destroys (`rm --all` of thousands) queues here instead of starting a
+    /// thread each.
+    teardowns: tokio::sync::Semaphore,
     /// Tokens of mount stagings whose creation is under way (the sweep keeps them).
     staging_in_flight: Arc<Mutex<std::collections::HashSet<String>>>,
     /// One budgeted image pull per tenant at a time.
@@ -216,6 +223,7 @@ impl Daemon {
             started: Instant::now(),
             stopping: AtomicBool::new(false),
             destroys_in_flight: AtomicUsize::new(0),
+            teardowns: tokio::sync::Semaphore::new(TEARDOWNS_AT_ONCE),
             staging_in_flight: Arc::default(),
             image_locks: Mutex::default(),
         }))
@@ -403,6 +411,7 @@ impl Daemon {
         self.destroys_in_flight.fetch_add(1, Ordering::SeqCst);
         let d = self.clone();
         tokio::spawn(async move {
+            let _turn = d.teardowns.acquire().await;
             if let Err(e) = d.destroy_claimed(&rec).await {
                 // The provider refused: it is back in use and in `list`, where the
                 // caller sees it and may destroy it again.
