@@ -95,24 +95,69 @@ fn not_found(id: &str) -> Error {
     }
 }
 
+/// Where the sandboxes of the dockerd on `socket` keep their host directories:
+/// `base` for the default dockerd, `base/endpoint-PATH` (the socket's path, `/` as
+/// `-`) for another one, so a gc against one dockerd never takes the directories of
+/// another's live sandboxes for its own leftovers.
+pub fn state_root_for(base: &Path, socket: &Path) -> PathBuf {
+    let default = [
+        Path::new("/var/run/docker.sock"),
+        Path::new("/run/docker.sock"),
+    ];
+    if default.contains(&socket) {
+        return base.to_path_buf();
+    }
+    let name: String = socket
+        .to_string_lossy()
+        .trim_start_matches('/')
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || ".-_".contains(c) {
+                c
+            } else {
+                '-'
+            }
+        })
+        .collect();
+    base.join(format!("endpoint-{name}"))
+}
+
 impl DockerLauncher {
     /// A launcher on `$DOCKER_HOST` (unix) or `/var/run/docker.sock`, keeping its
     /// host directories under the caller's runtime directory `stockade-docker`
     /// ([`DEFAULT_STATE_ROOT`] for root) and reading missing images from
     /// `$STOCKADE_HOME/images`. Connects on first use.
     pub fn new() -> DockerLauncher {
+        let socket = engine::socket_path();
         DockerLauncher {
-            socket: engine::socket_path(),
-            state_root: stockade_core::host::runtime_dir("stockade-docker"),
+            state_root: state_root_for(
+                &stockade_core::host::runtime_dir("stockade-docker"),
+                &socket,
+            ),
+            socket,
             image_store: None,
             dns_upstreams: Vec::new(),
             docker: OnceCell::new(),
         }
     }
 
-    /// Talks to dockerd on `socket` instead.
+    /// Talks to dockerd on `socket` instead (its sandboxes' host directories apart
+    /// from those of the default dockerd, unless [`DockerLauncher::with_state_root`]
+    /// says where).
     pub fn with_socket(mut self, socket: impl Into<PathBuf>) -> DockerLauncher {
-        self.socket = socket.into();
+        let socket = socket.into();
+        if self.state_root
+            == state_root_for(
+                &stockade_core::host::runtime_dir("stockade-docker"),
+                &self.socket,
+            )
+        {
+            self.state_root = state_root_for(
+                &stockade_core::host::runtime_dir("stockade-docker"),
+                &socket,
+            );
+        }
+        self.socket = socket;
         self
     }
 
@@ -1012,5 +1057,37 @@ impl Launcher for DockerLauncher {
              CRIU checkpoint is experimental and not used here); pause and resume work \
              (docker pause)",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_dockerd_keeps_its_sandboxes_directories_apart() {
+        let base = Path::new("/run/stockade-docker");
+        for default in ["/var/run/docker.sock", "/run/docker.sock"] {
+            assert_eq!(state_root_for(base, Path::new(default)), base);
+        }
+        let other = state_root_for(base, Path::new("/run/user/1000/docker.sock"));
+        assert_eq!(other, base.join("endpoint-run-user-1000-docker.sock"));
+        assert_ne!(
+            other,
+            state_root_for(base, Path::new("/srv/d2/docker.sock"))
+        );
+        // The default dockerd's gc skips the other endpoints' directories: they are
+        // not sandbox ids.
+        assert!(check_id("endpoint-run-user-1000-docker.sock").is_err());
+        let l = DockerLauncher::new().with_socket("/srv/d2/docker.sock");
+        assert!(
+            l.state_root.ends_with("endpoint-srv-d2-docker.sock"),
+            "{:?}",
+            l.state_root
+        );
+        let l = DockerLauncher::new()
+            .with_state_root("/tmp/x")
+            .with_socket("/srv/d2/docker.sock");
+        assert_eq!(l.state_root, Path::new("/tmp/x"));
     }
 }
