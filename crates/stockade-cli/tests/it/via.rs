@@ -63,8 +63,18 @@ impl Serve {
         if token {
             let file = dir.path().join("tokens");
             std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
+            // These tests run the CLI's commands through a daemon, every provider
+            // included (the built-in profile, which keeps wasm from tenants, has
+            // tests of its own).
+            let profiles = dir.path().join("profiles.toml");
+            std::fs::write(
+                &profiles,
+                "[profile.tenant]\nproviders = [\"native\", \"docker\", \"gvisor\", \"microvm\", \"wasm\"]\n",
+            )
+            .unwrap();
             cmd.arg(format!("--token-file={}", file.display()))
-                .arg(format!("--allow-mount={}", std::env::temp_dir().display()));
+                .arg(format!("--allow-mount={}", std::env::temp_dir().display()))
+                .arg(format!("--profiles={}", profiles.display()));
         }
         match home {
             Home::Own => {
