@@ -138,6 +138,31 @@ pub fn network_tools() -> std::result::Result<String, String> {
         .join(", "))
 }
 
+/// The monitor's input (the plan, then the credentials) and its log file, with the
+/// plan kept in `dir` for gc (a monitor that crashed before state.json still names
+/// its cgroups).
+fn prepare_launch<T: serde::Serialize>(
+    dir: &std::path::Path,
+    plan: &stockade_agent_proto::launch::LaunchPlan,
+    secrets: Option<&T>,
+) -> Result<(Vec<u8>, std::fs::File)> {
+    let json = serde_json::to_vec(plan)
+        .map_err(|e| Error::Internal(format!("cannot encode launch plan: {e}")))?;
+    let mut input = format!("{}\n", json.len()).into_bytes();
+    input.extend_from_slice(&json);
+    if let Some(s) = secrets {
+        input.extend(
+            serde_json::to_vec(s)
+                .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
+        );
+    }
+    std::fs::write(dir.join("plan.json"), &json)
+        .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
+    let log = std::fs::File::create(dir.join("monitor.log"))
+        .map_err(|e| Error::io("cannot create monitor log", e))?;
+    Ok((input, log))
+}
+
 /// `steps` (absolute, on the host's monotonic clock) as the API says them: from the
 /// start of the first, in the order they began.
 fn start_steps(steps: &[TimedStep]) -> Vec<StartStep> {
@@ -368,21 +393,15 @@ impl NativeLauncher {
             } => policy.tls.take(),
             _ => None,
         };
-        let json = serde_json::to_vec(&plan)
-            .map_err(|e| Error::Internal(format!("cannot encode launch plan: {e}")))?;
-        let mut input = format!("{}\n", json.len()).into_bytes();
-        input.extend_from_slice(&json);
-        if let Some(s) = &secrets {
-            input.extend(
-                serde_json::to_vec(s)
-                    .map_err(|e| Error::Internal(format!("cannot encode credentials: {e}")))?,
-            );
-        }
-        // Kept for gc: a monitor that crashed before state.json still names its cgroups.
-        std::fs::write(dir.join("plan.json"), &json)
-            .map_err(|e| Error::io(format!("cannot write {}/plan.json", dir.display()), e))?;
-        let log = std::fs::File::create(dir.join("monitor.log"))
-            .map_err(|e| Error::io("cannot create monitor log", e))?;
+        // Until the monitor owns the directory, a failure here (a full state root, say)
+        // removes it: no empty `sb-*` is left for `rm` to call unknown.
+        let (input, log) = match prepare_launch(&dir, &plan, secrets.as_ref()) {
+            Ok(x) => x,
+            Err(e) => {
+                let _ = std::fs::remove_dir_all(&dir);
+                return Err(e);
+            }
+        };
         // A session of its own and nothing of our caller's open: the monitor's first
         // act (`stockade_sys::process::detach_and_close_inherited`), so its spawn is a
         // `posix_spawn` (vfork), not a `fork` that copies a large embedding process's

@@ -157,3 +157,60 @@ async fn fifty_sandboxes_at_once_all_work_and_all_clean_up() {
         assert_no_trace(&id);
     }
 }
+
+/// A native state root that is full: a create fails with the disk's error and
+/// leaves no empty `sb-*` directory behind (one that `rm` would call unknown and
+/// only `gc` removed).
+#[tokio::test]
+async fn a_full_state_root_fails_the_create_and_leaves_no_directory() {
+    if !require_root("a_full_state_root_fails_the_create_and_leaves_no_directory")
+        || on_gvisor()
+        || on_microvm()
+        || std::env::var_os("STOCKADE_TEST_ROOTLESS").is_some()
+    {
+        return;
+    }
+    let root = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=4k", "tmpfs"])
+        .arg(root.path())
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok, "cannot mount a small tmpfs for the test");
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _u = Unmount(root.path().to_path_buf());
+    let p: std::sync::Arc<dyn stockade::Provider> = std::sync::Arc::new(
+        stockade::NativeProvider::from(stockade::NativeLauncher::with_state_root(root.path())),
+    );
+    let r = Sandbox::create(
+        p.clone(),
+        SandboxSpec::default(),
+        CreateOptions {
+            owner_pid: Some(std::process::id()),
+        },
+    )
+    .await;
+    match r {
+        Ok(sb) => {
+            let _ = sb.destroy().await;
+            panic!("a sandbox was made in a 4 KiB state root");
+        }
+        Err(e) => assert!(
+            e.to_string().to_lowercase().contains("space"),
+            "the error does not name the full disk: {e}"
+        ),
+    }
+    let left: Vec<String> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("sb-"))
+        .collect();
+    assert!(left.is_empty(), "left in the full state root: {left:?}");
+}
