@@ -304,5 +304,6 @@ def test_a_burst_of_large_uploads_keeps_the_server_memory_bounded(sbx):
     with ThreadPoolExecutor(24) as ex:
         done = list(ex.map(up, range(24)))
     grew = _peak_rss_mib(pid) - before
+    print(f"24 uploads of 30 MiB: the server's peak memory grew by {grew} MiB")
     assert grew < 700, f"24 uploads of 30 MiB raised the server's peak memory by {grew} MiB"
     assert all(done), f"{done.count(False)} of 24 uploads failed"
