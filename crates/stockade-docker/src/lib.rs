@@ -259,7 +259,9 @@ impl DockerLauncher {
         let c = match self.inspect_container(id).await {
             Ok(Some(c)) => c,
             Ok(None) => return not_found(id),
-            Err(_) => return cause,
+            // dockerd cannot be asked (stopped, restarting): that is what to tell, not
+            // the sandbox's absence.
+            Err(e) => return e,
         };
         let state = c.state.unwrap_or_default();
         if state.running == Some(true) {

@@ -62,9 +62,11 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
         let mut unknown = Vec::new();
         for id in &a.ids {
             match provider.inspect(id).await {
-                Ok(_) => {}
                 Err(e) if e.code() == stockade::ErrorCode::NotFound => unknown.push(id.as_str()),
-                Err(e) => return Err(e),
+                // There, even if it died (its container exited when dockerd restarted,
+                // say) or cannot be asked now: the destroy below cleans it up, or says
+                // what stops it.
+                _ => {}
             }
         }
         if !unknown.is_empty() {

@@ -156,3 +156,62 @@ print('uid', os.getuid())
         .unwrap();
     assert!(out.status.success(), "{}", text(&out.stderr));
 }
+
+/// A docker sandbox whose container exited under it (dockerd restarted, or the
+/// container was killed) once could not be removed: `rm` answered that it died and
+/// to run `rm`, and the exited container and its host directory stayed. `rm` removes
+/// both now.
+#[test]
+fn a_docker_sandbox_whose_container_died_is_removed_by_rm() {
+    if !require_root("a_docker_sandbox_whose_container_died_is_removed_by_rm") {
+        return;
+    }
+    let Some(image) = require(
+        "dockerd and the docker test image",
+        docker_test_image(),
+        DOCKER_FIX,
+    ) else {
+        return;
+    };
+    let stockade = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_stockade"))
+            .args(args)
+            .env_remove("STOCKADE_PROVIDER")
+            .env_remove("STOCKADE_HOST")
+            .output()
+            .unwrap()
+    };
+    let out = stockade(&[
+        "create",
+        "--provider",
+        "docker",
+        "--image",
+        &image,
+        "--timeout",
+        "120",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let id = text(&out.stdout).trim().to_string();
+    let name = format!("stockade-{id}");
+    assert!(
+        Command::new("/usr/bin/docker")
+            .args(["kill", &name])
+            .output()
+            .unwrap()
+            .status
+            .success()
+    );
+    let dir = std::path::Path::new(stockade::docker::DEFAULT_STATE_ROOT).join(&id);
+    let out = stockade(&["rm", "--provider", "docker", &id]);
+    assert!(
+        out.status.success(),
+        "rm of a sandbox whose container died: {}",
+        text(&out.stderr)
+    );
+    let left = Command::new("/usr/bin/docker")
+        .args(["inspect", &name])
+        .output()
+        .unwrap();
+    assert!(!left.status.success(), "the exited container {name} stayed");
+    assert!(!dir.exists(), "{} stayed", dir.display());
+}
