@@ -138,6 +138,35 @@ pub fn network_tools() -> std::result::Result<String, String> {
         .join(", "))
 }
 
+/// A workdir the sandbox makes on the host's root view (not in `/tmp` or a mount)
+/// that is a file on the host cannot be made there: the caller's mistake, said
+/// before anything is built.
+fn host_workdir_check(spec: &stockade_spec::ValidatedSpec) -> Result<()> {
+    let Some(w) = &spec.workdir else {
+        return Ok(());
+    };
+    if w.starts_with("/tmp") || spec.mounts.iter().any(|m| w.starts_with(&m.target)) {
+        return Ok(());
+    }
+    let mut p = std::path::PathBuf::from("/");
+    for c in w.components().skip(1) {
+        p.push(c);
+        if std::fs::symlink_metadata(&p).is_ok_and(|m| m.is_file()) {
+            return Err(Error::InvalidSpec(stockade_spec::SpecErrors(vec![
+                stockade_spec::SpecError {
+                    field: "workdir".into(),
+                    message: format!(
+                        "workdir {}: {} is a file, not a directory",
+                        w.display(),
+                        p.display()
+                    ),
+                },
+            ])));
+        }
+    }
+    Ok(())
+}
+
 /// The monitor's input (the plan, then the credentials) and its log file, with the
 /// plan kept in `dir` for gc (a monitor that crashed before state.json still names
 /// its cgroups).
@@ -352,6 +381,12 @@ impl NativeLauncher {
                 && !p.credentials.is_empty()
             {
                 ctx.egress_secrets = Some(egress::secrets(p, self.upstream_roots.as_deref())?);
+            }
+            Ok(ctx)
+        });
+        let ctx = ctx.and_then(|ctx| {
+            if ctx.image.is_none() {
+                host_workdir_check(spec)?;
             }
             Ok(ctx)
         });

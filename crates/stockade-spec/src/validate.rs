@@ -200,13 +200,24 @@ impl SandboxSpec {
             }
             targets.push(&m.target);
         }
-        if let Some(w) = &self.workdir
-            && !is_clean_absolute(w)
-        {
-            bad(
-                "workdir".into(),
-                format!("workdir {} must be absolute without . or ..", w.display()),
-            );
+        if let Some(w) = &self.workdir {
+            if !is_clean_absolute(w) {
+                bad(
+                    "workdir".into(),
+                    format!("workdir {} must be absolute without . or ..", w.display()),
+                );
+            } else if ["/proc", "/sys", "/dev"].iter().any(|k| w.starts_with(k))
+                && !w.starts_with("/dev/shm")
+            {
+                bad(
+                    "workdir".into(),
+                    format!(
+                        "workdir {} is inside a kernel file system (/proc, /sys, /dev): \
+                         choose a directory such as /tmp or a mount's target",
+                        w.display()
+                    ),
+                );
+            }
         }
         let h = &self.hostname;
         if h.is_empty()

@@ -497,3 +497,29 @@ fn a_code_file_that_is_not_a_file_is_the_callers_mistake() {
         );
     }
 }
+
+/// A workdir that cannot be one (a file on the host's root view, a kernel file
+/// system) is the caller's mistake too (exit 64), not an internal error from the
+/// root's build.
+#[test]
+fn a_workdir_that_cannot_be_one_is_the_callers_mistake() {
+    if !require_root("a_workdir_that_cannot_be_one_is_the_callers_mistake") {
+        return;
+    }
+    for (w, says) in [
+        ("/etc/passwd", "is a file, not a directory"),
+        ("/proc/self", "kernel file system"),
+        ("/sys/kernel", "kernel file system"),
+    ] {
+        let out = stockade(&["run", "--direct", "--workdir", w, "--", "true"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(64), "--workdir {w}: {err}");
+        assert!(err.contains(says), "--workdir {w}: {err}");
+    }
+    let out = stockade(&["run", "--direct", "--workdir", "/dev/shm", "--", "pwd"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "/dev/shm\n");
+}
