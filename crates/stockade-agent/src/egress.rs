@@ -397,8 +397,20 @@ fn answer(
         return refuse(ResponseCode::NXDomain);
     }
     let allows: Vec<&NameRule> = policy.allow.iter().filter(|r| r.matches(&name)).collect();
-    let mut out = query.to_vec();
-    out[..2].copy_from_slice(&upstream_id.to_be_bytes());
+    // A query of our own goes upstream: the question, the recursion flag and a plain
+    // EDNS payload size. Nothing else the code wrote into its query (records in the
+    // other sections, EDNS options, a signature) leaves the sandbox.
+    let mut fwd = Message::new(upstream_id, MessageType::Query, OpCode::Query);
+    fwd.metadata.recursion_desired = q.metadata.recursion_desired;
+    fwd.add_query(q.queries[0].clone());
+    if let Some(e) = &q.edns {
+        let mut plain = hickory_proto::op::Edns::new();
+        plain.set_max_payload(e.max_payload().clamp(512, 4096));
+        fwd.set_edns(plain);
+    }
+    let Ok(out) = fwd.to_vec() else {
+        return refuse(ResponseCode::FormErr);
+    };
     let Some(mut reply) = forward(&out, &policy.upstreams, up4, up6, upstream_id) else {
         return refuse(ResponseCode::ServFail);
     };

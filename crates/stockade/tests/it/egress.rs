@@ -35,6 +35,8 @@ fn require_egress(test: &str) -> bool {
 struct FakeUpstream {
     addr: SocketAddr,
     seen: Arc<Mutex<Vec<String>>>,
+    /// Every query as it arrived.
+    raw: Arc<Mutex<Vec<Vec<u8>>>>,
 }
 
 impl FakeUpstream {
@@ -54,6 +56,8 @@ impl FakeUpstream {
         let addr = sock.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = seen.clone();
+        let raw = Arc::new(Mutex::new(Vec::new()));
+        let raw_log = raw.clone();
         std::thread::spawn(move || {
             let up = UdpSocket::bind("0.0.0.0:0").unwrap();
             up.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
@@ -65,6 +69,7 @@ impl FakeUpstream {
                 };
                 let name = qname(&buf[..n]);
                 log.lock().unwrap().push(name.clone());
+                raw_log.lock().unwrap().push(buf[..n].to_vec());
                 if let Some((_, ip)) = names.iter().find(|(n, _)| n.eq_ignore_ascii_case(&name)) {
                     let _ = sock.send_to(&answer_a(&buf[..n], *ip), from);
                     continue;
@@ -76,7 +81,7 @@ impl FakeUpstream {
                 }
             }
         });
-        FakeUpstream { addr, seen }
+        FakeUpstream { addr, seen, raw }
     }
 
     fn saw(&self, name: &str) -> bool {
@@ -1047,4 +1052,54 @@ async fn bad_policies_are_refused_with_every_problem_before_anything_starts() {
     ] {
         assert!(err.contains(needle), "{needle} missing: {err}");
     }
+}
+
+/// The code's own DNS query once went upstream as written: records in its answer,
+/// authority and additional sections (a channel to whoever runs the resolver) and
+/// its EDNS options. Only the question goes now.
+#[tokio::test]
+async fn only_the_question_of_a_query_reaches_the_upstream_resolver() {
+    if !require_egress("only_the_question_of_a_query_reaches_the_upstream_resolver") {
+        return;
+    }
+    let upstream = FakeUpstream::start();
+    let sb = pypi_only(&upstream).await;
+    let code = r#"
+import socket, struct
+def name(n): return b''.join(bytes([len(p)]) + p.encode() for p in n.split('.')) + b'\0'
+def rr(t, data): return name('x.example') + struct.pack('>HHIH', t, 1, 60, len(data)) + data
+q = struct.pack('>HHHHHH', 0x1234, 0x0100, 1, 1, 0, 1) + name('pypi.org') + struct.pack('>HH', 1, 1)
+q += rr(1, bytes([10, 0, 0, 1]))
+q += rr(16, bytes([12]) + b'exfil-marker')
+ns = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.settimeout(10)
+s.sendto(q, (ns, 53))
+try:
+    print('answered', len(s.recv(4096)))
+except OSError as e:
+    print('no answer', e)
+"#;
+    let out = py(&sb, code, 30_000).await;
+    let report = format!("{}{}", text(&out.stdout), text(&out.stderr));
+    let raw = upstream.raw.lock().unwrap().clone();
+    let asked: Vec<&Vec<u8>> = raw.iter().filter(|m| qname(m) == "pypi.org").collect();
+    assert!(
+        !asked.is_empty(),
+        "the query never reached upstream: {report}"
+    );
+    for m in asked {
+        let count = |i: usize| u16::from_be_bytes([m[i], m[i + 1]]);
+        assert_eq!(
+            (count(4), count(6), count(8)),
+            (1, 0, 0),
+            "upstream got more than the question: {m:?}"
+        );
+        assert!(count(10) <= 1, "upstream got additional records: {m:?}");
+        assert!(
+            !m.windows(12).any(|w| w == b"exfil-marker"),
+            "the code's record reached upstream: {report}"
+        );
+    }
+    destroy_clean(sb).await;
 }
