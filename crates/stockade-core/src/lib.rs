@@ -20,7 +20,9 @@ use tokio::sync::mpsc;
 pub use caps::Capabilities;
 pub use error::{Error, ErrorCode, Result};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
-pub use session::{SessionConfig, SessionInfo, SessionManager, check_session_name};
+pub use session::{
+    SessionConfig, SessionInfo, SessionManager, WORKSPACE_TARGET, check_session_name,
+};
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{
     BoundedCapture, EgressDenial, ExecOutcome, ExecRequest, Stream, now_ms,

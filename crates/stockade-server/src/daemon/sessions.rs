@@ -105,8 +105,15 @@ impl Daemon {
         }
     }
 
-    /// The tenant's sessions.
+    /// The tenant's sessions. A tenant is told where its workspace is inside its
+    /// sandboxes, not where the daemon keeps it on the host.
     pub async fn session_list(&self, tenant: &str) -> Result<Vec<stockade::SessionInfo>> {
-        self.sessions(tenant)?.list().await
+        let mut list = self.sessions(tenant)?.list().await?;
+        if self.profile(tenant).is_some() {
+            for s in &mut list {
+                s.workspace = stockade::WORKSPACE_TARGET.into();
+            }
+        }
+        Ok(list)
     }
 }

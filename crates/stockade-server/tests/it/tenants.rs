@@ -846,3 +846,32 @@ async fn idle_connections_without_a_token_do_not_keep_a_tenant_out() {
         "only {closed} of 300 idle connections were closed"
     );
 }
+
+/// A tenant's session list once showed where the daemon keeps its workspace on the
+/// host (a path of the daemon's home); it shows where the workspace is inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_sessions_show_no_host_path() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let t = tcp_daemon_with_token(&[]);
+    let mut c = raw(t.port).await;
+    c.session_get(authed(pb::SessionRef {
+        name: "proj".into(),
+    }))
+    .await
+    .expect("a tenant's session");
+    let list = c
+        .session_list(authed(pb::SessionListRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .sessions;
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].workspace, "/work", "{:?}", list[0]);
+    c.session_delete(authed(pb::SessionRef {
+        name: "proj".into(),
+    }))
+    .await
+    .unwrap();
+}
