@@ -531,7 +531,8 @@ async fn the_host_kernels_build_and_firmware_files_stay_on_the_host() {
             "{f} reads as the host's inside the sandbox"
         );
     }
-    if std::fs::read_dir("/sys/firmware").is_ok_and(|mut d| d.next().is_some()) {
+    // A microVM's guest has firmware tables of its own (the VM's), not the host's.
+    if !on_microvm() && std::fs::read_dir("/sys/firmware").is_ok_and(|mut d| d.next().is_some()) {
         checked += 1;
         let out = sh(&sb, "ls -A /sys/firmware 2>/dev/null", 10_000).await;
         assert!(
