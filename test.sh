@@ -168,10 +168,11 @@ sdk/typescript/test.sh
 stamp "Go SDK"
 sdk/go/test.sh
 stamp "fuzz, briefly"
-# Each fuzz target that does not build the daemon, for a few seconds: the corpus kept
-# in the cache replays first, so an input that once failed fails again here. The
-# E2B target and the long runs are `scripts/fuzz.sh --time SECONDS`.
-STOCKADE_FUZZ_TARGET=$fuzz_target scripts/fuzz.sh --quick --time 10
+# Each fuzz target that does not build the daemon, for a few seconds, unoptimized
+# (half the build of a cold run): the corpus kept in the cache replays first, so an
+# input that once failed fails again here. The E2B target and the long runs are
+# `scripts/fuzz.sh --time SECONDS`.
+STOCKADE_FUZZ_TARGET=$fuzz_target scripts/fuzz.sh --quick --dev --time 10
 stamp "E2B SDKs"
 # The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
 crates/stockade-e2b/test.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Runs the cargo-fuzz targets in fuzz/ for a given time each and prints a table.
-# Usage: scripts/fuzz.sh [--time SECONDS] [--quick] [TARGET...]
+# Usage: scripts/fuzz.sh [--time SECONDS] [--quick] [--dev] [TARGET...]
 #   --time S   seconds per target (default 60)
 #   --quick    only the targets that do not build the daemon (all but e2b_connect)
+#   --dev      unoptimized targets: half the build time, far fewer runs a second (for
+#              a short check, as test.sh's)
 #   TARGET     proxy_head, tls_hello, agent_codec, spec, e2b_connect (default: all)
 # Builds with the pinned stable toolchain (RUSTC_BOOTSTRAP for cargo-fuzz's flags) and
 # no sanitizer: the code under test is safe Rust, so a crash is a panic or an abort.
@@ -13,11 +15,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 secs=60
 quick=
+dev=
 targets=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) secs=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --dev) dev=1; shift ;;
     -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
@@ -44,12 +48,18 @@ export CARGO_TARGET_DIR=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
 corpus_root=${STOCKADE_FUZZ_CORPUS:-$cache/fuzz-corpus}
 features=()
 [[ " ${targets[*]} " == *" e2b_connect "* ]] || features=(--no-default-features)
+profile=release
+if [ -n "$dev" ]; then
+  features+=(--dev)
+  profile=debug
+fi
+bin_dir=$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/$profile
 
 cd fuzz
 echo "fuzz.sh: building ${targets[*]}" >&2
 for t in "${targets[@]}"; do
   cargo fuzz build -s none "${features[@]}" "$t" 2>&1 | grep -v '^ *Compiling' >&2 || true
-  [ -x "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$t" ] \
+  [ -x "$bin_dir/$t" ] \
     || { echo "fuzz.sh: $t did not build (run: cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -s none $t)" >&2; exit 1; }
 done
 
@@ -62,7 +72,7 @@ for t in "${targets[@]}"; do
   log=$(mktemp)
   echo "fuzz.sh: $t for ${secs} s" >&2
   set +e
-  "$CARGO_TARGET_DIR/x86_64-unknown-linux-gnu/release/$t" \
+  "$bin_dir/$t" \
     -artifact_prefix="artifacts/$t/" -max_total_time="$secs" -rss_limit_mb=2048 \
     -max_len=65536 -print_final_stats=1 "$corpus" >"$log" 2>&1
   rc=$?
