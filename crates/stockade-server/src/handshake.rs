@@ -24,7 +24,8 @@ use futures_util::task::AtomicWaker;
 
 /// How long a connection may take to send its first authenticated request.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most pending connections at once (the default of `Handshakes::new`'s cap).
+/// Most pending connections the daemon keeps: a quarter of its connection slots, at
+/// most this many.
 pub const MAX_PENDING: usize = 64;
 
 /// The pending connections of one daemon, oldest first.
