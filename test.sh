@@ -178,12 +178,16 @@ stamp "E2B SDKs"
 crates/stockade-e2b/test.sh
 
 stamp "install"
-# The install step, tried: the installed CLI finds its agent and runs a sandbox, and
-# `stockaded` is its daemon.
+# The install step, tried: the installed CLI finds its agent and its wasm runner and
+# runs sandboxes with them, and `stockaded` is its daemon.
 prefix=$(mktemp -d)
 scripts/install.sh --debug --prefix "$prefix" 2>/dev/null
 out=$(cd / && env -u STOCKADE_AGENT PATH=/usr/bin:/bin "$prefix/bin/stockade" run --direct -- /bin/echo installed)
 [ "$out" = installed ] || { echo "test.sh: the installed stockade printed '$out'" >&2; exit 1; }
+# ... and its wasm runner (from libexec/stockade, not from the build directory).
+out=$(cd / && env -u STOCKADE_WASM_RUNNER PATH=/usr/bin:/bin "$prefix/bin/stockade" run --direct --provider wasm \
+  --language python --code 'print("installed wasm")')
+[ "$out" = "installed wasm" ] || { echo "test.sh: the installed wasm provider printed '$out'" >&2; exit 1; }
 "$prefix/bin/stockaded" --help | grep -q -- '--listen' ||
   { echo "test.sh: stockaded is not the daemon" >&2; exit 1; }
 rm -rf "$prefix"

@@ -2,6 +2,8 @@
 # Installs what Stockade needs on a Debian machine and builds it. Idempotent.
 # Usage: scripts/setup.sh [release|debug] [--packages]
 #   --packages: the Debian packages and the toolchain only, no build.
+# STOCKADE_WITH_WASM=1 (release): also the wasm provider's runner, stockade-wasm-runner
+# (the wasm engine, wasmtime and cranelift, is in that program alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${1:-release}
@@ -55,6 +57,12 @@ fi
 # binary of the workspace, which the crates' tests start.
 if [ "$profile" = release ]; then
   cargo build --release -p stockade-cli --bin stockade >&2
+  # A cargo run of its own: built together, the engine's features would change the
+  # build of `stockade` too.
+  if [ -n "${STOCKADE_WITH_WASM:-}" ]; then
+    echo "setup: building the wasm runner (the engine: a few minutes the first time)" >&2
+    cargo build --release -p stockade-wasm --bin stockade-wasm-runner >&2
+  fi
 else
   cargo build --bins --workspace --exclude stockade-agent >&2
 fi

@@ -17,15 +17,29 @@ pub const BUILD_STATIC_AGENT: &str = "build the agent statically linked with scr
 /// `../libexec/stockade/` from it (where `run.sh install` puts it: `PREFIX/bin/stockade`
 /// and `PREFIX/libexec/stockade/stockade-agent`), then `PATH`.
 pub fn find_agent() -> Result<PathBuf> {
-    if let Some(p) = std::env::var_os("STOCKADE_AGENT") {
+    find_helper(
+        "stockade-agent",
+        "STOCKADE_AGENT",
+        "the stockade agent",
+        "install stockade with its agent (./run.sh install [--prefix DIR] in the source \
+         tree) or set STOCKADE_AGENT to the stockade-agent binary",
+    )
+}
+
+/// Finds the helper program `name` that Stockade runs beside itself (the agent, the
+/// wasm runner): `$env` when set, next to the running program (or its parent
+/// directory, for test binaries in `target/*/deps`), in `../libexec/stockade/` from
+/// it, then `PATH`. `what` names it in errors, `fix` says how to get it.
+pub fn find_helper(name: &str, env: &str, what: &str, fix: &str) -> Result<PathBuf> {
+    if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
         return if p.is_file() {
             Ok(p)
         } else {
             Err(Error::Unavailable {
-                what: "the stockade agent".into(),
-                reason: format!("STOCKADE_AGENT={} does not exist", p.display()),
-                fix: "point STOCKADE_AGENT at the stockade-agent binary".into(),
+                what: what.into(),
+                reason: format!("{env}={} does not exist", p.display()),
+                fix: format!("point {env} at the {name} binary"),
             })
         };
     }
@@ -33,26 +47,25 @@ pub fn find_agent() -> Result<PathBuf> {
     if let Ok(exe) = std::env::current_exe()
         && let Some(dir) = exe.parent()
     {
-        candidates.push(dir.join("stockade-agent"));
+        candidates.push(dir.join(name));
         if let Some(up) = dir.parent() {
-            candidates.push(up.join("stockade-agent"));
-            candidates.push(up.join("libexec/stockade/stockade-agent"));
+            candidates.push(up.join(name));
+            candidates.push(up.join("libexec/stockade").join(name));
         }
     }
     if let Some(path) = std::env::var_os("PATH") {
-        candidates.extend(std::env::split_paths(&path).map(|d| d.join("stockade-agent")));
+        candidates.extend(std::env::split_paths(&path).map(|d| d.join(name)));
     }
     candidates
         .into_iter()
         .find(|p| p.is_file())
         .ok_or_else(|| Error::Unavailable {
-            what: "the stockade agent".into(),
-            reason: "stockade-agent was not found next to this program, in ../libexec/stockade \
-                 from it, or in PATH"
-                .into(),
-            fix: "install stockade with its agent (./run.sh install [--prefix DIR] in the source \
-              tree) or set STOCKADE_AGENT to the stockade-agent binary"
-                .into(),
+            what: what.into(),
+            reason: format!(
+                "{name} was not found next to this program, in ../libexec/stockade from it, \
+                 or in PATH"
+            ),
+            fix: fix.into(),
         })
 }
 

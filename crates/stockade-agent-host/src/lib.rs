@@ -22,7 +22,7 @@ mod provider;
 pub mod reap;
 pub mod transport;
 
-pub use binary::{BUILD_STATIC_AGENT, find_agent, find_static_agent, is_static};
+pub use binary::{BUILD_STATIC_AGENT, find_agent, find_helper, find_static_agent, is_static};
 pub use launcher::Launcher;
 pub use provider::AgentProvider;
 pub use transport::{AgentStream, Connection, Transport, UnixSocket};

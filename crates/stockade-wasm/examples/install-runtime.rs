@@ -20,7 +20,13 @@ fn main() {
         }
     };
     let started = std::time::Instant::now();
-    match stockade_wasm::install_runtime(&name, &progress) {
+    // Compiled here, by this build's engine (the install compiles it with a runner
+    // only when one is built).
+    let installed = stockade_wasm::install_runtime(&name, &progress).and_then(|rt| {
+        stockade_wasm::WasmProvider::new()?.precompile(&rt.module)?;
+        Ok(rt)
+    });
+    match installed {
         Ok(rt) => {
             eprintln!();
             println!(

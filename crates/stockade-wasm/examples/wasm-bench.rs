@@ -63,7 +63,7 @@ fn spec(image: &str) -> SandboxSpec {
     }
 }
 
-async fn create(p: &WasmProvider, image: &str) -> String {
+async fn create(p: &dyn Provider, image: &str) -> String {
     p.create(
         stockade_core::CheckedSpec::new(spec(image).validate().unwrap(), p).unwrap(),
         CreateOptions::default(),
@@ -73,7 +73,7 @@ async fn create(p: &WasmProvider, image: &str) -> String {
     .id
 }
 
-async fn time_exec(p: &WasmProvider, id: &str, argv: &[&str], want: &[u8]) -> Duration {
+async fn time_exec(p: &dyn Provider, id: &str, argv: &[&str], want: &[u8]) -> Duration {
     let started = Instant::now();
     let out = p
         .exec(
@@ -227,6 +227,64 @@ async fn main() {
         ));
     } else {
         notes.push("python rows skipped: python-wasm is not installed".into());
+    }
+
+    // Through the runner: what `stockade` uses (a runner process per sandbox, the
+    // agent protocol over its socket). Needs target/release/stockade-wasm-runner.
+    match stockade_wasm_host::runner::find_runner() {
+        Ok(_) => {
+            let p = stockade_wasm_host::provider(config.clone());
+            let id = create(&p, &hello).await;
+            for _ in 0..50 {
+                time_exec(&p, &id, &["hello"], b"hello from wasm\n").await;
+            }
+            let mut s = Vec::new();
+            for _ in 0..1000 {
+                s.push(time_exec(&p, &id, &["hello"], b"hello from wasm\n").await);
+            }
+            rows.push(row(
+                "runner: exec of a Rust hello world in a live sandbox",
+                s,
+                "< 0.5 ms",
+            ));
+            p.destroy(&id).await.unwrap();
+            let mut s = Vec::new();
+            for _ in 0..50 {
+                let t = Instant::now();
+                let id = create(&p, &hello).await;
+                time_exec(&p, &id, &["hello"], b"hello from wasm\n").await;
+                p.destroy(&id).await.unwrap();
+                s.push(t.elapsed());
+            }
+            rows.push(row("runner: create + exec + destroy (hello)", s, ""));
+            if py_ok {
+                let mut s = Vec::new();
+                for _ in 0..20 {
+                    let t = Instant::now();
+                    let id = create(&p, "python").await;
+                    time_exec(&p, &id, &["python3", "-c", "print(1+1)"], b"2\n").await;
+                    p.destroy(&id).await.unwrap();
+                    s.push(t.elapsed());
+                }
+                rows.push(row(
+                    "runner: python.wasm print(1+1): create, exec, destroy",
+                    s,
+                    "< 40 ms",
+                ));
+                let id = create(&p, "python").await;
+                let mut s = Vec::new();
+                for _ in 0..30 {
+                    s.push(time_exec(&p, &id, &["python3", "-c", "print(1+1)"], b"2\n").await);
+                }
+                rows.push(row(
+                    "runner: python.wasm print(1+1): exec in a live sandbox",
+                    s,
+                    "",
+                ));
+                p.destroy(&id).await.unwrap();
+            }
+        }
+        Err(e) => notes.push(format!("runner rows skipped: {e}")),
     }
 
     // Native python, for comparison.

@@ -1,21 +1,12 @@
 //! Where stockade keeps its data, and the secret key of the artifact cache.
 
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use stockade_core::{Error, Result};
 use stockade_sys::wasm::{ArtifactKey, KEY_LEN};
 
-pub use stockade_core::host::stockade_home;
-
-/// Creates `dir` and its parents, new directories with mode 0700.
-pub(crate) fn make_private_dir(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
-}
+pub(crate) use stockade_wasm_host::home::{hex, make_private_dir};
 
 /// The secret that authenticates the artifact cache (see `stockade_sys::wasm`): the
 /// file `path`, 32 random bytes, mode 0600, made on first use. Processes that start at
@@ -103,34 +94,9 @@ fn create_key(path: &Path) -> Result<()> {
     }
 }
 
-/// Lowercase hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
-
-/// SHA-256 of a file, streamed.
-pub(crate) fn sha256_file(path: &Path) -> Result<String> {
-    use sha2::Digest;
-    let mut f = std::fs::File::open(path)
-        .map_err(|e| Error::io(format!("cannot open {}", path.display()), e))?;
-    let mut h = sha2::Sha256::new();
-    std::io::copy(&mut f, &mut h)
-        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
-    Ok(hex(&h.finalize()))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_is_lowercase_pairs() {
-        assert_eq!(hex(&[0, 0xab, 0x10]), "00ab10");
-    }
 
     #[test]
     fn one_key_is_made_once_private_and_shared_by_concurrent_creators() {

@@ -1,4 +1,9 @@
-//! The wasm provider: sandboxes that run WASI (preview 1) modules on wasmtime.
+//! The wasm engine: sandboxes that run WASI (preview 1) modules on wasmtime, in the
+//! process that holds them. Stockade runs it only in `stockade-wasm-runner`, one
+//! process per sandbox ([`serve`]); the provider the rest of Stockade uses is
+//! `stockade_wasm_host::WasmProvider`, which starts runners and speaks the agent
+//! protocol to them. [`WasmProvider`] here is the engine in-process, for the runner
+//! and for this crate's tests.
 //!
 //! A sandbox is a module (`spec.image`: a `.wasm` file, or a runtime name such as
 //! `python`) plus its files: a private writable `/tmp` (a host directory that is
@@ -29,7 +34,6 @@
 //! precompiled code (a `.cwasm` image is refused).
 
 mod artifact;
-mod config;
 mod exec;
 mod fs;
 mod home;
@@ -37,24 +41,20 @@ mod module;
 mod output;
 mod provider;
 mod quota;
-pub mod runtime;
 mod sandbox;
+pub mod serve;
 mod spec;
 
 use std::sync::{Mutex, MutexGuard};
 
-pub use artifact::{CachedArtifact, LoadPath};
-pub use config::{DEFAULT_TMP_MAX_ENTRIES, WasmConfig};
+pub use artifact::LoadPath;
 pub use fs::{FileEntry, FileKind, GrepMatch, MAX_READ_BYTES};
-pub use home::stockade_home;
 pub use provider::WasmProvider;
-pub use runtime::{
-    InstalledRuntime, RuntimeList, RuntimeSpec, RuntimeStatus, image_for_language, install_runtime,
-    install_runtime_from_file, list_runtimes,
+pub use stockade_wasm_host::{
+    CachedArtifact, DEFAULT_TMP_MAX_ENTRIES, InstalledRuntime, RuntimeList, RuntimeSpec,
+    RuntimeStatus, TMP_DIR, WasmConfig, image_for_language, install_runtime,
+    install_runtime_from_file, list_runtimes, runtime, stockade_home,
 };
-
-/// Guest path of the sandbox's private writable directory.
-pub const TMP_DIR: &str = "/tmp";
 
 /// Locks `m`, going on past a panic of another holder: the maps it guards stay
 /// consistent between statements, so a poisoned lock holds nothing half-done.

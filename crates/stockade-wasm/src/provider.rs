@@ -93,30 +93,10 @@ impl Provider for WasmProvider {
         "wasm"
     }
 
-    /// What a WASI sandbox enforces. `seccomp` and `landlock` are true because the
-    /// wasm provider meets them by construction, not by applying them: a module can
-    /// make no system calls at all (only the WASI imports we link, none of which is a
-    /// socket), and it reaches no file but through the preopened directories. So the
-    /// default spec, which asks for both, runs here unchanged. `images` means modules
-    /// and runtimes (`python`), not OCI images; without an image there is nothing to
-    /// run, hence no `host_rootfs`. `pids_limit` caps concurrent execs (WASI has no
-    /// fork). No CPU quota, no users, no egress, no writable root.
+    /// See `stockade_wasm_host::capabilities`: the runner's host checks specs against
+    /// the same.
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            host_rootfs: false,
-            images: true,
-            network_egress: false,
-            network_policy: false,
-            writable_root: false,
-            mounts: true,
-            memory_limit: true,
-            cpu_limit: false,
-            pids_limit: true,
-            users: false,
-            seccomp: true,
-            landlock: true,
-            local_images: false,
-        }
+        stockade_wasm_host::capabilities()
     }
 
     async fn probe(&self) -> Result<Vec<Check>> {

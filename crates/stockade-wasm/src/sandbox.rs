@@ -76,6 +76,17 @@ impl WasmProvider {
         Ok((sb.quota.used(), sb.quota.cap()))
     }
 
+    /// Waits until sandbox `id` has ended (destroyed, its lifetime over, its owner
+    /// gone); at once when there is no such sandbox.
+    pub async fn ended(&self, id: &str) {
+        let Ok(sb) = self.sandbox(id) else {
+            return;
+        };
+        let mut dead = sb.dead.subscribe();
+        drop(sb);
+        let _ = dead.wait_for(|d| *d).await;
+    }
+
     pub(crate) fn end_sandbox(&self, id: &str) -> Option<Arc<SandboxEntry>> {
         let sb = lock(&self.inner.sandboxes).remove(id)?;
         sb.dead_flag

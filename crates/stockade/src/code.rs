@@ -254,7 +254,7 @@ pub async fn prepare(
 ) -> Result<Vec<String>> {
     if provider == "wasm" {
         // WASI runtimes carry their interpreter: the image names it.
-        let image = stockade_wasm::image_for_language(preset.names[0]).ok_or_else(|| {
+        let image = stockade_wasm_host::image_for_language(preset.names[0]).ok_or_else(|| {
             Error::Unavailable {
                 what: format!("{} on the wasm provider", preset.names[0]),
                 reason: "no WASI runtime for this language is known".into(),

@@ -160,8 +160,8 @@ pub fn support(
         fix,
     };
     if provider == "wasm" {
-        return match stockade_wasm::image_for_language(language)
-            .and_then(stockade_wasm::RuntimeSpec::find)
+        return match stockade_wasm_host::image_for_language(language)
+            .and_then(stockade_wasm_host::RuntimeSpec::find)
         {
             Some(rt) if rt.module_in(home).is_file() => {
                 row(How::Runtime, rt.name.to_string(), None)

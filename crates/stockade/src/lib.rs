@@ -29,7 +29,7 @@ pub use stockade_native::{
     self as native, NativeLauncher, NativeProvider, idpool, rootless, setup_rootless,
     tune_favordynmods, tune_pid_max,
 };
-pub use stockade_wasm::{self as wasm, WasmProvider};
+pub use stockade_wasm_host::{self as wasm, WasmProvider};
 
 /// Names of the providers this build knows.
 pub const PROVIDERS: &[&str] = &["native", "wasm", "docker", "gvisor", "microvm"];
@@ -97,7 +97,7 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
                 None => l,
             })))
         }
-        "wasm" => Ok(Arc::new(WasmProvider::new()?)),
+        "wasm" => Ok(Arc::new(WasmProvider::new())),
         "docker" => Ok(Arc::new(match home {
             Some(h) => {
                 DockerProvider::from(DockerLauncher::new().with_image_store(h.join("images")))

@@ -70,6 +70,9 @@ pub async fn run(ctx: &Ctx, cmd: RuntimeCmd) -> Result<i32> {
                     installed.module.display(),
                     installed.sha256
                 );
+                if let Err(e) = stockade::wasm::runner::find_runner() {
+                    eprintln!("note: not compiled yet, the first sandbox compiles it: {e}");
+                }
             }
             Ok(0)
         }

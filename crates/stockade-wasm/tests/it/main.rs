@@ -8,4 +8,5 @@ mod fsops;
 mod lifecycle;
 mod limits;
 mod python;
+mod runner;
 mod support;

@@ -1,12 +1,12 @@
-//! The configuration of a [`WasmProvider`](crate::WasmProvider).
+//! The configuration of the wasm engine (each runner gets its own copy).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::stockade_home;
 
-/// Configuration of a [`WasmProvider`](crate::WasmProvider).
-#[derive(Clone, Debug, PartialEq)]
+/// Configuration of the wasm provider and its engine.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WasmConfig {
     /// Where runtimes are installed: `<home>/runtimes/` (default [`stockade_home`]).
     pub home: PathBuf,

@@ -137,7 +137,7 @@ pub struct RuntimeStatus {
     pub installed: bool,
     /// Details when installed.
     pub details: Option<InstalledRuntime>,
-    /// A compiled artifact of it is in the cache for the default engine.
+    /// A compiled artifact of it is in the cache for the runner's engine.
     pub cached: bool,
 }
 
@@ -157,14 +157,16 @@ fn read_manifest(dir: &Path) -> Option<InstalledRuntime> {
 
 /// The installed runtime `spec` under `home`, if it is there and intact. Cheap: checks
 /// the manifest and the size, not the digest (which `install_runtime` verified).
-pub(crate) fn installed(spec: &RuntimeSpec, home: &Path) -> Option<InstalledRuntime> {
+pub fn installed(spec: &RuntimeSpec, home: &Path) -> Option<InstalledRuntime> {
     let m = read_manifest(&spec.dir_in(home))?;
     let size = std::fs::metadata(&m.module).ok()?.len();
     (m.sha256 == spec.sha256 && size == spec.size).then_some(m)
 }
 
 /// Installs a runtime (`python-wasm`, or an alias) under `$STOCKADE_HOME/runtimes/`
-/// and precompiles it into the artifact cache, so that the first sandbox starts fast.
+/// and has the runner precompile it into the artifact cache, so that the first
+/// sandbox starts fast. Without a runner the module is installed and the compile is
+/// left to the first sandbox (see [`crate::runner::precompile`]).
 /// `progress(done, total)` is called as the download proceeds (`total` is 0 when the
 /// server does not say). Idempotent: an intact installation is kept as is.
 pub fn install_runtime(name: &str, progress: &dyn Fn(u64, u64)) -> Result<InstalledRuntime> {
@@ -191,7 +193,7 @@ pub fn install_runtime_in(
             result?
         }
     };
-    crate::WasmProvider::with_config(crate::WasmConfig::in_home(home))?.precompile(&done.module)?;
+    crate::runner::precompile(home, &done.module)?;
     Ok(done)
 }
 
@@ -222,7 +224,7 @@ pub fn install_runtime_from_file_in(
         let _ = std::fs::remove_dir_all(&staging);
     }
     let done = result?;
-    crate::WasmProvider::with_config(crate::WasmConfig::in_home(home))?.precompile(&done.module)?;
+    crate::runner::precompile(home, &done.module)?;
     Ok(done)
 }
 
@@ -532,9 +534,10 @@ pub fn list_runtimes() -> Result<RuntimeList> {
 
 /// [`list_runtimes`] under a chosen home directory.
 pub fn list_runtimes_in(home: &Path) -> Result<RuntimeList> {
-    let provider = crate::WasmProvider::with_config(crate::WasmConfig::in_home(home))?;
-    let engine_key = provider.engine_key().to_string();
-    let artifacts = crate::artifact::list(&provider.config().cache_dir, &engine_key)?;
+    // Without a runner no artifact is current: none can be loaded.
+    let engine_key = crate::runner::engine_key(home).unwrap_or_default();
+    let artifacts =
+        crate::artifact::list(&crate::WasmConfig::in_home(home).cache_dir, &engine_key)?;
     let runtimes = RUNTIMES
         .iter()
         .map(|spec| {
