@@ -30,8 +30,10 @@
 //! A profile's missing keys take the built-in values. The daemon's single local caller
 //! (no tokens, no socket group) is not a tenant and is not admitted by a profile: it
 //! has the host's freedom, as the CLI as root has. The wasm provider is off for
-//! tenants by default because its modules run inside the daemon's own process (one
-//! tenant's memory is every tenant's); a profile may list it.
+//! tenants by default: each sandbox is a runner process of its own (no capabilities,
+//! seccomp, landlock for writes), but it runs as the daemon's user and may read what
+//! that user can, so wasmtime's checks are the only wall between a module and the
+//! daemon's files; a profile may list it.
 //!
 //! The checks of names (mount roots, image references, the daemon host's own
 //! addresses) stay where they are (`daemon/paths.rs`, `daemon/create.rs`); this
@@ -261,8 +263,9 @@ impl Profile {
         };
         if !self.allows_provider(provider) {
             let why = if provider == "wasm" && self.providers.is_none() {
-                " (wasm modules run inside the daemon's own process, so tenants get it only \
-                 where the operator's profile lists it)"
+                " (a wasm runner runs as the daemon's user and may read what that user \
+                 can: wasmtime's checks are the only wall between the code and those files, \
+                 so tenants get it only where the operator's profile lists it)"
             } else {
                 ""
             };
@@ -520,7 +523,7 @@ mod tests {
             .admit("wasm", &SandboxSpec::default())
             .unwrap_err()
             .to_string();
-        assert!(e.contains("inside the daemon's own process"), "{e}");
+        assert!(e.contains("runs as the daemon's user"), "{e}");
         let held = Usage {
             memory_bytes: 20 * GIB,
             cpus: 1.0,

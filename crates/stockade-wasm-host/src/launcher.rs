@@ -345,6 +345,15 @@ impl Launcher for WasmLauncher {
     }
 }
 
+/// Whether `pid` is a live process (a zombie is not: an orphaned runner whose host
+/// died may wait unreaped where nothing reaps orphans).
+fn running(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+        let state = s.rsplit(')').next().unwrap_or("").trim_start();
+        !state.starts_with('Z')
+    })
+}
+
 /// Removes the runner directories under `scratch` whose runner is not alive.
 fn sweep(scratch: &std::path::Path, mine: &[String]) -> GcReport {
     let mut report = GcReport::default();
@@ -356,7 +365,7 @@ fn sweep(scratch: &std::path::Path, mine: &[String]) -> GcReport {
         let Ok(pid) = name.parse::<u32>() else {
             continue;
         };
-        if mine.contains(&name) || std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if mine.contains(&name) || running(pid) {
             continue;
         }
         let ids: Vec<String> = std::fs::read_dir(entry.path())

@@ -38,6 +38,20 @@ pub fn main() -> i32 {
             return 64;
         }
     };
+    // Before any thread starts, so that every later one inherits it.
+    let confined = match confine(&launch) {
+        Ok(c) => c,
+        Err(e) => {
+            answer(&Ready::Err {
+                code: ErrorCode::Unavailable,
+                message: format!(
+                    "the wasm runner cannot confine itself: {e}; it needs landlock (kernel 5.13 \
+                     or later, enabled in the lsm= boot parameter) and seccomp"
+                ),
+            });
+            return 0;
+        }
+    };
     // One worker thread per CPU the sandbox may use: each exec runs on one thread at
     // a time, so this is what `limits.cpus` buys.
     let host = std::thread::available_parallelism().map_or(1, std::num::NonZero::get);
@@ -56,7 +70,51 @@ pub fn main() -> i32 {
             return 70;
         }
     };
-    rt.block_on(serve(launch))
+    rt.block_on(serve(launch, confined))
+}
+
+/// Confines this process, the wall behind wasmtime's own: no capabilities, no new
+/// privileges, writes only below the sandbox's own directory, the artifact cache and
+/// the spec's writable mounts (landlock), and the seccomp allowlist of every sandbox
+/// (no ptrace, no namespaces, no io_uring, bpf or keyctl, sockets of the usual
+/// families only). Returns what it applied, for `SandboxInfo::applied`.
+fn confine(launch: &Launch) -> std::result::Result<String, String> {
+    let c = &launch.config;
+    let own = c.scratch_dir.join(std::process::id().to_string());
+    let mut writable = vec![own.clone(), c.cache_dir.clone()];
+    if let Some(keys) = c.key_file.parent() {
+        writable.push(keys.to_path_buf());
+    }
+    // Landlock names directories that exist.
+    for dir in &writable {
+        stockade_wasm_host::home::make_private_dir(dir).map_err(|e| e.to_string())?;
+    }
+    writable.extend(
+        launch
+            .spec
+            .mounts
+            .iter()
+            .filter(|m| m.writable)
+            .map(|m| m.host.clone()),
+    );
+    let writable: Vec<String> = writable
+        .iter()
+        .map(|p| p.to_string_lossy().into_owned())
+        .collect();
+    if stockade_sys::caps::has_any() {
+        stockade_sys::caps::drop_bounding().map_err(|e| e.to_string())?;
+        stockade_sys::caps::clear_all().map_err(|e| e.to_string())?;
+    }
+    let landlock = stockade_sys::landlock::restrict_min(&writable, Some(1), true)
+        .map_err(|e| e.to_string())?;
+    stockade_sys::seccomp::build()
+        .and_then(|f| f.apply())
+        .map_err(|e| e.to_string())?;
+    Ok(format!(
+        "runner: a process of its own (pid {}), no capabilities, seccomp allowlist, {landlock} \
+         (writes below its directory, the artifact cache and writable mounts only)",
+        std::process::id()
+    ))
 }
 
 fn answer(ready: &Ready) {
@@ -73,7 +131,7 @@ fn refused(e: &Error) -> Ready {
     }
 }
 
-async fn serve(launch: Launch) -> i32 {
+async fn serve(launch: Launch, confined: String) -> i32 {
     let provider = match WasmProvider::with_config(launch.config) {
         Ok(p) => p,
         Err(e) => {
@@ -104,7 +162,7 @@ async fn serve(launch: Launch) -> i32 {
             .map_err(|e| Error::io(format!("cannot restrict {}", socket.display()), e))?;
         Ok::<_, Error>((info, socket, listener))
     };
-    let (info, socket, listener) = match made.await {
+    let (mut info, socket, listener) = match made.await {
         Ok(m) => m,
         Err(e) => {
             answer(&refused(&e));
@@ -112,6 +170,7 @@ async fn serve(launch: Launch) -> i32 {
         }
     };
     let id = info.id.clone();
+    info.applied.push(confined);
     answer(&Ready::Ok {
         info: Box::new(info),
         socket,
@@ -146,13 +205,10 @@ async fn serve(launch: Launch) -> i32 {
             }
         }
     }
+    // The sandbox's files go with it; the (now empty) directory of this runner is
+    // removed by the host that waits for it, or by gc (landlock lets this process
+    // write only below it).
     let _ = provider.destroy(&id).await;
-    let _ = std::fs::remove_dir_all(
-        provider
-            .config()
-            .scratch_dir
-            .join(std::process::id().to_string()),
-    );
     0
 }
 
