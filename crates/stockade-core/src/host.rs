@@ -1,7 +1,10 @@
 //! Facts about the host process every crate needs, kept once: who we run as, where
-//! Stockade keeps its data and its runtime state, fresh random ids, the clock.
+//! Stockade keeps its data and its runtime state, fresh random ids, secret keys, the
+//! clock.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use crate::{Error, Result};
 
 pub use stockade_agent_proto::now_ms;
 
@@ -81,6 +84,108 @@ pub fn random_hex(n: usize) -> String {
 /// A fresh sandbox id: `sb-` and 12 hex digits.
 pub fn new_sandbox_id() -> String {
     format!("sb-{}", random_hex(6))
+}
+
+/// Length of a [`secret_key`].
+pub const SECRET_KEY_LEN: usize = 32;
+
+/// The secret key in the file `path` (32 random bytes, mode 0600, owned by this uid),
+/// made on first use; `what` names it in errors, `remade` says what a new key costs.
+/// Processes that start at once agree on one key: each writes a candidate to a file of
+/// its own beside it and links that into place, which fails for all but the first;
+/// then every one reads the file. A key file that others could read or change, or a
+/// symlink, is refused, not used.
+pub fn secret_key(path: &Path, what: &str, remade: &str) -> Result<[u8; SECRET_KEY_LEN]> {
+    for _ in 0..3 {
+        if let Some(key) = read_key(path, what, remade)? {
+            return Ok(key);
+        }
+        create_key(path, what)?;
+    }
+    Err(Error::Internal(format!(
+        "{what} {} keeps disappearing after it is made",
+        path.display()
+    )))
+}
+
+/// Opens `path` for reading without following it when it is a symlink (that fails
+/// with `ELOOP`), so a link planted beside a key or a cache is never read.
+pub fn open_nofollow(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)
+}
+
+fn read_key(path: &Path, what: &str, remade: &str) -> Result<Option<[u8; SECRET_KEY_LEN]>> {
+    use std::io::Read;
+    use std::os::unix::fs::MetadataExt;
+    let mut file = match open_nofollow(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot open {what} {}", path.display()),
+                e,
+            ));
+        }
+    };
+    let md = file
+        .metadata()
+        .map_err(|e| Error::io(format!("cannot stat {}", path.display()), e))?;
+    let me = euid();
+    if !md.is_file()
+        || md.uid() != me
+        || md.mode() & 0o077 != 0
+        || md.len() != SECRET_KEY_LEN as u64
+    {
+        return Err(Error::PolicyDenied(format!(
+            "{what} {} is not a {SECRET_KEY_LEN}-byte file owned by uid {me} with mode 0600 \
+             (it is owned by uid {}, mode {:o}, {} bytes); remove it: a new key is made on \
+             next use ({remade})",
+            path.display(),
+            md.uid(),
+            md.mode() & 0o7777,
+            md.len()
+        )));
+    }
+    let mut bytes = [0u8; SECRET_KEY_LEN];
+    file.read_exact(&mut bytes)
+        .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
+    Ok(Some(bytes))
+}
+
+/// Makes a key at `path` unless one is there (another process may win the race: fine).
+fn create_key(path: &Path, what: &str) -> Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    let mut bytes = [0u8; SECRET_KEY_LEN];
+    getrandom::getrandom(&mut bytes)
+        .map_err(|e| Error::Internal(format!("cannot draw {what}: {e}")))?;
+    let tmp = dir.join(format!(".key.{}", random_hex(8)));
+    let written = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_all()));
+    let linked = written.and_then(|()| std::fs::hard_link(&tmp, path));
+    let _ = std::fs::remove_file(&tmp);
+    match linked {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(Error::io(
+            format!("cannot create {what} {}", path.display()),
+            e,
+        )),
+    }
 }
 
 #[cfg(test)]

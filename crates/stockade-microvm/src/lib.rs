@@ -51,6 +51,8 @@ pub type MicrovmProvider = AgentProvider<MicrovmLauncher>;
 
 /// Where named snapshots live below Stockade's home.
 pub const SNAPSHOTS_DIR: &str = "snapshots/microvm";
+/// The key that seals named snapshots, under `$STOCKADE_HOME`.
+pub const SNAPSHOT_KEY: &str = "keys/snapshots.key";
 
 /// Default cache of boot assets (kernel initramfs, root images, the KVM probe).
 pub const DEFAULT_CACHE: &str = "/var/cache/stockade/microvm";
@@ -102,6 +104,8 @@ pub struct MicrovmLauncher {
     cache: PathBuf,
     /// Where named snapshots are kept.
     snapshots: PathBuf,
+    /// The key that seals them (`<home>/keys/snapshots.key`).
+    snapshot_key: PathBuf,
     vmm: Arc<dyn Vmm>,
     qemu: PathBuf,
     accel: Arc<OnceCell<(Accel, String)>>,
@@ -239,6 +243,7 @@ impl MicrovmLauncher {
             state_root: stockade_core::host::runtime_dir("stockade-microvm"),
             cache,
             snapshots: stockade_core::host::stockade_home().join(SNAPSHOTS_DIR),
+            snapshot_key: stockade_core::host::stockade_home().join(SNAPSHOT_KEY),
             vmm: Arc::new(QemuMicrovm::default()),
             qemu: PathBuf::from("qemu-system-x86_64"),
             accel: Arc::default(),
@@ -292,10 +297,11 @@ impl MicrovmLauncher {
         self
     }
 
-    /// Keeps named snapshots under `home/snapshots/microvm` instead of
-    /// `$STOCKADE_HOME`'s.
+    /// Keeps named snapshots under `home/snapshots/microvm` (and their key in
+    /// `home/keys/`) instead of `$STOCKADE_HOME`'s.
     pub fn with_home(mut self, home: impl AsRef<Path>) -> MicrovmLauncher {
         self.snapshots = home.as_ref().join(SNAPSHOTS_DIR);
+        self.snapshot_key = home.as_ref().join(SNAPSHOT_KEY);
         self
     }
 

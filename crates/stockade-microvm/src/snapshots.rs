@@ -7,8 +7,12 @@
 //! kernel, and apt may remove it from `/boot`), `root.erofs` (a hard link to the root
 //! image the guest has mounted, so a rebuilt image does not remove it; the cache's
 //! path when the two are on different file systems), and `snapshot.json` with every
-//! digest. Starting from it re-hashes the state, kernel and initrd and checks the root
-//! image's size before anything runs; a mismatch is refused. A snapshot is made in a
+//! digest, sealed by `snapshot.seal`: an HMAC-SHA256 of `snapshot.json` under a key
+//! only this host's Stockade can read (`$STOCKADE_HOME/keys/snapshots.key`, 0600), so
+//! one who can write the snapshot directory cannot rewrite the digests to match a
+//! state of their own. Starting from it checks the seal, re-hashes the state, kernel
+//! and initrd and checks the root image's size before anything runs; a mismatch is
+//! refused. A snapshot is made in a
 //! `.partial-PID-TICKS-RANDOM` directory renamed into place, so a reader never sees
 //! half of one; `gc` removes partial directories whose maker is dead.
 
@@ -39,6 +43,30 @@ struct Meta {
     root_bytes: u64,
 }
 
+/// The file holding a snapshot's seal.
+const SEAL: &str = "snapshot.seal";
+
+/// What the seal covers: a domain tag and the record's bytes.
+fn sealed_bytes(record: &[u8]) -> Vec<u8> {
+    let mut v = b"stockade microvm snapshot v1\0".to_vec();
+    v.extend_from_slice(record);
+    v
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn hex_decode(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
 fn snapshot_not_found(name: &str) -> Error {
     Error::NotFound {
         kind: "snapshot",
@@ -59,12 +87,49 @@ impl MicrovmLauncher {
     }
 
     fn read_meta(&self, name: &str) -> Result<Meta> {
+        Ok(self.read_meta_bytes(name)?.0)
+    }
+
+    /// The record and its bytes, as written (unchecked: for listing).
+    fn read_meta_bytes(&self, name: &str) -> Result<(Meta, Vec<u8>)> {
         let p = self.snapshot_path(name).join("snapshot.json");
         let text = std::fs::read(&p).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => snapshot_not_found(name),
             _ => Error::io(format!("cannot read {}", p.display()), e),
         })?;
-        serde_json::from_slice(&text).map_err(|e| corrupt(name, &format!("{}: {e}", p.display())))
+        let meta = serde_json::from_slice(&text)
+            .map_err(|e| corrupt(name, &format!("{}: {e}", p.display())))?;
+        Ok((meta, text))
+    }
+
+    /// The record of `name`, once its seal shows this host wrote it.
+    fn read_sealed_meta(&self, name: &str) -> Result<Meta> {
+        let (meta, text) = self.read_meta_bytes(name)?;
+        let p = self.snapshot_path(name).join(SEAL);
+        let tag = std::fs::read_to_string(&p).unwrap_or_default();
+        let key = self.seal_key()?;
+        let tag = hex_decode(tag.trim()).unwrap_or_default();
+        if ring::hmac::verify(&key, &sealed_bytes(&text), &tag).is_err() {
+            return Err(corrupt(
+                name,
+                &format!(
+                    "{} does not carry this host's seal of its record ({}): it was changed \
+                     after it was taken, or taken under another key",
+                    p.display(),
+                    self.snapshot_key.display()
+                ),
+            ));
+        }
+        Ok(meta)
+    }
+
+    fn seal_key(&self) -> Result<ring::hmac::Key> {
+        let bytes = stockade_core::host::secret_key(
+            &self.snapshot_key,
+            "the snapshot key",
+            "and every named snapshot must be taken again",
+        )?;
+        Ok(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes))
     }
 
     /// Takes the named snapshot `name` of sandbox `id`: pauses it when it runs
@@ -225,12 +290,13 @@ impl MicrovmLauncher {
             root_bytes,
         };
         let p = stage.join("snapshot.json");
-        std::fs::write(
-            &p,
-            serde_json::to_vec_pretty(&meta)
-                .map_err(|e| Error::Internal(format!("cannot encode a snapshot: {e}")))?,
-        )
-        .map_err(io(format!("cannot write {}", p.display())))?;
+        let text = serde_json::to_vec_pretty(&meta)
+            .map_err(|e| Error::Internal(format!("cannot encode a snapshot: {e}")))?;
+        std::fs::write(&p, &text).map_err(io(format!("cannot write {}", p.display())))?;
+        let tag = ring::hmac::sign(&self.seal_key()?, &sealed_bytes(&text));
+        let p = stage.join(SEAL);
+        std::fs::write(&p, hex(tag.as_ref()))
+            .map_err(io(format!("cannot write {}", p.display())))?;
         Ok(info)
     }
 
@@ -278,7 +344,7 @@ impl MicrovmLauncher {
     ) -> Result<SandboxInfo> {
         need_root()?;
         check_snapshot_key(name)?;
-        let meta = self.read_meta(name)?;
+        let meta = self.read_sealed_meta(name)?;
         let dir = self.snapshot_path(name);
         let (mem, kernel, initrd) = (dir.join("vm.state"), dir.join("kernel"), dir.join("initrd"));
         let sums = tokio::task::spawn_blocking({

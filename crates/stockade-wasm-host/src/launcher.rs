@@ -165,37 +165,7 @@ impl Launcher for WasmLauncher {
             },
             fix: key.is_err().then(|| runner::BUILD_RUNNER.to_string()),
         });
-        for (name, dir) in [
-            ("artifact cache", self.config.cache_dir.clone()),
-            ("sandbox directories", self.config.scratch_dir.clone()),
-        ] {
-            let made = home::make_private_dir(&dir);
-            checks.push(Check {
-                name: name.into(),
-                ok: made.is_ok(),
-                detail: match &made {
-                    Ok(()) => format!("{} is usable", dir.display()),
-                    Err(e) => e.to_string(),
-                },
-                fix: made
-                    .is_err()
-                    .then(|| format!("make {} writable, or set STOCKADE_HOME", dir.display())),
-            });
-        }
-        for spec in runtime::RUNTIMES {
-            let inst = runtime::installed(spec, &self.config.home);
-            checks.push(Check {
-                name: format!("{} runtime", spec.name),
-                ok: inst.is_some(),
-                detail: match &inst {
-                    Some(i) => format!("{} {} at {}", spec.name, i.version, i.module.display()),
-                    None => "not installed".into(),
-                },
-                fix: inst
-                    .is_none()
-                    .then(|| format!("stockade runtime install {}", spec.name)),
-            });
-        }
+        checks.extend(file_checks(&self.config));
         Ok(checks)
     }
 
@@ -352,6 +322,44 @@ fn running(pid: u32) -> bool {
         let state = s.rsplit(')').next().unwrap_or("").trim_start();
         !state.starts_with('Z')
     })
+}
+
+/// The checks of a wasm provider's files (`probe`): its directories are usable and
+/// which runtimes are installed.
+pub fn file_checks(config: &WasmConfig) -> Vec<Check> {
+    let mut checks = Vec::new();
+    for (name, dir) in [
+        ("artifact cache", config.cache_dir.clone()),
+        ("sandbox directories", config.scratch_dir.clone()),
+    ] {
+        let made = home::make_private_dir(&dir);
+        checks.push(Check {
+            name: name.into(),
+            ok: made.is_ok(),
+            detail: match &made {
+                Ok(()) => format!("{} is usable", dir.display()),
+                Err(e) => e.to_string(),
+            },
+            fix: made
+                .is_err()
+                .then(|| format!("make {} writable, or set STOCKADE_HOME", dir.display())),
+        });
+    }
+    for spec in runtime::RUNTIMES {
+        let inst = runtime::installed(spec, &config.home);
+        checks.push(Check {
+            name: format!("{} runtime", spec.name),
+            ok: inst.is_some(),
+            detail: match &inst {
+                Some(i) => format!("{} {} at {}", spec.name, i.version, i.module.display()),
+                None => "not installed".into(),
+            },
+            fix: inst
+                .is_none()
+                .then(|| format!("stockade runtime install {}", spec.name)),
+        });
+    }
+    checks
 }
 
 /// Removes the runner directories under `scratch` whose runner is not alive.

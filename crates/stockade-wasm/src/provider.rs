@@ -19,7 +19,7 @@ use crate::module::{ModuleEntry, ModuleKey};
 use crate::quota::{MemoryBudget, TmpQuota};
 use crate::sandbox::{Preopen, SandboxEntry, new_id, pid_alive, watch_lifetime};
 use crate::spec::spec_error;
-use crate::{TMP_DIR, WasmConfig, artifact, home, lock, runtime};
+use crate::{TMP_DIR, WasmConfig, artifact, home, lock};
 
 /// The wasm provider. Cheap to clone; clones share sandboxes and compiled modules.
 /// Sandboxes live in this process: they end with it (and [`Provider::gc`] removes
@@ -109,37 +109,7 @@ impl Provider for WasmProvider {
             ),
             fix: None,
         }];
-        for (name, dir) in [
-            ("artifact cache", self.inner.config.cache_dir.clone()),
-            ("sandbox directories", self.inner.config.scratch_dir.clone()),
-        ] {
-            let made = home::make_private_dir(&dir);
-            checks.push(Check {
-                name: name.into(),
-                ok: made.is_ok(),
-                detail: match &made {
-                    Ok(()) => format!("{} is usable", dir.display()),
-                    Err(e) => e.to_string(),
-                },
-                fix: made
-                    .is_err()
-                    .then(|| format!("make {} writable, or set STOCKADE_HOME", dir.display())),
-            });
-        }
-        for spec in runtime::RUNTIMES {
-            let inst = runtime::installed(spec, &self.inner.config.home);
-            checks.push(Check {
-                name: format!("{} runtime", spec.name),
-                ok: inst.is_some(),
-                detail: match &inst {
-                    Some(i) => format!("{} {} at {}", spec.name, i.version, i.module.display()),
-                    None => "not installed".into(),
-                },
-                fix: inst
-                    .is_none()
-                    .then(|| format!("stockade runtime install {}", spec.name)),
-            });
-        }
+        checks.extend(stockade_wasm_host::file_checks(&self.inner.config));
         Ok(checks)
     }
 

@@ -336,26 +336,48 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
     assert_eq!(p.snapshots().await.unwrap(), vec![snap.clone()]);
     assert!(store.join("base/vm.state").exists());
 
-    // A changed snapshot is refused and nothing is started.
+    // A changed snapshot is refused and nothing is started, also when its record's
+    // digests are rewritten to match the change: the record is sealed with a key only
+    // this host's Stockade reads.
     let state = store.join("base/vm.state");
     let mut bytes = std::fs::read(&state).unwrap();
     let mid = bytes.len() / 3;
     bytes[mid] ^= 0x5a;
     std::fs::write(&state, bytes).unwrap();
+    let record = store.join("base/snapshot.json");
+    let original = std::fs::read(&record).unwrap();
+    let sum = std::process::Command::new("sha256sum")
+        .arg(&state)
+        .output()
+        .unwrap();
+    let sum = String::from_utf8(sum.stdout).unwrap();
+    let mut forged: serde_json::Value = serde_json::from_slice(&original).unwrap();
+    forged["info"]["sha256"] = sum.split_whitespace().next().unwrap().into();
+    std::fs::write(&record, serde_json::to_vec_pretty(&forged).unwrap()).unwrap();
     let dirs = vm_dirs();
-    let e = Sandbox::from_snapshot(
-        p.clone() as std::sync::Arc<dyn Provider>,
-        "base",
-        CreateOptions::default(),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(e, Error::PolicyDenied(_)), "{e:?}");
-    assert!(
-        e.to_string().contains("snapshot base is corrupt")
-            && e.to_string().contains("stockade snapshot rm base"),
-        "{e}"
-    );
+    let refused = |also: &'static str| {
+        let p = p.clone();
+        async move {
+            let e = Sandbox::from_snapshot(
+                p as std::sync::Arc<dyn Provider>,
+                "base",
+                CreateOptions::default(),
+            )
+            .await
+            .unwrap_err();
+            assert!(matches!(e, Error::PolicyDenied(_)), "{e:?}");
+            let e = e.to_string();
+            assert!(
+                e.contains("snapshot base is corrupt")
+                    && e.contains("stockade snapshot rm base")
+                    && e.contains(also),
+                "{e}"
+            );
+        }
+    };
+    refused("seal").await;
+    std::fs::write(&record, &original).unwrap();
+    refused("vm.state").await;
     // (Other tests make VMs meanwhile: only one started from this snapshot counts.)
     for id in vm_dirs().difference(&dirs) {
         if let Ok(info) = p.inspect(id).await {

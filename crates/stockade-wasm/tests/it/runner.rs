@@ -30,14 +30,7 @@ fn host_provider() -> (WasmProvider, tempfile::TempDir) {
 }
 
 async fn create(p: &WasmProvider, image: &Path) -> String {
-    let spec = spec(image).validate().expect("valid spec");
-    p.create(
-        stockade_core::CheckedSpec::new(spec, p).unwrap(),
-        CreateOptions::default(),
-    )
-    .await
-    .expect("create")
-    .id
+    crate::support::create(p, spec(image)).await
 }
 
 async fn run(
@@ -45,15 +38,9 @@ async fn run(
     id: &str,
     argv: &[&str],
 ) -> stockade_core::Result<stockade_core::ExecOutcome> {
-    p.exec(
-        id,
-        stockade_core::CheckedRequest::new(ExecRequest::new(argv.iter().copied())).unwrap(),
-        stockade_core::ExecIo::none(),
-    )
-    .await
+    crate::support::exec_req(p, id, ExecRequest::new(argv.iter().copied())).await
 }
 
-/// The peak resident memory of `pid` (`VmHWM`), KiB.
 fn peak_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status

@@ -149,7 +149,7 @@ pub fn spec(image: &Path) -> SandboxSpec {
 }
 
 /// Creates a sandbox from `spec` (validated and checked like `Sandbox::create` does).
-pub async fn create(p: &WasmProvider, spec: SandboxSpec) -> String {
+pub async fn create(p: &dyn Provider, spec: SandboxSpec) -> String {
     let spec = spec.validate().expect("valid spec");
     p.create(
         stockade_core::CheckedSpec::new(spec, p).unwrap(),
@@ -161,7 +161,7 @@ pub async fn create(p: &WasmProvider, spec: SandboxSpec) -> String {
 }
 
 /// Runs `argv` in sandbox `id`.
-pub async fn run(p: &WasmProvider, id: &str, argv: &[&str]) -> ExecOutcome {
+pub async fn run(p: &dyn Provider, id: &str, argv: &[&str]) -> ExecOutcome {
     exec_req(p, id, ExecRequest::new(argv.iter().copied()))
         .await
         .expect("exec")
@@ -169,7 +169,7 @@ pub async fn run(p: &WasmProvider, id: &str, argv: &[&str]) -> ExecOutcome {
 
 /// Runs `req` (checked like `Sandbox::exec` does) in sandbox `id`, without streams.
 pub async fn exec_req(
-    p: &WasmProvider,
+    p: &dyn Provider,
     id: &str,
     req: ExecRequest,
 ) -> stockade_core::Result<ExecOutcome> {
