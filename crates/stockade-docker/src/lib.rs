@@ -996,9 +996,11 @@ impl Launcher for DockerLauncher {
         self.reap().await
     }
 
+    /// From the sandbox's network monitor alone, not dockerd: an exec that ran to its
+    /// end while dockerd went away keeps its outcome (this is asked after every exec).
     async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
         check_id(id)?;
-        if self.inspect_container(id).await?.is_none() {
+        if !self.dir(id).exists() {
             return Err(not_found(id));
         }
         stockade_native::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await

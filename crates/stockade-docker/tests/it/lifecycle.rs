@@ -76,6 +76,44 @@ async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
     }
 }
 
+/// An exec that ran to its end keeps its outcome when dockerd stops answering: after
+/// the exec only the sandbox's own state is asked (its egress denials), not dockerd.
+/// (A provider on a socket nobody listens on, with the real provider's state, is the
+/// host whose dockerd went away; stopping the real one would stop every other test.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_exec_keeps_its_outcome_when_dockerd_stops_answering() {
+    let Some(image) = image() else { return };
+    let sb = sandbox(spec(&image)).await;
+    let dir = tempfile::tempdir().unwrap();
+    let stopped = dir.path().join("stopped.sock");
+    let made = std::process::Command::new("/usr/bin/python3")
+        .args([
+            "-c",
+            "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])",
+        ])
+        .arg(&stopped)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let blind = DockerProvider::from(
+        DockerLauncher::new()
+            .with_socket(&stopped)
+            .with_state_root(stockade_core::host::runtime_dir("stockade-docker")),
+    );
+    let out = blind
+        .exec(
+            sb.id(),
+            stockade_core::CheckedRequest::new(ExecRequest::new(["/bin/sh", "-c", "echo ran"]))
+                .unwrap(),
+            stockade_core::ExecIo::none(),
+        )
+        .await
+        .expect("the exec ran; its outcome is not lost to an unreachable dockerd");
+    assert_eq!(text(&out.stdout), "ran\n");
+    assert_eq!(out.exit_code, 0);
+    sb.destroy().await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spec_without_image_is_refused_clearly() {
     let Some(_image) = image() else { return };

@@ -113,8 +113,20 @@ pub struct Limits {
     pub admission: crate::admission::Admission,
 }
 
+/// An error of the daemon's own parts (its store, mostly): internal, but for a full
+/// disk, which is the host's state, not a bug, and passes once there is room again.
 fn internal(e: impl std::fmt::Display) -> Error {
-    Error::Internal(e.to_string())
+    let message = e.to_string();
+    if message.contains("os error 28") || message.contains("os error 122") {
+        return Error::Unavailable {
+            what: "the daemon's state".into(),
+            reason: message,
+            fix: "free space on that file system (or raise the quota); the daemon goes on \
+                  once there is room, no restart needed"
+                .into(),
+        };
+    }
+    Error::Internal(message)
 }
 
 /// Teardowns of answered destroys that run at once.

@@ -158,6 +158,27 @@ impl TestDaemon {
             .unwrap()
     }
 
+    /// Runs this daemon's binary with its flags and state to completion (a start that
+    /// must fail), killed after `limit` if it keeps running; its output.
+    pub fn run_with_state(&self, limit: Duration) -> std::process::Output {
+        let mut c = self.command();
+        let child = c
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start stockaded");
+        let pid = child.id();
+        let watchdog = std::thread::spawn(move || {
+            std::thread::sleep(limit);
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        });
+        let out = child.wait_with_output().unwrap();
+        drop(watchdog);
+        out
+    }
+
     /// `kill -9`: no shutdown, no draining.
     pub fn kill9(&mut self) {
         if let Some(mut c) = self.child.take() {

@@ -1,6 +1,7 @@
 //! `stockaded` as clients see it: real daemon processes, real native sandboxes.
 //! Needs root; fails in CI without it, skips loudly elsewhere.
 
+mod faults;
 mod harness;
 mod images;
 mod listeners;
