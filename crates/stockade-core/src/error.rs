@@ -62,6 +62,16 @@ impl Error {
             Error::Timeout { .. } => ErrorCode::Timeout,
             Error::LimitExceeded { .. } => ErrorCode::LimitExceeded,
             Error::PolicyDenied(_) => ErrorCode::PolicyDenied,
+            // A full disk or quota is the host's state, not a bug: it passes once
+            // there is room.
+            Error::Io { source, .. }
+                if matches!(
+                    source.kind(),
+                    std::io::ErrorKind::StorageFull | std::io::ErrorKind::QuotaExceeded
+                ) =>
+            {
+                ErrorCode::Unavailable
+            }
             Error::Io { .. } | Error::Internal(_) => ErrorCode::Internal,
             Error::Remote { code, .. } => *code,
         }

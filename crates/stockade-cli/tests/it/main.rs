@@ -11,6 +11,7 @@ mod bench;
 mod daemon;
 mod docker_user;
 mod egress;
+mod faults;
 mod gvisor;
 mod idrange;
 mod images;

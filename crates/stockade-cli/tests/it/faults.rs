@@ -1,0 +1,73 @@
+//! Faults as a script sees them: a full `STOCKADE_HOME` under `session exec` (a small
+//! tmpfs, filled). The user is told what is full with the exit code of an unavailable
+//! host (69, not 70 for a bug), and no sandbox outlives the failed command.
+
+use crate::{require_root, state_dir, stockade};
+
+#[test]
+fn a_full_home_fails_session_exec_with_69_and_leaves_no_sandbox() {
+    if !require_root("a_full_home_fails_session_exec") {
+        return;
+    }
+    let home = tempfile::tempdir().unwrap();
+    let ok = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "stockade-faults"])
+        .arg(home.path())
+        .status()
+        .unwrap();
+    assert!(ok.success());
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _unmount = Unmount(home.path().to_path_buf());
+    let mut f = std::fs::File::create(home.path().join("filler")).unwrap();
+    for size in [64 << 10, 4 << 10, 512] {
+        let block = vec![0u8; size];
+        while std::io::Write::write_all(&mut f, &block).is_ok() {}
+    }
+    drop(f);
+    let before = live();
+    let h = home.path().to_str().unwrap();
+    let out = stockade(&[
+        "session",
+        "--home",
+        h,
+        "exec",
+        "full",
+        "--",
+        "/bin/echo",
+        "hi",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{err}");
+    assert!(
+        err.contains("No space left") && err.contains(h),
+        "names what is full: {err}"
+    );
+    assert_eq!(live(), before, "a sandbox outlived the failed session exec");
+}
+
+/// Sandboxes of this test binary's state directory.
+fn live() -> Vec<String> {
+    let _ = state_dir();
+    let out = stockade(&["ls", "--json"]).output().unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+    let mut ids: Vec<String> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s["id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ids.sort();
+    ids
+}
