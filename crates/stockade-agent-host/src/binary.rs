@@ -29,7 +29,9 @@ pub fn find_agent() -> Result<PathBuf> {
 /// Finds the helper program `name` that Stockade runs beside itself (the agent, the
 /// wasm runner): `$env` when set, next to the running program (or its parent
 /// directory, for test binaries in `target/*/deps`), in `../libexec/stockade/` from
-/// it, then `PATH`. `what` names it in errors, `fix` says how to get it.
+/// it, in `PATH`, then in `/usr/local/libexec/stockade/` and
+/// `~/.local/libexec/stockade/` (`run.sh install`'s two prefixes). `what` names it in
+/// errors, `fix` says how to get it.
 pub fn find_helper(name: &str, env: &str, what: &str, fix: &str) -> Result<PathBuf> {
     if let Some(p) = std::env::var_os(env) {
         let p = PathBuf::from(p);
@@ -56,6 +58,12 @@ pub fn find_helper(name: &str, env: &str, what: &str, fix: &str) -> Result<PathB
     if let Some(path) = std::env::var_os("PATH") {
         candidates.extend(std::env::split_paths(&path).map(|d| d.join(name)));
     }
+    // Where `run.sh install` puts it (as root, and as a user), for programs that embed
+    // Stockade (the SDKs in Python or Node) and are not installed beside it.
+    candidates.push(Path::new("/usr/local/libexec/stockade").join(name));
+    if let Some(home) = std::env::var_os("HOME") {
+        candidates.push(Path::new(&home).join(".local/libexec/stockade").join(name));
+    }
     candidates
         .into_iter()
         .find(|p| p.is_file())
@@ -63,7 +71,7 @@ pub fn find_helper(name: &str, env: &str, what: &str, fix: &str) -> Result<PathB
             what: what.into(),
             reason: format!(
                 "{name} was not found next to this program, in ../libexec/stockade from it, \
-                 or in PATH"
+                 in PATH, or where `run.sh install` puts it"
             ),
             fix: fix.into(),
         })
