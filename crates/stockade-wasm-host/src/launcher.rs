@@ -179,7 +179,11 @@ impl Launcher for WasmLauncher {
         let mut line = serde_json::to_vec(&launch)
             .map_err(|e| Error::Internal(format!("cannot encode the runner's launch: {e}")))?;
         line.push(b'\n');
-        let mut child = tokio::process::Command::new(&path)
+        let mut cmd = tokio::process::Command::new(&path);
+        // Nothing this process holds without close-on-exec (its caller's descriptors)
+        // reaches the runner, where a module's code runs.
+        stockade_sys::process::spawn_with_stdio_only(cmd.as_std_mut());
+        let mut child = cmd
             .arg("serve")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

@@ -299,6 +299,20 @@ async fn the_runner_holds_no_privileges() {
     for set in ["CapEff:", "CapPrm:", "CapInh:", "CapBnd:", "CapAmb:"] {
         assert_eq!(field(set), "0000000000000000", "{set} {status}");
     }
+    // It holds stdio, its socket and what its engine opened, nothing of the host's:
+    // a descriptor this process leaked (no close-on-exec) is not among them.
+    let leaked = std::fs::File::open("/proc/self/status").unwrap();
+    rustix::io::fcntl_setfd(&leaked, rustix::io::FdFlags::empty()).unwrap();
+    let n = std::os::fd::AsRawFd::as_raw_fd(&leaked);
+    let id2 = create(&p, &module).await;
+    let runner2 = p.launcher().runner_pid(&id2).unwrap();
+    let target = std::fs::read_link(format!("/proc/{runner2}/fd/{n}"));
+    drop(leaked);
+    p.destroy(&id2).await.unwrap();
+    assert!(
+        !target.is_ok_and(|t| t.ends_with("status")),
+        "the runner inherited descriptor {n}"
+    );
     let info = p.inspect(&id).await.unwrap();
     assert!(
         info.applied
