@@ -78,12 +78,31 @@ pub fn daemon_state_dir() -> PathBuf {
 pub fn random_hex(n: usize) -> String {
     let mut b = vec![0u8; n];
     getrandom::getrandom(&mut b).expect("the kernel's random source (getrandom) failed");
-    b.iter().map(|x| format!("{x:02x}")).collect()
+    hex(&b)
+}
+
+/// Lowercase hex of `bytes`.
+pub fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
 }
 
 /// A fresh sandbox id: `sb-` and 12 hex digits.
 pub fn new_sandbox_id() -> String {
     format!("sb-{}", random_hex(6))
+}
+
+/// Creates `dir` and its parents, new directories with mode 0700.
+pub fn make_private_dir(dir: &Path) -> Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
 }
 
 /// Length of a [`secret_key`].
@@ -159,13 +178,9 @@ fn read_key(path: &Path, what: &str, remade: &str) -> Result<Option<[u8; SECRET_
 /// Makes a key at `path` unless one is there (another process may win the race: fine).
 fn create_key(path: &Path, what: &str) -> Result<()> {
     use std::io::Write;
-    use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+    use std::os::unix::fs::OpenOptionsExt;
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))?;
+    make_private_dir(dir)?;
     let mut bytes = [0u8; SECRET_KEY_LEN];
     getrandom::getrandom(&mut bytes)
         .map_err(|e| Error::Internal(format!("cannot draw {what}: {e}")))?;

@@ -16,6 +16,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 use sha2::{Digest, Sha256};
+use stockade_core::host::hex;
 use stockade_core::{Error, Result};
 
 /// The kernel modules the guest needs, by name (their dependencies come first).
@@ -238,10 +239,6 @@ fn pad4(out: &mut Vec<u8>) {
     while !out.len().is_multiple_of(4) {
         out.push(0);
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {

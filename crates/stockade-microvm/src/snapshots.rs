@@ -19,6 +19,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use stockade_core::host::hex;
 use stockade_core::{
     CreateOptions, Error, Result, SandboxInfo, SnapshotInfo, check_snapshot_key, now_ms,
 };
@@ -51,10 +52,6 @@ fn sealed_bytes(record: &[u8]) -> Vec<u8> {
     let mut v = b"stockade microvm snapshot v1\0".to_vec();
     v.extend_from_slice(record);
     v
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn hex_decode(s: &str) -> Option<Vec<u8>> {

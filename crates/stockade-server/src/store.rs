@@ -385,33 +385,11 @@ mod tests {
         }
         let dir = tempfile::tempdir().unwrap();
         let mnt = dir.path();
-        let ok = std::process::Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                "size=4m",
-                "stockade-test",
-                &mnt.display().to_string(),
-            ])
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mount a tmpfs");
-        struct Unmount<'a>(&'a std::path::Path);
-        impl Drop for Unmount<'_> {
-            fn drop(&mut self) {
-                let _ = std::process::Command::new("umount").arg(self.0).status();
-            }
-        }
-        let _unmount = Unmount(mnt);
+        let fs = stockade_testkit::Tmpfs::mount(mnt, "4m");
         let s = Store::open(&mnt.join("state.redb")).unwrap();
         s.put_sandbox(&record("sb-1")).unwrap();
         // Fill the disk, then write until the store fails.
-        let filler = mnt.join("filler");
-        let mut f = std::fs::File::create(&filler).unwrap();
-        let block = vec![0u8; 64 * 1024];
-        while std::io::Write::write_all(&mut f, &block).is_ok() {}
-        drop(f);
+        let filler = fs.fill("filler");
         let mut failed = false;
         for i in 0..200 {
             let mut r = record(&format!("sb-big-{i}"));

@@ -562,3 +562,44 @@ pub fn detach_mounts_under(dir: &std::path::Path) {
         let _ = nix::mount::umount2(&p, nix::mount::MntFlags::MNT_DETACH);
     }
 }
+
+/// A tmpfs of a given size mounted on a directory for the guard's life (lazily
+/// unmounted when dropped): a small disk to fill, for fault tests. Needs root.
+pub struct Tmpfs(std::path::PathBuf);
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size` (`4k`, `2m`) on `dir`, made if missing; panics if it
+    /// cannot.
+    pub fn mount(dir: &std::path::Path, size: &str) -> Tmpfs {
+        std::fs::create_dir_all(dir).unwrap();
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
+            .arg("stockade-test")
+            .arg(dir)
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "cannot mount a tmpfs of {size} on {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+
+    /// Fills it with the file `name` until a write fails (down to 512-byte writes);
+    /// the file's path.
+    pub fn fill(&self, name: &str) -> std::path::PathBuf {
+        let path = self.0.join(name);
+        let mut f = std::fs::File::create(&path).unwrap();
+        for size in [1 << 20, 64 << 10, 4 << 10, 512] {
+            let block = vec![0u8; size];
+            while std::io::Write::write_all(&mut f, &block).is_ok() {}
+        }
+        path
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(&self.0)
+            .status();
+    }
+}

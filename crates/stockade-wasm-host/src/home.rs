@@ -1,30 +1,11 @@
 //! Where the wasm provider keeps its files, and the small file helpers the provider
 //! and its runner share.
 
-use std::os::unix::fs::DirBuilderExt;
 use std::path::Path;
 
 use stockade_core::{Error, Result};
 
-pub use stockade_core::host::stockade_home;
-
-/// Creates `dir` and its parents, new directories with mode 0700.
-pub fn make_private_dir(dir: &Path) -> Result<()> {
-    std::fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| Error::io(format!("cannot create {}", dir.display()), e))
-}
-
-/// Lowercase hex of `bytes`.
-pub fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::new(), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
-}
+pub use stockade_core::host::{hex, make_private_dir, stockade_home};
 
 /// SHA-256 of a file, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {

@@ -36,6 +36,8 @@ pub struct WasmLauncher {
 struct Live {
     info: SandboxInfo,
     socket: PathBuf,
+    /// The runner's process (its directory is `<scratch>/<pid>`).
+    pid: u32,
     /// The runner's stdin: dropping it tells the runner to end its sandbox.
     lifeline: Option<ChildStdin>,
     /// Asks the waiter to kill the runner.
@@ -76,14 +78,10 @@ impl WasmLauncher {
 
     /// The process id of a sandbox's runner.
     pub fn runner_pid(&self, id: &str) -> Result<u32> {
-        let socket = self.socket(id)?;
-        socket
-            .parent()
-            .and_then(|d| d.parent())
-            .and_then(|d| d.file_name())
-            .and_then(|n| n.to_str())
-            .and_then(|n| n.parse().ok())
-            .ok_or_else(|| Error::Internal(format!("no runner pid in {}", socket.display())))
+        lock(&self.live)
+            .get(id)
+            .map(|l| l.pid)
+            .ok_or_else(|| not_found(id))
     }
 
     fn socket(&self, id: &str) -> Result<PathBuf> {
@@ -229,6 +227,7 @@ impl Launcher for WasmLauncher {
             Live {
                 info: info.clone(),
                 socket: socket.clone(),
+                pid,
                 lifeline: Some(stdin),
                 kill: Some(kill),
                 exited,
@@ -308,12 +307,9 @@ impl Launcher for WasmLauncher {
         let scratch = self.config.scratch_dir.clone();
         let mine: Vec<String> = lock(&self.live)
             .values()
-            .filter_map(|l| {
-                let dir = l.socket.parent()?.parent()?;
-                Some(dir.file_name()?.to_string_lossy().into_owned())
-            })
+            .map(|l| l.pid.to_string())
             .collect();
-        tokio::task::spawn_blocking(move || sweep(&scratch, &mine))
+        tokio::task::spawn_blocking(move || sweep_dead(&scratch, &mine))
             .await
             .map_err(|e| Error::Internal(format!("gc panicked: {e}")))
     }
@@ -366,8 +362,9 @@ pub fn file_checks(config: &WasmConfig) -> Vec<Check> {
     checks
 }
 
-/// Removes the runner directories under `scratch` whose runner is not alive.
-fn sweep(scratch: &std::path::Path, mine: &[String]) -> GcReport {
+/// Removes the process directories under `scratch` (`<scratch>/<pid>/<sandbox id>`)
+/// whose process is not alive and not named in `mine`; the ids in them are reaped.
+pub fn sweep_dead(scratch: &std::path::Path, mine: &[String]) -> GcReport {
     let mut report = GcReport::default();
     let Ok(rd) = std::fs::read_dir(scratch) else {
         return report;

@@ -245,32 +245,12 @@ impl Provider for WasmProvider {
             }
         }
         // Directories of processes that died without destroying their sandboxes.
-        let scratch = &self.inner.config.scratch_dir;
-        let Ok(rd) = std::fs::read_dir(scratch) else {
-            return Ok(report);
-        };
-        for entry in rd.flatten() {
-            let name = entry.file_name().to_string_lossy().into_owned();
-            let Ok(pid) = name.parse::<u32>() else {
-                continue;
-            };
-            if pid == std::process::id() || pid_alive(pid) {
-                continue;
-            }
-            let ids: Vec<String> = std::fs::read_dir(entry.path())
-                .map(|rd| {
-                    rd.flatten()
-                        .map(|e| e.file_name().to_string_lossy().into_owned())
-                        .collect()
-                })
-                .unwrap_or_default();
-            match std::fs::remove_dir_all(entry.path()) {
-                Ok(()) => report.reaped.extend(ids),
-                Err(e) => report
-                    .errors
-                    .push(format!("cannot remove {}: {e}", entry.path().display())),
-            }
-        }
+        let swept = stockade_wasm_host::sweep_dead(
+            &self.inner.config.scratch_dir,
+            &[std::process::id().to_string()],
+        );
+        report.reaped.extend(swept.reaped);
+        report.errors.extend(swept.errors);
         Ok(report)
     }
 }

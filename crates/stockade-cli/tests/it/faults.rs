@@ -10,28 +10,8 @@ fn a_full_home_fails_session_exec_with_69_and_leaves_no_sandbox() {
         return;
     }
     let home = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=1m", "stockade-faults"])
-        .arg(home.path())
-        .status()
-        .unwrap();
-    assert!(ok.success());
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg("-l")
-                .arg(&self.0)
-                .status();
-        }
-    }
-    let _unmount = Unmount(home.path().to_path_buf());
-    let mut f = std::fs::File::create(home.path().join("filler")).unwrap();
-    for size in [64 << 10, 4 << 10, 512] {
-        let block = vec![0u8; size];
-        while std::io::Write::write_all(&mut f, &block).is_ok() {}
-    }
-    drop(f);
+    let fs = stockade_testkit::Tmpfs::mount(home.path(), "1m");
+    fs.fill("filler");
     let before = live();
     let h = home.path().to_str().unwrap();
     let out = stockade(&[

@@ -37,13 +37,11 @@ async fn create_exec_destroy_and_report() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("docker.sock");
-    let stopped = dir.path().join("stopped.sock");
-    // A socket file nobody listens on, made by another process: a listener bound here
-    // could be inherited for a moment by a child another test forks, and accept.
+/// A socket file in `dir` that nobody listens on (a stopped dockerd's), made by another
+/// process: a listener bound here could be inherited for a moment by a child another
+/// test forks, and accept.
+fn stopped_socket(dir: &std::path::Path) -> std::path::PathBuf {
+    let stopped = dir.join("stopped.sock");
     let made = std::process::Command::new("/usr/bin/python3")
         .args([
             "-c",
@@ -53,6 +51,14 @@ async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
         .status()
         .unwrap();
     assert!(made.success() && stopped.exists());
+    stopped
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dockerd_missing_or_stopped_is_unavailable_with_a_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("docker.sock");
+    let stopped = stopped_socket(dir.path());
     for (sock, want) in [
         (missing, "dockerd is not running"),
         (stopped, "dockerd is stopped"),
@@ -85,16 +91,7 @@ async fn an_exec_keeps_its_outcome_when_dockerd_stops_answering() {
     let Some(image) = image() else { return };
     let sb = sandbox(spec(&image)).await;
     let dir = tempfile::tempdir().unwrap();
-    let stopped = dir.path().join("stopped.sock");
-    let made = std::process::Command::new("/usr/bin/python3")
-        .args([
-            "-c",
-            "import socket, sys; socket.socket(socket.AF_UNIX).bind(sys.argv[1])",
-        ])
-        .arg(&stopped)
-        .status()
-        .unwrap();
-    assert!(made.success());
+    let stopped = stopped_socket(dir.path());
     let blind = DockerProvider::from(
         DockerLauncher::new()
             .with_socket(&stopped)

@@ -4,50 +4,14 @@
 //! nothing is left afterwards. (A monitor killed and a daemon killed mid-exec are in
 //! `main.rs`; cgroups taken from a sandbox in the attack suite.)
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use stockade::{ErrorCode, Provider};
 
+use stockade_testkit::Tmpfs;
+
 use crate::harness::{TestDaemon, eventually, require_root};
 use crate::{create, spec};
-
-/// A tmpfs of `size` mounted on `dir` for the guard's life.
-struct Tmpfs(std::path::PathBuf);
-
-impl Tmpfs {
-    fn mount(dir: &Path, size: &str) -> Tmpfs {
-        std::fs::create_dir_all(dir).unwrap();
-        let ok = std::process::Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={size},mode=0700")])
-            .arg("stockade-faults")
-            .arg(dir)
-            .status()
-            .unwrap();
-        assert!(ok.success(), "mount a tmpfs on {}", dir.display());
-        Tmpfs(dir.to_path_buf())
-    }
-}
-
-impl Drop for Tmpfs {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("umount")
-            .arg("-l")
-            .arg(&self.0)
-            .status();
-    }
-}
-
-/// Fills the file system of `dir` with the file `filler-N`, until a write fails.
-fn fill(dir: &Path, n: usize) -> std::path::PathBuf {
-    let filler = dir.join(format!("filler-{n}"));
-    let mut f = std::fs::File::create(&filler).unwrap();
-    for size in [1 << 20, 64 << 10, 4 << 10, 512] {
-        let block = vec![0u8; size];
-        while std::io::Write::write_all(&mut f, &block).is_ok() {}
-    }
-    filler
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_state_directory_refuses_creates_clearly_and_recovers_without_a_restart() {
@@ -62,7 +26,7 @@ async fn a_full_state_directory_refuses_creates_clearly_and_recovers_without_a_r
     let state = d.dir.join("daemon");
     let saved = d.dir.join("daemon-saved");
     std::fs::rename(&state, &saved).unwrap();
-    let _fs = Tmpfs::mount(&state, "2m");
+    let fs = Tmpfs::mount(&state, "2m");
     for e in std::fs::read_dir(&saved).unwrap().flatten() {
         std::fs::copy(e.path(), state.join(e.file_name())).unwrap();
     }
@@ -82,7 +46,7 @@ async fn a_full_state_directory_refuses_creates_clearly_and_recovers_without_a_r
     let mut big = spec(300);
     big.env.insert("PAD".into(), "x".repeat(64 << 10));
     for n in 0..40 {
-        fillers.push(fill(&state, n));
+        fillers.push(fs.fill(&format!("filler-{n}")));
         match stockade::Sandbox::create(
             std::sync::Arc::new(c.clone()),
             big.clone(),

@@ -171,20 +171,7 @@ async fn a_full_state_root_fails_the_create_and_leaves_no_directory() {
         return;
     }
     let root = tempfile::tempdir().unwrap();
-    let ok = std::process::Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=4k", "tmpfs"])
-        .arg(root.path())
-        .status()
-        .unwrap()
-        .success();
-    assert!(ok, "cannot mount a small tmpfs for the test");
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
-    }
-    let _u = Unmount(root.path().to_path_buf());
+    let _fs = stockade_testkit::Tmpfs::mount(root.path(), "4k");
     let p: std::sync::Arc<dyn stockade::Provider> = std::sync::Arc::new(
         stockade::NativeProvider::from(stockade::NativeLauncher::with_state_root(root.path())),
     );
