@@ -4,7 +4,8 @@
 //! [`CONTAINER_DIR`](stockade_agent_proto::launch::CONTAINER_DIR) (host side 0700,
 //! root's) holding this binary, `config.json` and the socket this role listens on. The
 //! container keeps only the capabilities an exec needs to drop to the sandbox user
-//! (SETUID, SETGID, SETPCAP) and to kill what the exec started (KILL); every exec and
+//! (SETUID, SETGID, SETPCAP) and to kill what the exec started (KILL), and CHOWN for
+//! [`seal`], given up once the socket is bound; every exec and
 //! file operation then runs exactly as on the native provider (`server.rs`, `shim.rs`,
 //! `fileop.rs`): the code ends up non-root with no capabilities at all, under
 //! no_new_privs, landlock and the seccomp allowlist, and the socket's directory is
@@ -75,7 +76,45 @@ fn setup() -> Result<
             return Err(format!("cannot restrict {}: {e}", sock.display()));
         }
     }
+    seal(dir, &sock, config.exec.drop_caps)?;
     Ok((listener, config, oom))
+}
+
+/// Who the agent's directory belongs to once its socket is bound: not uid 0.
+const SEALED_OWNER: u32 = 65534;
+
+/// Hands the agent's directory (and, where the kernel allows, its socket) from uid 0
+/// to [`SEALED_OWNER`] once the socket is bound, then gives up CAP_CHOWN for good
+/// (the container grants it for this step only). Code running as root inside has no
+/// capabilities: while uid 0 owned the directory it could unlink the socket and bind
+/// its own, so that the host's next exec reached the code instead of the agent; now
+/// it may only look names up there, and `config.json` is gone (read at start; it
+/// would be found by name). A directory of a non-root caller is not uid 0's
+/// inside, and stays as it is. With capabilities kept (the opt-out), CAP_CHOWN stays.
+fn seal(dir: &Path, sock: &Path, drop_caps: bool) -> Result<(), String> {
+    use std::os::unix::fs::MetadataExt;
+    let m = fs::metadata(dir).map_err(|e| format!("cannot stat {}: {e}", dir.display()))?;
+    if m.uid() == 0 {
+        // Read already; the directory will let any uid look names up.
+        fs::remove_file(dir.join("config.json"))
+            .map_err(|e| format!("cannot remove {}/config.json: {e}", dir.display()))?;
+        let o = Some(SEALED_OWNER);
+        fs::set_permissions(dir, fs::Permissions::from_mode(0o711))
+            .map_err(|e| format!("cannot seal {}: {e}", dir.display()))?;
+        // A host socket made through gVisor refuses chown, like chmod: the directory
+        // alone keeps the code from replacing it.
+        let _ = std::os::unix::fs::chown(sock, o, o);
+        std::os::unix::fs::chown(dir, o, o).map_err(|e| {
+            format!(
+                "cannot hand {} to uid {SEALED_OWNER} (the container needs CAP_CHOWN): {e}",
+                dir.display()
+            )
+        })?;
+    }
+    if drop_caps {
+        stockade_sys::caps::drop_one("chown").map_err(|e| e.to_string())?;
+    }
+    Ok(())
 }
 
 /// Whether the sandbox user (`uid`, `gid`) may search `/`, which every exec and file

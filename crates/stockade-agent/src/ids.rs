@@ -99,8 +99,13 @@ fn make_all(
     makers: &mut Vec<nix::unistd::Pid>,
 ) -> Result<Made, String> {
     let map = format!("0 {} {}\n", range.first, range.count);
-    let (userns, pid) =
-        stockade_sys::idmap::make_userns(|pid| stockade_sys::idmap::write_maps(pid, &map, &map))?;
+    // Owned by the lease's first id (the sandbox's root), not by the monitor's root:
+    // what the sandbox spends of the per-user counts (inotify, keys, namespaces) is
+    // then its own, and it cannot starve host root or another sandbox.
+    let owner = Some((range.first, range.first));
+    let (userns, pid) = stockade_sys::idmap::make_userns_owned_by(owner, |pid| {
+        stockade_sys::idmap::write_maps(pid, &map, &map)
+    })?;
     makers.push(pid);
     let (uid, gid) = (plan.exec.uid, plan.exec.gid);
     let mut owners = Vec::new();

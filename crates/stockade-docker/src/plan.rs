@@ -36,9 +36,10 @@ pub mod labels {
 }
 
 /// Capabilities the container keeps, for the agent only: `setgroups`/`setresgid`,
-/// `setresuid`, dropping the bounding set, and killing the exec's processes (which run
-/// as another uid). Every exec drops all of them before the code runs.
-pub const AGENT_CAPS: &[&str] = &["SETUID", "SETGID", "SETPCAP", "KILL"];
+/// `setresuid`, dropping the bounding set, killing the exec's processes (which run as
+/// another uid), and CHOWN, which the agent gives up once it has handed its socket's
+/// directory away from uid 0. Every exec drops all of them before the code runs.
+pub const AGENT_CAPS: &[&str] = &["SETUID", "SETGID", "SETPCAP", "KILL", "CHOWN"];
 
 /// Path of the agent binary inside the container.
 pub fn agent_path() -> String {
@@ -332,7 +333,7 @@ fn applied(
     ];
     v.push(if h.drop_capabilities {
         format!(
-            "capabilities: the code has none; the container keeps only {} for the agent, all others dropped",
+            "capabilities: the code has none; the container keeps only {} for the agent (CHOWN until its socket's directory is handed from uid 0 to 65534), all others dropped",
             AGENT_CAPS.join(", ")
         )
     } else {

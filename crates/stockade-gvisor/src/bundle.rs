@@ -19,8 +19,16 @@ use stockade_spec::format_size;
 use crate::runsc::Platform;
 
 /// Capabilities PID 1 (the agent) keeps: those it needs to drop each exec to the
-/// sandbox user and to kill what the exec started. Every exec drops all of them.
-pub const AGENT_CAPS: &[&str] = &["CAP_SETUID", "CAP_SETGID", "CAP_SETPCAP", "CAP_KILL"];
+/// sandbox user and to kill what the exec started, and CAP_CHOWN, which it gives up
+/// once it has handed its socket's directory away from uid 0 (root inside could
+/// otherwise replace the socket). Every exec drops all of them.
+pub const AGENT_CAPS: &[&str] = &[
+    "CAP_SETUID",
+    "CAP_SETGID",
+    "CAP_SETPCAP",
+    "CAP_KILL",
+    "CAP_CHOWN",
+];
 
 /// Host memory the sandbox's cgroup allows beyond the spec's memory: gVisor's sentry
 /// and gofer (its kernel and file server) live in the same cgroup as the code.
@@ -318,12 +326,7 @@ pub fn bundle(
         AGENT_CAPS
             .iter()
             .copied()
-            .chain([
-                "CAP_CHOWN",
-                "CAP_DAC_OVERRIDE",
-                "CAP_FOWNER",
-                "CAP_NET_BIND_SERVICE",
-            ])
+            .chain(["CAP_DAC_OVERRIDE", "CAP_FOWNER", "CAP_NET_BIND_SERVICE"])
             .collect()
     };
     let host_memory = l.memory_bytes + SENTRY_OVERHEAD_BYTES;
@@ -433,7 +436,7 @@ fn applied(
             .into(),
     );
     v.push(format!(
-        "agent socket: {CONTAINER_DIR}/agent.sock, a host socket made through runsc --host-uds=create in a root-only (0700) directory"
+        "agent socket: {CONTAINER_DIR}/agent.sock, a host socket made through runsc --host-uds=create in a directory the agent hands from root to uid 65534 (mode 0711) once it listens"
     ));
     v
 }

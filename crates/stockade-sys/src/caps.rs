@@ -92,6 +92,23 @@ pub fn limit_bounding(names: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Drops `name` (e.g. `chown`) from the effective, permitted, inheritable and bounding
+/// sets, for good. Needs CAP_SETPCAP for the bounding set.
+pub fn drop_one(name: &str) -> Result<()> {
+    for cap in parse_names(&[name])? {
+        for set in [
+            CapSet::Bounding,
+            CapSet::Inheritable,
+            CapSet::Effective,
+            CapSet::Permitted,
+        ] {
+            caps::drop(None, set, cap)
+                .map_err(|e| SysError::other("capset", format!("drop {cap} from {set:?}"), e))?;
+        }
+    }
+    Ok(())
+}
+
 fn parse_names(names: &[&str]) -> Result<caps::CapsHashSet> {
     let mut keep = caps::CapsHashSet::new();
     for n in names {

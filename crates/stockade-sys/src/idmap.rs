@@ -24,21 +24,67 @@ use crate::{Result, SysError};
 pub fn make_userns(
     write_maps: impl FnOnce(Pid) -> std::result::Result<(), String>,
 ) -> std::result::Result<(OwnedFd, Pid), String> {
+    make_userns_owned_by(None, write_maps)
+}
+
+/// [`make_userns`], with the namespace owned by host `owner` (uid, gid) instead of the
+/// caller. The kernel charges the per-user counts of everything inside a user
+/// namespace (inotify instances and watches, keys, namespaces, mqueues) to its owner
+/// in the parent namespace, so a sandbox whose namespace a root caller owns spends
+/// root's. The child drops to `owner` before it unshares; the caller (root) still
+/// writes the maps, having CAP_SETUID over every namespace below its own.
+pub fn make_userns_owned_by(
+    owner: Option<(u32, u32)>,
+    write_maps: impl FnOnce(Pid) -> std::result::Result<(), String>,
+) -> std::result::Result<(OwnedFd, Pid), String> {
     let (go_r, go_w) =
         nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let child = match fork_into(CloneFlags::CLONE_NEWUSER)
-        .map_err(|e| format!("cannot create a user namespace: {e}"))?
-    {
-        Forked::Child => {
-            drop(go_w);
-            // Wait until the parent has what it needs (EOF), then go.
-            let mut b = [0u8; 1];
-            let _ = std::fs::File::from(go_r).read(&mut b);
-            exit_now(0)
-        }
-        Forked::Parent(pid) => pid,
+    let (made_r, made_w) =
+        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
+    let flags = if owner.is_some() {
+        CloneFlags::empty()
+    } else {
+        CloneFlags::CLONE_NEWUSER
     };
+    let child =
+        match fork_into(flags).map_err(|e| format!("cannot create a user namespace: {e}"))? {
+            Forked::Child => {
+                drop(go_w);
+                drop(made_r);
+                let made = match owner {
+                    None => Ok(()),
+                    Some((uid, gid)) => become_and_unshare(uid, gid),
+                };
+                let mut w = std::fs::File::from(made_w);
+                match made {
+                    Ok(()) => {
+                        let _ = w.write_all(b"k");
+                    }
+                    Err(e) => {
+                        let _ = w.write_all(e.as_bytes());
+                        exit_now(1)
+                    }
+                }
+                drop(w);
+                // Wait until the parent has what it needs (EOF), then go.
+                let mut b = [0u8; 1];
+                let _ = std::fs::File::from(go_r).read(&mut b);
+                exit_now(0)
+            }
+            Forked::Parent(pid) => pid,
+        };
     drop(go_r);
+    drop(made_w);
+    let mut said = String::new();
+    let _ = std::fs::File::from(made_r).read_to_string(&mut said);
+    if said != "k" {
+        reap(child);
+        return Err(if said.is_empty() {
+            "cannot create a user namespace: its maker died".to_string()
+        } else {
+            format!("cannot create a user namespace: {said}")
+        });
+    }
     let result = write_maps(child).and_then(|()| {
         rustix::fs::open(
             format!("/proc/{}/ns/user", child.as_raw()),
@@ -55,6 +101,18 @@ pub fn make_userns(
             Err(e)
         }
     }
+}
+
+/// In a fresh fork: takes host ids `uid`/`gid` (no supplementary groups) and unshares
+/// a user namespace, which `uid` then owns.
+fn become_and_unshare(uid: u32, gid: u32) -> std::result::Result<(), String> {
+    let g = nix::unistd::Gid::from_raw(gid);
+    let u = nix::unistd::Uid::from_raw(uid);
+    nix::unistd::setgroups(&[]).map_err(|e| format!("setgroups: {e}"))?;
+    nix::unistd::setresgid(g, g, g).map_err(|e| format!("setresgid {gid}: {e}"))?;
+    nix::unistd::setresuid(u, u, u).map_err(|e| format!("setresuid {uid}: {e}"))?;
+    nix::sched::unshare(CloneFlags::CLONE_NEWUSER)
+        .map_err(|e| format!("unshare(CLONE_NEWUSER) as uid {uid}: {e}"))
 }
 
 /// Waits for a child of [`make_userns`] (which exits as soon as it is made).

@@ -15,7 +15,7 @@ pub mod egress;
 pub mod fds;
 mod sandbox;
 
-pub use sandbox::{py, sh, text};
+pub use sandbox::{assert_agent_socket_cannot_be_replaced, py, sh, text};
 
 use std::io::Write;
 use std::net::{TcpListener, TcpStream};

@@ -12,14 +12,16 @@ fn a_full_home_fails_session_exec_with_69_and_leaves_no_sandbox() {
     let home = tempfile::tempdir().unwrap();
     let fs = stockade_testkit::Tmpfs::mount(home.path(), "1m");
     fs.fill("filler");
-    let before = live();
+    // Other tests of this binary make sandboxes in the same state directory at the
+    // same time: only the session's own (by its label) count.
+    let name = format!("full-{}", std::process::id());
     let h = home.path().to_str().unwrap();
     let out = stockade(&[
         "session",
         "--home",
         h,
         "exec",
-        "full",
+        &name,
         "--",
         "/bin/echo",
         "hi",
@@ -32,11 +34,15 @@ fn a_full_home_fails_session_exec_with_69_and_leaves_no_sandbox() {
         err.contains("No space left") && err.contains(h),
         "names what is full: {err}"
     );
-    assert_eq!(live(), before, "a sandbox outlived the failed session exec");
+    assert_eq!(
+        of_session(&name),
+        Vec::<String>::new(),
+        "a sandbox outlived the failed session exec"
+    );
 }
 
-/// Sandboxes of this test binary's state directory.
-fn live() -> Vec<String> {
+/// Sandboxes of this test binary's state directory made for session `name`.
+fn of_session(name: &str) -> Vec<String> {
     let _ = state_dir();
     let out = stockade(&["ls", "--json"]).output().unwrap();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
@@ -44,6 +50,7 @@ fn live() -> Vec<String> {
         .as_array()
         .map(|a| {
             a.iter()
+                .filter(|s| s["spec"]["labels"]["stockade.session"] == name)
                 .filter_map(|s| s["id"].as_str().map(str::to_string))
                 .collect()
         })

@@ -552,3 +552,13 @@ print("leaks", leaks)
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_inside_cannot_replace_the_agents_socket() {
+    let Some(image) = image() else { return };
+    let mut spec = spec(&image);
+    spec.user = stockade_core::spec::User { uid: 0, gid: 0 };
+    let sb = sandbox(spec).await;
+    stockade_testkit::assert_agent_socket_cannot_be_replaced(&sb).await;
+    sb.destroy().await.unwrap();
+}

@@ -236,3 +236,15 @@ async fn limits_hold_inside_gvisor() {
     assert_eq!(sb.exec(req).await.unwrap().stdout, b"alive\n");
     sb.destroy().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn root_inside_cannot_replace_the_agents_socket() {
+    if !ready() {
+        return;
+    }
+    let mut spec = SandboxSpec::default();
+    spec.user = stockade_core::spec::User { uid: 0, gid: 0 };
+    let sb = sandbox(spec).await;
+    stockade_testkit::assert_agent_socket_cannot_be_replaced(&sb).await;
+    sb.destroy().await.unwrap();
+}

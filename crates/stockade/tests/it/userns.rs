@@ -411,3 +411,84 @@ async fn root_inside_cannot_read_the_hosts_private_keys() {
     );
     destroy_clean(sb).await;
 }
+
+/// Makes inotify instances until the kernel refuses (at most 1,000) and prints how many
+/// and the errno of the refusal.
+const INOTIFY_COUNT: &str = "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\nwhile n < 1000 and libc.inotify_init() >= 0:\n    n += 1\nprint(n, ctypes.get_errno())";
+/// [`INOTIFY_COUNT`] into `/tmp/held`, then holds the instances for a minute.
+const INOTIFY_HOLD: &str = "import ctypes, sys, time\nlibc = ctypes.CDLL(None, use_errno=True)\nn = 0\nwhile n < 1000 and libc.inotify_init() >= 0:\n    n += 1\nopen('/tmp/held', 'w').write('%d %d' % (n, ctypes.get_errno()))\ntime.sleep(60)";
+
+/// Runs `code` (Python) on the host as the test's own user; its stdout and stderr.
+fn host_python(code: &str, arg: &str) -> String {
+    let out = std::process::Command::new("python3")
+        .args(["-c", code, arg])
+        .output()
+        .unwrap();
+    format!("{}{}", text(&out.stdout), text(&out.stderr))
+}
+
+#[tokio::test]
+async fn a_sandbox_spends_per_user_counts_of_its_own_not_host_roots() {
+    if !native_only("a_sandbox_spends_per_user_counts_of_its_own_not_host_roots") {
+        return;
+    }
+    let (a, b) = (
+        sandbox(SandboxSpec::default()).await,
+        sandbox(SandboxSpec::default()).await,
+    );
+    // The kernel charges inotify instances, keys and namespaces made inside a user
+    // namespace to the namespace's owner: that must be the sandbox's own host id.
+    let owner = host_python(
+        "import fcntl, os, struct, sys\nfd = os.open('/proc/%s/ns/user' % sys.argv[1], os.O_RDONLY)\nprint(struct.unpack('I', fcntl.ioctl(fd, 0xb704, bytes(4)))[0])",
+        &init_pid(&a).to_string(),
+    );
+    let st: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(state_root().join(a.id()).join("state.json")).unwrap(),
+    )
+    .unwrap();
+    let first = st["host_ids"]["first"].as_u64().unwrap();
+    assert_eq!(
+        owner.trim(),
+        first.to_string(),
+        "the user namespace of {} is not owned by its leased id",
+        a.id()
+    );
+    // a takes every inotify instance it can and holds them.
+    let mut r =
+        ExecRequest::new(["/bin/sh", "-c", "python3 -c \"$0\" &", INOTIFY_HOLD].map(String::from));
+    r.background = true;
+    r.timeout_ms = Some(10_000);
+    let out = a.exec(r).await.unwrap();
+    assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
+    let mut held = String::new();
+    for _ in 0..200 {
+        held = text(&sh(&a, "cat /tmp/held", 5_000).await.stdout);
+        if !held.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let held_n: u32 = held.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(
+        held_n >= 1,
+        "the sandbox could make no inotify instance: {held}"
+    );
+    // Host root, and another sandbox, still have their own.
+    let root = host_python(
+        "import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nfd = libc.inotify_init()\nprint('OK' if fd >= 0 else 'ERRNO %d' % ctypes.get_errno())",
+        "",
+    );
+    assert_eq!(
+        root.trim(),
+        "OK",
+        "host root lost its inotify instances to a sandbox holding {held_n}"
+    );
+    let other = text(&py(&b, INOTIFY_COUNT, 10_000).await.stdout);
+    let other_n: u32 = other.split_whitespace().next().unwrap().parse().unwrap();
+    assert!(
+        other_n >= 64,
+        "a second sandbox got {other_n} inotify instances while the first holds {held_n}"
+    );
+    destroy_clean(a).await;
+    destroy_clean(b).await;
+}
