@@ -12,10 +12,11 @@ stamp() { echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] $*" >&2; }
 stamp "setup"
 # The incremental caches of a kept machine grow with every build of changed code (31 GiB
 # here after a week, and a full disk failed a run): past 8 GiB they go, before the build.
-inc=$CARGO_TARGET_DIR/debug/incremental
-if [ -d "$inc" ] && [ "$(du -sm "$inc" | cut -f1)" -gt 8192 ]; then
-  rm -rf "$inc"
-fi
+for inc in "$CARGO_TARGET_DIR/debug/incremental" "$CARGO_TARGET_DIR/clippy/debug/incremental"; do
+  if [ -d "$inc" ] && [ "$(du -sm "$inc" | cut -f1)" -gt 8192 ]; then
+    rm -rf "$inc"
+  fi
+done
 # The Debian packages the build needs, then the build; beside the build (compiling is
 # most of a cold run, and it waits on the CPU, the downloads on the network), what the
 # test parts need that no build does: their packages, dockerd and its image, the
@@ -33,12 +34,14 @@ tools=/var/cache/stockade/tools
   done
   echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) test dependencies"
   # cargo-machete (pinned), built once into the tools cache, in a target directory of
-  # its own (the build's is locked by the build).
+  # its own (the build's is locked by the build). Both tools are built unoptimised
+  # (--debug): they run for seconds, and their optimised builds took CPU from the
+  # workspace's build beside them.
   [ -x "$tools/bin/cargo-machete" ] ||
-    env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
+    env -u CARGO_TARGET_DIR cargo install --debug --locked --quiet --root "$tools" cargo-machete@0.9.2
   # cargo-fuzz (pinned), for the short fuzz run below.
   [ -x "$tools/cargo-fuzz-0.13.2/bin/cargo-fuzz" ] ||
-    env -u CARGO_TARGET_DIR cargo install --locked --quiet --root "$tools/cargo-fuzz-0.13.2" cargo-fuzz@0.13.2
+    env -u CARGO_TARGET_DIR cargo install --debug --locked --quiet --root "$tools/cargo-fuzz-0.13.2" cargo-fuzz@0.13.2
   sdk/python/test.sh --deps
   sdk/typescript/test.sh --deps
   sdk/go/test.sh --deps
@@ -83,19 +86,34 @@ as_rootless() {
     STOCKADE_TEST_ROOTLESS=1 "$@"
 }
 
-stamp "fmt, clippy, machete"
+stamp "fmt, machete"
 cargo fmt --all --check
 cargo fmt --check --manifest-path fuzz/Cargo.toml
-cargo clippy --workspace --all-targets -- -D warnings
-# The fuzz crate is a workspace of its own (its builds carry instrumentation flags).
-fuzz_target=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
-CARGO_TARGET_DIR=$fuzz_target cargo clippy --manifest-path fuzz/Cargo.toml \
-  --no-default-features --all-targets -- -D warnings
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
-[ -x "$tools/bin/cargo-machete" ] || cargo install --locked --quiet --root "$tools" cargo-machete@0.9.2
+[ -x "$tools/bin/cargo-machete" ] || cargo install --debug --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
 stamp "cargo test"
+cargo test --workspace --no-run
+# Beside the suites, which wait on sandboxes far more than on the CPU, at nice 19 so
+# they keep it when they want it: clippy (check builds of their own, in a target
+# directory of their own), and the fuzz crate's clippy and targets (a workspace of
+# its own: its builds carry instrumentation flags). The fuzz step below waits for it.
+fuzz_target=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
+lint_log=$(mktemp)
+(
+  set -e
+  CARGO_TARGET_DIR=$CARGO_TARGET_DIR/clippy nice -n 19 \
+    cargo clippy --workspace --all-targets -- -D warnings
+  CARGO_TARGET_DIR=$fuzz_target nice -n 19 cargo clippy --manifest-path fuzz/Cargo.toml \
+    --no-default-features --all-targets -- -D warnings
+  STOCKADE_FUZZ_TARGET=$fuzz_target nice -n 19 scripts/fuzz.sh --quick --dev --build
+) </dev/null >"$lint_log" 2>&1 &
+lint=$!
+# A failed suite ends the script: the lints beside it end with it.
+trap 'pkill -P $lint 2>/dev/null; kill $lint 2>/dev/null; true' EXIT
 cargo test --workspace --no-fail-fast
+# A restart of the shared dockerd under live sandboxes, alone (it stops dockerd).
+cargo test -p stockade-docker --test it -- --ignored restart
 stamp "rootless, gvisor, microvm suites"
 # The conformance and attack suites again, unchanged, as the unprivileged user.
 it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null |
@@ -167,7 +185,16 @@ sdk/typescript/test.sh
 # The Go SDK: vet, staticcheck and go test against a daemon of this build.
 stamp "Go SDK"
 sdk/go/test.sh
-stamp "fuzz, briefly"
+stamp "clippy and the fuzz build (beside the suites), then fuzz, briefly"
+lint_ok=0
+wait "$lint" || lint_ok=$?
+trap - EXIT
+cat "$lint_log" >&2
+rm -f "$lint_log"
+if [ "$lint_ok" != 0 ]; then
+  echo "test.sh: clippy or the fuzz build failed (above)" >&2
+  exit 1
+fi
 # Each fuzz target that does not build the daemon, for a few seconds, unoptimized
 # (half the build of a cold run): the corpus kept in the cache replays first, so an
 # input that once failed fails again here. The E2B target and the long runs are

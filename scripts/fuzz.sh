@@ -5,6 +5,7 @@
 #   --quick    only the targets that do not build the daemon (all but e2b_connect)
 #   --dev      unoptimized targets: half the build time, far fewer runs a second (for
 #              a short check, as test.sh's)
+#   --build    build the targets and stop (test.sh builds them beside its suites)
 #   TARGET     proxy_head, tls_hello, agent_codec, spec, e2b_connect (default: all)
 # Builds with the pinned stable toolchain (RUSTC_BOOTSTRAP for cargo-fuzz's flags) and
 # no sanitizer: the code under test is safe Rust, so a crash is a panic or an abort.
@@ -16,13 +17,15 @@ cd "$(dirname "$0")/.."
 secs=60
 quick=
 dev=
+build_only=
 targets=()
 while [ $# -gt 0 ]; do
   case $1 in
     --time) secs=$2; shift 2 ;;
     --quick) quick=1; shift ;;
     --dev) dev=1; shift ;;
-    -h|--help) sed -n 2,11p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    --build) build_only=1; shift ;;
+    -h|--help) sed -n 2,12p "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "fuzz.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) targets+=("$1"); shift ;;
   esac
@@ -62,6 +65,8 @@ for t in "${targets[@]}"; do
   [ -x "$bin_dir/$t" ] \
     || { echo "fuzz.sh: $t did not build (run: cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz build -s none $t)" >&2; exit 1; }
 done
+
+[ -z "$build_only" ] || exit 0
 
 rows=()
 failed=0

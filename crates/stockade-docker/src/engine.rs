@@ -83,6 +83,16 @@ pub fn docker_error(what: &str, e: bollard::errors::Error) -> Error {
         } => Error::Internal(format!(
             "dockerd refused to {what} ({status_code}): {message}"
         )),
+        // The connection itself failed: dockerd stopped or is restarting under us.
+        e @ (bollard::errors::Error::HyperLegacyError { .. }
+        | bollard::errors::Error::HyperResponseError { .. }
+        | bollard::errors::Error::IOError { .. }
+        | bollard::errors::Error::RequestTimeoutError
+        | bollard::errors::Error::SocketNotFoundError(_)) => Error::Unavailable {
+            what: "the docker provider".into(),
+            reason: format!("dockerd does not answer (stopped or restarting): cannot {what}: {e}"),
+            fix: "start dockerd (systemctl start docker, or run dockerd), then try again".into(),
+        },
         other => Error::Internal(format!("cannot {what}: {other}")),
     }
 }

@@ -124,7 +124,9 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         };
         return error(401, msg);
     };
-    crate::conn::authenticated(&req);
+    if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &tenant) {
+        return *r;
+    }
     let Ok(body) = to_bytes(req.into_body(), MAX_API_BODY).await else {
         return error(413, "the request body is over 1 MiB");
     };

@@ -4,10 +4,13 @@
 //! oldest closed first, each closed after the handshake timeout. A connection is
 //! authenticated once a request on it carries an API key of a tenant or a sandbox's
 //! access token ([`authenticated`]), so a flood of idle or key-less connections
-//! cannot keep out an SDK with a key.
+//! cannot keep out an SDK with a key. An authenticated connection counts against its
+//! tenant: at most [`MAX_PER_TENANT`] of them at once, so one tenant's flood of
+//! authenticated connections leaves room for the others.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use axum::extract::connect_info::Connected;
@@ -21,6 +24,8 @@ use tokio::sync::Semaphore;
 pub const MAX_CONNECTIONS: usize = 1024;
 /// Most connections without an authenticated answer at once.
 pub const MAX_PENDING: usize = 128;
+/// Most authenticated connections of one tenant at once (a quarter of the listener's).
+pub const MAX_PER_TENANT: usize = MAX_CONNECTIONS / 4;
 
 /// The TCP listener, each connection counted and pending until authenticated.
 pub struct Guarded {
@@ -70,28 +75,113 @@ impl axum::serve::Listener for Guarded {
     }
 }
 
-/// A request's connection, in its extensions (`ConnectInfo<Standing>`).
+/// The authenticated connections of each tenant.
+#[derive(Default)]
+pub struct TenantConns {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+}
+
+/// One connection counted against its tenant until it closes.
+pub struct TenantLease {
+    open: Arc<Mutex<HashMap<String, usize>>>,
+    tenant: String,
+}
+
+impl TenantConns {
+    /// A lease for one more connection of `tenant`; `None` at its cap.
+    fn lease(&self, tenant: &str) -> Option<TenantLease> {
+        let mut open = lock(&self.open);
+        let n = open.entry(tenant.to_string()).or_insert(0);
+        if *n >= MAX_PER_TENANT {
+            return None;
+        }
+        *n += 1;
+        Some(TenantLease {
+            open: self.open.clone(),
+            tenant: tenant.to_string(),
+        })
+    }
+
+    /// The tenant's authenticated connections now.
+    pub fn of(&self, tenant: &str) -> usize {
+        lock(&self.open).get(tenant).copied().unwrap_or(0)
+    }
+}
+
+impl Drop for TenantLease {
+    fn drop(&mut self) {
+        let mut open = lock(&self.open);
+        if let Some(n) = open.get_mut(&self.tenant) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.tenant);
+            }
+        }
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// A request's connection, in its extensions (`ConnectInfo<Standing>`): its place in
+/// the handshake budget, and once a request on it is authenticated, its tenant's lease.
 #[derive(Clone)]
-pub struct Standing(pub Arc<ConnState>);
+pub struct Standing {
+    state: Arc<ConnState>,
+    tenant: Arc<OnceLock<Option<TenantLease>>>,
+}
+
+impl Standing {
+    fn new(state: Arc<ConnState>) -> Standing {
+        Standing {
+            state,
+            tenant: Arc::new(OnceLock::new()),
+        }
+    }
+}
 
 impl Connected<IncomingStream<'_, Guarded>> for Standing {
     fn connect_info(stream: IncomingStream<'_, Guarded>) -> Standing {
-        Standing(stream.io().state().clone())
+        Standing::new(stream.io().state().clone())
     }
 }
 
 impl Connected<IncomingStream<'_, crate::tls::TlsListener>> for Standing {
     fn connect_info(stream: IncomingStream<'_, crate::tls::TlsListener>) -> Standing {
-        Standing(stream.io().get_ref().0.state().clone())
+        Standing::new(stream.io().get_ref().0.state().clone())
     }
 }
 
-/// The request's key or token held: its connection is no longer pending.
-pub fn authenticated(req: &axum::extract::Request) {
-    if let Some(c) = req
+/// The request's key or token held for `tenant`: its connection is no longer pending,
+/// and counts against the tenant from now until it closes. Past the tenant's cap the
+/// answer is 429, and the connection is closed.
+pub fn authenticated(
+    req: &axum::extract::Request,
+    conns: &TenantConns,
+    tenant: &str,
+) -> Result<(), Box<axum::response::Response>> {
+    let Some(c) = req
         .extensions()
         .get::<axum::extract::ConnectInfo<Standing>>()
-    {
-        c.0.0.authenticated();
+    else {
+        return Ok(());
+    };
+    let lease = c.0.tenant.get_or_init(|| conns.lease(tenant));
+    if lease.is_none() {
+        let mut r = crate::api::error(
+            429,
+            &format!(
+                "too many connections of this tenant: at most {MAX_PER_TENANT} at once; \
+                 close idle ones or reuse them (keep-alive)"
+            ),
+        );
+        r.headers_mut().insert(
+            axum::http::header::CONNECTION,
+            axum::http::HeaderValue::from_static("close"),
+        );
+        return Err(Box::new(r));
     }
+    c.0.state.authenticated();
+    Ok(())
 }

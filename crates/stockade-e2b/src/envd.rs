@@ -1,6 +1,6 @@
 //! envd (sandbox port 49983): the Connect services `process.Process` and
-//! `filesystem.Filesystem`, and the plain `/health` and `/files`. Every call but
-//! `/health` needs the sandbox's access token (`X-Access-Token`).
+//! `filesystem.Filesystem`, and the plain `/health` and `/files`. Every call needs
+//! the sandbox's access token (`X-Access-Token`), or for `/files` a URL signed with it.
 
 use std::sync::Arc;
 
@@ -35,7 +35,32 @@ pub fn token(h: &HeaderMap) -> Option<&str> {
     h.get("x-access-token").and_then(|v| v.to_str().ok())
 }
 
-/// The sandbox of a call, or the answer refusing it.
+/// The answer to a signed `/files` URL whose signature does not hold, the same for
+/// every id, so a forged signature tells nothing of which sandboxes exist.
+fn gone_or_unsigned(id: &str) -> Response {
+    (
+        StatusCode::BAD_GATEWAY,
+        [(axum::http::header::CONTENT_TYPE, "application/json")],
+        json!({
+            "sandboxId": id,
+            "message": "The sandbox was not found, or the URL's signature is not valid \
+                        for this path, operation and time (sign it again with the \
+                        sandbox's access token)",
+            "code": 502,
+        })
+        .to_string(),
+    )
+        .into_response()
+}
+
+/// Whether a query string holds the parameter `key`.
+fn query_has(query: &str, key: &str) -> bool {
+    form_urlencoded::parse(query.as_bytes()).any(|(k, _)| k == key)
+}
+
+/// The sandbox of a call, or the answer refusing it: 401 without a token (whatever
+/// the id), and for a token that is not the sandbox's the same 502 as for an id that
+/// does not exist.
 pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Response>> {
     e2b.reach(id, token(h)).map_err(|r| Box::new(match r {
         Reach::Gone => gone(id),
@@ -49,38 +74,40 @@ pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Respons
 pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let method = req.method().clone();
-    if path == "/health" {
-        return match e2b.reach(id, None) {
-            Err(Reach::Gone) => gone(id),
-            _ => StatusCode::NO_CONTENT.into_response(),
-        };
-    }
     if path == "/files" {
         // The access token, or a URL signed with it (`download_url`/`upload_url`).
-        let Ok(s) = e2b.reach_untokened(id) else {
-            return gone(id);
-        };
-        let op = if method == Method::GET {
-            "read"
-        } else {
-            "write"
-        };
         let query = req.uri().query().unwrap_or("");
-        let signed = files::signature_ok(&s.token, op, query, stockade::now_ms() / 1000);
-        if !signed && let Err(r) = reach(&e2b, id, req.headers()) {
+        let s = if token(req.headers()).is_none() && query_has(query, "signature") {
+            let op = if method == Method::GET {
+                "read"
+            } else {
+                "write"
+            };
+            match e2b.reach_signed(id) {
+                Ok(s) if files::signature_ok(&s.token, op, query, stockade::now_ms() / 1000) => s,
+                _ => return gone_or_unsigned(id),
+            }
+        } else {
+            match reach(&e2b, id, req.headers()) {
+                Ok(s) => s,
+                Err(r) => return *r,
+            }
+        };
+        if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
             return *r;
         }
-        crate::conn::authenticated(&req);
         return files::handle(&e2b, &s, req).await;
     }
-    let reached = reach(&e2b, id, req.headers());
-    if reached.is_ok() {
-        crate::conn::authenticated(&req);
-    }
-    let s = match reached {
+    let s = match reach(&e2b, id, req.headers()) {
         Ok(s) => s,
         Err(r) => return *r,
     };
+    if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
+        return *r;
+    }
+    if path == "/health" {
+        return StatusCode::NO_CONTENT.into_response();
+    }
     if method != Method::POST || !path.contains('.') {
         return api::error(
             404,

@@ -245,14 +245,13 @@ struct ExecuteBody {
     env_vars: Option<Value>,
 }
 
+/// The answer to an interpreter call with neither token.
+const UNAUTHORIZED: &str = "unauthorized access, please provide a valid access token \
+                            (X-Access-Token) or traffic token (E2B-Traffic-Access-Token) \
+                            of the sandbox";
+
 pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let path = req.uri().path().to_string();
-    if path == "/health" {
-        return match e2b.reach(id, None) {
-            Err(Reach::Gone) => gone(id),
-            _ => (StatusCode::OK, "\"OK\"").into_response(),
-        };
-    }
     // The SDKs send the access token to /execute only, the traffic token to every
     // interpreter call: either one is enough.
     let traffic = req
@@ -260,19 +259,16 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         .get("e2b-traffic-access-token")
         .and_then(|v| v.to_str().ok());
     let s = match e2b.reach_interp(id, token(req.headers()), traffic) {
-        Ok(s) => {
-            crate::conn::authenticated(&req);
-            s
-        }
+        Ok(s) => s,
         Err(Reach::Gone) => return gone(id),
-        Err(Reach::Unauthorized) => {
-            return error(
-                401,
-                "unauthorized access, please provide a valid access token (X-Access-Token) \
-                 or traffic token (E2B-Traffic-Access-Token) of the sandbox",
-            );
-        }
+        Err(Reach::Unauthorized) => return error(401, UNAUTHORIZED),
     };
+    if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
+        return *r;
+    }
+    if path == "/health" {
+        return (StatusCode::OK, "\"OK\"").into_response();
+    }
     if path.starts_with("/contexts") {
         let method = req.method().clone();
         let Ok(body) = to_bytes(req.into_body(), MAX_EXECUTE_BODY).await else {

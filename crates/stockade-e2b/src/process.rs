@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD as B64;
@@ -134,6 +135,78 @@ pub struct Proc {
     events: broadcast::Sender<Bytes>,
 }
 
+/// Most output events one process holds for a reader that has not taken them (each
+/// at most a chunk of the agent's, 64 KiB): past it the process's output waits, and
+/// so, through the daemon's bounded stream, does the process.
+pub const MAX_QUEUED_EVENTS: usize = 16;
+/// Most output events all of one tenant's processes hold at once; past it each of
+/// them may hold one.
+pub const MAX_TENANT_QUEUED_EVENTS: usize = 256;
+
+/// The output events a tenant's processes hold for their readers.
+#[derive(Default)]
+pub struct Queued(AtomicUsize);
+
+impl Queued {
+    pub fn now(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// The sending side of one process's events, counting what it holds against its
+/// tenant.
+struct Outbox {
+    tx: broadcast::Sender<Bytes>,
+    tenant: Arc<Queued>,
+    /// What this process held at its last look (counted in `tenant`).
+    held: usize,
+}
+
+impl Outbox {
+    /// Looks at how many events wait for a reader now, and counts that.
+    fn look(&mut self) -> usize {
+        let now = self.tx.len();
+        if now >= self.held {
+            self.tenant.0.fetch_add(now - self.held, Ordering::SeqCst);
+        } else {
+            self.tenant.0.fetch_sub(self.held - now, Ordering::SeqCst);
+        }
+        self.held = now;
+        now
+    }
+
+    /// Sends an output event once there is room: in this process's queue and in its
+    /// tenant's. The end of a process is sent with [`Outbox::last`], without waiting.
+    async fn send(&mut self, f: Bytes) {
+        loop {
+            let mine = self.look();
+            if self.tx.receiver_count() == 0 || mine == 0 {
+                break;
+            }
+            if mine < MAX_QUEUED_EVENTS && self.tenant.now() < MAX_TENANT_QUEUED_EVENTS {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        let _ = self.tx.send(f);
+        self.look();
+    }
+
+    /// Sends the end of the process (small, and never held back).
+    fn last(&mut self, f: Bytes) {
+        let _ = self.tx.send(f);
+        self.look();
+    }
+}
+
+impl Drop for Outbox {
+    fn drop(&mut self) {
+        // What is still queued is freed with the channel's last reader; it is no
+        // longer this sender's to count.
+        self.tenant.0.fetch_sub(self.held, Ordering::SeqCst);
+    }
+}
+
 /// A `{"event": ...}` data envelope.
 fn event(v: Value) -> Bytes {
     connect::data_frame(&json!({ "event": v }))
@@ -240,7 +313,7 @@ pub async fn start(
             }
         }
     };
-    let (tx, first) = broadcast::channel(1024);
+    let (tx, first) = broadcast::channel(MAX_QUEUED_EVENTS + 8);
     let proc = Arc::new(Proc {
         pid,
         config: cfg,
@@ -255,17 +328,22 @@ pub async fn start(
         .insert(pid, proc);
     let sbx = s.clone();
     let is_pty = pty.is_some();
+    let mut out = Outbox {
+        tx,
+        tenant: e2b.queued_output(&s.tenant),
+        held: 0,
+    };
     tokio::spawn(async move {
         if !held_out.is_empty() {
-            let _ = tx.send(output(Stream::Stdout, &held_out, is_pty));
+            out.send(output(Stream::Stdout, &held_out, is_pty)).await;
         }
         if !held.is_empty() {
-            let _ = tx.send(output(Stream::Stderr, &held, is_pty));
+            out.send(output(Stream::Stderr, &held, is_pty)).await;
         }
         let end = loop {
             match rx.recv().await {
                 Some(ExecEvent::Output(c)) => {
-                    let _ = tx.send(output(c.stream, &c.data, is_pty));
+                    out.send(output(c.stream, &c.data, is_pty)).await;
                 }
                 Some(ExecEvent::Started(_)) => {}
                 Some(ExecEvent::Outcome(Ok(o))) => {
@@ -301,12 +379,10 @@ pub async fn start(
             .remove(&pid);
         match end {
             Ok(f) => {
-                let _ = tx.send(f);
-                let _ = tx.send(connect::end_frame(None));
+                out.last(f);
+                out.last(connect::end_frame(None));
             }
-            Err(e) => {
-                let _ = tx.send(connect::end_frame(Some(&e)));
-            }
+            Err(e) => out.last(connect::end_frame(Some(&e))),
         }
     });
     let start = event(json!({"start": {"pid": pid}}));

@@ -69,6 +69,20 @@ pub struct E2b {
     /// only its own.
     transfers: tokio::sync::Semaphore,
     tenant_transfers: Mutex<HashMap<String, Arc<tokio::sync::Semaphore>>>,
+    /// Each tenant's authenticated connections (capped per tenant).
+    pub conns: crate::conn::TenantConns,
+    /// Each tenant's process output queued for readers (see `process::Queued`).
+    output: Mutex<HashMap<String, Arc<crate::process::Queued>>>,
+}
+
+impl E2b {
+    /// The tenant's count of process output queued for readers.
+    pub fn queued_output(&self, tenant: &str) -> Arc<crate::process::Queued> {
+        lock(&self.output)
+            .entry(tenant.to_string())
+            .or_default()
+            .clone()
+    }
 }
 
 /// File transfers in flight at once, in all and per tenant (see `E2b::transfer`).
@@ -144,9 +158,10 @@ pub fn ct_eq(a: &[u8], b: &[u8]) -> bool {
 
 /// Why a sandbox could not be reached through envd or the interpreter.
 pub enum Reach {
-    /// No such sandbox (or another tenant's): the proxy's 502 "not found".
+    /// No such sandbox, or a token that is not its own: the proxy's 502 "not found",
+    /// the same for both, so a token of one sandbox tells nothing of other ids.
     Gone,
-    /// A missing or wrong access token.
+    /// No token at all (whatever the id).
     Unauthorized,
 }
 
@@ -170,6 +185,8 @@ impl E2b {
             transfers: tokio::sync::Semaphore::new(TRANSFERS_AT_ONCE),
             tenant_transfers: Mutex::new(HashMap::new()),
             pools: Mutex::new(HashMap::new()),
+            conns: crate::conn::TenantConns::default(),
+            output: Mutex::new(HashMap::new()),
         })
     }
 
@@ -268,35 +285,42 @@ impl E2b {
         self.table().get(id).filter(|s| s.tenant == tenant).cloned()
     }
 
-    /// The sandbox of an envd or interpreter call, checked against its token.
+    /// The sandbox of an envd or interpreter call, checked against its token. No
+    /// token is `Unauthorized` before the id is looked at; a token that is not the
+    /// sandbox's is `Gone`, as a missing sandbox is.
     pub fn reach(&self, id: &str, token: Option<&str>) -> Result<Arc<Sbx>, Reach> {
-        let s = self.table().get(id).cloned().ok_or(Reach::Gone)?;
-        match token {
-            Some(t) if ct_eq(t.as_bytes(), s.token.as_bytes()) => Ok(s),
-            _ => Err(Reach::Unauthorized),
+        let token = token.ok_or(Reach::Unauthorized)?;
+        let s = self.table().get(id).cloned();
+        match s {
+            Some(s) if ct_eq(token.as_bytes(), s.token.as_bytes()) => Ok(s),
+            _ => Err(Reach::Gone),
         }
     }
 
     /// The sandbox of a code-interpreter call: its access token or its traffic token
-    /// (the SDKs send only the latter to `/contexts`).
+    /// (the SDKs send only the latter to `/contexts`), as [`E2b::reach`] otherwise.
     pub fn reach_interp(
         &self,
         id: &str,
         token: Option<&str>,
         traffic: Option<&str>,
     ) -> Result<Arc<Sbx>, Reach> {
+        if token.is_none() && traffic.is_none() {
+            return Err(Reach::Unauthorized);
+        }
         let s = self.table().get(id).cloned().ok_or(Reach::Gone)?;
         let access = token.is_some_and(|t| ct_eq(t.as_bytes(), s.token.as_bytes()));
         let traffic = traffic.is_some_and(|t| ct_eq(t.as_bytes(), s.traffic.as_bytes()));
         if access || traffic {
             Ok(s)
         } else {
-            Err(Reach::Unauthorized)
+            Err(Reach::Gone)
         }
     }
 
-    /// The sandbox of a call that needs no token (`/health`, signed `/files`).
-    pub fn reach_untokened(&self, id: &str) -> Result<Arc<Sbx>, Reach> {
+    /// The sandbox of a `/files` call that carries a signature instead of a token;
+    /// the caller checks the signature, and answers a bad one as `Gone` too.
+    pub fn reach_signed(&self, id: &str) -> Result<Arc<Sbx>, Reach> {
         self.table().get(id).cloned().ok_or(Reach::Gone)
     }
 

@@ -115,11 +115,13 @@ try:
         assert s.files.read("/home/user/d.txt") == "over tls"
         assert s.is_running()
         # The host alone routes (no E2b-Sandbox-* headers): the sandbox's envd.
-        st, _ = get(f"https://49983-{s.sandbox_id}.{DOMAIN}/health")
+        tok = {"X-Access-Token": s._envd_access_token}
+        st, _ = get(f"https://49983-{s.sandbox_id}.{DOMAIN}/health", tok)
         assert st == 204, st
-        st, body = get(f"https://49983-inosuchsandbox.{DOMAIN}/health")
+        st, body = get(f"https://49983-inosuchsandbox.{DOMAIN}/health", tok)
         assert st == 502 and b"was not found" in body, (st, body)
         # ...and the access token is still required on it.
+        assert get(f"https://49983-{s.sandbox_id}.{DOMAIN}/health")[0] == 401
         st, _ = get(f"https://49983-{s.sandbox_id}.{DOMAIN}/files?path=d.txt")
         assert st == 401, st
         st, body = get(
@@ -131,7 +133,8 @@ try:
         # stands in for the token, and only for its path and operation.
         assert get(s.download_url("d.txt")) == (200, b"over tls")
         assert get(s.download_url("d.txt", use_signature_expiration=60)) == (200, b"over tls")
-        assert get(s.download_url("d.txt").replace("d.txt", "e.txt", 1))[0] == 401
+        # A signature that does not hold is answered as a missing sandbox is.
+        assert get(s.download_url("d.txt").replace("d.txt", "e.txt", 1))[0] == 502
         up = urllib.request.Request(
             s.upload_url("up.txt"), data=b"uploaded", method="POST",
             headers={"Content-Type": "application/octet-stream"},
@@ -147,7 +150,7 @@ try:
             urllib.request.urlopen(bad, timeout=30, context=ctx)
             raise AssertionError("a read signature allowed a write")
         except urllib.error.HTTPError as e:
-            assert e.code == 401, e.code
+            assert e.code == 502, e.code
     finally:
         s.kill()
     assert not s.is_running()

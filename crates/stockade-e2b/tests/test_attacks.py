@@ -142,7 +142,26 @@ def _raw(url, path, headers, body=None, method="GET"):
         return e.code, e.read()
 
 
+def _answer(url, path, headers, body=None, method="GET"):
+    """A raw answer with its sandbox id taken out, to compare across ids."""
+    import json
+
+    st, raw = _raw(url, path, headers, body, method)
+    try:
+        j = json.loads(raw)
+        if isinstance(j, dict):
+            j.pop("sandboxId", None)
+        return st, j
+    except ValueError:
+        return st, raw
+
+
 def test_another_tenant_and_wrong_tokens_cannot_reach_a_sandbox(server, sbx):
+    """Another tenant's key, another sandbox's token, a wrong token, a forged
+    signature: none reaches the sandbox, and none tells whether the id exists. The
+    old code answered 401 for a live id and 502 for a missing one."""
+    import secrets
+
     from e2b import Sandbox
 
     from conftest import KEY_B
@@ -150,38 +169,58 @@ def test_another_tenant_and_wrong_tokens_cannot_reach_a_sandbox(server, sbx):
     other = Sandbox.create(api_key=KEY_B, timeout=120)
     try:
         sid = sbx.sandbox_id
+        missing = "i" + secrets.token_hex(10)
         # The control plane: another tenant's sandbox does not exist for it.
-        assert _raw(server, f"/sandboxes/{sid}", {"X-API-KEY": KEY_B})[0] == 404
-        assert _raw(server, f"/sandboxes/{sid}/timeout", {"X-API-KEY": KEY_B,
-                    "Content-Type": "application/json"}, b'{"timeout": 1}', "POST")[0] == 404
+        for i in (sid, missing):
+            assert _raw(server, f"/sandboxes/{i}", {"X-API-KEY": KEY_B})[0] == 404
+            assert _raw(server, f"/sandboxes/{i}/timeout", {"X-API-KEY": KEY_B,
+                        "Content-Type": "application/json"}, b'{"timeout": 1}', "POST")[0] == 404
         assert _raw(server, f"/sandboxes/{sid}", {})[0] == 401
         assert _raw(server, f"/sandboxes/{sid}", {"X-API-KEY": "wrong-key-wrong-key"})[0] == 401
-        # envd and the interpreter: the other sandbox's token, no token, a wrong one.
-        base = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"}
-        for tok in [other._envd_access_token, None, "x" * 32]:
-            h = dict(base, **({"X-Access-Token": tok} if tok else {}))
-            assert _raw(server, "/files?path=/etc/hostname", h)[0] == 401
-            st, _ = _raw(server, "/process.Process/List",
-                         dict(h, **{"Content-Type": "application/json"}), b"{}", "POST")
+
+        def calls(i, tok):
+            h = {"E2b-Sandbox-Id": i, "E2b-Sandbox-Port": "49983"}
+            if tok:
+                h["X-Access-Token"] = tok
+            ci = dict(h, **{"E2b-Sandbox-Port": "49999", "Content-Type": "application/json"})
+            return [
+                _answer(server, "/health", h),
+                _answer(server, "/files?path=/etc/hostname", h),
+                _answer(server, "/process.Process/List",
+                        dict(h, **{"Content-Type": "application/json"}), b"{}", "POST"),
+                _answer(server, "/execute", ci, b'{"code": "1"}', "POST"),
+                _answer(server, "/files?path=/home/user/x", dict(h, **{
+                    "Content-Type": "application/octet-stream"}), b"planted", "POST"),
+            ]
+
+        # No token: 401, whatever the id.
+        for st, _ in calls(sid, None) + calls(missing, None):
             assert st == 401
-            st, _ = _raw(server, "/execute", dict(h, **{"E2b-Sandbox-Port": "49999",
-                         "Content-Type": "application/json"}), b'{"code": "1"}', "POST")
-            assert st == 401
-            st, _ = _raw(server, "/files?path=/home/user/x", dict(h, **{
-                "Content-Type": "application/octet-stream"}), b"planted", "POST")
-            assert st == 401
+        # The other sandbox's token and a wrong one: the answer for a missing id.
+        for tok in [other._envd_access_token, "x" * 32]:
+            here, there = calls(sid, tok), calls(missing, tok)
+            assert here == there, (here, there)
+            assert all(st == 502 for st, _ in here), here
         assert sbx.files.exists("/home/user/x") is False
         # /contexts needs the traffic token (the SDKs send it there), not just the id.
-        ci = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999"}
-        assert _raw(server, "/contexts", ci)[0] == 401
-        assert _raw(server, "/contexts", dict(ci, **{"E2B-Traffic-Access-Token": "x" * 32}))[0] == 401
-        assert _raw(server, "/contexts", dict(ci, **{
-            "E2B-Traffic-Access-Token": sbx.traffic_access_token}))[0] == 200
-        # A forged signature is no token either.
-        assert _raw(server, "/files?path=/etc/hostname&signature=v1_forged", base)[0] == 401
+        for i in (sid, missing):
+            ci = {"E2b-Sandbox-Id": i, "E2b-Sandbox-Port": "49999"}
+            assert _raw(server, "/contexts", ci)[0] == 401
+        bad = {"E2b-Sandbox-Port": "49999", "E2B-Traffic-Access-Token": "x" * 32}
+        assert _answer(server, "/contexts", dict(bad, **{"E2b-Sandbox-Id": sid})) == \
+            _answer(server, "/contexts", dict(bad, **{"E2b-Sandbox-Id": missing}))
+        assert _raw(server, "/contexts", {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49999",
+                    "E2B-Traffic-Access-Token": sbx.traffic_access_token})[0] == 200
+        # A forged signature is no token either, and is answered as a missing id.
+        forged = "/files?path=/etc/hostname&signature=v1_forged"
+        here = _answer(server, forged, {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983"})
+        there = _answer(server, forged, {"E2b-Sandbox-Id": missing, "E2b-Sandbox-Port": "49983"})
+        assert here == there and here[0] == 502, (here, there)
         # The sandbox's own token still works.
-        h = dict(base, **{"X-Access-Token": sbx._envd_access_token})
+        h = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983",
+             "X-Access-Token": sbx._envd_access_token}
         assert _raw(server, "/files?path=/etc/hostname", h)[0] == 200
+        assert _raw(server, "/health", h)[0] == 204
     finally:
         other.kill()
 
@@ -307,3 +346,114 @@ def test_a_burst_of_large_uploads_keeps_the_server_memory_bounded(sbx):
     print(f"24 uploads of 30 MiB: the server's peak memory grew by {grew} MiB")
     assert grew < 700, f"24 uploads of 30 MiB raised the server's peak memory by {grew} MiB"
     assert all(done), f"{done.count(False)} of 24 uploads failed"
+
+
+def _status_of(sock):
+    """The status code of the answer on `sock` (its head read, the rest left)."""
+    head = b""
+    while b"\r\n" not in head:
+        chunk = sock.recv(1)
+        if not chunk:
+            return None
+        head += chunk
+    return int(head.split()[1])
+
+
+def test_one_tenant_cannot_hold_every_connection(server):
+    """Authenticated connections were not counted per tenant: one key could hold
+    all 1,024 of the listener's and keep every other tenant out. A tenant now holds
+    at most 256 at once; past that it is answered 429 and the connection closed,
+    and another tenant is still served."""
+    import os
+    import socket
+    import urllib.request
+
+    from conftest import KEY_B
+
+    host, port = server.split("//")[1].split(":")
+    req = (f"GET /v2/sandboxes HTTP/1.1\r\nHost: x\r\nX-API-KEY: {KEY_B}\r\n\r\n").encode()
+    held, codes = [], []
+    try:
+        for _ in range(300):
+            s = socket.create_connection((host, int(port)), timeout=10)
+            s.sendall(req)
+            codes.append(_status_of(s))
+            held.append(s)
+        ok, refused = codes.count(200), codes.count(429)
+        print(f"300 connections of one tenant: {ok} served, {refused} refused")
+        assert ok <= 256 and refused >= 44, codes
+        # Another tenant, on a new connection, in the middle of it.
+        r = urllib.request.Request(
+            server + "/v2/sandboxes", headers={"X-API-KEY": os.environ["E2B_API_KEY"]}
+        )
+        with urllib.request.urlopen(r, timeout=8) as a:
+            assert a.status == 200
+    finally:
+        for s in held:
+            s.close()
+    # Once they are closed the tenant is served again.
+    import time
+
+    for _ in range(50):
+        with socket.create_connection((host, int(port)), timeout=10) as s:
+            s.sendall(req)
+            if _status_of(s) == 200:
+                break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("the tenant was not served again after closing its connections")
+
+
+def _rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) // 1024
+    raise AssertionError("no VmRSS")
+
+
+def test_output_nobody_reads_stays_in_the_sandbox(server, sbx):
+    """Six processes each printing 40 MB to a client that reads none of it: the
+    server held up to 1,024 output events of each (the old code grew by hundreds of
+    MiB). Each process now holds at most 16 events for its reader, then waits, so
+    the output stays in the sandbox until it is read."""
+    import json
+    import socket
+    import struct
+    import time
+
+    pid = _server_pid()
+    host, port = server.split("//")[1].split(":")
+    msg = json.dumps({"process": {"cmd": "/bin/sh", "args": [
+        "-c", "head -c 40000000 /dev/urandom | od -An -v"]}}).encode()
+    body = struct.pack(">BI", 0, len(msg)) + msg
+    head = (
+        "POST /process.Process/Start HTTP/1.1\r\nHost: x\r\n"
+        f"E2b-Sandbox-Id: {sbx.sandbox_id}\r\nE2b-Sandbox-Port: 49983\r\n"
+        f"X-Access-Token: {sbx._envd_access_token}\r\n"
+        "Content-Type: application/connect+json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    time.sleep(1)
+    before = _rss_mib(pid)
+    socks = []
+    try:
+        for _ in range(6):
+            s = socket.create_connection((host, int(port)), timeout=30)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            s.sendall(head + body)
+            assert _status_of(s) == 200
+            socks.append(s)
+        # The processes print as fast as they can; nobody reads.
+        time.sleep(15)
+        grew = _rss_mib(pid) - before
+        print(f"6 processes printing to no reader: the server grew by {grew} MiB")
+        assert grew < 32, f"unread output grew the server by {grew} MiB"
+        # The output waited in the sandbox: the processes have not finished.
+        running = [p for p in sbx.commands.list() if "od -An" in " ".join(p.args)]
+        assert len(running) == 6, running
+    finally:
+        for s in socks:
+            s.close()
+    for p in sbx.commands.list():
+        if "od -An" in " ".join(p.args):
+            sbx.commands.kill(p.pid)

@@ -13,6 +13,8 @@
 mod config;
 mod digest;
 mod error;
+#[cfg(feature = "pull")]
+pub mod guard;
 mod import;
 pub mod inroot;
 mod names;

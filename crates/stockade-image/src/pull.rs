@@ -72,6 +72,9 @@ pub struct PullOptions {
     /// registry only: a docker `config.json`'s `auths` ([`registry_auths`]). Used
     /// for a registry [`PullOptions::auth`] is not for.
     pub registry_auths: std::collections::BTreeMap<String, Auth>,
+    /// A proxy every connection of the pull goes through (a [`crate::guard::Guard`]'s
+    /// URL, for a pull made for someone else). Default: none.
+    pub proxy: Option<String>,
 }
 
 impl Default for PullOptions {
@@ -82,6 +85,7 @@ impl Default for PullOptions {
             platform: oci::host_platform(),
             auth_registry: None,
             registry_auths: std::collections::BTreeMap::new(),
+            proxy: None,
         }
     }
 }
@@ -305,6 +309,8 @@ pub async fn pull(
     let client = oci_client::Client::new(ClientConfig {
         protocol: ClientProtocol::HttpsExcept(plain),
         platform_resolver: None,
+        http_proxy: options.proxy.clone(),
+        https_proxy: options.proxy.clone(),
         ..Default::default()
     });
     let auth = match options.auth_for(&r.registry) {

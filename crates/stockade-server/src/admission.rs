@@ -18,6 +18,7 @@
 //! total_cpus = 8              # the same for CPUs (default: 4 x the host's CPUs)
 //! providers = ["native", "gvisor"]  # default: every provider but wasm
 //! images = ["python:*", "ghcr.io/acme/*"]  # exact, or a prefix ending in `*` (default: any)
+//! registries = ["ghcr.io", "reg.lan:5000"]  # what tenants may pull from (default: none)
 //! hardening_opt_outs = []     # of seccomp, landlock, no_new_privileges, drop_capabilities
 //! network = ["none", "policy"]  # of none, egress, policy (default: all three)
 //!
@@ -34,6 +35,13 @@
 //! seccomp, landlock for writes), but it runs as the daemon's user and may read what
 //! that user can, so wasmtime's checks are the only wall between a module and the
 //! daemon's files; a profile may list it.
+//!
+//! A tenant's image that the host does not have is pulled for it only from a registry
+//! its profile lists, anonymously, and every connection of that pull (the registry,
+//! its token realm, a redirect's blob store) goes through an address guard
+//! (`stockade_image::guard`): loopback, link-local and the daemon host's own
+//! addresses are refused whoever names them, so a listed name cannot lead a pull
+//! into the host.
 //!
 //! The checks of names (mount roots, image references, the daemon host's own
 //! addresses) stay where they are (`daemon/paths.rs`, `daemon/create.rs`); this
@@ -76,6 +84,7 @@ pub struct ProfileFile {
     pub total_cpus: Option<f64>,
     pub providers: Option<Vec<String>>,
     pub images: Option<Vec<String>>,
+    pub registries: Option<Vec<String>>,
     pub hardening_opt_outs: Option<Vec<String>>,
     pub network: Option<Vec<String>>,
 }
@@ -105,6 +114,8 @@ pub struct Profile {
     pub providers: Option<Vec<String>>,
     /// `None`: any image (names only, checked elsewhere).
     pub images: Option<Vec<String>>,
+    /// Registries (`host[:port]`, lowercase) a tenant's images may be pulled from.
+    pub registries: Vec<String>,
     pub hardening_opt_outs: BTreeSet<String>,
     pub network: BTreeSet<String>,
 }
@@ -178,6 +189,7 @@ impl Profile {
             total_cpus: host.cpus * 4.0,
             providers: None,
             images: None,
+            registries: Vec::new(),
             hardening_opt_outs: BTreeSet::new(),
             network: NETWORKS.iter().map(|s| (*s).to_string()).collect(),
         }
@@ -217,6 +229,12 @@ impl Profile {
         }
         if f.images.is_some() {
             p.images.clone_from(&f.images);
+        }
+        if let Some(list) = &f.registries {
+            p.registries = list
+                .iter()
+                .map(|r| check_registry(r))
+                .collect::<std::result::Result<_, _>>()?;
         }
         if let Some(list) = &f.hardening_opt_outs {
             for h in list {
@@ -406,12 +424,55 @@ impl Profile {
         )))
     }
 
+    /// Whether a tenant's image may be pulled from `registry` (`host[:port]`).
+    pub fn admit_registry(&self, image: &str, registry: &str) -> Result<()> {
+        let registry = registry.to_ascii_lowercase();
+        if self.registries.contains(&registry) {
+            return Ok(());
+        }
+        let listed = if self.registries.is_empty() {
+            "it lists none".to_string()
+        } else {
+            format!("it lists {}", self.registries.join(", "))
+        };
+        Err(Error::PolicyDenied(format!(
+            "refused by profile {:?} (registries): image {image:?} is not on this host, and \
+             tenants pull only from the registries their profile lists ({listed}); ask the \
+             operator to add {registry:?} to `registries`, or to bring the image in",
+            self.name
+        )))
+    }
+
     fn provider_list(&self) -> String {
         match &self.providers {
             Some(l) => l.join(", "),
             None => "any provider but wasm".into(),
         }
     }
+}
+
+/// A `registries` entry: `host[:port]`, no scheme, path or userinfo, and never a
+/// loopback, link-local or unspecified address or `localhost` (the pull guard refuses
+/// those whatever the list says; refusing them here tells the operator at start).
+fn check_registry(r: &str) -> std::result::Result<String, String> {
+    let r = r.trim().to_ascii_lowercase();
+    let bad = |why: &str| Err(format!("registries: {r:?} {why}"));
+    if r.is_empty() || r.contains("://") || r.contains(['/', '@', ' ']) {
+        return bad("is not HOST[:PORT] (no scheme, path or user)");
+    }
+    let host = match r.strip_prefix('[') {
+        Some(rest) => rest.split(']').next().unwrap_or(""),
+        None => r.rsplit_once(':').map_or(r.as_str(), |(h, _)| h),
+    };
+    if host == "localhost" || host.ends_with(".localhost") {
+        return bad("is this host's loopback: tenants' pulls never reach it");
+    }
+    if let Ok(ip) = host.parse::<std::net::IpAddr>()
+        && let Some(why) = stockade_image::guard::refuse_local(Vec::new())(ip)
+    {
+        return bad(&format!("is refused for tenants' pulls: {why}"));
+    }
+    Ok(r)
 }
 
 /// `pattern` (exact, or a prefix ending in `*`) against an image reference.
@@ -495,6 +556,41 @@ mod tests {
         s.limits.memory_bytes = memory;
         s.limits.cpus = cpus;
         s
+    }
+
+    #[test]
+    fn tenants_pull_only_from_listed_registries_never_local_ones() {
+        let a = Admission::builtin(HOST);
+        let e = a
+            .profile_of("t-00")
+            .admit_registry("ghcr.io/x:1", "ghcr.io")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("registries") && e.contains("lists none"), "{e}");
+        let a = Admission::parse(
+            "[profile.tenant]\nregistries = [\"GHCR.io\", \"reg.lan:5000\"]\n",
+            HOST,
+        )
+        .unwrap();
+        let p = a.profile_of("t-00");
+        p.admit_registry("ghcr.io/x:1", "ghcr.io").unwrap();
+        p.admit_registry("reg.lan:5000/x:1", "reg.lan:5000")
+            .unwrap();
+        assert!(p.admit_registry("reg.lan/x:1", "reg.lan").is_err());
+        for bad in [
+            "localhost:5000",
+            "127.0.0.1:5000",
+            "[::1]:5000",
+            "169.254.169.254",
+            "0.0.0.0:80",
+            "http://reg.lan",
+            "reg.lan/path",
+            "user@reg.lan",
+        ] {
+            let e = Admission::parse(&format!("[profile.tenant]\nregistries = [{bad:?}]\n"), HOST)
+                .unwrap_err();
+            assert!(e.contains("registries"), "{bad}: {e}");
+        }
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! - [`require`]: a part a test needs (root, a tool, an image). In CI (`CI` set) a
 //!   missing part fails the test with how to fix it; elsewhere the test prints a loud
 //!   SKIPPED line and returns.
-//! - [`Registry`]: Debian's `docker-registry` on loopback, one per test, images pushed
+//! - [`Registry`]: Debian's `docker-registry` on loopback or on a [`peer::Peer`] (a
+//!   network namespace standing in for another host), one per test, images pushed
 //!   with `skopeo`.
 //! - [`debian_test_image`]: the Debian rootfs tar `crates/stockade-image/ci-setup.sh`
 //!   builds with mmdebstrap.
@@ -13,6 +14,7 @@
 
 pub mod egress;
 pub mod fds;
+pub mod peer;
 mod sandbox;
 
 pub use sandbox::{assert_agent_socket_cannot_be_replaced, py, sh, text};
@@ -191,6 +193,16 @@ impl Registry {
         Some(Registry::start_with(host, dir, &extra, creds))
     }
 
+    /// Starts a registry inside `peer` (port 5000 of its address): reached as a
+    /// registry on another host is. `None` (after a SKIPPED line) when the tools are
+    /// missing outside CI.
+    pub fn start_on(peer: &peer::Peer) -> Option<Registry> {
+        require("a registry and skopeo", registry_tools(), REGISTRY_FIX)?;
+        let dir = tempfile::tempdir().unwrap();
+        let addr = format!("{}:5000", peer.addr);
+        Some(Registry::spawn(addr, dir, "", None, Some(peer)))
+    }
+
     /// Starts a registry with `extra` appended to its YAML config (an `auth:`
     /// section, say); `creds` are what `push` presents.
     pub fn start_with(
@@ -204,7 +216,16 @@ impl Registry {
             .local_addr()
             .unwrap()
             .port();
-        let addr = format!("{host}:{port}");
+        Registry::spawn(format!("{host}:{port}"), dir, extra, creds, None)
+    }
+
+    fn spawn(
+        addr: String,
+        dir: tempfile::TempDir,
+        extra: &str,
+        creds: Option<(String, String)>,
+        on: Option<&peer::Peer>,
+    ) -> Registry {
         let config = format!(
             "version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n    rootdirectory: {}\n\
              http:\n  addr: {addr}\n{extra}",
@@ -212,13 +233,16 @@ impl Registry {
         );
         let config_path = dir.path().join("config.yml");
         std::fs::write(&config_path, config).unwrap();
-        let child = Command::new("/usr/bin/docker-registry")
-            .arg("serve")
-            .arg(&config_path)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let child = match on {
+            Some(p) => p.command("/usr/bin/docker-registry"),
+            None => Command::new("/usr/bin/docker-registry"),
+        }
+        .arg("serve")
+        .arg(&config_path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
         let started = Instant::now();
         while TcpStream::connect(&addr).is_err() {
             assert!(

@@ -9,6 +9,7 @@ mod egress;
 mod kernel;
 mod lifecycle;
 mod pause;
+mod restart;
 
 use std::sync::Arc;
 

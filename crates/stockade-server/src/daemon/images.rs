@@ -68,11 +68,33 @@ impl Daemon {
         if left == 0 {
             return Err(over());
         }
-        let h = store.with_budget(left);
         let config =
             stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
         let mut options = stockade_image::PullOptions::from_env(&config);
-        if self.limits.tenants_untrusted {
+        let mut guard = None;
+        if let Some(profile) = self.profile(tenant) {
+            // Only from a registry the tenant's profile lists, anonymously (the
+            // operator's credentials and `docker login`s are not a tenant's), and
+            // through the address guard: no connection of the pull reaches this
+            // host's loopback, link-local or own addresses, whatever the registry,
+            // its token realm or a redirect names.
+            let registry = stockade_image::Reference::parse(reference)
+                .map_err(|e| Error::InvalidRequest(e.to_string()))?
+                .registry;
+            profile.admit_registry(reference, &registry)?;
+            options.auth = stockade_image::Auth::Anonymous;
+            options.auth_registry = None;
+            options.registry_auths.clear();
+            let own = stockade::native::layout::read_host_addresses()
+                .iter()
+                .filter_map(|a| a.split('/').next()?.parse().ok())
+                .collect();
+            let g = stockade_image::guard::Guard::start(stockade_image::guard::refuse_local(own))
+                .await
+                .map_err(|e| Error::io("cannot start the pull's address guard", e))?;
+            options.proxy = Some(g.proxy_url());
+            guard = Some(g);
+        } else if self.limits.tenants_untrusted {
             // A tenant names the registry: the operator's credentials go only to the
             // one STOCKADE_REGISTRY names, never to one a tenant chose; and the
             // operator's `docker login`s are not a tenant's to use.
@@ -81,9 +103,12 @@ impl Daemon {
             }
             options.registry_auths.clear();
         }
+        let h = store.with_budget(left);
         let mut result = stockade_image::pull(&h, reference, &options, &mut |_| {})
             .await
             .map(|_| ());
+        let refused = guard.as_ref().and_then(|g| g.refused().into_iter().next());
+        drop(guard);
         if result.is_ok() && native {
             let hb = h.clone();
             let r = reference.to_string();
@@ -111,6 +136,12 @@ impl Daemon {
             );
         }
         result.map_err(|e| match e {
+            _ if refused.is_some() => Error::PolicyDenied(format!(
+                "pulling image {reference} for a tenant reached for an address tenants' \
+                 pulls never reach: {} (the registry, its token realm or a redirect named \
+                 it); use a registry on another host",
+                refused.as_deref().unwrap_or_default()
+            )),
             // The budget (the handle's `limit` is what was left of it), not the
             // store's own cap, refused the write.
             ImageError::QuotaExceeded { limit, .. } if limit == left => over(),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use stockade::{ErrorCode, Sandbox, SandboxSpec};
 use stockade_testkit::Registry;
+use stockade_testkit::peer::Peer;
 
 use crate::harness::{TestDaemon, require_root};
 use crate::{TOKEN_A, TOKEN_B, token_file};
@@ -80,6 +81,28 @@ async fn refused(c: &stockade_client::RemoteProvider, image: &str, why: &str) ->
     }
 }
 
+/// A profiles file whose tenant profile lists `registries`, and a configuration file
+/// that lets them be spoken to over plain HTTP: (`--profiles=FILE`, the config path).
+fn listing(tmp: &tempfile::TempDir, registries: &[&str]) -> (String, String) {
+    let list = registries
+        .iter()
+        .map(|r| format!("{r:?}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let profiles = tmp.path().join("profiles.toml");
+    std::fs::write(
+        &profiles,
+        format!("[profile.tenant]\nregistries = [{list}]\n"),
+    )
+    .unwrap();
+    let config = tmp.path().join("stockade.toml");
+    std::fs::write(&config, format!("[registries]\ninsecure = [{list}]\n")).unwrap();
+    (
+        format!("--profiles={}", profiles.display()),
+        config.display().to_string(),
+    )
+}
+
 /// What the store holds in `tmp/` (partial downloads, trees being built).
 fn scratch(images: &Path) -> Vec<String> {
     std::fs::read_dir(images.join("tmp"))
@@ -97,7 +120,8 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     if !require_root("the daemon's tests") {
         return;
     }
-    let Some(reg) = Registry::start("127.0.0.1", None) else {
+    let Some(peer) = Peer::start() else { return };
+    let Some(reg) = Registry::start_on(&peer) else {
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -111,7 +135,15 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
     let mid3 = push(&reg, tmp.path(), &base, "mid3", &noise(1280 << 10, 4));
 
     let tokens = token_file(&tmp);
-    let mut d = TestDaemon::start(&[&format!("--token-file={tokens}"), "--tenant-image-bytes=3M"]);
+    let (profiles, config) = listing(&tmp, &[&reg.addr]);
+    let mut d = TestDaemon::start_with_env(
+        &[
+            &format!("--token-file={tokens}"),
+            "--tenant-image-bytes=3M",
+            &profiles,
+        ],
+        &[("STOCKADE_CONFIG", &config)],
+    );
     let images = d.dir.join("home/images");
     let a = d.client(Some(TOKEN_A)).await;
     let b = d.client(Some(TOKEN_B)).await;
@@ -173,13 +205,14 @@ async fn a_tenant_cannot_fill_the_image_store_past_its_budget() {
 }
 
 /// The operator's registry credentials go only to the registry they are for, never
-/// to one a tenant names (here a registry of the tenant's on loopback that asks for
-/// them, and names a token realm of its own).
+/// to one a tenant names (here a registry on another host that the tenant's profile
+/// lists, that asks for them and names a token realm of its own).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_operators_registry_credentials_never_reach_a_tenants_registry() {
     if !require_root("the daemon's tests") {
         return;
     }
+    let Some(peer) = Peer::start() else { return };
     let tmp = tempfile::tempdir().unwrap();
     let log = tmp.path().join("seen.log");
     let server = r#"
@@ -190,26 +223,27 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         with open(log, 'a') as f:
             f.write('%s %s\n' % (self.path, self.headers.get('Authorization')))
-        port = self.server.server_address[1]
         if self.path.startswith('/token'):
             body = b'{"token": "tenant-token"}'
             self.send_response(200)
         else:
             body = b'{}'
             self.send_response(401)
-            self.send_header('WWW-Authenticate', 'Bearer realm="http://127.0.0.1:%d/token",service="x"' % port)
+            self.send_header('WWW-Authenticate', 'Bearer realm="http://%s/token",service="x"' % self.headers.get('Host'))
         self.send_header('Content-Length', str(len(body)))
         self.end_headers()
         self.wfile.write(body)
     do_HEAD = do_GET
-s = http.server.HTTPServer(('127.0.0.1', 0), H)
-print(s.server_address[1], flush=True)
+s = http.server.HTTPServer((sys.argv[2], 8000), H)
+print(8000, flush=True)
 s.serve_forever()
 "#;
-    let mut child = std::process::Command::new("python3")
+    let mut child = peer
+        .command("python3")
         .arg("-c")
         .arg(server)
         .arg(&log)
+        .arg(peer.addr.to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
@@ -221,6 +255,7 @@ s.serve_forever()
     )
     .unwrap();
     let port: u16 = line.trim().parse().unwrap();
+    let registry = format!("{}:{port}", peer.addr);
     // Killed however the test ends.
     struct Kill(std::process::Child);
     impl Drop for Kill {
@@ -231,6 +266,7 @@ s.serve_forever()
     }
     let _server = Kill(child);
     let tokens = token_file(&tmp);
+    let (profiles, config_file) = listing(&tmp, &[&registry]);
     for env in [
         &[("STOCKADE_REGISTRY_TOKEN", "operator-bearer-secret")][..],
         &[
@@ -242,11 +278,16 @@ s.serve_forever()
             ("STOCKADE_REGISTRY_TOKEN", "operator-bearer-secret"),
         ],
     ] {
-        let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}")], env);
+        let env: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .chain([("STOCKADE_CONFIG", config_file.as_str())])
+            .collect();
+        let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}"), &profiles], &env);
         let a = d.client(Some(TOKEN_A)).await;
         let _ = refused(
             &a,
-            &format!("127.0.0.1:{port}/tenant/app:1"),
+            &format!("{registry}/tenant/app:1"),
             "a registry that serves nothing gave an image",
         )
         .await;
@@ -274,15 +315,18 @@ s.serve_forever()
     std::fs::write(
         &config,
         format!(
-            r#"{{"auths": {{"127.0.0.1:{port}": {{"auth": "b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="}}}}}}"#
+            r#"{{"auths": {{"{registry}": {{"auth": "b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="}}}}}}"#
         ),
     )
     .unwrap();
     let file = config.display().to_string();
-    let auth_env = [("STOCKADE_REGISTRY_AUTH_FILE", file.as_str())];
-    let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}")], &auth_env);
+    let auth_env = [
+        ("STOCKADE_REGISTRY_AUTH_FILE", file.as_str()),
+        ("STOCKADE_CONFIG", config_file.as_str()),
+    ];
+    let d = TestDaemon::start_with_env(&[&format!("--token-file={tokens}"), &profiles], &auth_env);
     let a = d.client(Some(TOKEN_A)).await;
-    let _ = refused(&a, &format!("127.0.0.1:{port}/tenant/app:1"), "an image").await;
+    let _ = refused(&a, &format!("{registry}/tenant/app:1"), "an image").await;
     let seen = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         !seen.is_empty(),
@@ -297,10 +341,170 @@ s.serve_forever()
     drop(d);
     let d = TestDaemon::start_with_env(&[], &auth_env);
     let local = d.client(None).await;
-    let _ = refused(&local, &format!("127.0.0.1:{port}/own/app:1"), "an image").await;
+    let _ = refused(&local, &format!("{registry}/own/app:1"), "an image").await;
     let seen = std::fs::read_to_string(&log).unwrap_or_default();
     assert!(
         seen.contains("Basic b3BlcmF0b3I6ZG9ja2VyLWxvZ2luLXNlY3JldA=="),
         "the local caller's docker login was not sent to its registry: {seen}"
     );
+}
+
+/// A tenant's pull never reaches into the daemon's host, whatever names the address:
+/// the tenant itself (a loopback registry, refused as unlisted before any
+/// connection), or a registry on another host that its profile lists, through its
+/// token realm or a redirect to this host's loopback or its own address. The old code
+/// pulled from any registry a tenant named, and followed realms and redirects
+/// anywhere: a service on this host's loopback was asked for every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_pull_never_reaches_this_host() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let Some(peer) = Peer::start() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    // This host's service, on every address of it: it logs whoever reaches it.
+    let inside_log = tmp.path().join("inside.log");
+    let logger = r#"
+import http.server, sys
+log = sys.argv[1]
+class H(http.server.BaseHTTPRequestHandler):
+    def log_message(self, *a): pass
+    def do_GET(self):
+        with open(log, 'a') as f:
+            f.write('%s %s\n' % (self.path, self.headers.get('Authorization')))
+        self.send_response(200)
+        self.send_header('Content-Length', '2')
+        self.end_headers()
+        self.wfile.write(b'{}')
+    do_HEAD = do_GET
+s = http.server.HTTPServer(('0.0.0.0', 0), H)
+print(s.server_address[1], flush=True)
+s.serve_forever()
+"#;
+    // The registry on the other host: 8001 names a token realm on this host's
+    // loopback, 8002 one on this host's own address (its end of the peer's link),
+    // 8003 redirects the manifest to this host's loopback.
+    let outside = r#"
+import http.server, sys, threading
+inside = sys.argv[2]
+own = sys.argv[3]
+def handler(mode):
+    class H(http.server.BaseHTTPRequestHandler):
+        def log_message(self, *a): pass
+        def do_GET(self):
+            if mode == 'redirect':
+                if self.path == '/v2/' or self.path == '/v2':
+                    self.send_response(200)
+                    self.send_header('Content-Length', '2')
+                    self.end_headers()
+                    self.wfile.write(b'{}')
+                    return
+                self.send_response(307)
+                self.send_header('Location', 'http://127.0.0.1:%s/blob' % inside)
+                self.send_header('Content-Length', '0')
+                self.end_headers()
+                return
+            host = '127.0.0.1' if mode == 'loopback' else own
+            self.send_response(401)
+            self.send_header('WWW-Authenticate', 'Bearer realm="http://%s:%s/token",service="x"' % (host, inside))
+            self.send_header('Content-Length', '2')
+            self.end_headers()
+            self.wfile.write(b'{}')
+        do_HEAD = do_GET
+    return H
+for port, mode in [(8001, 'loopback'), (8002, 'own'), (8003, 'redirect')]:
+    s = http.server.HTTPServer((sys.argv[1], port), handler(mode))
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+print('up', flush=True)
+threading.Event().wait()
+"#;
+    struct Kill(std::process::Child);
+    impl Drop for Kill {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let first_line = |c: &mut std::process::Child| {
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(c.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        line.trim().to_string()
+    };
+    let mut inside = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(logger)
+        .arg(&inside_log)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let inside_port = first_line(&mut inside);
+    let _inside = Kill(inside);
+    let own = std::net::Ipv4Addr::from(u32::from(peer.addr) - 1).to_string();
+    let mut outside = peer
+        .command("python3")
+        .arg("-c")
+        .arg(outside)
+        .arg(peer.addr.to_string())
+        .arg(&inside_port)
+        .arg(&own)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    assert_eq!(first_line(&mut outside), "up");
+    let _outside = Kill(outside);
+
+    let registries: Vec<String> = (8001..=8003)
+        .map(|p| format!("{}:{p}", peer.addr))
+        .collect();
+    let refs: Vec<&str> = registries.iter().map(String::as_str).collect();
+    let (profiles, config) = listing(&tmp, &refs);
+    let tokens = token_file(&tmp);
+    let d = TestDaemon::start_with_env(
+        &[&format!("--token-file={tokens}"), &profiles],
+        &[("STOCKADE_CONFIG", &config)],
+    );
+    let a = d.client(Some(TOKEN_A)).await;
+
+    // The tenant names this host's loopback itself: not a listed registry.
+    let e = refused(
+        &a,
+        &format!("127.0.0.1:{inside_port}/x/app:1"),
+        "a tenant pulled from this host's loopback",
+    )
+    .await;
+    assert_eq!(e.code(), ErrorCode::PolicyDenied, "{e}");
+    assert!(e.to_string().contains("registries"), "{e}");
+
+    // A listed registry leads the pull back to this host.
+    for (registry, want) in [
+        (&registries[0], "loopback"),
+        (&registries[1], "an address of this host"),
+        (&registries[2], "loopback"),
+    ] {
+        let e = refused(
+            &a,
+            &format!("{registry}/x/app:1"),
+            "a pull led into this host gave an image",
+        )
+        .await;
+        assert_eq!(
+            e.code(),
+            ErrorCode::PolicyDenied,
+            "{registry}: {e}\n{}",
+            d.log()
+        );
+        assert!(e.to_string().contains(want), "{registry}: {e}");
+    }
+    let seen = std::fs::read_to_string(&inside_log).unwrap_or_default();
+    assert!(
+        seen.is_empty(),
+        "a tenant's pull reached this host's service: {seen}"
+    );
+    d.assert_none_left().await;
 }
