@@ -100,17 +100,17 @@ cargo test --workspace --no-run
 # its own: its builds carry instrumentation flags). The fuzz step below waits for it.
 fuzz_target=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
 lint_log=$(mktemp)
-(
+# In a session of its own, so that a failed suite, which ends this script, ends the
+# whole of it too (cargo's own children included).
+setsid bash -c '
   set -e
-  CARGO_TARGET_DIR=$CARGO_TARGET_DIR/clippy nice -n 19 \
-    cargo clippy --workspace --all-targets -- -D warnings
-  CARGO_TARGET_DIR=$fuzz_target nice -n 19 cargo clippy --manifest-path fuzz/Cargo.toml \
+  CARGO_TARGET_DIR=$1/clippy nice -n 19 cargo clippy --workspace --all-targets -- -D warnings
+  CARGO_TARGET_DIR=$2 nice -n 19 cargo clippy --manifest-path fuzz/Cargo.toml \
     --no-default-features --all-targets -- -D warnings
-  STOCKADE_FUZZ_TARGET=$fuzz_target nice -n 19 scripts/fuzz.sh --quick --dev --build
-) </dev/null >"$lint_log" 2>&1 &
+  STOCKADE_FUZZ_TARGET=$2 nice -n 19 scripts/fuzz.sh --quick --dev --build
+' lints "$CARGO_TARGET_DIR" "$fuzz_target" </dev/null >"$lint_log" 2>&1 &
 lint=$!
-# A failed suite ends the script: the lints beside it end with it.
-trap 'pkill -P $lint 2>/dev/null; kill $lint 2>/dev/null; true' EXIT
+trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
 cargo test --workspace --no-fail-fast
 # A restart of the shared dockerd under live sandboxes, alone (it stops dockerd).
 cargo test -p stockade-docker --test it -- --ignored restart

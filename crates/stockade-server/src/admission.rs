@@ -19,6 +19,7 @@
 //! providers = ["native", "gvisor"]  # default: every provider but wasm
 //! images = ["python:*", "ghcr.io/acme/*"]  # exact, or a prefix ending in `*` (default: any)
 //! registries = ["ghcr.io", "reg.lan:5000"]  # what tenants may pull from (default: none)
+//! shared_images = ["python:3.12", "acme/*"]  # on the host, run by every tenant (default: none)
 //! hardening_opt_outs = []     # of seccomp, landlock, no_new_privileges, drop_capabilities
 //! network = ["none", "policy"]  # of none, egress, policy (default: all three)
 //!
@@ -35,6 +36,11 @@
 //! seccomp, landlock for writes), but it runs as the daemon's user and may read what
 //! that user can, so wasmtime's checks are the only wall between a module and the
 //! daemon's files; a profile may list it.
+//!
+//! A tenant sees the images the operator shares with its profile (`shared_images`)
+//! and those it pulled itself; any other image, even one already on the host (another
+//! tenant's, the operator's), is pulled again for it (anonymously: what it may fetch
+//! itself), and it runs what that pull resolved.
 //!
 //! A tenant's image that the host does not have is pulled for it only from a registry
 //! its profile lists, anonymously, and every connection of that pull (the registry,
@@ -85,6 +91,7 @@ pub struct ProfileFile {
     pub providers: Option<Vec<String>>,
     pub images: Option<Vec<String>>,
     pub registries: Option<Vec<String>>,
+    pub shared_images: Option<Vec<String>>,
     pub hardening_opt_outs: Option<Vec<String>>,
     pub network: Option<Vec<String>>,
 }
@@ -116,6 +123,9 @@ pub struct Profile {
     pub images: Option<Vec<String>>,
     /// Registries (`host[:port]`, lowercase) a tenant's images may be pulled from.
     pub registries: Vec<String>,
+    /// Images on the host (the store's, dockerd's) every tenant of the profile may
+    /// run without pulling them itself: exact, or a prefix ending in `*`.
+    pub shared_images: Vec<String>,
     pub hardening_opt_outs: BTreeSet<String>,
     pub network: BTreeSet<String>,
 }
@@ -190,6 +200,7 @@ impl Profile {
             providers: None,
             images: None,
             registries: Vec::new(),
+            shared_images: Vec::new(),
             hardening_opt_outs: BTreeSet::new(),
             network: NETWORKS.iter().map(|s| (*s).to_string()).collect(),
         }
@@ -229,6 +240,9 @@ impl Profile {
         }
         if f.images.is_some() {
             p.images.clone_from(&f.images);
+        }
+        if let Some(list) = &f.shared_images {
+            p.shared_images.clone_from(list);
         }
         if let Some(list) = &f.registries {
             p.registries = list
@@ -422,6 +436,11 @@ impl Profile {
             self.name,
             self.network.iter().cloned().collect::<Vec<_>>().join(", ")
         )))
+    }
+
+    /// Whether the operator shares `image` (on the host already) with the profile.
+    pub fn shares(&self, image: &str) -> bool {
+        self.shared_images.iter().any(|p| image_matches(p, image))
     }
 
     /// Whether a tenant's image may be pulled from `registry` (`host[:port]`).

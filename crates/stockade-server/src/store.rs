@@ -14,6 +14,9 @@ const POOLS: TableDefinition<&str, &[u8]> = TableDefinition::new("pools");
 const META: TableDefinition<&str, &str> = TableDefinition::new("meta");
 /// Bytes each tenant added to the image store (its image budget's use).
 const IMAGE_BYTES: TableDefinition<&str, u64> = TableDefinition::new("image_bytes");
+/// The images each tenant pulled itself: `TENANT\0REFERENCE` to the manifest digest
+/// its own pull resolved the reference to.
+const TENANT_IMAGES: TableDefinition<&str, &str> = TableDefinition::new("tenant_images");
 
 /// A failure of the state store.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +168,7 @@ impl Store {
             t.open_table(POOLS)?;
             t.open_table(META)?;
             t.open_table(IMAGE_BYTES)?;
+            t.open_table(TENANT_IMAGES)?;
             Ok(())
         })?;
         Ok(s)
@@ -311,6 +315,34 @@ impl Store {
             Ok(())
         })?;
         Ok(total)
+    }
+
+    /// The digest `tenant`'s own pull of `reference` resolved it to, if it pulled it.
+    pub fn tenant_image(
+        &self,
+        tenant: &str,
+        reference: &str,
+    ) -> Result<Option<String>, StoreError> {
+        let key = format!("{tenant}\0{reference}");
+        let r = self.begin_read()?;
+        let t = r.open_table(TENANT_IMAGES).map_err(|e| self.err(e))?;
+        Ok(t.get(key.as_str())
+            .map_err(|e| self.err(e))?
+            .map(|v| v.value().to_string()))
+    }
+
+    /// Records that `tenant`'s own pull resolved `reference` to `digest`.
+    pub fn set_tenant_image(
+        &self,
+        tenant: &str,
+        reference: &str,
+        digest: &str,
+    ) -> Result<(), StoreError> {
+        let key = format!("{tenant}\0{reference}");
+        self.write(|t| {
+            t.open_table(TENANT_IMAGES)?.insert(key.as_str(), digest)?;
+            Ok(())
+        })
     }
 
     /// Everything saved.

@@ -54,6 +54,13 @@ both_ways! {
         let Some((_reg, reference)) = registry_with_image(home, "127.0.0.1") else {
             return;
         };
+        // A daemon's tenant pulls only from registries its profile lists, never from
+        // this host's loopback (`stockade-server`'s `images::` tests): through the
+        // daemon the image is the operator's, pulled here first and shared.
+        if via.is_daemon() {
+            let out = stockade_in(home, &["image", "pull", &reference]).output().unwrap();
+            assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        }
         // No command: the image's Cmd, in its WorkingDir, as its User (nobody). The
         // command is read from this host's image store, which a daemon does not use: it
         // says so, and the same command given explicitly runs the same way.

@@ -65,11 +65,13 @@ impl Serve {
             std::fs::write(&file, format!("{TOKEN}\n")).unwrap();
             // These tests run the CLI's commands through a daemon, every provider
             // included (the built-in profile, which keeps wasm from tenants, has
-            // tests of its own).
+            // tests of its own), and the images the test's own commands bring into
+            // the host are the operator's, shared with the tenant.
             let profiles = dir.path().join("profiles.toml");
             std::fs::write(
                 &profiles,
-                "[profile.tenant]\nproviders = [\"native\", \"docker\", \"gvisor\", \"microvm\", \"wasm\"]\n",
+                "[profile.tenant]\nproviders = [\"native\", \"docker\", \"gvisor\", \"microvm\", \"wasm\"]\n\
+                 shared_images = [\"*\"]\n",
             )
             .unwrap();
             cmd.arg(format!("--token-file={}", file.display()))

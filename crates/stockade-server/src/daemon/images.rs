@@ -21,9 +21,11 @@ impl Daemon {
         m.entry(tenant.to_string()).or_default().clone()
     }
 
-    /// Makes sure the spec's image is on the host before the provider is asked for
-    /// it, charging what fetching and unpacking it adds to the tenant's image budget.
-    /// An image the host has already costs nothing.
+    /// Makes sure the spec's image is on the host, and the tenant's to run, before
+    /// the provider is asked for it, charging what fetching and unpacking it adds to
+    /// the tenant's image budget. An image the host has already costs nothing; a
+    /// tenant runs one only when its profile shares it or it pulled it itself, else
+    /// it is pulled again for the tenant (blobs the host has are not fetched again).
     pub(super) async fn charge_image(
         &self,
         tenant: &str,
@@ -33,23 +35,52 @@ impl Daemon {
         let Some(reference) = spec.image.as_deref() else {
             return Ok(());
         };
+        // What the provider reads of an image in the store: its flattened root, or
+        // its blobs (docker loads them into dockerd; microvm builds its disk from
+        // them).
         let native = match provider {
-            "native" => true,
-            "docker" => false,
+            "native" | "gvisor" => true,
+            "docker" | "microvm" => false,
             // wasm images are runtimes, installed by the provider.
             _ => return Ok(()),
         };
-        if !native && docker_has(reference).await? {
-            return Ok(());
+        let profile = self.profile(tenant);
+        let shared = profile.is_none_or(|p| p.shares(reference));
+        let own = || -> Result<Option<String>> {
+            if profile.is_none() {
+                return Ok(None);
+            }
+            self.store.tenant_image(tenant, reference).map_err(internal)
+        };
+        if provider == "docker" && docker_has(reference).await? {
+            // dockerd's copy: the operator's, or one loaded from the store for a
+            // tenant that pulled it (by name: dockerd's ids are not the manifest's).
+            if shared || own()?.is_some() {
+                return Ok(());
+            }
         }
         let store = stockade_image::Store::open(self.home.join("images")).map_err(internal)?;
-        if present(&store, reference, native)? {
+        // The tenant's to run: in the store, and shared with it or resolved to what
+        // its own pull recorded.
+        let visible = |store: &stockade_image::Store| -> Result<bool> {
+            let now = match store.resolve(reference) {
+                Ok(d) => d,
+                Err(ImageError::ImageNotFound { .. }) => return Ok(false),
+                Err(e @ ImageError::InvalidReference { .. }) => {
+                    return Err(Error::InvalidRequest(e.to_string()));
+                }
+                Err(e) => return Err(internal(e)),
+            };
+            Ok(shared || own()?.as_deref() == Some(now.to_string().as_str()))
+        };
+        if visible(&store)? && present(&store, reference, native)? {
             return Ok(());
         }
         let lock = self.image_lock(tenant);
         let _held = lock.lock().await;
         // Another call of this tenant may have brought it while this one waited.
-        if present(&store, reference, native)? {
+        let seen = visible(&store)?;
+        if seen && present(&store, reference, native)? {
             return Ok(());
         }
         let budget = self.limits.tenant_image_bytes;
@@ -72,7 +103,9 @@ impl Daemon {
             stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
         let mut options = stockade_image::PullOptions::from_env(&config);
         let mut guard = None;
-        if let Some(profile) = self.profile(tenant) {
+        if seen {
+            // Only its root is missing: nothing to pull.
+        } else if let Some(profile) = self.profile(tenant) {
             // Only from a registry the tenant's profile lists, anonymously (the
             // operator's credentials and `docker login`s are not a tenant's), and
             // through the address guard: no connection of the pull reaches this
@@ -104,11 +137,22 @@ impl Daemon {
             options.registry_auths.clear();
         }
         let h = store.with_budget(left);
-        let mut result = stockade_image::pull(&h, reference, &options, &mut |_| {})
-            .await
-            .map(|_| ());
+        let mut result = if seen {
+            Ok(())
+        } else {
+            stockade_image::pull(&h, reference, &options, &mut |_| {})
+                .await
+                .map(|_| ())
+        };
         let refused = guard.as_ref().and_then(|g| g.refused().into_iter().next());
         drop(guard);
+        if result.is_ok() && !seen && profile.is_some() {
+            // What this tenant's own pull resolved the reference to: it may run that.
+            let digest = h.resolve(reference).map_err(internal)?.to_string();
+            self.store
+                .set_tenant_image(tenant, reference, &digest)
+                .map_err(internal)?;
+        }
         if result.is_ok() && native {
             let hb = h.clone();
             let r = reference.to_string();

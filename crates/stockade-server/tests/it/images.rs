@@ -508,3 +508,105 @@ threading.Event().wait()
     );
     d.assert_none_left().await;
 }
+
+/// A tenant runs only the images its profile shares and those it pulled itself: an
+/// image the operator brought into the store is not another tenant's to run, and an
+/// image tenant A pulled is pulled again for tenant B (so B must be able to fetch it
+/// itself). The old code ran any image the host had for any tenant.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_runs_only_images_shared_with_it_or_pulled_by_it() {
+    if !require_root("the daemon's tests") {
+        return;
+    }
+    let Some(peer) = Peer::start() else { return };
+    let Some(reg) = Registry::start_on(&peer) else {
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let base = tiny_base(tmp.path());
+    let pulled = push(&reg, tmp.path(), &base, "pulled", b"pulled");
+    let tokens = token_file(&tmp);
+    let (profiles, config) = listing(&tmp, &[&reg.addr]);
+    let mut d = TestDaemon::start_with_env(
+        &[&format!("--token-file={tokens}"), &profiles],
+        &[("STOCKADE_CONFIG", &config)],
+    );
+    // The operator's own image, in the daemon's store, on no registry.
+    let store = stockade_image::Store::open(d.dir.join("home/images")).unwrap();
+    let layout = tmp.path().join("layout-operator");
+    stockade_testkit::oci_layout(
+        &layout,
+        &base,
+        &[("srv/blob", b"the operator's")],
+        serde_json::json!({}),
+        "v1",
+    );
+    stockade_image::import(&store, &layout, Some("local.test/operator/secret:1")).unwrap();
+    // ...and its root, as after the operator's own first run of it.
+    store
+        .rootfs(&store.image("local.test/operator/secret:1").unwrap())
+        .unwrap();
+    let a = d.client(Some(TOKEN_A)).await;
+    let b = d.client(Some(TOKEN_B)).await;
+
+    let e = refused(
+        &a,
+        "local.test/operator/secret:1",
+        "a tenant ran an image the operator brought in and did not share",
+    )
+    .await;
+    assert_eq!(e.code(), ErrorCode::PolicyDenied, "{e}");
+
+    // A pulls an image; B's create of the same reference is B's own pull: with the
+    // registry gone it fails for B, while A still runs what it pulled.
+    try_create(&a, &pulled)
+        .await
+        .unwrap_or_else(|e| panic!("a tenant's own pull: {e}\n{}", d.log()))
+        .destroy()
+        .await
+        .unwrap();
+    drop(reg);
+    d.assert_none_left().await;
+    let e = refused(
+        &b,
+        &pulled,
+        "tenant B ran the image tenant A pulled without fetching it itself",
+    )
+    .await;
+    assert_ne!(e.code(), ErrorCode::Internal, "{e}");
+    try_create(&a, &pulled)
+        .await
+        .expect("what a tenant pulled stays its own")
+        .destroy()
+        .await
+        .unwrap();
+
+    // Shared by the operator's profile: every tenant runs it from the store.
+    drop(d);
+    let shared = tmp.path().join("shared.toml");
+    std::fs::write(
+        &shared,
+        format!(
+            "[profile.tenant]\nregistries = [{:?}]\nshared_images = [\"local.test/operator/*\"]\n",
+            format!("{}:5000", peer.addr)
+        ),
+    )
+    .unwrap();
+    d = TestDaemon::start_with_env(
+        &[
+            &format!("--token-file={tokens}"),
+            &format!("--profiles={}", shared.display()),
+        ],
+        &[("STOCKADE_CONFIG", &config)],
+    );
+    let store = stockade_image::Store::open(d.dir.join("home/images")).unwrap();
+    stockade_image::import(&store, &layout, Some("local.test/operator/secret:1")).unwrap();
+    let b = d.client(Some(TOKEN_B)).await;
+    try_create(&b, "local.test/operator/secret:1")
+        .await
+        .unwrap_or_else(|e| panic!("a shared image: {e}\n{}", d.log()))
+        .destroy()
+        .await
+        .unwrap();
+    d.assert_none_left().await;
+}
