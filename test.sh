@@ -87,6 +87,13 @@ as_rootless() {
 }
 
 stamp "fmt, machete"
+# stockade-sys, the one crate allowed unsafe code, has lints of its own: its clippy
+# list must be the workspace's.
+lints() { sed -n "/^\[$1\]/,/^\[/p" "$2" | grep '=' | sort; }
+if ! diff <(lints workspace.lints.clippy Cargo.toml) <(lints lints.clippy crates/stockade-sys/Cargo.toml) >&2; then
+  echo "test.sh: crates/stockade-sys/Cargo.toml's [lints.clippy] differs from the workspace's (above)" >&2
+  exit 1
+fi
 cargo fmt --all --check
 cargo fmt --check --manifest-path fuzz/Cargo.toml
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).

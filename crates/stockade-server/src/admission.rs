@@ -38,7 +38,7 @@
 //! daemon's files; a profile may list it.
 //!
 //! A tenant sees the images the operator shares with its profile (`shared_images`)
-//! and those it pulled itself; any other image, even one already on the host (another
+//! or names in a template of the configuration file, and those it pulled itself; any other image, even one already on the host (another
 //! tenant's, the operator's), is pulled again for it (anonymously: what it may fetch
 //! itself), and it runs what that pull resolved.
 //!

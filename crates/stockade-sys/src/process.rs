@@ -24,7 +24,7 @@ pub enum Forked {
 /// namespace.
 pub fn fork_into(flags: CloneFlags) -> Result<Forked> {
     let threads = std::fs::read_dir("/proc/self/task")
-        .map(|d| d.count())
+        .map(Iterator::count)
         .unwrap_or(1);
     if threads != 1 {
         return Err(SysError::other(

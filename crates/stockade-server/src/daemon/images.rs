@@ -45,7 +45,15 @@ impl Daemon {
             _ => return Ok(()),
         };
         let profile = self.profile(tenant);
-        let shared = profile.is_none_or(|p| p.shares(reference));
+        let config =
+            stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+        // Shared: by the tenant's profile, or named by one of the operator's templates
+        // (`[templates.NAME] image`, which E2B creates and pools use).
+        let shared = profile.is_none_or(|p| p.shares(reference))
+            || config
+                .templates
+                .values()
+                .any(|t| t.image.as_deref() == Some(reference));
         let own = || -> Result<Option<String>> {
             if profile.is_none() {
                 return Ok(None);
@@ -99,8 +107,6 @@ impl Daemon {
         if left == 0 {
             return Err(over());
         }
-        let config =
-            stockade_image::Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
         let mut options = stockade_image::PullOptions::from_env(&config);
         let mut guard = None;
         if seen {

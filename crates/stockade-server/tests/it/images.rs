@@ -581,6 +581,31 @@ async fn a_tenant_runs_only_images_shared_with_it_or_pulled_by_it() {
         .await
         .unwrap();
 
+    // Named by one of the operator's templates: shared with every tenant.
+    drop(d);
+    let templates = tmp.path().join("templates.toml");
+    std::fs::write(
+        &templates,
+        format!(
+            "{}\n[templates.op]\nimage = \"local.test/operator/secret:1\"\n",
+            std::fs::read_to_string(&config).unwrap()
+        ),
+    )
+    .unwrap();
+    d = TestDaemon::start_with_env(
+        &[&format!("--token-file={tokens}"), &profiles],
+        &[("STOCKADE_CONFIG", templates.to_str().unwrap())],
+    );
+    let store = stockade_image::Store::open(d.dir.join("home/images")).unwrap();
+    stockade_image::import(&store, &layout, Some("local.test/operator/secret:1")).unwrap();
+    let a = d.client(Some(TOKEN_A)).await;
+    try_create(&a, "local.test/operator/secret:1")
+        .await
+        .unwrap_or_else(|e| panic!("a template's image: {e}\n{}", d.log()))
+        .destroy()
+        .await
+        .unwrap();
+
     // Shared by the operator's profile: every tenant runs it from the store.
     drop(d);
     let shared = tmp.path().join("shared.toml");
