@@ -95,6 +95,22 @@ pub fn new_sandbox_id() -> String {
     format!("sb-{}", random_hex(6))
 }
 
+/// Refuses a string that is not a sandbox id as [`new_sandbox_id`] makes them (`sb-`
+/// and 12 hex digits): every provider checks an id with this before it names a path,
+/// a container or a cgroup, so no id can point outside what the provider owns.
+pub fn check_sandbox_id(id: &str) -> Result<()> {
+    let ok = id.len() == 15
+        && id.starts_with("sb-")
+        && id.as_bytes()[3..].iter().all(u8::is_ascii_hexdigit);
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::InvalidRequest(format!(
+            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
+        )))
+    }
+}
+
 /// Creates `dir` and its parents, new directories with mode 0700.
 pub fn make_private_dir(dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -228,5 +244,33 @@ mod tests {
                 "{d:?}"
             );
         }
+    }
+}
+
+#[cfg(test)]
+mod sandbox_id_tests {
+    use super::*;
+
+    #[test]
+    fn only_ids_of_the_one_form_pass() {
+        for bad in [
+            "",
+            "..",
+            "../etc",
+            "a/b",
+            ".hidden",
+            "x y",
+            "sb-",
+            "sb-0123456789a",
+            "sb-0123456789abc",
+            "sb-0123456789ag",
+            "SB-0123456789ab",
+            "sb-01234567/9ab",
+            "sb-0123456789\u{e9}",
+        ] {
+            assert!(check_sandbox_id(bad).is_err(), "{bad:?}");
+        }
+        check_sandbox_id("sb-0123456789ab").unwrap();
+        check_sandbox_id(&new_sandbox_id()).unwrap();
     }
 }

@@ -30,6 +30,7 @@ use bollard::query_parameters::{
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::{PAUSED_FILE, PausedTime, ROOT_NOT_ENTERABLE};
 use stockade_agent_proto::{EgressDenial, now_ms};
+use stockade_core::host::check_sandbox_id;
 use stockade_core::spec::Network;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
@@ -74,18 +75,6 @@ const NET_DIRS: &str = ".net";
 
 fn new_id() -> String {
     stockade_core::host::new_sandbox_id()
-}
-
-fn check_id(id: &str) -> Result<()> {
-    let ok =
-        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidRequest(format!(
-            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
-        )))
-    }
 }
 
 fn not_found(id: &str) -> Error {
@@ -226,7 +215,7 @@ impl DockerLauncher {
     /// The running (or paused) container of sandbox `id`, and whether docker has it
     /// paused; a dead one is explained.
     async fn live(&self, id: &str) -> Result<bool> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let c = self
             .inspect_container(id)
             .await?
@@ -634,7 +623,9 @@ impl DockerLauncher {
         if let Ok(dir) = std::fs::read_dir(&self.state_root) {
             for e in dir.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
-                if check_id(&name).is_err() || containers.iter().any(|(id, _, _)| *id == name) {
+                if check_sandbox_id(&name).is_err()
+                    || containers.iter().any(|(id, _, _)| *id == name)
+                {
                     continue;
                 }
                 // A directory made moments ago may belong to a create in progress.
@@ -666,7 +657,7 @@ impl DockerLauncher {
                     .and_then(|m| m.modified())
                     .map(|t| t.elapsed().unwrap_or_default() < Duration::from_secs(60))
                     .unwrap_or(false);
-                if check_id(&name).is_ok() && !live && !young {
+                if check_sandbox_id(&name).is_ok() && !live && !young {
                     let _ = std::fs::remove_dir_all(e.path());
                 }
             }
@@ -939,7 +930,7 @@ impl Launcher for DockerLauncher {
     }
 
     async fn transport(&self, id: &str) -> Result<UnixSocket> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let sock = self.dir(id).join("agent.sock");
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)).await);
@@ -952,7 +943,7 @@ impl Launcher for DockerLauncher {
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.remove(id).await
     }
 
@@ -974,7 +965,7 @@ impl Launcher for DockerLauncher {
     }
 
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let c = self
             .inspect_container(id)
             .await?
@@ -999,7 +990,7 @@ impl Launcher for DockerLauncher {
     /// From the sandbox's network monitor alone, not dockerd: an exec that ran to its
     /// end while dockerd went away keeps its outcome (this is asked after every exec).
     async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         if !self.dir(id).exists() {
             return Err(not_found(id));
         }
@@ -1007,7 +998,7 @@ impl Launcher for DockerLauncher {
     }
 
     async fn set_network(&self, id: &str, network: &Network) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let info = self.inspect(id).await?;
         stockade_native::set_network_via(
             &self.net_dir(id).join("net.sock"),
@@ -1082,7 +1073,7 @@ mod tests {
         );
         // The default dockerd's gc skips the other endpoints' directories: they are
         // not sandbox ids.
-        assert!(check_id("endpoint-run-user-1000-docker.sock").is_err());
+        assert!(check_sandbox_id("endpoint-run-user-1000-docker.sock").is_err());
         let l = DockerLauncher::new().with_socket("/srv/d2/docker.sock");
         assert!(
             l.state_root.ends_with("endpoint-srv-d2-docker.sock"),

@@ -27,6 +27,30 @@ pub fn error(status: u16, message: &str) -> Response {
         .into_response()
 }
 
+/// Which routes an error answers on: the control plane, or envd's `/files`.
+#[derive(Clone, Copy)]
+pub(crate) enum Route {
+    Api,
+    Files,
+}
+
+/// The one table of HTTP statuses for Stockade's error codes. A limit is 429 on the
+/// control plane (the SDKs raise it as a rate limit) and 413 on `/files` (a file over
+/// the size limit); unavailable and timeout are 503 and 504, which the SDKs retry.
+pub(crate) fn status_of(code: stockade::ErrorCode, route: Route) -> u16 {
+    use stockade::ErrorCode as C;
+    match (code, route) {
+        (C::NotFound, _) => 404,
+        (C::InvalidSpec, _) => 400,
+        (C::PolicyDenied, _) => 403,
+        (C::LimitExceeded, Route::Api) => 429,
+        (C::LimitExceeded, Route::Files) => 413,
+        (C::Unavailable, _) => 503,
+        (C::Timeout, _) => 504,
+        (C::Internal, _) => 500,
+    }
+}
+
 fn ok(status: StatusCode, v: &Value) -> Response {
     (
         status,
@@ -336,15 +360,7 @@ async fn list_metrics(e2b: &E2b, tenant: &str, query: &str) -> Response {
 
 /// A daemon error as an E2B answer.
 fn failed(e: &stockade::Error) -> Response {
-    let status = match e.code() {
-        stockade::ErrorCode::NotFound => 404,
-        stockade::ErrorCode::InvalidSpec => 400,
-        stockade::ErrorCode::PolicyDenied => 403,
-        stockade::ErrorCode::LimitExceeded => 429,
-        stockade::ErrorCode::Unavailable => 503,
-        _ => 500,
-    };
-    error(status, &e.to_string())
+    error(status_of(e.code(), Route::Api), &e.to_string())
 }
 
 fn not_found(id: &str) -> Response {
@@ -411,15 +427,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
         .await
     {
         Ok(s) => ok(StatusCode::CREATED, &sandbox_json(e2b, &s)),
-        Err(e) => {
-            let status = match e.code() {
-                stockade::ErrorCode::LimitExceeded => 429,
-                stockade::ErrorCode::InvalidSpec => 400,
-                stockade::ErrorCode::PolicyDenied => 403,
-                _ => 500,
-            };
-            error(status, &e.to_string())
-        }
+        Err(e) => failed(&e),
     }
 }
 

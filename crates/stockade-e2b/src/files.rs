@@ -57,11 +57,12 @@ pub fn signature_ok(token: &str, op: &str, query: &str, now_s: u64) -> bool {
 
 fn file_error(path: &str, e: &stockade::Error) -> Response {
     match e.code() {
+        // The SDKs raise FileNotFound on this message's form.
         stockade::ErrorCode::NotFound => error(404, &format!("path '{path}' does not exist")),
-        stockade::ErrorCode::InvalidSpec => error(400, &e.to_string()),
-        stockade::ErrorCode::LimitExceeded => error(413, &e.to_string()),
-        stockade::ErrorCode::PolicyDenied => error(403, &e.to_string()),
-        _ => error(500, &e.to_string()),
+        code => error(
+            crate::api::status_of(code, crate::api::Route::Files),
+            &e.to_string(),
+        ),
     }
 }
 

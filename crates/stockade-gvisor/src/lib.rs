@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::{ContainerConfig, PausedTime};
 use stockade_agent_proto::now_ms;
+use stockade_core::host::check_sandbox_id;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
@@ -146,18 +147,6 @@ fn not_found(id: &str) -> Error {
     Error::NotFound {
         kind: "sandbox",
         id: id.to_string(),
-    }
-}
-
-fn check_id(id: &str) -> Result<()> {
-    let ok =
-        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidRequest(format!(
-            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
-        )))
     }
 }
 
@@ -355,7 +344,7 @@ impl GvisorLauncher {
 
     /// The pause directory of live sandbox `id`.
     fn live_dir(&self, id: &str) -> Result<PathBuf> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let r = self.record(id).ok_or_else(|| not_found(id))?;
         if Self::alive(&r) {
             Ok(self.pause_dir(id))
@@ -722,7 +711,7 @@ impl GvisorLauncher {
             .flatten()
         {
             let id = e.file_name().to_string_lossy().into_owned();
-            if check_id(&id).is_err() {
+            if check_sandbox_id(&id).is_err() {
                 continue;
             }
             known.push(id.clone());
@@ -753,7 +742,7 @@ impl GvisorLauncher {
         // sandbox created since the listing above has its directory (made before its
         // container) and is not an orphan.
         for (id, age) in runsc_ids(&self.runsc_root()) {
-            if check_id(&id).is_ok()
+            if check_sandbox_id(&id).is_ok()
                 && !known.contains(&id)
                 && !self.state_root.join(&id).exists()
                 && age > YOUNG
@@ -1113,7 +1102,7 @@ impl Launcher for GvisorLauncher {
     }
 
     async fn transport(&self, id: &str) -> Result<UnixSocket> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let sock = self.dir(id).join("agent").join("agent.sock");
         if !sock.exists() {
             return Err(self.gone(id, not_found(id)));
@@ -1126,7 +1115,7 @@ impl Launcher for GvisorLauncher {
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         if !self.dir(id).exists() {
             return Ok(());
         }
@@ -1148,7 +1137,7 @@ impl Launcher for GvisorLauncher {
     }
 
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let r = self.record(id).ok_or_else(|| not_found(id))?;
         if Self::alive(&r) {
             Ok(self.info(r))

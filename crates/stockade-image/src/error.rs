@@ -196,3 +196,62 @@ fn limit_fix(what: &str) -> &'static str {
 
 /// The result type of this crate.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The image store's errors as Stockade's, with the code each one means for the caller:
+/// the one conversion every surface (CLI, daemon, SDKs, MCP) uses.
+impl From<Error> for stockade_core::Error {
+    fn from(e: Error) -> Self {
+        use stockade_core::Error as E;
+        match e {
+            Error::ImageNotFound { ref reference } => E::NotFound {
+                kind: "image",
+                id: format!(
+                    "{} (get it with `stockade image pull {reference}` or \
+                     `stockade image import`)",
+                    crate::Reference::parse(reference)
+                        .map(|r| r.to_string())
+                        .unwrap_or_else(|_| reference.clone())
+                ),
+            },
+            Error::InvalidReference { .. }
+            | Error::InvalidDigest { .. }
+            | Error::InvalidImage { .. }
+            | Error::Unsupported { .. }
+            | Error::InUse { .. }
+            | Error::Config { .. } => E::InvalidRequest(e.to_string()),
+            Error::LimitExceeded { .. } => E::LimitExceeded {
+                what: e.to_string(),
+                limit: "the unpacking limits".into(),
+            },
+            Error::QuotaExceeded { .. } => E::LimitExceeded {
+                what: e.to_string(),
+                limit: "the image store's cap".into(),
+            },
+            Error::UnsafeEntry { .. } => E::PolicyDenied(e.to_string()),
+            #[cfg(feature = "pull")]
+            Error::Registry { ref reference, .. } => pull_failed(reference.clone(), &e),
+            Error::NoMatchingPlatform { ref reference, .. } => pull_failed(reference.clone(), &e),
+            // A full disk is the host's state (unavailable), any other failure a fault.
+            Error::Io { op, path, source } => {
+                E::io(format!("cannot {op} {}", path.display()), source)
+            }
+            e @ (Error::DigestMismatch { .. }
+            | Error::SizeMismatch { .. }
+            | Error::BlobNotFound { .. }
+            | Error::Json { .. }
+            | Error::Archive { .. }) => E::Internal(e.to_string()),
+        }
+    }
+}
+
+/// A pull that failed, with what to check.
+fn pull_failed(reference: String, e: &Error) -> stockade_core::Error {
+    stockade_core::Error::Unavailable {
+        what: format!("image {reference}"),
+        reason: format!("it is not in the image store and pulling it failed: {e}"),
+        fix: "check the reference, the network and STOCKADE_REGISTRY_* credentials; \
+              plain-HTTP registries need `insecure` in the config file (the daemon's, \
+              for the daemon's pulls); or `stockade image import` an archive"
+            .into(),
+    }
+}

@@ -38,6 +38,7 @@ use sha2::{Digest, Sha256};
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket};
 use stockade_agent_proto::launch::VmHostConfig;
 use stockade_agent_proto::now_ms;
+use stockade_core::host::check_sandbox_id;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
     SandboxInfo, SnapshotInfo,
@@ -132,18 +133,6 @@ fn not_found(id: &str) -> Error {
     Error::NotFound {
         kind: "sandbox",
         id: id.to_string(),
-    }
-}
-
-fn check_id(id: &str) -> Result<()> {
-    let ok =
-        id.len() == 15 && id.starts_with("sb-") && id[3..].bytes().all(|b| b.is_ascii_hexdigit());
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidRequest(format!(
-            "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
-        )))
     }
 }
 
@@ -773,7 +762,7 @@ impl MicrovmLauncher {
     }
 
     async fn pause_vm(&self, id: &str) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         let _hold = self.hold(id).await?;
         let record = self.read_record(id)?;
@@ -857,7 +846,7 @@ impl MicrovmLauncher {
 
     /// The verified state file of paused sandbox `id`.
     async fn snapshot_of(&self, id: &str) -> Result<PathBuf> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         if !self.is_paused(id) {
             return Err(Error::InvalidRequest(format!(
@@ -893,7 +882,7 @@ impl MicrovmLauncher {
     }
 
     async fn resume_vm(&self, id: &str) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         let _hold = self.hold(id).await?;
         let mem = self.snapshot_of(id).await?;
@@ -943,7 +932,7 @@ impl MicrovmLauncher {
                 "fork count {count} is out of range; give 1 to 64"
             )));
         }
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         // The source stays paused (its saved state in place) while the copies start.
         let _hold = self.hold(id).await?;
@@ -1468,7 +1457,7 @@ impl Launcher for MicrovmLauncher {
     }
 
     async fn transport(&self, id: &str) -> Result<UnixSocket> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         if self.is_paused(id) {
             return Err(stockade_core::paused_error(id));
@@ -1477,7 +1466,7 @@ impl Launcher for MicrovmLauncher {
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.remove(id).await
     }
 
@@ -1488,7 +1477,7 @@ impl Launcher for MicrovmLauncher {
         };
         for e in entries.flatten() {
             let id = e.file_name().to_string_lossy().to_string();
-            if check_id(&id).is_ok()
+            if check_sandbox_id(&id).is_ok()
                 && let Ok(info) = self.inspect(&id).await
             {
                 v.push(info);
@@ -1499,7 +1488,7 @@ impl Launcher for MicrovmLauncher {
     }
 
     async fn inspect(&self, id: &str) -> Result<SandboxInfo> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let r = self.read_record(id)?;
         let mut info = r.info;
         if r.host.net_dir.is_some() {
@@ -1533,7 +1522,7 @@ impl Launcher for MicrovmLauncher {
         };
         for e in entries.flatten() {
             let id = e.file_name().to_string_lossy().to_string();
-            if check_id(&id).is_err() {
+            if check_sandbox_id(&id).is_err() {
                 continue;
             }
             // One being made, paused or resumed is not dead, whatever it looks like.
@@ -1593,14 +1582,14 @@ impl Launcher for MicrovmLauncher {
         id: &str,
         since_ms: u64,
     ) -> Result<Vec<stockade_agent_proto::EgressDenial>> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         self.read_record(id)?;
         stockade_native::egress_denied_via(&self.dir(id).join(NET_DIR).join("net.sock"), since_ms)
             .await
     }
 
     async fn set_network(&self, id: &str, network: &stockade_spec::Network) -> Result<()> {
-        check_id(id)?;
+        check_sandbox_id(id)?;
         let record = self.read_record(id)?;
         if self.is_paused(id) {
             return Err(stockade_core::paused_error(id));

@@ -25,7 +25,8 @@ use stockade_core::{
 };
 
 use crate::vmm::VmPlan;
-use crate::{MicrovmLauncher, Restore, check_id, io, need_root, sha256_copy, sha256_file};
+use crate::{MicrovmLauncher, Restore, io, need_root, sha256_copy, sha256_file};
+use stockade_core::host::check_sandbox_id;
 
 /// What `snapshot.json` records.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -134,7 +135,7 @@ impl MicrovmLauncher {
     /// digest, and resumes it when it ran.
     pub(crate) async fn snapshot_vm(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
         need_root()?;
-        check_id(id)?;
+        check_sandbox_id(id)?;
         check_snapshot_key(name)?;
         let record = self.read_record(id)?;
         if self.snapshot_path(name).exists() {

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use stockade_core::Error;
-use stockade_image::{Config, PullOptions, Reference, Store};
+use stockade_image::{Config, PullOptions, Store};
 
 use crate::layout::Entry;
 use crate::plan::{ImageRoot, SYNTHETIC_ETC};
@@ -18,7 +18,7 @@ fn open_store(store: Option<&Path>) -> Result<Store, Error> {
         Some(root) => Store::open(root),
         None => Store::open_default(),
     }
-    .map_err(|e| Error::Internal(e.to_string()))
+    .map_err(Error::from)
 }
 
 /// Pulls `reference` when the store does not have it (pull on first use), with the
@@ -28,39 +28,14 @@ pub async fn ensure_image(reference: &str, store: Option<&Path>) -> Result<(), E
     match store.resolve(reference) {
         Ok(_) => return Ok(()),
         Err(stockade_image::Error::ImageNotFound { .. }) => {}
-        Err(e @ stockade_image::Error::InvalidReference { .. }) => {
-            return Err(Error::InvalidRequest(e.to_string()));
-        }
-        Err(e) => return Err(Error::Internal(e.to_string())),
+        Err(e) => return Err(e.into()),
     }
-    let config = Config::load().map_err(|e| Error::InvalidRequest(e.to_string()))?;
+    let config = Config::load()?;
     let options = PullOptions::from_env(&config);
     stockade_image::pull(&store, reference, &options, &mut |_| {})
         .await
         .map(|_| ())
-        .map_err(|e| pull_error(reference, e))
-}
-
-/// A failed pull as an error that says what to do.
-pub fn pull_error(reference: &str, e: stockade_image::Error) -> Error {
-    use stockade_image::Error as E;
-    match e {
-        E::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
-        E::LimitExceeded { .. } | E::QuotaExceeded { .. } => Error::LimitExceeded {
-            what: e.to_string(),
-            limit: "the image store's limits".into(),
-        },
-        E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
-        E::Registry { .. } | E::NoMatchingPlatform { .. } => Error::Unavailable {
-            what: format!("image {reference}"),
-            reason: format!("it is not in the image store and pulling it failed: {e}"),
-            fix: "check the reference, the network and STOCKADE_REGISTRY_* credentials; \
-                  plain-HTTP registries need `insecure` in the config file; \
-                  or `stockade image import` an archive"
-                .into(),
-        },
-        e => Error::Internal(format!("pulling {reference}: {e}")),
-    }
+        .map_err(Error::from)
 }
 
 /// Finds `reference` in the store (`store`, default `$STOCKADE_HOME/images`),
@@ -71,32 +46,11 @@ pub fn image_root(
     reference: &str,
     store: Option<&Path>,
 ) -> Result<(ImageRoot, std::fs::File), Error> {
-    let internal = |e: stockade_image::Error| Error::Internal(e.to_string());
     let store = open_store(store)?;
-    let image = store.image(reference).map_err(|e| match e {
-        stockade_image::Error::ImageNotFound { .. } => Error::NotFound {
-            kind: "image",
-            id: format!(
-                "{} (get it with `stockade image pull {reference}` or `stockade image import`)",
-                Reference::parse(reference)
-                    .map(|r| r.to_string())
-                    .unwrap_or(reference.into())
-            ),
-        },
-        stockade_image::Error::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
-        e => internal(e),
-    })?;
+    let image = store.image(reference)?;
     // In use from here on: gc keeps the tree, `image rm` refuses.
-    let (in_use_lock, guard) = store.hold(&image.digest).map_err(internal)?;
-    let rootfs = store.rootfs(&image).map_err(|e| match e {
-        stockade_image::Error::LimitExceeded { .. }
-        | stockade_image::Error::QuotaExceeded { .. } => Error::LimitExceeded {
-            what: e.to_string(),
-            limit: "the image store's limits".into(),
-        },
-        stockade_image::Error::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
-        e => internal(e),
-    })?;
+    let (in_use_lock, guard) = store.hold(&image.digest)?;
+    let rootfs = store.rootfs(&image)?;
     let run = image.run_config();
     let user = match run.user.as_deref().map(str::trim) {
         None | Some("") => None,

@@ -283,7 +283,7 @@ impl NativeLauncher {
     }
 
     fn dir(&self, id: &str) -> Result<PathBuf> {
-        state::check_id(id)?;
+        stockade_core::host::check_sandbox_id(id)?;
         Ok(self.state_root.join(id))
     }
 

@@ -26,23 +26,6 @@ pub fn default_state_root() -> PathBuf {
     stockade_core::host::sandbox_state_dir()
 }
 
-/// Refuses ids that are not plain names (so no id can point outside the state root).
-pub fn check_id(id: &str) -> Result<()> {
-    let ok = !id.is_empty()
-        && id.len() <= 64
-        && !id.starts_with('.')
-        && id
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(Error::InvalidRequest(format!(
-            "sandbox id {id:?} is not a valid id"
-        )))
-    }
-}
-
 /// Creates the state root (0700) and a sandbox directory with its empty `root/`.
 pub fn make_dirs(root: &Path, dir: &Path) -> Result<()> {
     use std::os::unix::fs::DirBuilderExt;
@@ -323,17 +306,4 @@ pub fn gc(root: &Path) -> GcReport {
         }
     }
     report
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ids_cannot_escape_the_state_root() {
-        for bad in ["", "..", "../etc", "a/b", ".hidden", "x y"] {
-            assert!(check_id(bad).is_err(), "{bad:?}");
-        }
-        check_id("sb-0123456789ab").unwrap();
-    }
 }

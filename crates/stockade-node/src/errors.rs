@@ -15,20 +15,10 @@ pub fn internal(what: &str, e: impl std::fmt::Display) -> napi::Error {
 }
 
 pub fn json<T: serde::Serialize>(v: &T) -> napi::Result<String> {
-    serde_json::to_string(v).map_err(|e| internal("json", e))
+    stockade_bindings::json(v).map_err(to_js)
 }
 
+/// A spec from the SDK's JSON, the field at fault named.
 pub fn spec_from_json(spec_json: &str) -> napi::Result<SandboxSpec> {
-    // The path names the field at fault (`limits.memory_bytes: unknown size unit`).
-    let de = &mut serde_json::Deserializer::from_str(spec_json);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let (path, inner) = (e.path().to_string(), e.into_inner());
-        // Positions in the JSON the SDK wrote mean nothing to the caller.
-        let at = format!(" at line {} column {}", inner.line(), inner.column());
-        let text = inner.to_string();
-        let text = text.strip_suffix(&at).unwrap_or(&text);
-        to_js(Error::InvalidRequest(format!(
-            "sandbox spec field {path}: {text}"
-        )))
-    })
+    stockade_bindings::spec_from_json(spec_json).map_err(to_js)
 }

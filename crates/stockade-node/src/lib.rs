@@ -8,14 +8,14 @@
 //! dropping the exec's future kills the command in the sandbox (`AbortSignal`).
 //!
 //! - [`errors`]: errors (`stockade:<code>: <message>`) and JSON;
-//! - [`client`]: the client (embedded, or a daemon in remote mode) and [`sessions`];
+//! - [`client`]: the client, embedded or a daemon, and sessions (their logic is
+//!   `stockade_bindings`', shared with the Python bindings);
 //! - [`sandbox`]: a sandbox handle and its file operations; [`exec`]: exec.
 
 mod client;
 mod errors;
 mod exec;
 mod sandbox;
-mod sessions;
 
 use napi::Result;
 use napi_derive::napi;
@@ -28,7 +28,7 @@ pub fn languages(provider: Option<String>, home: Option<String>) -> Result<Strin
     let provider = provider.unwrap_or_else(stockade::default_provider_name);
     let home = home.map_or_else(stockade::host::stockade_home, Into::into);
     let store = stockade_image::Store::open(home.join("images"))
-        .map_err(|e| errors::to_js(stockade::code::image_error(e)))?;
+        .map_err(|e| errors::to_js(stockade::Error::from(e)))?;
     let rows = stockade::languages::languages(&provider, &store, &home).map_err(errors::to_js)?;
     errors::json(&rows)
 }

@@ -1,33 +1,23 @@
 //! The client: a provider chosen by name in this process, or a daemon (remote mode);
-//! creating and finding sandboxes, preparing code for a language, and sessions.
+//! creating and finding sandboxes, preparing code for a language, and sessions. The
+//! logic is `stockade_bindings`' (shared with the Node bindings); this is its Python
+//! face.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use pyo3::prelude::*;
-use stockade::code::{QuietFetcher, Source};
-use stockade::spec::LanguagePreset;
-use stockade::{
-    CreateOptions, Error, Provider, Sandbox, SandboxSpec, SessionConfig, SessionManager,
-};
-use stockade_client::RemoteProvider;
+use stockade::{Sandbox, SandboxSpec};
+use stockade_bindings::{create_options, daemon_address};
 
 use crate::errors::{json, spec_from_json, to_py};
-use crate::remote;
-use crate::runtime::drive;
+use crate::runtime::{drive, runtime};
 use crate::sandbox::SandboxHandle;
-use crate::sessions::Sessions;
 
 /// A provider, chosen by name, with its image store and sessions under `home`; or a
 /// `stockaded` daemon (remote mode) running that provider.
 #[pyclass(frozen, module = "stockade._native")]
 pub struct Client {
-    provider: Arc<dyn Provider>,
-    /// The daemon, in remote mode.
-    remote: Option<RemoteProvider>,
-    /// The provider that runs the sandboxes (the daemon's backend in remote mode).
-    backend: String,
-    home: PathBuf,
+    inner: stockade_bindings::Client,
 }
 
 /// What `run_code` runs: the argv, and the spec adjusted for the language (the
@@ -51,36 +41,31 @@ impl Client {
         host: Option<String>,
         token: Option<String>,
     ) -> PyResult<Client> {
-        let home_dir = home.clone().unwrap_or_else(stockade_image::stockade_home);
-        if let Some(host) = remote::daemon_address(host) {
-            let daemon = remote::connect(py, &host, token, provider.clone())?;
-            return Ok(Client {
-                provider: Arc::new(daemon.clone()),
-                remote: Some(daemon),
-                backend: provider.unwrap_or_else(stockade::default_provider_name),
-                home: home_dir,
-            });
-        }
-        let p =
-            stockade::provider_with_home(provider.as_deref(), home.as_deref()).map_err(to_py)?;
-        Ok(Client {
-            backend: p.name().to_string(),
-            provider: p,
-            remote: None,
-            home: home_dir,
-        })
+        let inner = match daemon_address(host) {
+            Some(host) => py
+                .detach(|| {
+                    runtime().block_on(stockade_bindings::Client::connect(
+                        &host, token, provider, home,
+                    ))
+                })
+                .map_err(to_py)?,
+            None => {
+                stockade_bindings::Client::embedded(provider.as_deref(), home).map_err(to_py)?
+            }
+        };
+        Ok(Client { inner })
     }
 
     /// The provider that runs the sandboxes.
     #[getter]
     fn provider(&self) -> String {
-        self.backend.clone()
+        self.inner.backend.clone()
     }
 
     /// The daemon's address in remote mode, else `None`.
     #[getter]
     fn remote(&self) -> Option<String> {
-        self.remote.as_ref().map(|r| r.host().to_string())
+        self.inner.remote_host()
     }
 
     /// Creates a sandbox from a JSON spec. `owned`: it dies with this process.
@@ -93,10 +78,8 @@ impl Client {
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
         let spec = spec_from_json(spec_json)?;
-        let provider = self.provider.clone();
-        let opts = CreateOptions {
-            owner_pid: owned.then(std::process::id),
-        };
+        let provider = self.inner.provider.clone();
+        let opts = create_options(owned);
         drive(py, asynchronous, async move {
             let sb = Sandbox::create(provider, spec, opts).await.map_err(to_py)?;
             Ok(SandboxHandle::new(sb))
@@ -106,7 +89,7 @@ impl Client {
     /// A handle to an existing sandbox.
     #[pyo3(signature = (id, asynchronous=false))]
     fn attach(&self, py: Python<'_>, id: String, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let provider = self.inner.provider.clone();
         drive(py, asynchronous, async move {
             let sb = Sandbox::attach(provider, &id).await.map_err(to_py)?;
             Ok(SandboxHandle::new(sb))
@@ -116,7 +99,7 @@ impl Client {
     /// The live sandboxes, as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn list(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let provider = self.inner.provider.clone();
         drive(py, asynchronous, async move {
             json(&provider.list().await.map_err(to_py)?)
         })
@@ -125,7 +108,7 @@ impl Client {
     /// The named snapshots the provider keeps, as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn snapshots(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let provider = self.inner.provider.clone();
         drive(py, asynchronous, async move {
             json(&provider.snapshots().await.map_err(to_py)?)
         })
@@ -139,10 +122,9 @@ impl Client {
         name: String,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let client = self.inner.clone();
         drive(py, asynchronous, async move {
-            stockade::check_snapshot_name(&name).map_err(to_py)?;
-            provider.remove_snapshot(&name).await.map_err(to_py)
+            client.remove_snapshot(&name).await.map_err(to_py)
         })
     }
 
@@ -155,10 +137,8 @@ impl Client {
         owned: bool,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
-        let opts = CreateOptions {
-            owner_pid: owned.then(std::process::id),
-        };
+        let provider = self.inner.provider.clone();
+        let opts = create_options(owned);
         drive(py, asynchronous, async move {
             let sb = Sandbox::from_snapshot(provider, &name, opts)
                 .await
@@ -170,7 +150,7 @@ impl Client {
     /// Reaps expired and orphaned sandboxes; the report as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn gc(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let provider = self.inner.provider.clone();
         drive(py, asynchronous, async move {
             json(&provider.gc().await.map_err(to_py)?)
         })
@@ -179,7 +159,7 @@ impl Client {
     /// The provider's host checks as JSON; raises `UnavailableError` when unusable.
     #[pyo3(signature = (asynchronous=false))]
     fn probe(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let provider = self.provider.clone();
+        let provider = self.inner.provider.clone();
         drive(py, asynchronous, async move {
             json(&provider.probe().await.map_err(to_py)?)
         })
@@ -195,26 +175,11 @@ impl Client {
         spec_json: &str,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
-        let mut spec = spec_from_json(spec_json)?;
-        // In remote mode the interpreter is looked up as the daemon's backend would
-        // (exact for a daemon on this host, which the unix socket implies).
-        let provider = self.backend.clone();
-        let images = self.home.join("images");
+        let prepared = self
+            .inner
+            .prepare_code(language, code, spec_from_json(spec_json)?);
         drive(py, asynchronous, async move {
-            let preset =
-                LanguagePreset::find(&language).map_err(|e| to_py(Error::InvalidRequest(e)))?;
-            let store = stockade_image::Store::open(&images)
-                .map_err(|e| to_py(stockade::code::image_error(e)))?;
-            let argv = stockade::code::prepare(
-                &provider,
-                preset,
-                Source::Code(&code),
-                &mut spec,
-                &store,
-                &QuietFetcher,
-            )
-            .await
-            .map_err(to_py)?;
+            let (argv, spec) = prepared.await.map_err(to_py)?;
             Ok(PreparedCode {
                 argv,
                 spec_json: json(&spec)?,
@@ -234,9 +199,11 @@ impl Client {
         idle_timeout_secs: u64,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
-        let sessions = self.sessions(spec_from_json(spec_json)?, idle_timeout_secs);
+        let sessions = self
+            .inner
+            .sessions(spec_from_json(spec_json)?, idle_timeout_secs);
         drive(py, asynchronous, async move {
-            Ok(SandboxHandle::new(sessions.get(name).await?))
+            Ok(SandboxHandle::new(sessions.get(name).await.map_err(to_py)?))
         })
     }
 
@@ -249,31 +216,18 @@ impl Client {
         delete: bool,
         asynchronous: bool,
     ) -> PyResult<Py<PyAny>> {
-        let sessions = self.sessions(SandboxSpec::default(), 0);
-        drive(py, asynchronous, sessions.end(name, delete))
+        let sessions = self.inner.sessions(SandboxSpec::default(), 0);
+        drive(py, asynchronous, async move {
+            sessions.end(name, delete).await.map_err(to_py)
+        })
     }
 
     /// The sessions, as JSON.
     #[pyo3(signature = (asynchronous=false))]
     fn sessions_json(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
-        let sessions = self.sessions(SandboxSpec::default(), 0);
-        drive(py, asynchronous, sessions.list_json())
-    }
-}
-
-impl Client {
-    fn sessions(&self, spec: SandboxSpec, idle_timeout_secs: u64) -> Sessions {
-        if let Some(daemon) = self.remote.clone() {
-            return Sessions::Remote {
-                daemon,
-                provider: self.provider.clone(),
-            };
-        }
-        let mut config = SessionConfig::new(&self.home);
-        config.spec = spec;
-        if idle_timeout_secs > 0 {
-            config.idle_timeout_secs = idle_timeout_secs;
-        }
-        Sessions::Local(SessionManager::new(self.provider.clone(), config))
+        let sessions = self.inner.sessions(SandboxSpec::default(), 0);
+        drive(py, asynchronous, async move {
+            sessions.list_json().await.map_err(to_py)
+        })
     }
 }

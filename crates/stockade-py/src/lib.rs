@@ -9,7 +9,8 @@
 //! hands the same future to asyncio as an awaitable, so nothing blocks the event loop.
 //!
 //! - [`runtime`]: the runtime and `drive`; [`errors`]: errors and JSON;
-//! - [`client`]: the client (embedded or remote, see [`remote`]) and [`sessions`];
+//! - [`client`]: the client, embedded or a daemon, and sessions (their logic is
+//!   `stockade_bindings`', shared with the Node bindings);
 //! - [`sandbox`]: a sandbox handle, its [`policy`] and [`exec`];
 //! - [`files`]: file operations, and unpacking a download on the host.
 
@@ -18,10 +19,8 @@ mod errors;
 mod exec;
 mod files;
 mod policy;
-mod remote;
 mod runtime;
 mod sandbox;
-mod sessions;
 
 use pyo3::prelude::*;
 
@@ -34,7 +33,7 @@ fn languages(provider: Option<String>, home: Option<std::path::PathBuf>) -> PyRe
     let provider = provider.unwrap_or_else(stockade::default_provider_name);
     let home = home.unwrap_or_else(stockade::host::stockade_home);
     let store = stockade_image::Store::open(home.join("images"))
-        .map_err(|e| errors::to_py(stockade::code::image_error(e)))?;
+        .map_err(|e| errors::to_py(stockade::Error::from(e)))?;
     let rows = stockade::languages::languages(&provider, &store, &home).map_err(errors::to_py)?;
     errors::json(&rows)
 }

@@ -47,48 +47,16 @@ impl ImageFetcher for QuietFetcher {
             Ok(img) => img,
             Err(stockade_image::Error::ImageNotFound { .. }) => {
                 stockade_native::ensure_image(reference, Some(store.root())).await?;
-                store.image(reference).map_err(image_error)?
+                store.image(reference).map_err(Error::from)?
             }
-            Err(e) => return Err(image_error(e)),
+            Err(e) => return Err(e.into()),
         };
         let (s, img) = (store.clone(), image.clone());
         tokio::task::spawn_blocking(move || s.rootfs(&img))
             .await
             .map_err(|e| Error::Internal(format!("unpack task failed: {e}")))?
-            .map_err(image_error)?;
+            .map_err(Error::from)?;
         Ok(image)
-    }
-}
-
-/// Image-store errors as Stockade errors with their codes.
-pub fn image_error(e: stockade_image::Error) -> Error {
-    use stockade_image::Error as E;
-    match e {
-        E::ImageNotFound { reference } => Error::NotFound {
-            kind: "image",
-            id: reference,
-        },
-        E::InvalidReference { .. } | E::InvalidDigest { .. } => {
-            Error::InvalidRequest(e.to_string())
-        }
-        E::LimitExceeded { .. } => Error::LimitExceeded {
-            what: e.to_string(),
-            limit: "the unpacking limits".into(),
-        },
-        E::QuotaExceeded { .. } => Error::LimitExceeded {
-            what: e.to_string(),
-            limit: "the image store's cap".into(),
-        },
-        E::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
-        E::InUse { .. } | E::Config { .. } => Error::InvalidRequest(e.to_string()),
-        E::Registry { .. } => Error::Unavailable {
-            what: "the registry".into(),
-            reason: e.to_string(),
-            fix: "check the reference, the network and credentials; plain-HTTP registries \
-                  need `insecure` in the config file"
-                .into(),
-        },
-        e => Error::Internal(e.to_string()),
     }
 }
 
@@ -175,7 +143,7 @@ async fn native_interpreter(
 ) -> Result<Interp> {
     if let Some(reference) = spec.image.clone() {
         let img = fetch.fetch(store, &reference).await?;
-        let rootfs = store.rootfs(&img).map_err(image_error)?;
+        let rootfs = store.rootfs(&img).map_err(Error::from)?;
         return interpreter_in_image(preset, &img, &rootfs, &reference).map(Interp::Preset);
     }
     let why = match host_runner(preset) {
@@ -195,7 +163,7 @@ async fn native_interpreter(
             fix: install_fix(preset),
         }
     })?;
-    let rootfs = store.rootfs(&img).map_err(image_error)?;
+    let rootfs = store.rootfs(&img).map_err(Error::from)?;
     let found = interpreter_in_image(preset, &img, &rootfs, &reference)?;
     spec.image = Some(reference);
     Ok(Interp::Preset(found))

@@ -129,7 +129,7 @@ pub async fn pull_with_progress(
     };
     let digest = stockade_image::pull(store, reference, opts, &mut progress).await;
     total.finish_and_clear();
-    let digest = digest.map_err(to_error)?;
+    let digest = digest.map_err(Error::from)?;
     if !ctx.json {
         eprintln!("pulled {reference} ({})", short(&digest));
     }
@@ -143,9 +143,9 @@ pub async fn ensure_local(ctx: &Ctx, store: &Store, reference: &str) -> Result<I
         Ok(img) => img,
         Err(stockade_image::Error::ImageNotFound { .. }) => {
             pull_with_progress(ctx, store, reference, &pull_options()?).await?;
-            store.image(reference).map_err(to_error)?
+            store.image(reference).map_err(Error::from)?
         }
-        Err(e) => return Err(to_error(e)),
+        Err(e) => return Err(e.into()),
     };
     if !store
         .root()
@@ -166,7 +166,7 @@ pub async fn ensure_local(ctx: &Ctx, store: &Store, reference: &str) -> Result<I
             .await
             .map_err(|e| Error::Internal(format!("unpack task failed: {e}")))?;
         spinner.finish_and_clear();
-        built.map_err(to_error)?;
+        built.map_err(Error::from)?;
         if !ctx.json {
             eprintln!(
                 "unpacked {reference} ({} in {:.1} s)",
@@ -190,12 +190,7 @@ pub fn store(ctx: &Ctx) -> Result<Store> {
         .home
         .clone()
         .unwrap_or_else(stockade_image::stockade_home);
-    Store::open(home.join("images")).map_err(to_error)
-}
-
-/// Image errors as the CLI's error codes.
-pub fn to_error(e: stockade_image::Error) -> Error {
-    stockade::code::image_error(e)
+    Store::open(home.join("images")).map_err(Error::from)
 }
 
 fn mib(n: u64) -> String {
@@ -229,7 +224,8 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             }
         }
         ImageCmd::Import { path, tag } => {
-            let images = stockade_image::import(&store, &path, tag.as_deref()).map_err(to_error)?;
+            let images =
+                stockade_image::import(&store, &path, tag.as_deref()).map_err(Error::from)?;
             if ctx.json {
                 let imported: Vec<_> = images
                     .iter()
@@ -244,7 +240,7 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
         ImageCmd::Ls => {
             // Images without a name are listed by digest, as `<none>` (as docker does).
             let mut list = Vec::new();
-            for listed in store.images().map_err(to_error)? {
+            for listed in store.images().map_err(Error::from)? {
                 let (reference, digest) = (listed.reference, listed.digest);
                 let size = store
                     .image_by_digest(&digest)
@@ -264,10 +260,10 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             }
         }
         ImageCmd::Inspect { reference } => {
-            let img = store.image(&reference).map_err(to_error)?;
+            let img = store.image(&reference).map_err(Error::from)?;
             let references: Vec<String> = store
                 .list()
-                .map_err(to_error)?
+                .map_err(Error::from)?
                 .into_iter()
                 .filter(|(_, d)| *d == img.digest)
                 .map(|(r, _)| r)
@@ -287,7 +283,7 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
         ImageCmd::Rm { references } => {
             let mut removed = Vec::new();
             for r in references {
-                let d = store.remove(&r).map_err(to_error)?;
+                let d = store.remove(&r).map_err(Error::from)?;
                 if !ctx.json {
                     println!("removed {r} ({d})");
                 }
@@ -298,7 +294,7 @@ pub async fn run(ctx: &Ctx, cmd: ImageCmd) -> Result<i32> {
             }
         }
         ImageCmd::Prune => {
-            let report = store.gc().map_err(to_error)?;
+            let report = store.gc().map_err(Error::from)?;
             if ctx.json {
                 println!("{}", json!({"blobs": report.blobs, "trees": report.trees}));
             } else {

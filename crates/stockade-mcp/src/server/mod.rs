@@ -132,7 +132,7 @@ impl Shared {
     /// The image store under `$STOCKADE_HOME`.
     fn image_store(&self) -> Result<stockade_image::Store, ToolError> {
         stockade_image::Store::open(self.home.join("images"))
-            .map_err(|e| ToolError::from(stockade::code::image_error(e)))
+            .map_err(|e| ToolError::from(stockade::Error::from(e)))
     }
 
     /// The sandboxes every connection created, locked.

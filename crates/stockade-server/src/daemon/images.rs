@@ -67,17 +67,14 @@ impl Daemon {
                 return Ok(());
             }
         }
-        let store = stockade_image::Store::open(self.home.join("images")).map_err(internal)?;
+        let store = stockade_image::Store::open(self.home.join("images"))?;
         // The tenant's to run: in the store, and shared with it or resolved to what
         // its own pull recorded.
         let visible = |store: &stockade_image::Store| -> Result<bool> {
             let now = match store.resolve(reference) {
                 Ok(d) => d,
                 Err(ImageError::ImageNotFound { .. }) => return Ok(false),
-                Err(e @ ImageError::InvalidReference { .. }) => {
-                    return Err(Error::InvalidRequest(e.to_string()));
-                }
-                Err(e) => return Err(internal(e)),
+                Err(e) => return Err(e.into()),
             };
             Ok(shared || own()?.as_deref() == Some(now.to_string().as_str()))
         };
@@ -154,7 +151,7 @@ impl Daemon {
         drop(guard);
         if result.is_ok() && !seen && profile.is_some() {
             // What this tenant's own pull resolved the reference to: it may run that.
-            let digest = h.resolve(reference).map_err(internal)?.to_string();
+            let digest = h.resolve(reference)?.to_string();
             self.store
                 .set_tenant_image(tenant, reference, &digest)
                 .map_err(internal)?;
@@ -195,7 +192,7 @@ impl Daemon {
             // The budget (the handle's `limit` is what was left of it), not the
             // store's own cap, refused the write.
             ImageError::QuotaExceeded { limit, .. } if limit == left => over(),
-            e => image_error(reference, e),
+            e => e.into(),
         })
     }
 }
@@ -206,8 +203,7 @@ fn present(store: &stockade_image::Store, reference: &str, native: bool) -> Resu
     match store.resolve(reference) {
         Ok(d) => Ok(!native || store.root().join("rootfs").join(d.hex()).is_dir()),
         Err(ImageError::ImageNotFound { .. }) => Ok(false),
-        Err(e @ ImageError::InvalidReference { .. }) => Err(Error::InvalidRequest(e.to_string())),
-        Err(e) => Err(internal(e)),
+        Err(e) => Err(e.into()),
     }
 }
 
@@ -218,27 +214,4 @@ async fn docker_has(reference: &str) -> Result<bool> {
     Ok(stockade::docker::image::facts(docker, reference)
         .await?
         .is_some())
-}
-
-/// A failed pull or unpack as an error that says what to do.
-fn image_error(reference: &str, e: ImageError) -> Error {
-    match e {
-        ImageError::InvalidReference { .. } => Error::InvalidRequest(e.to_string()),
-        ImageError::LimitExceeded { .. } | ImageError::QuotaExceeded { .. } => {
-            Error::LimitExceeded {
-                what: e.to_string(),
-                limit: "the image store's limits".into(),
-            }
-        }
-        ImageError::UnsafeEntry { .. } => Error::PolicyDenied(e.to_string()),
-        ImageError::Registry { .. } | ImageError::NoMatchingPlatform { .. } => Error::Unavailable {
-            what: format!("image {reference}"),
-            reason: format!("it is not on this host and pulling it failed: {e}"),
-            fix: "check the reference and the daemon's network and STOCKADE_REGISTRY_* \
-                      credentials; plain-HTTP registries need `insecure` in the daemon's \
-                      config file"
-                .into(),
-        },
-        e => Error::Internal(format!("pulling {reference}: {e}")),
-    }
 }
