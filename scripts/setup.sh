@@ -64,6 +64,6 @@ if [ "$profile" = release ]; then
     cargo build --release -p stockade-wasm --bin stockade-wasm-runner >&2
   fi
 else
-  cargo build --bins --workspace --exclude stockade-agent >&2
+  cargo build --bins --workspace --exclude stockade-agent --exclude stockade-bench >&2
 fi
 scripts/build-agent.sh "$profile" >/dev/null

@@ -6,8 +6,8 @@
 //! PID 1 forks the zygote when it starts serving, while it is still single-threaded
 //! (a fork of a threaded process may copy a lock another thread held): a fork of the
 //! small PID 1 costs far less than the spawn of the agent's binary that a sandbox's
-//! first exec, or a pool's warm-up, would otherwise pay (BENCHMARKS.md, issue 24,
-//! "The zygote from the start"). Where PID 1 is threaded by then (the microVM's serial
+//! first exec, or a pool's warm-up, would otherwise pay (BENCHMARKS.md, "Start and
+//! exec latency"). Where PID 1 is threaded by then (the microVM's serial
 //! multiplexer) or the fork fails, and to replace one that died, it starts the zygote
 //! as `stockade-agent zygote`, from a thread, at the sandbox's second helper or when
 //! asked to warm. Either way the zygote enters the sandbox's seccomp filter itself (so

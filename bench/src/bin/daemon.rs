@@ -1,10 +1,10 @@
 //! Benchmark of `stockaded` with native sandboxes; prints a table (numbers in
-//! BENCHMARKS.md). Starts the `stockaded` binary built beside this example (or
+//! BENCHMARKS.md). Starts the `stockaded` binary built beside this binary (or
 //! `$STOCKADED`) as its own process on a unix socket of its own and talks to it over
 //! gRPC like any client. Needs root.
 //!
-//!   cargo build --release --workspace --bins --example daemon-bench
-//!   sudo target/release/examples/daemon-bench [--rounds 5]
+//!   cargo build --release --workspace --bins
+//!   sudo target/release/daemon [--rounds 5]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -113,7 +113,7 @@ async fn main() {
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             let exe = std::env::current_exe().unwrap();
-            exe.parent().unwrap().parent().unwrap().join("stockaded")
+            exe.parent().unwrap().join("stockaded")
         });
     let mut daemon = std::process::Command::new(&daemon_bin)
         .arg(format!("--listen=unix:{}", sock.display()))

@@ -2,9 +2,9 @@
 --e2b-listen`, beside Stockade's own client library on the same daemon.
 
     cargo build --release -p stockade-cli --bin stockade
-    cargo build --release -p stockade-e2b --example native_client
-    /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py [N [ROUNDS]]
-    /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py tti [N [BURST]]
+    cargo build --release -p stockade-bench --bin e2b-native-client
+    /var/cache/stockade/venv-e2b/bin/python bench/e2b.py [N [ROUNDS]]
+    /var/cache/stockade/venv-e2b/bin/python bench/e2b.py tti [N [BURST]]
 
 `tti` (as root: the daemon's state goes on a tmpfs, as under /run on a normal host)
 measures time to interactive, `Sandbox.create()` to the first `commands.run`
@@ -23,7 +23,7 @@ every process). The machine's busy time / CPUs is a lower bound of a CPU-bound
 burst's wall time; the client's CPU (one GIL for all threads) is a lower bound of
 the threads' burst.
 
-    /var/cache/stockade/venv-e2b/bin/python crates/stockade-e2b/bench.py tti-procs [N [BURST]]
+    /var/cache/stockade/venv-e2b/bin/python bench/e2b.py tti-procs [N [BURST]]
 
 `tti-procs` does the warm-pool bursts only, each from BURST separate client
 processes (each imports the SDK and warms it up with one cold create of `base`
@@ -52,7 +52,7 @@ import time
 import urllib.error
 import urllib.request
 
-TARGET = os.environ.get("CARGO_TARGET_DIR", str(Path(__file__).resolve().parents[2] / "target"))
+TARGET = os.environ.get("CARGO_TARGET_DIR", str(Path(__file__).resolve().parents[1] / "target"))
 KEY = "e2b-bench-tenant-0123456789"
 
 
@@ -215,7 +215,7 @@ def e2b_rows(n):
 
 
 def native_rows(sock, n):
-    exe = os.environ.get("STOCKADE_NATIVE_CLIENT", f"{TARGET}/release/examples/native_client")
+    exe = os.environ.get("STOCKADE_NATIVE_CLIENT", f"{TARGET}/release/e2b-native-client")
     if not os.path.exists(exe):
         print(f"(no {exe}: the native client rows are left out)", file=sys.stderr)
         return {}

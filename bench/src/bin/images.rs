@@ -1,7 +1,7 @@
 //! Import and flatten throughput of an image archive or layout, as a table; or pull
 //! throughput from a registry.
-//!   cargo run --release -p stockade-image --example image-bench -- PATH [RUNS]
-//!   cargo run --release -p stockade-image --example image-bench -- pull REFERENCE [RUNS]
+//!   cargo run --release -p stockade-bench --bin images -- PATH [RUNS]
+//!   cargo run --release -p stockade-bench --bin images -- pull REFERENCE [RUNS]
 
 use std::time::Instant;
 

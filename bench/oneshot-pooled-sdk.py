@@ -1,7 +1,7 @@
 """The Python SDK's pooled one-shot against bare `python3 -c pass`, alternating rounds
-(run by scripts/bench-issue24.py with STOCKADE_HOST set to a daemon with a warm pool).
+(run by bench/oneshot-pooled.py with STOCKADE_HOST set to a daemon with a warm pool).
 
-    python bench-issue24-sdk.py ROUNDS N   ->  one JSON line: medians in ms
+    python bench/oneshot-pooled-sdk.py ROUNDS N   ->  one JSON line: medians in ms
 """
 
 import json

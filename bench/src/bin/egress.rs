@@ -1,6 +1,6 @@
-//! Benchmark of issue 18's egress policy: prints markdown tables.
+//! Benchmark of the egress policy: prints markdown tables.
 //!
-//! `cargo run -p stockade --example bench_egress [-- ITERATIONS]` as root, after
+//! `cargo run -p stockade-bench --bin egress [-- ITERATIONS]` as root, after
 //! `scripts/build-agent.sh` (same profile). Rows, all in one run:
 //!
 //! - connection setup to pypi.org:443 from Python (`socket.create_connection`, name

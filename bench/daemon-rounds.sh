@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The daemon's memory over repeated rounds of creating and removing N sandboxes:
 # a table of its RSS after each round's creates and after its `rm --all`.
-#   scripts/bench-daemon-rounds.sh [STOCKADE_BIN] [N] [ROUNDS]
+#   bench/daemon-rounds.sh [STOCKADE_BIN] [N] [ROUNDS]
 set -euo pipefail
 bin=${1:-target/release/stockade}
 n=${2:-500}

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# The cost of the user namespace on the one-shot path (issue 16): `stockade run --
+# The cost of the user namespace on the one-shot path: `stockade run --
 # python3 -c pass` before and after it, as root and rootless, with and without a
 # workspace mount, against the bare process in the same run. Prints a table of
 # medians and ratios.
-#   scripts/bench-userns.sh BEFORE_DIR AFTER_DIR [RUNS]
+#   bench/userns.sh BEFORE_DIR AFTER_DIR [RUNS]
 # BEFORE_DIR/AFTER_DIR hold a release `stockade` and `stockade-agent`; the rootless rows
 # run as stockade-rl (test.sh makes it: useradd -m stockade-rl; stockade setup rootless).
 set -euo pipefail

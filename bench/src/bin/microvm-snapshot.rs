@@ -2,9 +2,9 @@
 //! see the same load): a VM with a Python interpreter holding 20 MB is kept as a
 //! named snapshot (in a temporary home), then each round boots one VM cold and starts
 //! one from the snapshot, each timed to its first exec. Needs root and what
-//! `ci-setup.sh` installs.
+//! `crates/stockade-microvm/ci-setup.sh` installs.
 //!
-//! cargo run -p stockade-microvm --example bench_named_snapshot
+//! cargo run -p stockade-bench --bin microvm-snapshot
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,17 +1,17 @@
 // SDK overhead benchmark: the same operations from Node and from Rust (the port of
-// sdk/python/bench.py).
+// bench/sdk/python.py).
 //
-//   sudo node sdk/typescript/bench.mjs [ITERATIONS [ROUNDS]]
+//   sudo node bench/sdk/typescript.mjs [ITERATIONS [ROUNDS]]
 //
 // Needs the package built (sdk/typescript/build.sh release) and the Rust bench built
-// (cargo build --release -p stockade --examples; STOCKADE_RUST_BENCH names it). Runs
-// the Rust library benchmark (crates/stockade/examples/bench.rs) and the same
+// (cargo build --release -p stockade-bench --bin latency; STOCKADE_RUST_BENCH names it). Runs
+// the Rust library benchmark (bench/src/bin/latency.rs) and the same
 // operations through the SDK in this process, in alternating rounds, and prints the
 // SDK's overhead per operation (p50 SDK - p50 Rust library, median over rounds).
 import { execFileSync } from "node:child_process";
 import { performance } from "node:perf_hooks";
 
-import { Stockade } from "./dist/index.mjs";
+import { Stockade } from "../../sdk/typescript/dist/index.mjs";
 
 const TARGET = process.env.CARGO_TARGET_DIR ?? new URL("../../target", import.meta.url).pathname;
 const PY = ["/usr/bin/python3", "-c", "pass"];
@@ -31,7 +31,7 @@ const p = (v, q) => [...v].sort((a, b) => a - b)[Math.round((v.length - 1) * q)]
 const median = (v) => p(v, 0.5);
 
 function rustRows(n) {
-  const bench = process.env.STOCKADE_RUST_BENCH ?? `${TARGET}/release/examples/bench`;
+  const bench = process.env.STOCKADE_RUST_BENCH ?? `${TARGET}/release/latency`;
   const rows = {};
   for (const line of execFileSync(bench, [String(n)], { encoding: "utf8" }).split("\n")) {
     const cells = line.trim().replace(/^\||\|$/g, "").split("|").map((c) => c.trim());

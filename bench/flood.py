@@ -3,7 +3,7 @@
 and while 300 connections without a token are held open (they send nothing).
 
     stockade serve --listen tcp://127.0.0.1:PORT --token-file TOKENS &
-    scripts/bench-flood.py STOCKADE_BIN PORT TOKEN
+    bench/flood.py STOCKADE_BIN PORT TOKEN
 """
 import os
 import socket

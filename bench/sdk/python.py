@@ -1,10 +1,10 @@
 """SDK overhead benchmark: the same operations from Python and from Rust.
 
-    sudo /var/cache/stockade/venv/bin/python sdk/python/bench.py [ITERATIONS [ROUNDS]]
+    sudo /var/cache/stockade/venv/bin/python bench/sdk/python.py [ITERATIONS [ROUNDS]]
 
 Needs the wheel installed (``sdk/python/build.sh release``) and the release CLI and
-Rust bench built (``cargo build --release --workspace --bins --examples``). Runs
-the Rust library benchmark (crates/stockade/examples/bench.rs) and the same
+Rust bench built (``cargo build --release --workspace --bins``). Runs
+the Rust library benchmark (bench/src/bin/latency.rs) and the same
 operations through the SDK in this process, in alternating rounds, and prints the
 SDK's overhead per operation (p50 SDK - p50 Rust library, median over rounds).
 """
@@ -41,9 +41,7 @@ def p(v: list[float], q: float) -> float:
 
 def rust_rows(n: int) -> dict[str, float]:
     """p50 ms of each row of the Rust benchmark."""
-    # Two packages have an example called bench: name this one's file when it is not
-    # the last built (target/release/examples/bench-<hash>).
-    bench = os.environ.get("STOCKADE_RUST_BENCH", f"{TARGET}/release/examples/bench")
+    bench = os.environ.get("STOCKADE_RUST_BENCH", f"{TARGET}/release/latency")
     out = subprocess.run([bench, str(n)], capture_output=True, text=True, check=True).stdout
     rows = {}
     for line in out.splitlines():

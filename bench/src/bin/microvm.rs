@@ -1,8 +1,8 @@
 //! Prints a table of the microVM provider's times (medians): boot to first exec,
 //! exec round trip, pause, resume, snapshot size, fork of 3. Needs root and what
-//! `ci-setup.sh` installs.
+//! `crates/stockade-microvm/ci-setup.sh` installs.
 //!
-//! cargo run --release -p stockade-microvm --example bench_microvm
+//! cargo run --release -p stockade-bench --bin microvm
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

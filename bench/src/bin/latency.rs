@@ -1,9 +1,9 @@
 //! Benchmark: prints a markdown table of latencies.
 //!
-//! `cargo run --release -p stockade --example bench [-- ITERATIONS]` as root, with the
+//! `cargo run --release -p stockade-bench --bin latency [-- ITERATIONS]` as root, with the
 //! release `stockade` binary built (`cargo build --release --bins`).
 //!
-//! `... --example bench -- ITERATIONS gvisor`: the gvisor provider instead (see
+//! `... --bin latency -- ITERATIONS gvisor`: the gvisor provider instead (see
 //! [`gvisor`]): bare python, `runsc do` itself, `stockade run` on native and on
 //! gvisor, the exec round trip, create + destroy, idle memory per sandbox.
 //!
@@ -50,8 +50,7 @@ fn time_cmd(n: usize, argv: &[&str]) -> Vec<Duration> {
 
 fn stockade_bin() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap();
-    let p = dir.join("stockade");
+    let p = exe.parent().unwrap().join("stockade");
     assert!(
         p.is_file(),
         "build the CLI first: cargo build --release --bins ({} missing)",

@@ -1,6 +1,6 @@
 //! Docker provider benchmark: prints a table, asserts nothing.
 //!
-//!   cargo run --release -p stockade-docker --example docker-bench [-- ITERATIONS [IMAGE]]
+//!   cargo run --release -p stockade-bench --bin docker [-- ITERATIONS [IMAGE]]
 //!
 //! Compares, on the same image with the same hardening flags:
 //! - stockade create + first exec (`/bin/true`) + destroy, against

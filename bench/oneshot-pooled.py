@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Issue 24's table, before and after, in one run (as root).
+"""One-shot and pooled latency, burst throughput and idle density of two builds, in
+one run (as root).
 
-    scripts/bench-issue24.py BEFORE_DIR AFTER_DIR [--rounds 8] [--n 5] [--burst-secs 30]
+    bench/oneshot-pooled.py BEFORE_DIR AFTER_DIR [--rounds 8] [--n 5] [--burst-secs 30]
         [--before-env KEY=VALUE ...]
 
 BEFORE_DIR and AFTER_DIR each hold a release `stockade` and `stockade-agent` (the

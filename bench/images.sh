@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Image benchmarks: pull throughput from a loopback registry, and a cold
 # `stockade run --image` (empty store: pull + unpack + run) against host-rootfs mode.
-#   sudo scripts/bench-images.sh
+#   sudo bench/images.sh
 # Needs crates/stockade-image/ci-setup.sh (registry, skopeo, the Debian test image).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +12,6 @@ base=/var/cache/stockade/test-images/$key/debian-python.tar
 [ -f "$base" ] || { echo "run crates/stockade-image/ci-setup.sh first" >&2; exit 1; }
 # --workspace: the same feature set as every other build, so nothing is rebuilt twice.
 cargo build -q --release --workspace --bins
-cargo build -q --release --workspace --example image-bench
 bin=$CARGO_TARGET_DIR/release
 work=$(mktemp -d)
 trap 'kill $reg_pid 2>/dev/null; rm -rf "$work"' EXIT
@@ -60,7 +59,7 @@ ref=127.0.0.1:$port/bench/debian:1
 skopeo --insecure-policy copy --quiet --dest-tls-verify=false "oci:$work/layout:v1" "docker://$ref"
 
 echo "## pull (gzip layer over loopback HTTP) and flatten"
-"$bin/examples/image-bench" pull "$ref" 3
+"$bin/images" pull "$ref" 3
 
 echo "## cold run from the image (empty store each time) vs host rootfs"
 export STOCKADE_AGENT=$bin/stockade-agent

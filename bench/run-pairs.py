@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """`stockade run --direct -- python3 -c pass` with each CLI paired with each agent.
 
-Usage: scripts/bench-run-pairs.py BEFORE_DIR AFTER_DIR [ROUNDS]
+Usage: bench/run-pairs.py BEFORE_DIR AFTER_DIR [ROUNDS]
 
 Each directory holds a `stockade` and a `stockade-agent` (release builds). Runs the
 four pairings interleaved, 3 runs each per round, and prints the p50 of each, so a

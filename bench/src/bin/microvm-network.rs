@@ -3,10 +3,10 @@
 //! sandbox, connection setup to pypi.org:443 (lookup + connect, and connect to the
 //! address looked up once) and a small HTTPS download (11 KB from the npm registry),
 //! in a microVM and in a native sandbox, both with `network: all`. Needs root, what
-//! `ci-setup.sh` installs, slirp4netns and nftables, and the package registries
-//! reachable.
+//! `crates/stockade-microvm/ci-setup.sh` installs, slirp4netns and nftables, and the
+//! package registries reachable.
 //!
-//! cargo run -p stockade-microvm --example bench_network -- [ROUNDS]
+//! cargo run -p stockade-bench --bin microvm-network -- [ROUNDS]
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -1,4 +1,4 @@
-//! The anchor of `crates/stockade-e2b/bench.py`: the same operations as the E2B SDK
+//! The anchor of `bench/e2b.py`: the same operations as the E2B SDK
 //! rows, through Stockade's own client library (`stockade-client`, what the native
 //! SDKs wrap) against the same daemon.
 //!

@@ -4,18 +4,18 @@
 #   - the same through the Python SDK in-process (needs a venv with the SDK's wheel:
 #     SDK_PYTHON, default /var/cache/stockade/mcp-bench-venv/bin/python)
 #   - tools/list round trip over stdio MCP, 100x
-# Usage (as root): crates/stockade-mcp/bench/run.sh [N]
+# Usage (as root): bench/mcp/run.sh [N]
 set -euo pipefail
 cd "$(dirname "$0")"
 export BENCH_N=${1:-100}
-target=${CARGO_TARGET_DIR:-$(cd ../../.. && pwd)/target}
+target=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 bin=${STOCKADE_MCP_BIN:-$target/debug/stockade-mcp}
 mcp_py=${STOCKADE_MCP_VENV:-/var/cache/stockade/mcp-venv}/bin/python
 sdk_py=${SDK_PYTHON:-/var/cache/stockade/mcp-bench-venv/bin/python}
 export STOCKADE_HOME=${STOCKADE_HOME:-$(mktemp -d /tmp/stockade-mcp-bench-XXXX)}
 out=$(mktemp)
-"$mcp_py" ../tests/clients/py_client.py bench --stdio "$bin" --direct | grep '^RESULT ' | sed 's/^RESULT //' > "$out"
-env -u STOCKADE_HOST "$sdk_py" sdk_bench.py > "$out.sdk"
+"$mcp_py" ../../crates/stockade-mcp/tests/clients/py_client.py bench --stdio "$bin" --direct | grep '^RESULT ' | sed 's/^RESULT //' > "$out"
+env -u STOCKADE_HOST "$sdk_py" sdk.py > "$out.sdk"
 python3 - "$out" "$out.sdk" <<'PY'
 import json, statistics, sys
 rows = {}

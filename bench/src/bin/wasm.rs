@@ -1,6 +1,6 @@
 //! Benchmark of the wasm provider; prints a markdown table.
 //!
-//! `cargo run --release -p stockade-wasm --example wasm-bench`
+//! `cargo run --release -p stockade-bench --bin wasm`
 //!
 //! Needs the wasm32-wasip1 target (for the hello-world guest) and, for the Python
 //! rows, the python-wasm runtime (`cargo run -p stockade-wasm --example install-runtime`).
@@ -36,10 +36,11 @@ fn row(what: &str, mut samples: Vec<Duration>, goal: &str) -> Row {
 }
 
 fn build_hello() -> PathBuf {
-    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/guest/Cargo.toml");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../crates/stockade-wasm/tests/guest/Cargo.toml");
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../target"))
         .join("wasm-guest");
     let status = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
         .args(["build", "--quiet", "--release", "--target", "wasm32-wasip1"])
