@@ -17,6 +17,7 @@ mod idrange;
 mod images;
 mod languages;
 mod manners;
+mod readme;
 mod rootless;
 mod snapshot;
 mod timings;
