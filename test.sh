@@ -94,6 +94,15 @@ if ! diff <(lints workspace.lints.clippy Cargo.toml) <(lints lints.clippy crates
   echo "test.sh: crates/stockade-sys/Cargo.toml's [lints.clippy] differs from the workspace's (above)" >&2
   exit 1
 fi
+# No source file over 800 lines before its tests: past that, split it by concern.
+long=$(for f in $(git ls-files 'crates/*.rs' 'bench/*.rs' | grep -v '/tests/'); do
+  awk -v f="$f" '/^#\[cfg\(test\)\]/{exit} {n++} END{if (n > 800) print n " " f}' "$f"
+done)
+if [ -n "$long" ]; then
+  echo "test.sh: source files over 800 lines of non-test code (split them by concern):" >&2
+  echo "$long" >&2
+  exit 1
+fi
 cargo fmt --all --check
 cargo fmt --check --manifest-path fuzz/Cargo.toml
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).

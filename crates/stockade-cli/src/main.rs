@@ -53,6 +53,7 @@ enum Command {
     },
     /// Replace a running sandbox's egress policy (--allow, --deny), or show it and
     /// what it refused.
+    #[command(after_help = stockade::served_by_line(stockade::Verb::EgressControl))]
     Net(commands::net::NetArgs),
     /// What a sandbox's egress policy refused, as events (--follow streams them).
     Events(commands::events::EventsArgs),
@@ -61,27 +62,29 @@ enum Command {
     /// Pause a sandbox, keeping its processes and memory. Native: every process is
     /// frozen by the cgroup freezer and its memory stays in RAM; docker: `docker
     /// pause` (runc's freezer); gvisor: `runsc pause`; microvm: memory and device
-    /// state are written to disk and the VM stops; wasm refuses. While paused, execs
-    /// and file operations are refused, and its lifetime does not run. Through the
-    /// daemon when one is used (--host or STOCKADE_HOST).
+    /// state are written to disk and the VM stops. While paused, execs and file
+    /// operations are refused, and its lifetime does not run. Through the daemon when
+    /// one is used (--host or STOCKADE_HOST).
+    #[command(after_help = stockade::served_by_line(stockade::Verb::Pause))]
     Pause {
         /// Sandbox id.
         id: String,
     },
     /// Resume a paused sandbox where it stopped. Its lifetime ends later by the time
     /// it spent paused.
+    #[command(after_help = stockade::served_by_line(stockade::Verb::Pause))]
     Resume {
         /// Sandbox id.
         id: String,
     },
-    /// Start copies of a paused sandbox, each with its own id; prints their ids. Only
-    /// the microvm provider can copy a running sandbox; native refuses (the host's
-    /// kernel cannot copy a process tree into new sandboxes).
+    /// Start copies of a paused sandbox, each with its own id; prints their ids.
+    #[command(after_help = stockade::served_by_line(stockade::Verb::Fork))]
     Fork(commands::snapshot::ForkArgs),
     /// Keep a sandbox's state (processes, memory, files) as a named snapshot to start
     /// new sandboxes from (`create --from-snapshot NAME`); `snapshot ls`, `snapshot rm
-    /// NAME`. Only the microvm provider keeps snapshots; each start checks its
-    /// digest. Through the daemon a tenant sees only its own.
+    /// NAME`. Each start checks its digest. Through the daemon a tenant sees only its
+    /// own.
+    #[command(after_help = stockade::served_by_line(stockade::Verb::Snapshots))]
     Snapshot(commands::snapshot::SnapshotArgs),
     /// Reap sandboxes whose owner died or whose lifetime passed, and leftovers of crashes.
     Gc,

@@ -39,6 +39,79 @@ pub struct Capabilities {
     /// interpreters) from the store. False when images live elsewhere (dockerd, a
     /// daemon's host, WASI runtimes): the provider fetches them itself at create.
     pub local_images: bool,
+    /// The optional verbs it serves.
+    #[serde(default)]
+    pub verbs: Verbs,
+}
+
+/// The verbs a provider may serve besides create, exec, files, destroy, list, inspect
+/// and gc. Each provider declares its own; the facade's table of them is the one
+/// source of the CLI's help texts, `doctor` and the documents' provider table, and
+/// the conformance suite checks every declaration against what the provider does.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Verbs {
+    /// `pause` and `resume`, keeping processes and memory.
+    pub pause: bool,
+    /// `fork`: copies of a running sandbox, each with its own id.
+    pub fork: bool,
+    /// Named snapshots: `snapshot`, `snapshots`, `remove_snapshot` and starting from one.
+    pub snapshots: bool,
+    /// A live sandbox's egress policy replaced (`set_network`), and its refusals read
+    /// (`egress_denied`).
+    pub egress_control: bool,
+    /// Resource usage of a live sandbox (`usage`).
+    pub usage: bool,
+    /// File operations as a chosen uid (`file_as`; the sandbox user is always served).
+    pub files_as_user: bool,
+}
+
+/// One optional verb, for tables and checks over [`Verbs`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verb {
+    Pause,
+    Fork,
+    Snapshots,
+    EgressControl,
+    Usage,
+    FilesAsUser,
+}
+
+impl Verb {
+    /// Every verb, in the order tables show them.
+    pub const ALL: [Verb; 6] = [
+        Verb::Pause,
+        Verb::Fork,
+        Verb::Snapshots,
+        Verb::EgressControl,
+        Verb::Usage,
+        Verb::FilesAsUser,
+    ];
+
+    /// What a table's column says.
+    pub fn title(self) -> &'static str {
+        match self {
+            Verb::Pause => "pause / resume",
+            Verb::Fork => "fork",
+            Verb::Snapshots => "named snapshots",
+            Verb::EgressControl => "live egress policy (`net`, `events`)",
+            Verb::Usage => "usage",
+            Verb::FilesAsUser => "files as another user",
+        }
+    }
+}
+
+impl Verbs {
+    /// Whether `verb` is served.
+    pub fn has(&self, verb: Verb) -> bool {
+        match verb {
+            Verb::Pause => self.pause,
+            Verb::Fork => self.fork,
+            Verb::Snapshots => self.snapshots,
+            Verb::EgressControl => self.egress_control,
+            Verb::Usage => self.usage,
+            Verb::FilesAsUser => self.files_as_user,
+        }
+    }
 }
 
 impl Capabilities {
@@ -58,6 +131,14 @@ impl Capabilities {
         seccomp: true,
         landlock: true,
         local_images: false,
+        verbs: Verbs {
+            pause: true,
+            fork: false,
+            snapshots: false,
+            egress_control: true,
+            usage: false,
+            files_as_user: true,
+        },
     };
 
     /// Refuses a spec that needs something this provider lacks, naming each gap.

@@ -97,13 +97,26 @@ pub fn new_sandbox_id() -> String {
 
 /// Refuses a string that is not a sandbox id as [`new_sandbox_id`] makes them (`sb-`
 /// and 12 hex digits): every provider checks an id with this before it names a path,
-/// a container or a cgroup, so no id can point outside what the provider owns.
+/// a container or a cgroup, so no id can point outside what the provider owns. A
+/// plain name of another form is `not_found` (no sandbox has it); anything that could
+/// name a path (`/`, a leading `.`, other characters) is `invalid_request`.
 pub fn check_sandbox_id(id: &str) -> Result<()> {
     let ok = id.len() == 15
         && id.starts_with("sb-")
         && id.as_bytes()[3..].iter().all(u8::is_ascii_hexdigit);
+    let plain = !id.is_empty()
+        && id.len() <= 64
+        && !id.starts_with('.')
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
     if ok {
         Ok(())
+    } else if plain {
+        Err(Error::NotFound {
+            kind: "sandbox",
+            id: id.to_string(),
+        })
     } else {
         Err(Error::InvalidRequest(format!(
             "sandbox id {id:?} is not valid (sb- and 12 hex digits)"
@@ -272,5 +285,16 @@ mod sandbox_id_tests {
         }
         check_sandbox_id("sb-0123456789ab").unwrap();
         check_sandbox_id(&new_sandbox_id()).unwrap();
+        // A plain name no sandbox can have is not found; one that could be a path is
+        // the caller's mistake.
+        for (id, code) in [
+            ("sb-doesnotexist", crate::ErrorCode::NotFound),
+            ("nope", crate::ErrorCode::NotFound),
+            ("../etc", crate::ErrorCode::InvalidSpec),
+            (".hidden", crate::ErrorCode::InvalidSpec),
+            ("", crate::ErrorCode::InvalidSpec),
+        ] {
+            assert_eq!(check_sandbox_id(id).unwrap_err().code(), code, "{id:?}");
+        }
     }
 }

@@ -14,8 +14,12 @@
 //! whatever a crash left behind.
 
 pub mod engine;
+mod host;
 pub mod image;
 pub mod plan;
+mod start;
+
+use host::*;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -288,197 +292,6 @@ impl DockerLauncher {
         }
     }
 
-    async fn create_container(
-        &self,
-        spec: &ValidatedSpec,
-        opts: &CreateOptions,
-    ) -> Result<SandboxInfo> {
-        let docker = self.docker().await?;
-        let agent = find_agent()?;
-        let reference = spec.image.clone().ok_or_else(|| {
-            Error::InvalidRequest("the docker provider needs an image; name one".into())
-        })?;
-        let (facts, _) =
-            image::ensure(docker, &reference, self.image_store.as_deref(), &mut |_| {}).await?;
-        // A container whose agent finds `/` closed to the sandbox user is replaced
-        // once (dockerd 20.10 was seen, rarely, to start one on an empty directory
-        // instead of its image's root); a second one is the image's doing and is
-        // reported.
-        match self
-            .create_once(docker, &agent, facts.clone(), spec, opts)
-            .await
-        {
-            Err(Error::Internal(m)) if m.contains(ROOT_NOT_ENTERABLE) => {
-                self.create_once(docker, &agent, facts, spec, opts).await
-            }
-            other => other,
-        }
-    }
-
-    async fn create_once(
-        &self,
-        docker: &Docker,
-        agent: &Path,
-        facts: plan::ImageFacts,
-        spec: &ValidatedSpec,
-        opts: &CreateOptions,
-    ) -> Result<SandboxInfo> {
-        let id = new_id();
-        let dir = self.dir(&id);
-        let agent_group = make_private_dir(&self.state_root, &dir, &self.socket)?;
-        let net = match self.prepare_network(spec, &id) {
-            Ok(n) => n,
-            Err(e) => {
-                let _ = std::fs::remove_dir_all(&dir);
-                let _ = std::fs::remove_dir_all(self.net_dir(&id));
-                return Err(e);
-            }
-        };
-        let input = plan::PlanInput {
-            id: id.clone(),
-            state_dir: dir.clone(),
-            agent: agent.to_path_buf(),
-            now_ms: now_ms(),
-            owner_pid: opts.owner_pid,
-            owner_ticks: opts.owner_pid.and_then(stockade_sys::process::start_ticks),
-            image: facts,
-            agent_group,
-            net: net.as_ref().map(|n| n.input.clone()),
-        };
-        let plan = plan::plan(spec, &input);
-        let result = self
-            .start(docker, &id, &dir, &plan, agent, opts, net.as_ref())
-            .await;
-        if let Err(e) = result {
-            let _ = self.remove(&id).await;
-            return Err(e);
-        }
-        Ok(SandboxInfo {
-            id,
-            provider: "docker".into(),
-            created_at_ms: input.now_ms,
-            expires_at_ms: plan.expires_at_ms,
-            owner_pid: opts.owner_pid,
-            spec: serde_json::to_value(spec.spec()).unwrap_or_default(),
-            applied: plan.applied,
-            state: stockade_core::RunState::Running,
-            steps: Vec::new(),
-        })
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    async fn start(
-        &self,
-        docker: &Docker,
-        id: &str,
-        dir: &Path,
-        plan: &plan::Plan,
-        agent: &Path,
-        opts: &CreateOptions,
-        net: Option<&NetSetup>,
-    ) -> Result<()> {
-        let config = serde_json::to_vec(&plan.config)
-            .map_err(|e| Error::Internal(format!("cannot encode the container config: {e}")))?;
-        std::fs::write(dir.join("config.json"), config)
-            .map_err(|e| Error::io(format!("cannot write {}/config.json", dir.display()), e))?;
-        let name = container_name(id);
-        docker
-            .create_container(
-                Some(CreateContainerOptionsBuilder::default().name(&name).build()),
-                plan.body.clone(),
-            )
-            .await
-            .map_err(|e| engine::docker_error(&format!("create container {name}"), e))?;
-        docker
-            .start_container(
-                &name,
-                None::<bollard::query_parameters::StartContainerOptions>,
-            )
-            .await
-            .map_err(|e| engine::docker_error(&format!("start container {name}"), e))?;
-        // The agent answers once it listens; a container that ends first says why in
-        // its log.
-        let sock = dir.join("agent.sock");
-        let started = Instant::now();
-        loop {
-            if sock.exists()
-                && stockade_agent_host::client::ping(id, &agent_socket(id, &sock))
-                    .await
-                    .is_ok()
-            {
-                break;
-            }
-            if let Some(c) = self.inspect_container(id).await?
-                && c.state.as_ref().and_then(|s| s.running) != Some(true)
-            {
-                let log = logs(docker, &name).await;
-                return Err(Error::Internal(format!(
-                    "the agent of sandbox {id} did not start: {}",
-                    log.trim()
-                )));
-            }
-            if started.elapsed() > Duration::from_secs(30) {
-                return Err(Error::Timeout {
-                    operation: format!("starting sandbox {id}"),
-                    after_ms: 30_000,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-        let pid = self
-            .inspect_container(id)
-            .await?
-            .and_then(|c| c.state)
-            .and_then(|s| s.pid)
-            .filter(|p| *p > 0)
-            .ok_or_else(|| Error::Internal(format!("sandbox {id} has no init process")))?;
-        let mut cmd = std::process::Command::new(agent);
-        cmd.arg("docker-watch")
-            .arg(&name)
-            .arg(pid.to_string())
-            .arg(opts.owner_pid.map(|p| p.to_string()).unwrap_or("-".into()))
-            .arg(plan.expires_at_ms.to_string())
-            .arg(&self.socket)
-            .arg(dir)
-            .args(net.map(|_| self.net_dir(id)))
-            .env_clear()
-            .stdin(if net.is_some() {
-                std::process::Stdio::piped()
-            } else {
-                std::process::Stdio::null()
-            })
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped());
-        std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
-        // The watcher outlives its caller: it must not keep the caller's files and
-        // sockets open.
-        stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-        let mut child = tokio::process::Command::from(cmd)
-            .spawn()
-            .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;
-        if let (Some(n), Some(mut stdin)) = (net, child.stdin.take()) {
-            use tokio::io::AsyncWriteExt;
-            // The network plan, then the credentials (if any): see `docker-watch`.
-            let _ = stdin.write_all(&n.monitor_input).await;
-        }
-        let out = child
-            .wait_with_output()
-            .await
-            .map_err(|e| Error::io(format!("cannot start {} docker-watch", agent.display()), e))?;
-        if !out.status.success() {
-            let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
-            return Err(if net.is_some() && !why.is_empty() {
-                stockade_native::egress_unavailable(id, why)
-            } else {
-                Error::Internal(format!(
-                    "the watcher of sandbox {id} failed to start ({}): {why}",
-                    out.status
-                ))
-            });
-        }
-        Ok(())
-    }
-
     /// Removes the container (force: kills everything in it) and the host directory.
     async fn remove(&self, id: &str) -> Result<()> {
         let docker = self.docker().await?;
@@ -666,188 +479,18 @@ impl DockerLauncher {
     }
 }
 
-/// A docker sandbox's network, prepared before its container exists.
-struct NetSetup {
-    /// What the container gets (files, environment, the applied line).
-    input: plan::NetInput,
-    /// The watcher's stdin: `LENGTH\n`, the network plan, the credentials if any.
-    monitor_input: Vec<u8>,
-}
-
-impl DockerLauncher {
-    /// For a spec with network: the native provider's network plan for this host (the
-    /// same firewall, resolver, proxy and credentials), the files the container
-    /// gets, written into the sandbox's network directory, and the monitor's input.
-    fn prepare_network(&self, spec: &ValidatedSpec, id: &str) -> Result<Option<NetSetup>> {
-        use std::os::unix::fs::DirBuilderExt;
-        if spec.network == Network::None {
-            return Ok(None);
-        }
-        if !stockade_core::host::is_root() {
-            return Err(Error::Unavailable {
-                what: "network egress on the docker provider".into(),
-                reason:
-                    "the container's network monitor enters its network namespace, which needs root"
-                        .into(),
-                fix: "run as root, or use the native provider (rootless too)".into(),
-            });
-        }
-        let Some(setup) = stockade_native::network_setup(&spec.network, &self.dns_upstreams)?
-        else {
-            return Ok(None);
-        };
-        let dir = self.net_dir(id);
-        let io = |what: &str, p: &Path, e| Error::io(format!("cannot {what} {}", p.display()), e);
-        let parent = self.state_root.join(NET_DIRS);
-        match std::fs::DirBuilder::new().mode(0o700).create(&parent) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(io("create", &parent, e)),
-        }
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(&dir)
-            .map_err(|e| io("create", &dir, e))?;
-        let write = |name: &str, text: &str| -> Result<PathBuf> {
-            let p = dir.join(name);
-            std::fs::write(&p, text).map_err(|e| io("write", &p, e))?;
-            Ok(p)
-        };
-        let mut files = vec![(
-            write("resolv.conf", &setup.resolv_conf)?,
-            "/etc/resolv.conf".to_string(),
-        )];
-        // Where the monitor records a replaced policy (see `with_live_network`).
-        let shown = serde_json::json!({ "spec": { "network": spec.network.redacted() } });
-        write("state.json", &shown.to_string())?;
-        if let Some((ca, bundle)) = &setup.ca {
-            files.push((
-                write("ca.pem", ca)?,
-                stockade_native::egress::SANDBOX_CA.to_string(),
-            ));
-            files.push((
-                write("ca-bundle.pem", bundle)?,
-                stockade_native::egress::SANDBOX_CA_BUNDLE.to_string(),
-            ));
-        }
-        let env = setup.env;
-        let applied = setup.policy_applied.unwrap_or_else(|| "network: egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string());
-        let monitor_input = setup.monitor_input;
-        Ok(Some(NetSetup {
-            input: plan::NetInput {
-                files,
-                env,
-                applied,
-            },
-            monitor_input,
-        }))
-    }
-}
-
-/// The agent's socket: when the caller is not root, its directory is the caller's, so
-/// code running as the caller's uid could swap the socket; only root (the agent, PID 1
-/// of the container) is talked to.
-fn agent_socket(id: &str, sock: impl Into<PathBuf>) -> UnixSocket {
-    let s = UnixSocket::new(id, sock);
-    if stockade_core::host::is_root() {
-        s
-    } else {
-        s.with_peer_uid(0)
-    }
-}
-
-async fn logs(docker: &Docker, name: &str) -> String {
-    use futures_util::StreamExt;
-    let mut out = String::new();
-    let mut s = docker.logs(
-        name,
-        Some(
-            bollard::query_parameters::LogsOptionsBuilder::default()
-                .stdout(true)
-                .stderr(true)
-                .build(),
-        ),
-    );
-    while let Some(Ok(chunk)) = s.next().await {
-        out.push_str(&chunk.to_string());
-        if out.len() > 4096 {
-            break;
-        }
-    }
-    if out.is_empty() {
-        "it exited without a message".into()
-    } else {
-        out
-    }
-}
-
-/// Makes `root` and `dir`, the sandbox's directory the container sees at
-/// `/.stockade`, closed to the code in the container, which runs as another uid
-/// without capabilities. As root: `root` 0711 and `dir` 0700, root's. As another user
-/// (a member of the docker socket's group): `root` 0700, the caller's, so no other
-/// host user reaches it; `dir` 2770 for the docker socket's group, which the agent
-/// (root in the container, without CAP_DAC_OVERRIDE) joins; returns that group.
-fn make_private_dir(root: &Path, dir: &Path, docker_socket: &Path) -> Result<Option<u32>> {
-    use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
-    let io = |what: &str, p: &Path, e| Error::io(format!("cannot {what} {}", p.display()), e);
-    if stockade_core::host::is_root() {
-        std::fs::create_dir_all(root).map_err(|e| io("create", root, e))?;
-        let _ = std::fs::set_permissions(root, std::fs::Permissions::from_mode(0o711));
-        std::fs::DirBuilder::new()
-            .mode(0o700)
-            .create(dir)
-            .map_err(|e| io("create", dir, e))?;
-        return Ok(None);
-    }
-    let me = stockade_core::host::euid();
-    if let Some(parent) = root.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| io("create", parent, e))?;
-    }
-    match std::fs::DirBuilder::new().mode(0o700).create(root) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(io("create", root, e)),
-    }
-    // It may be in /tmp (no XDG_RUNTIME_DIR): somebody else's, or a link, is refused.
-    let meta = std::fs::symlink_metadata(root).map_err(|e| io("inspect", root, e))?;
-    if !meta.is_dir() || meta.uid() != me || meta.mode() & 0o077 != 0 {
-        return Err(Error::Unavailable {
-            what: "the docker provider's state directory".into(),
-            reason: format!(
-                "{} is not a directory private to uid {me} (owner {}, mode {:o})",
-                root.display(),
-                meta.uid(),
-                meta.mode() & 0o7777
-            ),
-            fix: format!(
-                "remove {} or set XDG_RUNTIME_DIR to a directory of your own",
-                root.display()
-            ),
-        });
-    }
-    let group = std::fs::metadata(docker_socket)
-        .map_err(|e| io("inspect", docker_socket, e))?
-        .gid();
-    std::fs::DirBuilder::new()
-        .mode(0o700)
-        .create(dir)
-        .map_err(|e| io("create", dir, e))?;
-    let shared = std::os::unix::fs::chown(dir, None, Some(group))
-        .and_then(|()| std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o2770)));
-    if let Err(e) = shared {
-        let _ = std::fs::remove_dir(dir);
-        return Err(Error::Unavailable {
-            what: "the docker provider".into(),
-            reason: format!(
-                "cannot give {} to the group of {} (gid {group}): {e}",
-                dir.display(),
-                docker_socket.display()
-            ),
-            fix: "run as root, or as a member of the docker socket's group (usermod -aG docker USER, then log in again)".into(),
-        });
-    }
-    Ok(Some(group))
-}
+/// The docker provider's optional verbs: `docker pause`, a live egress policy (as
+/// root: the host side enters the container's network namespace), files as any uid
+/// of the sandbox; no fork or snapshots (docker's CRIU checkpoint is experimental),
+/// no usage.
+pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
+    pause: true,
+    fork: false,
+    snapshots: false,
+    egress_control: true,
+    usage: false,
+    files_as_user: true,
+};
 
 #[async_trait]
 impl Launcher for DockerLauncher {
@@ -874,6 +517,10 @@ impl Launcher for DockerLauncher {
             // The host side enters the container's network namespace: root only.
             network_egress: stockade_core::host::is_root(),
             network_policy: stockade_core::host::is_root(),
+            verbs: stockade_core::Verbs {
+                egress_control: stockade_core::host::is_root(),
+                ..VERBS
+            },
             ..Capabilities::FULL_LINUX
         }
     }

@@ -123,8 +123,20 @@ pub fn capabilities() -> Capabilities {
         seccomp: true,
         landlock: true,
         local_images: false,
+        verbs: VERBS,
     }
 }
+
+/// The wasm provider's optional verbs: none (a WASI instance has no process to
+/// pause or copy, no network and one user).
+pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
+    pause: false,
+    fork: false,
+    snapshots: false,
+    egress_control: false,
+    usage: false,
+    files_as_user: false,
+};
 
 #[async_trait]
 impl Launcher for WasmLauncher {

@@ -21,7 +21,7 @@ use stockade_agent_host::AgentProvider;
 pub use artifact::CachedArtifact;
 pub use config::{DEFAULT_TMP_MAX_ENTRIES, WasmConfig};
 pub use home::stockade_home;
-pub use launcher::{WasmLauncher, capabilities, file_checks, sweep_dead};
+pub use launcher::{VERBS, WasmLauncher, capabilities, file_checks, sweep_dead};
 pub use runtime::{
     InstalledRuntime, RuntimeList, RuntimeSpec, RuntimeStatus, image_for_language, install_runtime,
     install_runtime_from_file, list_runtimes,

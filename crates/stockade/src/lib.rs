@@ -34,6 +34,65 @@ pub use stockade_wasm_host::{self as wasm, WasmProvider};
 /// Names of the providers this build knows.
 pub const PROVIDERS: &[&str] = &["native", "wasm", "docker", "gvisor", "microvm"];
 
+/// The optional verbs each provider declares, in [`PROVIDERS`]' order: the one source
+/// of the CLI's help texts, `doctor` and the provider table of `docs/providers.md` (a
+/// test keeps that table equal to [`verbs_table`]). Docker's live egress policy
+/// needs root.
+pub const PROVIDER_VERBS: &[(&str, Verbs)] = &[
+    ("native", stockade_native::VERBS),
+    ("wasm", stockade_wasm_host::VERBS),
+    ("docker", stockade_docker::VERBS),
+    ("gvisor", stockade_gvisor::VERBS),
+    ("microvm", stockade_microvm::VERBS),
+];
+
+/// The providers that serve `verb`, and those that refuse it.
+pub fn served_by(verb: Verb) -> (Vec<&'static str>, Vec<&'static str>) {
+    let yes = PROVIDER_VERBS.iter().filter(|(_, v)| v.has(verb));
+    let no = PROVIDER_VERBS.iter().filter(|(_, v)| !v.has(verb));
+    (
+        yes.map(|(n, _)| *n).collect(),
+        no.map(|(n, _)| *n).collect(),
+    )
+}
+
+/// A help text's line on who serves `verb`: `Served by: microvm. Refused by: native, ...`.
+pub fn served_by_line(verb: Verb) -> String {
+    let (yes, no) = served_by(verb);
+    let mut line = format!("Served by the {} provider", yes.join(", "));
+    if yes.len() > 1 {
+        line = format!("Served by the {} providers", yes.join(", "));
+    }
+    if !no.is_empty() {
+        line.push_str(&format!(
+            "; {} refuse{}",
+            no.join(", "),
+            if no.len() == 1 { "s" } else { "" }
+        ));
+    }
+    line.push('.');
+    line
+}
+
+/// The provider x verb table, as Markdown.
+pub fn verbs_table() -> String {
+    let mut out = String::from("| provider |");
+    for verb in Verb::ALL {
+        out.push_str(&format!(" {} |", verb.title()));
+    }
+    out.push_str("\n|---|");
+    out.push_str(&"---|".repeat(Verb::ALL.len()));
+    out.push('\n');
+    for (name, verbs) in PROVIDER_VERBS {
+        out.push_str(&format!("| {name} |"));
+        for verb in Verb::ALL {
+            out.push_str(if verbs.has(verb) { " yes |" } else { " no |" });
+        }
+        out.push('\n');
+    }
+    out
+}
+
 /// The default provider name: `$STOCKADE_PROVIDER`, else `native`.
 pub fn default_provider_name() -> String {
     std::env::var("STOCKADE_PROVIDER")
@@ -116,5 +175,52 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
             "unknown provider {other:?}; known: {}",
             PROVIDERS.join(", ")
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_provider_declares_its_verbs_once() {
+        let names: Vec<_> = PROVIDER_VERBS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, PROVIDERS);
+    }
+
+    #[test]
+    fn the_documents_provider_table_is_the_declared_one() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/providers.md");
+        let doc = std::fs::read_to_string(path).unwrap();
+        let (start, end) = (
+            "<!-- provider verbs -->\n",
+            "<!-- end of provider verbs -->",
+        );
+        let from = doc
+            .find(start)
+            .expect("docs/providers.md has no provider verbs table")
+            + start.len();
+        let to = from + doc[from..].find(end).expect("the table has no end marker");
+        assert_eq!(
+            doc[from..to],
+            verbs_table(),
+            "docs/providers.md's table differs from the providers' declarations: paste \
+             stockade::verbs_table() between the markers"
+        );
+    }
+
+    #[test]
+    fn help_lines_name_every_provider() {
+        for verb in Verb::ALL {
+            let line = served_by_line(verb);
+            for name in PROVIDERS {
+                assert!(line.contains(name), "{line}");
+            }
+        }
+        assert!(
+            served_by_line(Verb::Pause).contains("wasm refuses"),
+            "{}",
+            served_by_line(Verb::Pause)
+        );
     }
 }

@@ -76,7 +76,10 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
             .collect();
         let providers: Vec<Value> = rows
             .iter()
-            .map(|r| json!({"name": r.name, "usable": r.usable, "detail": r.detail}))
+            .map(|r| {
+                json!({"name": r.name, "usable": r.usable, "detail": r.detail,
+                       "verbs": verbs_of(&r.name)})
+            })
             .collect();
         let mut out = json!({"checks": checks, "providers": providers});
         out["languages"] = match &languages {
@@ -108,6 +111,24 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
                 r.detail
             );
         }
+        println!();
+        for r in &rows {
+            let verbs = verbs_of(&r.name).unwrap_or_default();
+            let served: Vec<_> = stockade::Verb::ALL
+                .into_iter()
+                .filter(|v| verbs.has(*v))
+                .map(stockade::Verb::title)
+                .collect();
+            println!(
+                "provider {:<8} serves {}",
+                r.name,
+                if served.is_empty() {
+                    "none of the optional verbs".to_string()
+                } else {
+                    served.join(", ")
+                }
+            );
+        }
         match &languages {
             Ok(rows) => {
                 println!("\nlanguages on the {chosen} provider:");
@@ -127,6 +148,14 @@ pub async fn run(ctx: &Ctx) -> Result<i32> {
         }
     }
     Ok(if ok { 0 } else { 1 })
+}
+
+/// The optional verbs provider `name` declares.
+fn verbs_of(name: &str) -> Option<stockade::Verbs> {
+    stockade::PROVIDER_VERBS
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, v)| *v)
 }
 
 fn failed(name: &str, e: &stockade::Error) -> Check {

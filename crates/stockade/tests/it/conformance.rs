@@ -450,3 +450,74 @@ async fn conformance_file_api_round_trip() {
         sb.destroy().await.unwrap();
     }
 }
+
+/// Whether a call's answer says the provider does not serve the verb (the
+/// `unsupported` form: `unavailable`); any other answer means the verb is served, even
+/// when this call is refused for a reason of its own.
+fn served<T>(r: &stockade::Result<T>) -> bool {
+    !matches!(r, Err(e) if e.code() == ErrorCode::Unavailable)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_each_provider_serves_exactly_the_verbs_it_declares() {
+    use stockade::Verb;
+    for t in targets("conformance_each_provider_serves_exactly_the_verbs_it_declares") {
+        let declared = t.provider.capabilities().verbs;
+        let table = stockade::PROVIDER_VERBS
+            .iter()
+            .find(|(n, _)| *n == t.name)
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("{} is not in PROVIDER_VERBS", t.name));
+        // These run as root, where docker's live egress policy is served too.
+        assert_eq!(
+            declared, table,
+            "{}: its capabilities and the table differ",
+            t.name
+        );
+        let sb = t.sandbox(t.spec()).await;
+        let (p, id) = (t.provider.clone(), sb.id().to_string());
+        let mut seen = Vec::new();
+
+        let usage = p.usage(&id).await;
+        seen.push((Verb::Usage, served(&usage), format!("{usage:?}")));
+        let file = p
+            .file_as(&id, 0, stockade::FileOp::Stat { path: "/".into() })
+            .await;
+        seen.push((Verb::FilesAsUser, served(&file), format!("{file:?}")));
+        let net = p.set_network(&id, &Network::None).await;
+        seen.push((Verb::EgressControl, served(&net), format!("{net:?}")));
+        let snaps = p.snapshots().await;
+        seen.push((Verb::Snapshots, served(&snaps), format!("{snaps:?}")));
+        let paused = p.pause(&id).await;
+        seen.push((Verb::Pause, served(&paused), format!("{paused:?}")));
+        let fork = p.fork(&id, 1, CreateOptions::default()).await;
+        seen.push((Verb::Fork, served(&fork), format!("{fork:?}")));
+        if let Ok(copies) = &fork {
+            for c in copies {
+                p.destroy(&c.id).await.unwrap();
+            }
+        }
+        if paused.is_ok() {
+            p.resume(&id)
+                .await
+                .unwrap_or_else(|e| panic!("{}: resume after pause: {e}", t.name));
+            let out = t.py(&sb, "print('back')", 30_000).await;
+            assert_eq!(text(&out.stdout), "back\n", "{}: after resume", t.name);
+        }
+        sb.destroy().await.unwrap();
+        for (verb, got, answer) in seen {
+            assert_eq!(
+                got,
+                declared.has(verb),
+                "{}: {} is declared {} but the provider answered {answer}",
+                t.name,
+                verb.title(),
+                if declared.has(verb) {
+                    "served"
+                } else {
+                    "refused"
+                },
+            );
+        }
+    }
+}
