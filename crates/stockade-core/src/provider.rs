@@ -282,3 +282,10 @@ pub fn unsupported(provider: &str, verb: &str, reason: &str) -> Error {
         fix: "use the microvm provider".to_string(),
     }
 }
+
+/// Whether `e` is [`unsupported`]'s error: the provider does not have the verb at
+/// all (not one it has but cannot serve on this host now).
+pub fn is_unsupported(e: &Error) -> bool {
+    matches!(e, Error::Unavailable { what, .. }
+        if what.contains(" on the ") && what.ends_with(" provider"))
+}

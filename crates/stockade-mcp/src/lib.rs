@@ -61,7 +61,7 @@ pub struct McpArgs {
     /// Longest sandbox lifetime in seconds (default 3600).
     #[arg(long, value_name = "SECS")]
     pub max_lifetime: Option<u64>,
-    /// Most live sandboxes per client (default 8).
+    /// Most live sandboxes per token, sessions included (default 8).
     #[arg(long, value_name = "N")]
     pub max_sandboxes: Option<usize>,
     /// Host directory the model may mount, HOST[:rw|:ro] (repeatable; default none).
@@ -158,9 +158,13 @@ async fn serve(args: McpArgs, g: Globals) -> anyhow::Result<()> {
         stockade_client::RemoteProvider::from_env().await?
     };
     let home = g.home.clone().unwrap_or_else(stockade_image::stockade_home);
+    let backend = match remote {
+        Some(r) => server::Backend::Remote(Box::new(r)),
+        None => server::Backend::Embedded(embedded(&policy, &home).await?),
+    };
     let shared = server::Shared::new(server::Options {
         policy,
-        remote,
+        backend,
         home,
     });
     match args.http {
@@ -181,6 +185,23 @@ async fn serve(args: McpArgs, g: Globals) -> anyhow::Result<()> {
             Ok(())
         }
     }
+}
+
+/// The daemon this server embeds when no daemon answers: the operator policy is the
+/// profile of every tenant (each token's, and the stdio client's).
+async fn embedded(
+    policy: &OperatorPolicy,
+    home: &std::path::Path,
+) -> anyhow::Result<stockade_server::embedded::Embedded> {
+    use stockade_server::admission::{Admission, Host};
+    stockade_server::embedded::Embedded::start(stockade_server::embedded::EmbeddedOptions {
+        home: home.to_path_buf(),
+        default_provider: policy.providers[0].clone(),
+        admission: Admission::only(policy.profile(Host::this())),
+        sandboxes_per_tenant: policy.max_sandboxes,
+        mount_dirs: policy.workspaces.iter().map(|w| w.host.clone()).collect(),
+    })
+    .await
 }
 
 /// SIGTERM, SIGINT or SIGHUP.

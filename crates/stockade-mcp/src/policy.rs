@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use stockade::spec::{LanguagePreset, PRESETS, format_size, parse_size};
-use stockade::{Policy, Rule, RuleTarget, Verdict};
+use stockade::{Policy, Rule, RuleTarget, SandboxSpec, Verdict};
+use stockade_server::admission::{Host, Profile};
 
 /// Largest memory the model may ask for unless the operator says otherwise: 1 GiB.
 pub const DEFAULT_MAX_MEMORY_BYTES: u64 = 1 << 30;
@@ -217,6 +218,77 @@ impl OperatorPolicy {
             }
         }
         if errs.is_empty() { Ok(self) } else { Err(errs) }
+    }
+
+    /// A spec of the defaults cut to the maxima (a policy may allow less than the
+    /// defaults of memory, CPUs or lifetime).
+    pub fn default_spec(&self) -> SandboxSpec {
+        let mut spec = SandboxSpec::default();
+        spec.limits.memory_bytes = spec.limits.memory_bytes.min(self.max_memory_bytes);
+        spec.limits.cpus = spec.limits.cpus.min(self.max_cpus);
+        spec.limits.tmp_bytes = spec.limits.tmp_bytes.min(self.max_memory_bytes);
+        spec.timeout_secs = spec.timeout_secs.min(self.max_lifetime_secs);
+        spec
+    }
+
+    /// The images a sandbox of this policy may run: those the operator lists, and
+    /// the language images `run_code` picks (the configuration's, else the table's),
+    /// and, when wasm is allowed, its runtimes.
+    pub fn admitted_images(&self) -> Vec<String> {
+        let mut images = self.images.clone();
+        let config = stockade_image::Config::load().unwrap_or_default();
+        for name in &self.languages {
+            if let Ok(preset) = LanguagePreset::find(name) {
+                images.push(stockade::languages::language_image(preset, &config));
+            }
+        }
+        if self.providers.iter().any(|p| p == "wasm") {
+            for r in stockade::wasm::runtime::RUNTIMES {
+                images.push(r.name.to_string());
+                images.extend(r.aliases.iter().map(|a| (*a).to_string()));
+            }
+        }
+        images.sort();
+        images.dedup();
+        images
+    }
+
+    /// The policy as the admission profile of the daemon the server embeds: the
+    /// same maxima per sandbox, the tenant's totals as `max_sandboxes` of them, the
+    /// providers, the images ([`OperatorPolicy::admitted_images`], which every tenant
+    /// runs from the host's store), the network modes the tools offer, and no
+    /// hardening opt-outs.
+    pub fn profile(&self, host: Host) -> Profile {
+        let mut p = Profile::builtin("mcp", host);
+        let n = self.max_sandboxes.max(1);
+        p.max_memory_bytes = self.max_memory_bytes;
+        p.max_tmp_bytes = self.max_memory_bytes;
+        p.max_cpus = self.max_cpus;
+        p.max_lifetime_secs = self.max_lifetime_secs;
+        p.total_memory_bytes = self.max_memory_bytes.saturating_mul(n as u64);
+        p.total_cpus = self.max_cpus * n as f64;
+        p.providers = Some(self.providers.clone());
+        let images = self.admitted_images();
+        p.images = Some(images.clone());
+        p.registries = images
+            .iter()
+            .filter_map(|i| {
+                let stem = i.trim_end_matches('*').trim_end_matches(['/', ':', '@']);
+                stockade_image::Reference::parse(stem)
+                    .ok()
+                    .map(|r| r.registry.to_ascii_lowercase())
+            })
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        p.shared_images = images;
+        p.hardening_opt_outs.clear();
+        p.network = if self.allow_network {
+            ["none", "egress"].map(String::from).into()
+        } else {
+            ["none".to_string()].into()
+        };
+        p
     }
 
     /// Reads and applies a policy file.
@@ -605,6 +677,59 @@ verdict = "deny"
             toml::from_str::<PolicyFile>("allow_netwrk = true").is_err(),
             "unknown keys are refused"
         );
+    }
+
+    #[test]
+    fn the_policy_is_the_embedded_daemons_profile() {
+        let host = Host {
+            memory_bytes: 24 << 30,
+            cpus: 2.0,
+        };
+        let mut p = OperatorPolicy::strict("native");
+        p.images = vec!["ghcr.io/acme/*".into()];
+        let prof = p.profile(host);
+        assert_eq!(prof.max_memory_bytes, DEFAULT_MAX_MEMORY_BYTES);
+        assert_eq!(prof.max_cpus, DEFAULT_MAX_CPUS);
+        assert_eq!(prof.max_lifetime_secs, DEFAULT_MAX_LIFETIME_SECS);
+        assert_eq!(
+            prof.total_memory_bytes,
+            DEFAULT_MAX_MEMORY_BYTES * DEFAULT_MAX_SANDBOXES as u64
+        );
+        assert_eq!(prof.providers.as_deref(), Some(&["native".to_string()][..]));
+        assert!(prof.hardening_opt_outs.is_empty());
+        assert_eq!(prof.network, ["none".to_string()].into());
+        let images = prof.images.clone().unwrap();
+        assert!(images.contains(&"ghcr.io/acme/*".to_string()), "{images:?}");
+        assert!(
+            images.iter().any(|i| i.starts_with("python:")),
+            "{images:?}"
+        );
+        assert_eq!(prof.shared_images, images);
+        assert!(
+            prof.registries.contains(&"ghcr.io".to_string())
+                && prof.registries.contains(&"docker.io".to_string()),
+            "{:?}",
+            prof.registries
+        );
+        // What the profile refuses, the daemon refuses, whoever forgot to check first.
+        let mut spec = p.default_spec();
+        prof.admit("native", &spec).unwrap();
+        spec.limits.memory_bytes = 2 << 30;
+        assert!(prof.admit("native", &spec).is_err());
+        let mut spec = p.default_spec();
+        spec.image = Some("alpine:3".into());
+        assert!(prof.admit("native", &spec).is_err());
+        assert!(prof.admit("docker", &p.default_spec()).is_err());
+        let mut spec = p.default_spec();
+        spec.network = stockade::spec::Network::Egress;
+        assert!(prof.admit("native", &spec).is_err());
+        // Defaults above a policy's maxima are cut to them.
+        p.max_memory_bytes = 128 << 20;
+        p.max_lifetime_secs = 30;
+        let spec = p.default_spec();
+        assert_eq!(spec.limits.memory_bytes, 128 << 20);
+        assert_eq!(spec.timeout_secs, 30);
+        p.profile(host).admit("native", &spec).unwrap();
     }
 
     #[test]

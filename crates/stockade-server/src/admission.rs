@@ -522,6 +522,18 @@ impl Admission {
         }
     }
 
+    /// One profile for every tenant (an embedding front end's operator policy).
+    pub fn only(profile: Profile) -> Admission {
+        let profiles = [TENANT_PROFILE, SOCKET_USER_PROFILE]
+            .into_iter()
+            .map(|n| (n.to_string(), profile.clone()))
+            .collect();
+        Admission {
+            profiles,
+            tenants: BTreeMap::new(),
+        }
+    }
+
     /// The profiles of `path` over the built-in ones.
     pub fn from_file(path: &Path, host: Host) -> anyhow::Result<Admission> {
         let text = std::fs::read_to_string(path)

@@ -8,6 +8,7 @@
 pub mod admission;
 pub mod auth;
 pub mod daemon;
+pub mod embedded;
 pub mod gate;
 pub mod handshake;
 pub mod listen;
@@ -321,6 +322,7 @@ pub async fn serve_with(
         },
         // Only calls over a unix socket carry an owner pid (`gate::Via`).
         honour_owner_pid: addrs.iter().any(|a| matches!(a, Address::Unix(_))),
+        bound_to: None,
     };
     let default_provider = args
         .default_provider

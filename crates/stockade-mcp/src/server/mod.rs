@@ -1,12 +1,20 @@
 //! The MCP server: one [`Handler`] per client connection over the process-wide
-//! [`Shared`] state (providers, the operator policy, the sandboxes every connection
-//! created).
+//! [`Shared`] state (the daemon it runs sandboxes through, the operator policy, the
+//! sandboxes every connection created).
 //!
-//! Ownership: each sandbox a connection creates is recorded under that connection and
-//! only that connection sees it. It is destroyed when the connection ends (the handler
-//! is dropped), when the server exits, and, if the server is killed, by the sandbox's
-//! own monitor (the server's pid is its owner). Named sessions are not: they persist
-//! until their idle timeout or lifetime.
+//! Sandboxes go through a daemon: `stockade serve` when one answers (its admission
+//! holds the server's token), else a daemon embedded in this process
+//! ([`stockade_server::embedded`]) whose one profile is the operator policy
+//! ([`OperatorPolicy::profile`]). Its admission, quota and ownership records are the
+//! daemon's own, the same code every other front door goes through; each MCP token is
+//! a tenant of it, and so is the stdio client
+//! ([`stockade_server::embedded::EMBEDDED_LOCAL_TENANT`]).
+//!
+//! Each sandbox a connection creates is also recorded under that connection and only
+//! that connection sees it. It is destroyed when the connection ends (the handler is
+//! dropped), when the server exits, and, if the server is killed, by the sandbox's own
+//! monitor (the server's pid is its owner). Named sessions are not: they persist until
+//! their idle timeout or lifetime.
 
 mod error;
 mod exec;
@@ -25,6 +33,7 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData as McpError, RoleServer};
 use stockade::{Provider, SandboxInfo};
 use stockade_client::RemoteProvider;
+use stockade_server::embedded::{EMBEDDED_LOCAL_TENANT, Embedded, TenantProvider};
 
 pub use error::ToolError;
 pub use handler::all_tools;
@@ -54,11 +63,18 @@ struct Owned {
     info: SandboxInfo,
 }
 
+/// Which daemon the server runs sandboxes through.
+pub enum Backend {
+    /// `stockade serve` (STOCKADE_HOST or the default socket).
+    Remote(Box<RemoteProvider>),
+    /// A daemon in this process.
+    Embedded(Embedded),
+}
+
 /// Where the server runs sandboxes and how.
 pub struct Options {
     pub policy: OperatorPolicy,
-    /// The daemon to use (STOCKADE_HOST or the default socket), else in-process.
-    pub remote: Option<RemoteProvider>,
+    pub backend: Backend,
     /// `$STOCKADE_HOME`: sessions and images.
     pub home: PathBuf,
 }
@@ -67,8 +83,12 @@ pub struct Options {
 pub struct Shared {
     policy: OperatorPolicy,
     remote: Option<RemoteProvider>,
+    embedded: Mutex<Option<Embedded>>,
     home: PathBuf,
-    providers: Mutex<HashMap<String, Arc<dyn Provider>>>,
+    /// By (tenant, provider name).
+    providers: Mutex<HashMap<(String, String), Arc<dyn Provider>>>,
+    /// The embedded daemon's views, by (tenant, provider name).
+    tenant_views: Mutex<HashMap<(String, String), Arc<TenantProvider>>>,
     owned: Mutex<HashMap<String, Owned>>,
     next_conn: AtomicU64,
     rt: tokio::runtime::Handle,
@@ -79,11 +99,17 @@ pub struct Shared {
 impl Shared {
     /// Shared state on the current tokio runtime.
     pub fn new(o: Options) -> Arc<Shared> {
+        let (remote, embedded) = match o.backend {
+            Backend::Remote(r) => (Some(*r), None),
+            Backend::Embedded(e) => (None, Some(e)),
+        };
         Arc::new(Shared {
             policy: o.policy,
-            remote: o.remote,
+            remote,
+            embedded: Mutex::new(embedded),
             home: o.home,
             providers: Mutex::new(HashMap::new()),
+            tenant_views: Mutex::new(HashMap::new()),
             owned: Mutex::new(HashMap::new()),
             next_conn: AtomicU64::new(1),
             rt: tokio::runtime::Handle::current(),
@@ -96,17 +122,54 @@ impl Shared {
         &self.policy
     }
 
-    fn provider(&self, name: &str) -> Result<Arc<dyn Provider>, ToolError> {
-        let mut map = lock(&self.providers);
-        if let Some(p) = map.get(name) {
+    /// `tenant`'s provider `name`: the remote daemon's backend, or the embedded
+    /// daemon's view of that tenant.
+    fn provider(&self, tenant: &str, name: &str) -> Result<Arc<dyn Provider>, ToolError> {
+        let key = (tenant.to_string(), name.to_string());
+        if let Some(p) = lock(&self.providers).get(&key) {
             return Ok(p.clone());
         }
         let p: Arc<dyn Provider> = match &self.remote {
             Some(r) => Arc::new(r.clone().with_backend(Some(name.to_string()))),
-            None => stockade::provider_with_home(Some(name), Some(&self.home))?,
+            None => self.tenant_view(tenant, name)?,
         };
-        map.insert(name.to_string(), p.clone());
+        lock(&self.providers).insert(key, p.clone());
         Ok(p)
+    }
+
+    /// The embedded daemon's view of `tenant` on provider `name`.
+    fn tenant_view(&self, tenant: &str, name: &str) -> Result<Arc<TenantProvider>, ToolError> {
+        let key = (tenant.to_string(), name.to_string());
+        if let Some(v) = lock(&self.tenant_views).get(&key) {
+            return Ok(v.clone());
+        }
+        let daemon_tenant = if tenant == LOCAL {
+            EMBEDDED_LOCAL_TENANT
+        } else {
+            tenant
+        };
+        let view = match &*lock(&self.embedded) {
+            Some(e) => Arc::new(e.provider(daemon_tenant, name)?),
+            None => {
+                return Err(ToolError::new(
+                    "unavailable",
+                    "the server is shutting down",
+                    "reconnect once it is back",
+                ));
+            }
+        };
+        lock(&self.tenant_views).insert(key, view.clone());
+        Ok(view)
+    }
+
+    /// How many live sandboxes `tenant` holds: the embedded daemon's count (sessions'
+    /// included), else those this server made for it.
+    async fn live_of(&self, tenant: &str) -> Result<usize, ToolError> {
+        if self.remote.is_none() {
+            let backend = self.policy.provider(None)?;
+            return Ok(self.tenant_view(tenant, &backend)?.live().await?);
+        }
+        Ok(self.owned().values().filter(|o| o.tenant == tenant).count())
     }
 
     /// The provider name `code::prepare` should plan for: through a daemon on this
@@ -155,13 +218,19 @@ impl Shared {
         destroy_all(self.take(|o| o.conn == conn)).await;
     }
 
-    /// Destroys every sandbox any connection created, and waits for the destroys
-    /// dropped connections started (server exit).
+    /// Destroys every sandbox any connection created, waits for the destroys
+    /// dropped connections started, and stops the embedded daemon (server exit).
     pub async fn release_all(&self) {
         destroy_all(self.take(|_| true)).await;
         let pending = std::mem::take(&mut *lock(&self.pending));
         for h in pending {
             let _ = h.await;
+        }
+        let embedded = lock(&self.embedded).take();
+        if let Some(e) = embedded {
+            lock(&self.providers).clear();
+            lock(&self.tenant_views).clear();
+            e.shutdown().await;
         }
     }
 
@@ -230,17 +299,6 @@ impl Handler {
         lock(&self.conn.tenant)
             .clone()
             .unwrap_or_else(|| LOCAL.to_string())
-    }
-
-    /// How many live sandboxes the connection's tenant holds, over all its
-    /// connections.
-    fn tenant_live(&self) -> usize {
-        let t = self.bound_tenant();
-        self.shared()
-            .owned()
-            .values()
-            .filter(|o| o.tenant == t)
-            .count()
     }
 
     /// What this connection's sandboxes were when created.

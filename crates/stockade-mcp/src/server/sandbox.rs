@@ -36,12 +36,11 @@ impl Handler {
         let shared = self.shared();
         let preset = shared.policy.language(&a.language)?;
         let backend = shared.policy.provider(None)?;
-        let provider = shared.provider(&backend)?;
+        let provider = shared.provider(&self.bound_tenant(), &backend)?;
         let mut req = self.request(Vec::new(), a.timeout, a.stdin)?;
-        let mut spec = SandboxSpec {
-            timeout_secs: req.timeout_ms.unwrap_or(0).div_ceil(1000) + LIFETIME_GRACE_SECS,
-            ..SandboxSpec::default()
-        };
+        let mut spec = shared.policy.default_spec();
+        spec.timeout_secs = (req.timeout_ms.unwrap_or(0).div_ceil(1000) + LIFETIME_GRACE_SECS)
+            .min(shared.policy.max_lifetime_secs);
         let store = shared.image_store()?;
         req.argv = stockade::code::prepare(
             shared.plan_name(&backend),
@@ -92,7 +91,7 @@ impl Handler {
     ) -> ToolResult {
         let shared = self.shared();
         let p = &shared.policy;
-        let live = self.tenant_live();
+        let live = shared.live_of(&self.bound_tenant()).await?;
         if live >= p.max_sandboxes {
             let mut e = ToolError::new(
                 "limit_exceeded",
@@ -134,7 +133,7 @@ impl Handler {
             writable: a.writable_root,
             env: a.env,
             workdir: a.workdir.map(PathBuf::from),
-            ..SandboxSpec::default()
+            ..p.default_spec()
         };
         if let Some(m) = memory {
             spec.limits.memory_bytes = m;
@@ -153,7 +152,7 @@ impl Handler {
                 writable: m.writable,
             });
         }
-        let provider = shared.provider(&backend)?;
+        let provider = shared.provider(&self.bound_tenant(), &backend)?;
         if let Some(reference) = &a.image
             && backend == "native"
             && shared.remote.is_none()

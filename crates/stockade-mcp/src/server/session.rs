@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use rmcp::RoleServer;
 use rmcp::service::RequestContext;
-use stockade::{Provider, SessionConfig, SessionManager};
+use stockade::Provider;
 
 use super::error::{ToolError, ToolResult};
 use super::exec::{exec_result, shell};
@@ -46,21 +46,24 @@ impl Handler {
                 "pick a name such as my-project",
             ));
         }
-        // Tenants never share sessions: another token's `foo` is another directory.
-        let scoped = if tenant == LOCAL {
-            name.to_string()
-        } else {
-            format!("{tenant}.{name}")
-        };
         let shared = self.shared();
         let backend = shared.policy.provider(None)?;
-        let provider = shared.provider(&backend)?;
+        let provider = shared.provider(tenant, &backend)?;
         if let Some(r) = &shared.remote {
+            // Tenants never share sessions: another token's `foo` is another one.
+            let scoped = if tenant == LOCAL {
+                name.to_string()
+            } else {
+                format!("{tenant}.{name}")
+            };
             let info = r.session_get(&scoped).await?;
             return Ok((provider, info.id));
         }
-        let m = SessionManager::new(provider.clone(), SessionConfig::new(shared.home.clone()));
-        let sb = m.get_or_create(&scoped).await?;
-        Ok((provider, sb.id().to_string()))
+        // The embedded daemon keeps each tenant's sessions apart itself.
+        let info = shared
+            .tenant_view(tenant, &backend)?
+            .session_get(name)
+            .await?;
+        Ok((provider, info.id))
     }
 }

@@ -280,6 +280,42 @@ async def scenario_quota(args: argparse.Namespace) -> None:
         emit("quota", [len(made)])
 
 
+async def scenario_race(args: argparse.Namespace) -> None:
+    """A burst of creates from 16 sessions of one token at once gets the token's quota
+    (8) and no more. The quota is the daemon's, counted under its lock with the
+    creations in flight; a count of the server's own, taken before each create ended,
+    let a burst through."""
+    token = args.token.split(",")[0]
+    made: list[str] = []
+    refused: list[dict[str, Any]] = []
+    ready = anyio.Event()
+    done = anyio.Event()
+    entered = 0
+
+    async def one() -> None:
+        nonlocal entered
+        async with client(args, token) as c:
+            entered += 1
+            if entered == 16:
+                ready.set()
+            await ready.wait()
+            r = await c.call_tool("sandbox_create", {})
+            if r.is_error:
+                refused.append(structured(r)["error"])
+            else:
+                made.append(structured(r)["sandbox_id"])
+            # Hold the session (its sandboxes live with it) until every call ended.
+            if len(made) + len(refused) == 16:
+                done.set()
+            await done.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(16):
+            tg.start_soon(one)
+    assert all(e["code"] == "limit_exceeded" for e in refused), refused
+    emit("race", [len(made), len(refused)])
+
+
 async def scenario_transport(args: argparse.Namespace) -> None:
     """The HTTP transport answers as the spec and the official client expect: a body
     that is not JSON is a JSON-RPC parse error, and closing a session logs no failed
@@ -367,6 +403,7 @@ SCENARIOS = {
     "left": scenario_left,
     "tenants": scenario_tenants,
     "quota": scenario_quota,
+    "race": scenario_race,
     "transport": scenario_transport,
     "attacks": scenario_attacks,
     "bench": scenario_bench,

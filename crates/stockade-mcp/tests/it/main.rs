@@ -200,35 +200,36 @@ impl Env {
         v
     }
 
-    /// Deletes the sessions named `name` the clients made, of any tenant (their
-    /// sandboxes are not the server's to end); returns how many there were.
+    /// Deletes the sessions named `name` the clients made, of every tenant of the
+    /// server's daemon (`HOME/tenants/TENANT/sessions/NAME`; their sandboxes are not
+    /// the server's to end); returns how many there were.
     fn delete_session(&self, name: &str) -> usize {
-        let tenant_suffix = format!(".{name}");
-        let all: Vec<String> = std::fs::read_dir(self.home.path().join("sessions"))
-            .map(|d| {
-                d.flatten()
-                    .filter(|e| e.path().is_dir())
-                    .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n == name || n.ends_with(&tenant_suffix))
-                    .collect()
-            })
+        let tenants = self.home.path().join("tenants");
+        let homes: Vec<std::path::PathBuf> = std::fs::read_dir(&tenants)
+            .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
-        for n in &all {
-            self.delete_one_session(n);
+        let mut n = 0;
+        for home in homes {
+            if home.join("sessions").join(name).is_dir() {
+                self.delete_one_session(&home, name);
+                n += 1;
+            }
         }
-        all.len()
+        n
     }
 
-    fn delete_one_session(&self, name: &str) {
+    fn delete_one_session(&self, home: &Path, name: &str) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap();
         rt.block_on(async {
             let p = stockade::provider(Some("native")).unwrap();
-            let m =
-                stockade::SessionManager::new(p, stockade::SessionConfig::new(self.home.path()));
-            m.delete(name).await.unwrap();
+            let m = stockade::SessionConfig::new(home);
+            stockade::SessionManager::new(p, m)
+                .delete(name)
+                .await
+                .unwrap();
         });
     }
 }
@@ -425,6 +426,20 @@ fn one_tokens_sessions_share_its_sandbox_quota() {
         &["--http".into(), url, "--token".into(), TOKEN_A.to_string()],
     );
     assert_eq!(result(&rs, "quota")[0], 8);
+}
+
+// Issue 36: the MCP door's quota is the daemon's. A burst of one token's creates
+// once all passed the server's own count, taken before any of them ended.
+#[test]
+fn a_burst_of_creates_gets_the_tokens_quota_and_no_more() {
+    let _l = lock();
+    let Some(e) = env() else { return };
+    let (_server, url) = e.http_server(true);
+    let rs = e.py(
+        "race",
+        &["--http".into(), url, "--token".into(), TOKEN_A.to_string()],
+    );
+    assert_eq!(result(&rs, "race"), &serde_json::json!([8, 8]));
 }
 
 #[test]

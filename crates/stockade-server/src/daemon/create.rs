@@ -207,7 +207,14 @@ impl Daemon {
         let (mut spec, staging) = self.limits.mounts.stage(self, spec)?;
         spec.mounts.extend(own_mounts);
         let v = CheckedSpec::new(spec.validate()?, p.as_ref())?;
-        let info = p.create(v, CreateOptions { owner_pid: None }).await?;
+        let info = p
+            .create(
+                v,
+                CreateOptions {
+                    owner_pid: self.limits.bound_to,
+                },
+            )
+            .await?;
         staging.commit();
         Ok(info)
     }

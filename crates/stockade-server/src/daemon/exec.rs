@@ -121,6 +121,22 @@ impl Daemon {
         r
     }
 
+    /// Runs an exec with the caller's own live output and input (an in-process front
+    /// end's streams: [`crate::embedded::TenantProvider`]); dropping the future kills it.
+    pub async fn exec_io(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        req: ExecRequest,
+        io: ExecIo,
+    ) -> Result<ExecOutcome> {
+        let (p, req, _busy) = self.prepare_exec(tenant, id, req)?;
+        let t0 = Instant::now();
+        let r = p.exec(id, req, io).await;
+        self.exec_done(id, t0, &r);
+        r
+    }
+
     /// Starts a streamed exec that takes input ([`Daemon::exec_input`]) and returns
     /// its events. Dropping the receiver (the client went away) kills the exec.
     pub fn exec_stream(

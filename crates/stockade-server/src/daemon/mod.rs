@@ -111,6 +111,10 @@ pub struct Limits {
     pub honour_owner_pid: bool,
     /// The tenants' profiles: what each may ask for (`crate::admission`).
     pub admission: crate::admission::Admission,
+    /// A process whose death ends every sandbox this daemon makes (the process an
+    /// embedded daemon runs in, `crate::embedded`); `None` for `stockade serve`, whose
+    /// sandboxes outlive it and are adopted by its next start.
+    pub bound_to: Option<u32>,
 }
 
 /// An error of the daemon's own parts (its store, mostly): internal, but for a full

@@ -86,7 +86,15 @@ impl Daemon {
                     .await?,
             );
         }
-        let infos = p.fork(id, count, CreateOptions { owner_pid: None }).await?;
+        let infos = p
+            .fork(
+                id,
+                count,
+                CreateOptions {
+                    owner_pid: self.limits.bound_to,
+                },
+            )
+            .await?;
         let now = now_ms();
         let left = match rec.paused_at_ms {
             Some(at) => rec.expires_at_ms.saturating_sub(at),

@@ -73,6 +73,7 @@ fn daemon(dir: &Path) -> Arc<Daemon> {
         admission: stockade_server::admission::Admission::builtin(
             stockade_server::admission::Host::this(),
         ),
+        bound_to: None,
     };
     Daemon::new(
         store,

@@ -165,6 +165,7 @@ fn daemon(dir: &Path, provider: Arc<HeldList>) -> Arc<Daemon> {
         admission: stockade_server::admission::Admission::builtin(
             stockade_server::admission::Host::this(),
         ),
+        bound_to: None,
     };
     let d = Daemon::new(
         store,

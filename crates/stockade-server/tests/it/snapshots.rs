@@ -123,6 +123,7 @@ fn daemon(dir: &Path, provider: Arc<Snapshotting>) -> Arc<Daemon> {
         admission: stockade_server::admission::Admission::builtin(
             stockade_server::admission::Host::this(),
         ),
+        bound_to: None,
     };
     let d = Daemon::new(
         store,
