@@ -178,6 +178,46 @@ echo "test.sh: microvm: skipping what cannot hold there: ${microvm_gaps[*]}" >&2
 skips=()
 for t in "${microvm_gaps[@]}"; do skips+=(--skip "$t"); done
 (cd /tmp && STOCKADE_TEST_PROVIDER=microvm "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
+# The attack suite through the daemon's front doors, as the callers of each: a token
+# tenant (the test process is root, so it sees the host's side of each sandbox), then
+# a --socket-group user (the unprivileged stockade-rl: the cases that look at the
+# host's side of a sandbox, which that user cannot read, ran in the tenant's pass).
+stamp "attacks through the daemon's doors"
+getent group stockade-sock >/dev/null || groupadd stockade-sock
+usermod -aG stockade-sock stockade-rl
+doors=$(mktemp -d) && chmod 755 "$doors"
+door_token=attack-suite-$(od -An -N12 -tx1 /dev/urandom | tr -d ' \n')
+echo "$door_token" >"$doors/tokens" && chmod 600 "$doors/tokens"
+door_pid=
+serve_door() {
+  rm -rf "$doors/state" "$doors/native" && mkdir -p "$doors/native"
+  setsid "$CARGO_TARGET_DIR/debug/stockade" serve --listen "unix://$doors/d.sock" \
+    --state-dir "$doors/state" --native-state-dir "$doors/native" --allow-mount /tmp "$@" \
+    </dev/null >"$doors/log" 2>&1 &
+  door_pid=$!
+  trap 'kill -- -"$lint" 2>/dev/null; kill "$door_pid" 2>/dev/null; true' EXIT
+  for _ in $(seq 100); do [ -S "$doors/d.sock" ] && return; sleep 0.1; done
+  cat "$doors/log" >&2
+  echo "test.sh: the daemon for the door tests did not start (its log is above)" >&2
+  exit 1
+}
+stop_door() { kill "$door_pid"; wait "$door_pid" || true; rm -f "$doors/d.sock"; }
+door_env=(STOCKADE_TEST_PROVIDER=remote STOCKADE_TEST_STATE_ROOT="$doors/native"
+  STOCKADE_HOST="unix://$doors/d.sock")
+serve_door --token-file "$doors/tokens"
+(cd /tmp && env "${door_env[@]}" STOCKADE_TOKEN="$door_token" "$it" attacks::)
+stop_door
+serve_door --socket-group stockade-sock
+skips=()
+for t in a_sandbox_serves_its_first_exec_from_its_zygote fork_bomb_is_contained_and_host_stays_responsive \
+  the_exec_tree_dies_with_its_shim_and_the_shim_is_the_last_oom_victim \
+  the_exec_zygote_is_out_of_reach_and_comes_back_when_killed; do
+  skips+=(--skip "attacks::$t")
+done
+(cd /tmp && as_rootless env "${door_env[@]}" "$it" attacks:: "${skips[@]}")
+stop_door
+trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
+rm -rf "$doors"
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
 stamp "Python SDK"

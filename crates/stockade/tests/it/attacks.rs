@@ -138,6 +138,16 @@ async fn no_setuid_file_reaches_a_writable_mount_whatever_the_hardening() {
         target: "/work".into(),
         writable: true,
     });
+    if crate::remote_run() {
+        // Through the daemon's doors a tenant may not turn hardening off: the opt-out
+        // is refused there, and the attack runs with the hardening on.
+        let e = stockade::Sandbox::create(crate::provider(), spec.clone(), Default::default())
+            .await
+            .map(drop)
+            .unwrap_err();
+        assert_eq!(e.code(), stockade::ErrorCode::PolicyDenied, "{e}");
+        spec.hardening = Default::default();
+    }
     let sb = sandbox(spec).await;
     let out = py(
         &sb,

@@ -21,8 +21,15 @@ use stockade::{CreateOptions, NativeProvider, Provider, Sandbox, SandboxSpec};
 
 pub use stockade_testkit::{py, require_root, sh, text};
 
-/// A state root shared by the tests of this binary, so leftovers can be checked.
+/// A state root shared by the tests of this binary, so leftovers can be checked;
+/// through a daemon (`STOCKADE_TEST_PROVIDER=remote`), the daemon's native state
+/// root (`STOCKADE_TEST_STATE_ROOT`, its `--native-state-dir`).
 pub fn state_root() -> PathBuf {
+    if remote_run() {
+        return std::env::var_os("STOCKADE_TEST_STATE_ROOT")
+            .map(PathBuf::from)
+            .expect("STOCKADE_TEST_PROVIDER=remote needs STOCKADE_TEST_STATE_ROOT (the daemon's --native-state-dir)");
+    }
     let p = std::env::temp_dir().join(format!("stockade-it-{}", std::process::id()));
     std::fs::create_dir_all(&p).unwrap();
     p
@@ -37,8 +44,39 @@ pub fn provider() -> Arc<dyn Provider> {
             microvm_parts();
             stockade::provider(Some("microvm")).expect("microvm provider")
         }
+        Ok("remote") => remote(),
         Ok(other) => stockade::provider(Some(other)).expect("test provider"),
     }
+}
+
+/// The daemon `STOCKADE_HOST` names, as the caller `STOCKADE_TOKEN` makes it (a token
+/// tenant) or as this process's user (a socket-group user): test.sh runs the attack
+/// suite through the daemon's front doors so. Connected once, on a runtime of its own
+/// that outlives every test's.
+fn remote() -> Arc<dyn Provider> {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    static P: std::sync::OnceLock<stockade_client::RemoteProvider> = std::sync::OnceLock::new();
+    let p = P.get_or_init(|| {
+        let rt = RT.get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime for the daemon's client")
+        });
+        let h = rt.handle().clone();
+        std::thread::spawn(move || h.block_on(stockade_client::RemoteProvider::from_env()))
+            .join()
+            .expect("connecting to the daemon")
+            .unwrap_or_else(|e| panic!("STOCKADE_TEST_PROVIDER=remote: {e}"))
+            .expect("STOCKADE_TEST_PROVIDER=remote needs STOCKADE_HOST (the daemon to test)")
+    });
+    Arc::new(p.clone())
+}
+
+/// Whether these suites run through a daemon (`STOCKADE_TEST_PROVIDER=remote`).
+pub fn remote_run() -> bool {
+    std::env::var("STOCKADE_TEST_PROVIDER").as_deref() == Ok("remote")
 }
 
 /// How to get what the microvm provider boots.
@@ -102,28 +140,51 @@ pub async fn destroy_clean(sb: Sandbox) {
 }
 
 pub fn assert_no_trace(id: &str) {
+    if remote_run() {
+        // The daemon answers a destroy before its teardown ends (it runs in the
+        // background); the wait only bounds a hang.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < until && native_trace(id).is_some() {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+    }
     if on_microvm() {
         return assert_no_vm_trace(id);
     }
     if on_gvisor() {
         return assert_no_gvisor_trace(id);
     }
-    assert!(
-        !state_root().join(id).exists(),
-        "state dir of {id} left behind"
-    );
-    for base in [
+    native_traces_gone(id);
+}
+
+/// Fails naming what is left of native sandbox `id`.
+fn native_traces_gone(id: &str) {
+    if let Some(left) = native_trace(id) {
+        panic!("{left} left behind");
+    }
+}
+
+/// What is left of native sandbox `id`, if anything: its state dir or a cgroup.
+fn native_trace(id: &str) -> Option<String> {
+    let dir = state_root().join(id);
+    if dir.exists() {
+        return Some(format!("state dir of {id}"));
+    }
+    [
         "/sys/fs/cgroup",
         "/sys/fs/cgroup/memory",
         "/sys/fs/cgroup/pids",
         "/sys/fs/cgroup/cpu",
         "/sys/fs/cgroup/unified",
-    ] {
-        let cg = PathBuf::from(base)
+    ]
+    .iter()
+    .map(|base| {
+        PathBuf::from(base)
             .join(stockade_testkit::cgroup_parent())
-            .join(id);
-        assert!(!cg.exists(), "cgroup {} left behind", cg.display());
-    }
+            .join(id)
+    })
+    .find(|cg| cg.exists())
+    .map(|cg| format!("cgroup {}", cg.display()))
 }
 
 /// What is left of gVisor sandbox `id`: its directory, runsc's files of it, a
