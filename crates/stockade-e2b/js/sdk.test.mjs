@@ -165,7 +165,8 @@ test('list filters on metadata and state, and pages', async () => {
     const pages = Sandbox.list({ query: { metadata: { suite: 'e2b-js' } }, limit: 1 })
     const seen = []
     while (pages.hasNext) seen.push(...(await pages.nextItems()).map((s) => s.sandboxId))
-    assert.deepEqual(seen.sort(), [a.sandboxId, b.sandboxId].sort())
+    // Newest first, as E2B lists (its pages rely on it).
+    assert.deepEqual(seen, [b.sandboxId, a.sandboxId])
     const running = await Sandbox.list({ query: { metadata: { suite: 'e2b-js' }, state: ['running'] } }).nextItems()
     assert.equal(running.length, 2)
     const paused = await Sandbox.list({ query: { metadata: { suite: 'e2b-js' }, state: ['paused'] } }).nextItems()

@@ -308,8 +308,12 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
         .filter(|s| template.as_ref().is_none_or(|t| &s.template == t))
         .map(|s| detail_json(e2b, s))
         .collect();
-    if param("order").as_deref() == Some("desc") {
-        items.reverse();
+    // Newest first, as E2B lists (its paginated listing relies on it); `order=asc`
+    // gives the oldest first.
+    match param("order").as_deref() {
+        None | Some("desc") => items.reverse(),
+        Some("asc") => {}
+        Some(other) => return error(400, &format!("order {other:?} is not asc or desc")),
     }
     let Ok(start) = param("nextToken").map_or(Ok(0), |t| t.parse::<usize>()) else {
         return error(400, "nextToken is not one this server gave (x-next-token)");

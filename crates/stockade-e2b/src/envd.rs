@@ -106,6 +106,11 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         return *r;
     }
     if path == "/health" {
+        // A paused sandbox does not answer, as on E2B (the SDKs' `is_running()` reads
+        // the 502 as "not running").
+        if s.paused_at().is_some() {
+            return api::error(502, &format!("sandbox {id} is paused"));
+        }
         return StatusCode::NO_CONTENT.into_response();
     }
     if method != Method::POST || !path.contains('.') {
@@ -353,24 +358,37 @@ async fn list_dir(
         )));
     }
     let mut out = Vec::new();
-    let mut level = vec![path.trim_end_matches('/').to_string()];
-    for _ in 0..depth {
-        let mut next = Vec::new();
-        for dir in level {
-            let entries = match file_op(e2b, s, uid, FileOp::Ls { path: dir.clone() }).await {
-                Ok(FileResult::Entries(v)) => v,
-                Ok(_) => Vec::new(),
-                Err(e) => return Err(e.into()),
+    // Depth-first, each directory's entries by name and each one's subtree right
+    // after it, as E2B's envd walks.
+    let mut stack = vec![(path.trim_end_matches('/').to_string(), 1u32)];
+    let mut pending: Vec<Vec<(String, FileEntry, u32)>> = Vec::new();
+    while let Some((dir, level)) = stack.pop() {
+        let mut entries = match file_op(e2b, s, uid, FileOp::Ls { path: dir.clone() }).await {
+            Ok(FileResult::Entries(v)) => v,
+            Ok(_) => Vec::new(),
+            Err(e) => return Err(e.into()),
+        };
+        entries.sort_by(|a, b| a.name.cmp(&b.name));
+        // Reversed: the first by name is popped first.
+        pending.push(
+            entries
+                .into_iter()
+                .rev()
+                .map(|e| (format!("{dir}/{}", e.name), e, level))
+                .collect(),
+        );
+        // Emit entries until a directory to descend into comes up.
+        while let Some(top) = pending.last_mut() {
+            let Some((p, e, level)) = top.pop() else {
+                pending.pop();
+                continue;
             };
-            for e in entries {
-                let p = format!("{dir}/{}", e.name);
-                if e.kind == FileKind::Dir {
-                    next.push(p.clone());
-                }
-                out.push(entry_info(&p, &e));
+            out.push(entry_info(&p, &e));
+            if e.kind == FileKind::Dir && level < depth {
+                stack.push((p, level + 1));
+                break;
             }
         }
-        level = next;
     }
     Ok(json!({ "entries": out }))
 }

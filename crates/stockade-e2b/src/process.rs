@@ -264,7 +264,8 @@ pub async fn start(
     }
     req.uid = uid;
     req.env.extend(cfg.envs.clone());
-    req.cwd = cfg.cwd.clone();
+    // A relative cwd is below the home, as on E2B.
+    req.cwd = cfg.cwd.as_deref().map(crate::envd::resolve);
     req.stream = true;
     req.timeout_ms = timeout_ms;
     req.output_limit_bytes = OUTPUT_LIMIT;

@@ -31,6 +31,9 @@ def test_commands_run_streams_output_exit_code_env_and_cwd(sbx):
     assert "".join(out) == r.stdout
     r = sbx.commands.run("pwd", cwd="/tmp")
     assert r.stdout == "/tmp\n"
+    # A relative cwd is below the home, as on E2B.
+    sbx.commands.run("mkdir -p d1/d2")
+    assert sbx.commands.run("pwd", cwd="d1/d2").stdout == "/home/user/d1/d2\n"
     with pytest.raises(CommandExitException) as e:
         sbx.commands.run("exit 3")
     assert e.value.exit_code == 3
@@ -146,6 +149,18 @@ def test_files_write_read_list_rename_remove(sbx):
     sbx.files.write("/home/user/d/e/f.txt", b"x" * 10)
     names = sorted(e.name for e in sbx.files.list("/home/user/d", depth=2))
     assert names == ["e", "f.txt"]
+    # Depth-first, by name, each subtree right after its directory (envd's walk).
+    sbx.files.write("/home/user/w/a/1.txt", "1")
+    sbx.files.write("/home/user/w/b.txt", "b")
+    sbx.files.write("/home/user/w/c/2.txt", "2")
+    walked = [e.path for e in sbx.files.list("/home/user/w", depth=3)]
+    assert walked == [
+        "/home/user/w/a",
+        "/home/user/w/a/1.txt",
+        "/home/user/w/b.txt",
+        "/home/user/w/c",
+        "/home/user/w/c/2.txt",
+    ], walked
     assert sbx.files.get_info("/home/user/d/e/f.txt").size == 10
     sbx.files.rename("/home/user/a.txt", "/home/user/n/b.txt")
     assert sbx.files.read("/home/user/n/b.txt") == "hello"
@@ -179,6 +194,8 @@ def test_list_kill_connect_and_metadata_filter(server):
         while pages.has_next:
             seen += [s.sandbox_id for s in pages.next_items()]
         assert sorted(seen) == sorted([a.sandbox_id, b.sandbox_id])
+        # Newest first, as E2B lists (its pages rely on it).
+        assert seen == [b.sandbox_id, a.sandbox_id], seen
         from e2b import SandboxState
 
         paused = Sandbox.list(query=SandboxQuery(metadata={"suite": "e2b"}, state=[SandboxState.PAUSED]))
@@ -525,6 +542,8 @@ def test_pause_freezes_the_sandbox_and_connect_resumes_it(server):
 
         s.pause()
         assert s.get_info().state.value == "paused"
+        # A paused sandbox is not running (envd's health answers 502, as on E2B).
+        assert not s.is_running()
         paused = Sandbox.list(query=SandboxQuery(metadata={"suite": "pause"}, state=[SandboxState.PAUSED]))
         assert [x.sandbox_id for x in paused.next_items()] == [s.sandbox_id]
         # Pausing again: the SDK's "already paused" (409) answer.
@@ -537,6 +556,7 @@ def test_pause_freezes_the_sandbox_and_connect_resumes_it(server):
 
         again = Sandbox.connect(s.sandbox_id)
         assert again.get_info().state.value == "running"
+        assert again.is_running()
         n1, gap = _count(again)
         time.sleep(0.3)
         n2, _ = _count(again)

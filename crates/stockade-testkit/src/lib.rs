@@ -547,9 +547,20 @@ pub fn assert_kernel_surface_blocked(stdout: &str, stderr: &str) {
     );
 }
 
-/// One of the host's own addresses, not loopback (from `/proc/net/fib_trie`): what
-/// an egress test checks a sandbox cannot reach.
+/// One of the host's own addresses, not loopback: what an egress test checks a
+/// sandbox cannot reach. The source address of the default route when there is one
+/// (a UDP socket's `connect` sends nothing), never a sandbox's veth address, which
+/// goes when that sandbox does; else the first in `/proc/net/fib_trie`.
 pub fn host_address() -> String {
+    let routed = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|s| s.connect("1.1.1.1:9").map(|()| s))
+        .and_then(|s| s.local_addr())
+        .ok()
+        .map(|a| a.ip())
+        .filter(|ip| !ip.is_loopback() && !ip.is_unspecified());
+    if let Some(ip) = routed {
+        return ip.to_string();
+    }
     let fib = std::fs::read_to_string("/proc/net/fib_trie").unwrap();
     fib.lines()
         .zip(fib.lines().skip(1))
