@@ -68,16 +68,19 @@ build_binaries() {
 check() {
   local bad=0 b out
   for b in "${K8S_BINARIES[@]}"; do
-    if ! out=$("$K8S_BIN/$b" --version 2>&1 | head -1); then
-      [ "$b" = kubectl ] && out=$("$K8S_BIN/$b" version --client 2>&1 | head -1) || { say "$b does not run: rebuild with cluster/build.sh"; bad=1; continue; }
+    local args=(--version)
+    [ "$b" = kubectl ] && args=(version --client)
+    # The whole output first: head on a pipe could cut the writer off (SIGPIPE).
+    if ! out=$("$K8S_BIN/$b" "${args[@]}" 2>&1); then
+      say "$b does not run: rebuild with rm -rf $K8S_BIN && cluster/build.sh"; bad=1; continue
     fi
-    say "ok $b: $out"
+    say "ok $b: ${out%%$'\n'*}"
   done
   for b in containerd ctr runc iptables openssl; do
     command -v "$b" >/dev/null || { say "$b missing: apt-get install $(dpkg -S "*/$b" 2>/dev/null | head -1 | cut -d: -f1 || echo "$b")"; bad=1; continue; }
   done
-  containerd --version >/dev/null 2>&1 && say "ok $(containerd --version)" || { say "containerd does not run: apt-get install --reinstall containerd"; bad=1; }
-  runc --version >/dev/null 2>&1 && say "ok $(runc --version | head -1)" || { say "runc does not run: apt-get install --reinstall runc"; bad=1; }
+  out=$(containerd --version 2>&1) && say "ok $out" || { say "containerd does not run: apt-get install --reinstall containerd"; bad=1; }
+  out=$(runc --version 2>&1) && say "ok ${out%%$'\n'*}" || { say "runc does not run: apt-get install --reinstall runc"; bad=1; }
   for b in bridge host-local loopback portmap; do
     [ -x "$CNI_BIN_DIR/$b" ] || { say "CNI plugin $CNI_BIN_DIR/$b missing: apt-get install containernetworking-plugins"; bad=1; }
   done
