@@ -79,13 +79,17 @@ check() {
   for b in containerd ctr runc iptables openssl; do
     command -v "$b" >/dev/null || { say "$b missing: apt-get install $(dpkg -S "*/$b" 2>/dev/null | head -1 | cut -d: -f1 || echo "$b")"; bad=1; continue; }
   done
-  out=$(containerd --version 2>&1) && say "ok $out" || { say "containerd does not run: apt-get install --reinstall containerd"; bad=1; }
-  out=$(runc --version 2>&1) && say "ok ${out%%$'\n'*}" || { say "runc does not run: apt-get install --reinstall runc"; bad=1; }
+  if out=$(containerd --version 2>&1); then say "ok $out"; else say "containerd does not run: apt-get install --reinstall containerd"; bad=1; fi
+  if out=$(runc --version 2>&1); then say "ok ${out%%$'\n'*}"; else say "runc does not run: apt-get install --reinstall runc"; bad=1; fi
   for b in bridge host-local loopback portmap; do
     [ -x "$CNI_BIN_DIR/$b" ] || { say "CNI plugin $CNI_BIN_DIR/$b missing: apt-get install containernetworking-plugins"; bad=1; }
   done
   [ "$bad" = 0 ] && say "ok CNI plugins in $CNI_BIN_DIR"
-  [ -x /bin/busybox ] && file_is_static /bin/busybox && say "ok static busybox" || { say "no static /bin/busybox (the pod image): apt-get install busybox-static"; bad=1; }
+  if [ -x /bin/busybox ] && file_is_static /bin/busybox; then
+    say "ok static busybox"
+  else
+    say "no static /bin/busybox (the pod image): apt-get install busybox-static"; bad=1
+  fi
   return "$bad"
 }
 

@@ -19,6 +19,12 @@ problem() { say "left behind: $*"; problems=1; }
 
 # stop NAME...: SIGTERM, up to 10 s, then SIGKILL.
 stop() {
+  local t
+  t=$(now)
+  stop_now "$@"
+  say "stopped $* in $(elapsed "$t" "$(now)")s"
+}
+stop_now() {
   local name pid pids=()
   for name in "$@"; do
     if pid=$(pid_of "$name"); then kill -TERM "$pid" 2>/dev/null || true; pids+=("$pid"); fi
@@ -28,7 +34,7 @@ stop() {
     local alive=()
     for pid in "${pids[@]}"; do kill -0 "$pid" 2>/dev/null && alive+=("$pid"); done
     [ ${#alive[@]} -eq 0 ] && return
-    [ "$i" = 50 ] && kill -KILL "${alive[@]}" 2>/dev/null || true
+    if [ "$i" = 50 ]; then kill -KILL "${alive[@]}" 2>/dev/null || true; fi
     sleep 0.2
   done
 }
@@ -50,10 +56,10 @@ cg_root=$(cat "$STATE/host/cgroup-root" 2>/dev/null || true)
 if [ -n "$cg_root" ]; then
   for n in "${nodes[@]}"; do
     for i in 1 2 3; do
-      pids=$(procs_under "$cg_root/$n")
-      [ -z "$pids" ] && break
+      stray=$(procs_under "$cg_root/$n")
+      [ -z "$stray" ] && break
       # shellcheck disable=SC2086
-      kill -KILL $pids 2>/dev/null || true
+      kill -KILL $stray 2>/dev/null || true
       sleep 0.5
     done
   done
@@ -70,10 +76,10 @@ for n in "${nodes[@]}"; do stop "containerd-$n"; done
 stop kube-apiserver etcd
 if [ -n "$cg_root" ]; then
   for i in $(seq 20); do
-    pids=$(procs_under "$cg_root")
-    [ -z "$pids" ] && break
+    stray=$(procs_under "$cg_root")
+    [ -z "$stray" ] && break
     # shellcheck disable=SC2086
-    kill -KILL $pids 2>/dev/null || true
+    kill -KILL $stray 2>/dev/null || true
     sleep 0.25
   done
   [ -z "$(procs_under "$cg_root")" ] || problem "processes in cgroup $cg_root: $(procs_under "$cg_root" | tr '\n' ' ')"
@@ -109,7 +115,11 @@ fi
 # socket something still listens on (another containerd's shim) is kept.
 new_entries() { # new_entries DIR BEFORE_LIST
   [ -d "$1" ] || return 0
-  ls -1 "$1" | grep -v -x -F -f "$2" 2>/dev/null || true
+  local f
+  for f in "$1"/*; do
+    [ -e "$f" ] || continue
+    grep -q -x -F "${f##*/}" "$2" || echo "${f##*/}"
+  done
 }
 if [ -f "$STATE/host/cni-results.before" ]; then
   for f in $(new_entries /var/lib/cni/results "$STATE/host/cni-results.before"); do
@@ -130,14 +140,14 @@ fi
 #    up.sh made, deepest first.
 if [ -n "$cg_root" ]; then
   while read -r h; do
-    [ -d "$h$cg_root" ] && find "$h$cg_root" -depth -type d -exec rmdir {} + 2>/dev/null || true
-  done < <(cgroup_hierarchies)
+    if [ -d "$h$cg_root" ]; then find "$h$cg_root" -depth -type d -exec rmdir {} + 2>/dev/null || true; fi
+  done < <(cgroup_mounts)
   if [ -f "$STATE/host/cgroups-made" ]; then
     tac "$STATE/host/cgroups-made" | while read -r d; do [ ! -d "$d" ] || rmdir "$d" 2>/dev/null || true; done
   fi
   while read -r h; do
     [ ! -d "$h$cg_root" ] || problem "cgroup $h$cg_root"
-  done < <(cgroup_hierarchies)
+  done < <(cgroup_mounts)
 fi
 
 # 5. iptables: rules and chains that are there now and were not before up.sh

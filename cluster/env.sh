@@ -1,6 +1,6 @@
 # Sourced by build.sh, images.sh, up.sh, down.sh and test.sh: where the
 # cluster's binaries and state live and how Go is set up to build them.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2034 # the variables are for the scripts that source this
 
 cluster_dir=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 # The one Kubernetes version, read from go.mod's require line.
@@ -52,6 +52,9 @@ say() { echo "cluster: $*" >&2; }
 # The v1 cgroup hierarchies mounted (cgroup2's unified one has no controllers
 # on a hybrid machine, and the kubelet's cgroupfs driver uses the v1 ones).
 cgroup_hierarchies() { awk '$3 == "cgroup" { print $2 }' /proc/mounts; }
+# All cgroup mounts, the unified one too: runc on a hybrid machine mirrors
+# each container's cgroup there, so down.sh sweeps it as well.
+cgroup_mounts() { awk '$3 == "cgroup" || $3 == "cgroup2" { print $2 }' /proc/mounts; }
 # The cluster's cgroups sit below the memory cgroup this shell is in, so the
 # memory they use is counted where this shell's is.
 cgroup_base() {

@@ -1,7 +1,7 @@
 # Sourced by up.sh (after its helpers: start, wait_for, mark, leaf,
 # kubeconfig, mkcg): node_up brings one node up, its parts under
 # STATE/nodes/NAME.
-# shellcheck shell=bash
+# shellcheck shell=bash disable=SC2154 # cluster_dir, pki: set by env.sh and up.sh
 
 # node_up INDEX NAME BRIDGE
 #   a containerd of the node's own (socket, root, state; cgroupfs; OOM score
