@@ -29,6 +29,11 @@ SERVICE_IP=10.218.0.1
 POD_NET_PREFIX=10.217 # node N's pods get 10.217.N.0/24, the host 10.217.N.1
 NODE_NAME=${STOCKADE_NODE_NAME:-stockade-node-1}
 BRIDGE=stkbr1
+# STOCKADE_CLUSTER_NODES=2: a second node, stockade-node-2, in a network
+# namespace of its own (veth pair, node address 10.217.0.2, the host's end
+# 10.217.0.1), its pods on 10.217.2.0/24 behind its own bridge.
+NODES=${STOCKADE_CLUSTER_NODES:-1}
+NODE_LINK_HOST_IP=$POD_NET_PREFIX.0.1
 SANDBOX_IMAGE=stockade.local/pause:1
 POD_IMAGE=stockade.local/busybox:1
 KUBECONFIG_FILE=$STATE/kubeconfig

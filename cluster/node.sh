@@ -3,35 +3,60 @@
 # STATE/nodes/NAME.
 # shellcheck shell=bash disable=SC2154 # cluster_dir, pki: set by env.sh and up.sh
 
-# node_up INDEX NAME BRIDGE
+# node_up INDEX NAME BRIDGE [NETNS]
 #   a containerd of the node's own (socket, root, state; cgroupfs; OOM score
 #   adjustments kept within its own; network namespaces under its state dir),
 #   a bridge BRIDGE with 10.217.INDEX.1/24 for the host, a bridge CNI network
-#   with 10.217.INDEX.0/24 for the pods (no masquerading, no default route: a
-#   pod reaches the host and its node's pods, nothing else), the local images
+#   with 10.217.INDEX.0/24 for the pods (no masquerading, a route to 10.217.0.0/16
+#   alone: a pod reaches the host, the nodes and the pods, nothing else), the local images
 #   imported, and a kubelet with cgroupRoot CG_ROOT/NAME. The node's address
 #   (its InternalIP, where the apiserver reaches the kubelet for exec and logs)
 #   is the bridge's 10.217.INDEX.1: the kubelet refuses a loopback one.
+#   With NETNS, the node's containerd, kubelet, bridge and pods are in that
+#   network namespace, joined to the host by a veth pair (10.217.0.1 on the
+#   host, 10.217.0.INDEX the node's address); the node reaches the apiserver
+#   at 10.217.0.1, which the host forwards to its 127.0.0.1 (a DNAT rule and
+#   route_localnet on that veth alone).
 node_up() {
-  local index=$1 name=$2 bridge=$3
+  local index=$1 name=$2 bridge=$3 netns=${4:-}
   local dir=$STATE/nodes/$name
+  local node_ip=$POD_NET_PREFIX.$index.1 api_host=127.0.0.1 in_ns=()
   local sock=$dir/containerd/containerd.sock
   local subnet=$POD_NET_PREFIX.$index.0/24 host_ip=$POD_NET_PREFIX.$index.1
   mkdir -p "$dir"/{containerd/root,containerd/state,containerd/runc,containerd/opt,kubelet,pod-logs,cni/net.d,cni/ipam}
 
   leaf "kubelet-$name" "/O=system:nodes/CN=system:node:$name" clientAuth
-  leaf "kubelet-$name-serving" "/CN=$name" serverAuth "DNS:$name,IP:$host_ip"
-  kubeconfig "$dir/kubelet.kubeconfig" "kubelet-$name"
+  if [ -n "$netns" ]; then
+    local veth=stkveth$index
+    node_ip=$POD_NET_PREFIX.0.$index
+    api_host=$NODE_LINK_HOST_IP
+    in_ns=(nsenter "--net=/run/netns/$netns")
+    ip netns add "$netns"
+    echo "$netns" >>"$STATE/host/netns"
+    ip link add "$veth" type veth peer name eth0 netns "$netns"
+    echo "$veth" >>"$STATE/host/links"
+    ip addr add "$NODE_LINK_HOST_IP" peer "$node_ip" dev "$veth"
+    ip link set "$veth" up
+    ip route add "$subnet" via "$node_ip" dev "$veth"
+    "${in_ns[@]}" ip link set lo up
+    "${in_ns[@]}" ip addr add "$node_ip" peer "$NODE_LINK_HOST_IP" dev eth0
+    "${in_ns[@]}" ip link set eth0 up
+    "${in_ns[@]}" ip route add "$POD_NET_PREFIX.0.0/16" via "$NODE_LINK_HOST_IP" dev eth0
+    # Inside the node's namespace only: it routes between its pods and eth0.
+    "${in_ns[@]}" sysctl -q -w net.ipv4.ip_forward=1
+    # The apiserver listens on 127.0.0.1 only: packets from this veth to
+    # 10.217.0.1:API_PORT go to it, and may (route_localnet, this link alone).
+    sysctl -q -w "net.ipv4.conf.$veth.route_localnet=1"
+    iptables -w -t nat -I PREROUTING -i "$veth" -d "$NODE_LINK_HOST_IP" -p tcp --dport "$API_PORT" \
+      -m comment --comment stockade-cluster -j DNAT --to-destination "127.0.0.1:$API_PORT"
+  fi
+  leaf "kubelet-$name-serving" "/CN=$name" serverAuth "DNS:$name,IP:$node_ip"
+  kubeconfig "$dir/kubelet.kubeconfig" "kubelet-$name" "$api_host"
 
-  ip link add "$bridge" type bridge
-  echo "$bridge" >>"$STATE/host/links"
-  ip addr add "$host_ip/24" dev "$bridge"
-  ip link set "$bridge" up
-  # Pod to pod on the bridge passes the host's FORWARD chain when
-  # br_netfilter is loaded (net.bridge.bridge-nf-call-iptables=1, as Docker
-  # leaves it, with FORWARD's policy DROP): let the bridge's own traffic
-  # through. down.sh removes every rule added since up.sh.
-  iptables -w -I FORWARD -i "$bridge" -o "$bridge" -m comment --comment stockade-cluster -j ACCEPT
+  "${in_ns[@]}" ip link add "$bridge" type bridge
+  [ -n "$netns" ] || echo "$bridge" >>"$STATE/host/links"
+  "${in_ns[@]}" ip addr add "$host_ip/24" dev "$bridge"
+  "${in_ns[@]}" ip link set "$bridge" up
   cat >"$dir/cni/net.d/10-stockade.conflist" <<EOF
 {
   "cniVersion": "0.4.0",
@@ -45,6 +70,7 @@ node_up() {
       "ipam": {
         "type": "host-local",
         "ranges": [[{"subnet": "$subnet", "rangeStart": "$POD_NET_PREFIX.$index.10", "gateway": "$host_ip"}]],
+        "routes": [{"dst": "$POD_NET_PREFIX.0.0/16"}],
         "dataDir": "$dir/cni/ipam"
       }
     }
@@ -93,7 +119,7 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
     conf_dir = "$dir/cni/net.d"
     max_conf_num = 1
 EOF
-  start "containerd-$name" containerd --config "$dir/containerd.toml"
+  start "containerd-$name" "${in_ns[@]}" containerd --config "$dir/containerd.toml"
   wait_for "containerd-$name" 60 ctr --address "$sock" version
   mark "containerd_${name}_ready"
 
@@ -112,7 +138,7 @@ EOF
   cat >"$dir/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: $host_ip
+address: $node_ip
 port: $KUBELET_PORT
 readOnlyPort: 0
 healthzBindAddress: 127.0.0.1
@@ -155,9 +181,9 @@ nodeStatusUpdateFrequency: 4s
 syncFrequency: 10s
 fileCheckFrequency: 10s
 EOF
-  start "kubelet-$name" unshare -m --propagation unchanged \
+  start "kubelet-$name" "${in_ns[@]}" unshare -m --propagation unchanged \
     "$cluster_dir/kubelet-ns.sh" "$dir" \
     "$K8S_BIN/kubelet" --config "$dir/kubelet.yaml" --kubeconfig "$dir/kubelet.kubeconfig" \
     --root-dir "$dir/kubelet" --cert-dir "$dir/kubelet/pki" \
-    --hostname-override "$name" --node-ip "$host_ip"
+    --hostname-override "$name" --node-ip "$node_ip"
 }

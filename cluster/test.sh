@@ -74,12 +74,15 @@ if ! "$cluster_dir/up.sh"; then
   fail "up.sh"
   exit 1
 fi
-ok "up.sh: apiserver ready, node $NODE_NAME Ready"
+ok "up.sh: apiserver ready, $NODES node(s) Ready"
 timings=$(awk '{ printf "%-36s %6.1f\n", $1, $2 }' "$STATE/timings")
 
 # ---- pods
 t_pods=$(now)
 for i in $(seq "$PODS"); do
+  # With two nodes, odd pods on the first, even ones on the second.
+  node=$NODE_NAME
+  [ "$NODES" -ge 2 ] && [ $((i % 2)) = 0 ] && node=stockade-node-2
   cat <<EOF
 ---
 apiVersion: v1
@@ -89,6 +92,7 @@ metadata:
   labels: {app: stockade-test}
 spec:
   terminationGracePeriodSeconds: 1
+  nodeSelector: {kubernetes.io/hostname: $node}
   containers:
   - name: web
     image: $POD_IMAGE
@@ -141,7 +145,7 @@ if [ "$PODS" -ge 2 ]; then
   # nc, not wget: the static busybox's wget looks up the "http" service
   # through glibc's NSS, which a static binary without its modules cannot.
   out=$(kubectl exec web-1 -- sh -c "printf 'GET / HTTP/1.0\r\n\r\n' | nc -w 5 ${ips[1]} 8080" 2>&1 || true)
-  if [ "$(printf '%s\n' "$out" | tail -1)" = web-2 ]; then ok "web-2 reached from web-1"; else fail "web-2 (${ips[1]}) from web-1: $out"; fi
+  if [ "$(printf '%s\n' "$out" | tail -1)" = web-2 ]; then ok "web-2 reached from web-1 ($(kubectl get pods web-1 web-2 -o 'jsonpath={.items[*].spec.nodeName}'))"; else fail "web-2 (${ips[1]}) from web-1: $out"; fi
 fi
 
 t_del=$(now)

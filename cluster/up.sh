@@ -132,19 +132,19 @@ leaf() ( # leaf NAME SUBJECT EXTENDED_KEY_USAGE [SUBJECT_ALT_NAMES]: a key and a
   openssl pkey -in sa.key -pubout -out sa.pub
 )
 leaf apiserver /CN=kube-apiserver serverAuth \
-  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:$SERVICE_IP"
+  "DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,IP:127.0.0.1,IP:$NODE_LINK_HOST_IP,IP:$SERVICE_IP"
 leaf apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" clientAuth
 leaf admin "/O=system:masters/CN=stockade-admin" clientAuth
 leaf controller-manager /CN=system:kube-controller-manager clientAuth
 leaf scheduler /CN=system:kube-scheduler clientAuth
-kubeconfig() { # kubeconfig FILE CERT_NAME
+kubeconfig() { # kubeconfig FILE CERT_NAME [SERVER_ADDRESS]
   cat >"$1" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: stockade
   cluster:
-    server: https://127.0.0.1:$API_PORT
+    server: https://${3:-127.0.0.1}:$API_PORT
     certificate-authority-data: $(base64 -w0 "$pki/ca.crt")
 users:
 - name: $2
@@ -212,15 +212,29 @@ start kube-scheduler "$K8S_BIN/kube-scheduler" \
 # ---- node: containerd, network, images, kubelet
 # shellcheck source=node.sh
 . "$cluster_dir/node.sh"
+# Traffic between the cluster's addresses (pods, nodes) passes the host's
+# FORWARD chain: across nodes, and on one bridge too where br_netfilter is
+# loaded (net.bridge.bridge-nf-call-iptables=1, as Docker leaves it, with
+# FORWARD's policy DROP). down.sh removes every rule added since up.sh.
+iptables -w -I FORWARD -s "$POD_NET_PREFIX.0.0/16" -d "$POD_NET_PREFIX.0.0/16" \
+  -m comment --comment stockade-cluster -j ACCEPT
 node_up 1 "$NODE_NAME" "$BRIDGE"
-mark kubelet_started
+mark "kubelet_${NODE_NAME}_started"
+nodes=("$NODE_NAME")
+if [ "$NODES" -ge 2 ]; then
+  node_up 2 stockade-node-2 stkbr2 stk-node-2
+  mark kubelet_stockade-node-2_started
+  nodes+=(stockade-node-2)
+fi
 
 kubectl() { "$K8S_BIN/kubectl" --kubeconfig "$KUBECONFIG_FILE" "$@"; }
 node_ready() {
-  [ "$(kubectl get node "$NODE_NAME" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
+  [ "$(kubectl get node "$1" -o 'jsonpath={.status.conditions[?(@.type=="Ready")].status}')" = True ]
 }
-wait_for "kubelet-$NODE_NAME" 180 node_ready
-mark node_ready
+for n in "${nodes[@]}"; do
+  wait_for "kubelet-$n" 180 node_ready "$n"
+  mark "node_${n}_ready"
+done
 default_sa() { kubectl -n default get serviceaccount default; }
 wait_for kube-controller-manager 60 default_sa
 mark default_serviceaccount
