@@ -68,6 +68,9 @@ build_binaries() {
 check() {
   local bad=0 b out
   for b in "${K8S_BINARIES[@]}"; do
+    if [ ! -x "$K8S_BIN/$b" ]; then
+      say "$b not built: run cluster/build.sh"; bad=1; continue
+    fi
     local args=(--version)
     [ "$b" = kubectl ] && args=(version --client)
     # The whole output first: head on a pipe could cut the writer off (SIGPIPE).
@@ -81,10 +84,11 @@ check() {
   done
   if out=$(containerd --version 2>&1); then say "ok $out"; else say "containerd does not run: apt-get install --reinstall containerd"; bad=1; fi
   if out=$(runc --version 2>&1); then say "ok ${out%%$'\n'*}"; else say "runc does not run: apt-get install --reinstall runc"; bad=1; fi
-  for b in bridge host-local loopback portmap; do
-    [ -x "$CNI_BIN_DIR/$b" ] || { say "CNI plugin $CNI_BIN_DIR/$b missing: apt-get install containernetworking-plugins"; bad=1; }
+  local cni_ok=true
+  for b in bridge host-local loopback; do
+    [ -x "$CNI_BIN_DIR/$b" ] || { say "CNI plugin $CNI_BIN_DIR/$b missing: apt-get install containernetworking-plugins"; cni_ok=false; bad=1; }
   done
-  [ "$bad" = 0 ] && say "ok CNI plugins in $CNI_BIN_DIR"
+  if $cni_ok; then say "ok CNI plugins in $CNI_BIN_DIR"; fi
   if [ -x /bin/busybox ] && file_is_static /bin/busybox; then
     say "ok static busybox"
   else

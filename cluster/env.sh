@@ -35,7 +35,7 @@ BRIDGE=stkbr1
 NODES=${STOCKADE_CLUSTER_NODES:-1}
 NODE_LINK_HOST_IP=$POD_NET_PREFIX.0.1
 SANDBOX_IMAGE=stockade.local/pause:1
-POD_IMAGE=stockade.local/busybox:1
+POD_IMAGE=${STOCKADE_POD_IMAGE:-stockade.local/busybox:1} # another name: test.sh's failure path
 KUBECONFIG_FILE=$STATE/kubeconfig
 
 # Go as the repository's sdk/go/goenv.sh sets it up: the local toolchain, the

@@ -107,7 +107,8 @@ spec:
 EOF
 done >"$STATE/pods.yaml"
 kubectl apply -f "$STATE/pods.yaml" >/dev/null
-deadline=$(($(date +%s) + 120))
+pod_timeout=${STOCKADE_CLUSTER_POD_TIMEOUT:-120}
+deadline=$(($(date +%s) + pod_timeout))
 running=0
 while [ "$(date +%s)" -lt "$deadline" ]; do
   running=$(kubectl get pods -l app=stockade-test -o 'jsonpath={range .items[*]}{.status.phase}{"\n"}{end}' | grep -c '^Running$' || true)
@@ -116,7 +117,7 @@ while [ "$(date +%s)" -lt "$deadline" ]; do
 done
 t_running=$(elapsed "$t_pods" "$(now)")
 if [ "$running" != "$PODS" ]; then
-  fail "$running of $PODS pods Running after 120 s"
+  fail "$running of $PODS pods Running after $pod_timeout s"
   kubectl describe pods -l app=stockade-test 2>&1 | tail -40 >&2
   exit 1
 fi
