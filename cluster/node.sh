@@ -159,8 +159,9 @@ cgroupRoot: $CG_ROOT/$name
 cgroupsPerQOS: true
 enforceNodeAllocatable: [pods]
 # Check the kernel settings, never write them (kubelet-ns.sh shows it the
-# values it checks for); no iptables chains of its own beyond the two it
-# always keeps; its own OOM score left alone (a negative one is refused here).
+# values it checks for); no iptables chains of its own (KUBE-IPTABLES-HINT,
+# KUBE-FIREWALL: for kube-proxy, which this cluster does not run); its own
+# OOM score left alone (a negative one is refused here).
 protectKernelDefaults: true
 makeIPTablesUtilChains: false
 oomScoreAdj: 0
