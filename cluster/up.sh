@@ -29,7 +29,16 @@ if ip link show "$BRIDGE" >/dev/null 2>&1; then
   die "a link $BRIDGE exists already (a cluster left over?): cluster/down.sh or ip link del $BRIDGE"
 fi
 
+if [ "$NODES" -ge 2 ] && [ "$(sysctl -n net.ipv4.ip_forward)" != 1 ]; then
+  die "a second node needs the host to route between its namespace and node 1 (net.ipv4.ip_forward=1), which up.sh does not change: sysctl -w net.ipv4.ip_forward=1, or STOCKADE_CLUSTER_NODES=1"
+fi
+
 t0=$(now)
+on_exit() {
+  local rc=$?
+  [ "$rc" = 0 ] || say "up.sh failed; cluster/down.sh takes away what it started"
+}
+trap on_exit EXIT
 mark() { echo "$1 $(elapsed "$t0" "$(now)")" >>"$STATE/timings"; say "$1 after $(elapsed "$t0" "$(now)")s"; }
 
 mkdir -p "$STATE"/{pki,etc,logs,run,host,etcd,images,nodes}
@@ -172,6 +181,7 @@ wait_for etcd 60 curl -fsS "http://127.0.0.1:$ETCD_PORT/health"
 mark etcd_ready
 
 # ---- kube-apiserver
+mark apiserver_started
 start kube-apiserver "$K8S_BIN/kube-apiserver" \
   --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
   --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$API_PORT" \
