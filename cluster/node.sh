@@ -123,13 +123,20 @@ EOF
   wait_for "containerd-$name" 60 ctr --address "$sock" version
   mark "containerd_${name}_ready"
 
-  if [ ! -f "$STATE/images/busybox.tar" ]; then
-    "$cluster_dir/images.sh" "$STATE/images" 2>>"$STATE/logs/images.log" >&2 ||
+  # The images are kept beside the binaries, made anew when their inputs
+  # (the busybox binary, images.sh, cmd/pause) change.
+  local key images
+  key=$(cat /bin/busybox "$cluster_dir/images.sh" "$cluster_dir/cmd/pause/main.go" | sha256sum | cut -c1-16)
+  images=$K8S_CACHE/$K8S_VERSION/images/$key
+  if [ ! -f "$images/busybox.tar" ] || [ ! -f "$images/pause.tar" ]; then
+    rm -rf "$images.new"
+    "$cluster_dir/images.sh" "$images.new" 2>>"$STATE/logs/images.log" >&2 ||
       { tail -10 "$STATE/logs/images.log" >&2; die "building the local images failed"; }
+    rm -rf "$images" && mv "$images.new" "$images"
   fi
   local image
   for image in pause busybox; do
-    ctr --address "$sock" -n k8s.io images import "$STATE/images/$image.tar" >>"$STATE/logs/images.log" 2>&1 ||
+    ctr --address "$sock" -n k8s.io images import "$images/$image.tar" >>"$STATE/logs/images.log" 2>&1 ||
       { tail -10 "$STATE/logs/images.log" >&2; die "ctr images import $image.tar failed"; }
   done
   mark "images_${name}_imported"

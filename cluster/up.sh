@@ -41,7 +41,7 @@ on_exit() {
 trap on_exit EXIT
 mark() { echo "$1 $(elapsed "$t0" "$(now)")" >>"$STATE/timings"; say "$1 after $(elapsed "$t0" "$(now)")s"; }
 
-mkdir -p "$STATE"/{pki,etc,logs,run,host,etcd,images,nodes}
+mkdir -p "$STATE"/{pki,etc,logs,run,host,etcd,nodes}
 : >"$STATE/timings"
 
 # What down.sh compares with and restores: the firewall, the kernel settings.
