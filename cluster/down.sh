@@ -195,9 +195,8 @@ fi
 
 # 7. Processes anywhere that still name the state dir (none expected).
 for p in /proc/[0-9]*; do
-  if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -F "$STATE/"; then
-    problem "process ${p#/proc/}: $(tr '\0' ' ' <"$p/cmdline" | cut -c1-120)"
-  fi
+  cmd=$( { tr '\0' ' ' <"$p/cmdline"; } 2>/dev/null) || continue # gone meanwhile
+  case $cmd in *"$STATE/"*) problem "process ${p#/proc/}: ${cmd:0:120}" ;; esac
 done
 
 # 8. The state dir.

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Starts a one-node Kubernetes cluster on loopback, everything under one state
-# dir (default /tmp/stockade-cluster, or STOCKADE_CLUSTER_DIR):
+# Starts a one-node Kubernetes cluster (two with STOCKADE_CLUSTER_NODES=2, see
+# node.sh) on loopback, everything under one state dir (default
+# /tmp/stockade-cluster, or STOCKADE_CLUSTER_DIR); one cluster at a time on a
+# machine (fixed ports, bridge and cgroup names):
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, a
 #   containerd of its own (own socket, root and state), a kubelet, a bridge
 #   CNI network, the local busybox and pause images; the admin kubeconfig is
