@@ -100,6 +100,10 @@ check() {
 file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 
 if ! $check_only; then
+  # One build at a time per cache (a CI run and a shell may both start one).
+  mkdir -p "$K8S_CACHE"
+  exec 9>"$K8S_CACHE/.build.lock"
+  flock -n 9 || { say "another build.sh holds $K8S_CACHE/.build.lock: waiting"; flock 9; }
   install_packages
   if have_binaries; then
     say "binaries $K8S_VERSION present in $K8S_BIN, not rebuilding"
