@@ -1,0 +1,16 @@
+// Command kubectl is kubectl at the cluster's own version, so client and
+// server never differ by more than the skew kubectl supports.
+package main
+
+import (
+	"k8s.io/component-base/cli"
+	"k8s.io/kubectl/pkg/cmd"
+	"k8s.io/kubectl/pkg/cmd/util"
+)
+
+func main() {
+	command := cmd.NewDefaultKubectlCommand()
+	if err := cli.RunNoErrOutput(command); err != nil {
+		util.CheckErr(err)
+	}
+}
