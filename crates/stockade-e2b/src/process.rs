@@ -347,17 +347,20 @@ pub async fn start(
                     out.send(output(c.stream, &c.data, is_pty)).await;
                 }
                 Some(ExecEvent::Started(_)) => {}
+                Some(ExecEvent::Outcome(Ok(o))) if o.timed_out => {
+                    // The request's deadline (`connect-timeout-ms`): Connect's
+                    // deadline_exceeded, which the SDKs raise as their timeout.
+                    break Err(ConnectError::new(
+                        "deadline_exceeded",
+                        "the command's timeout passed: it was killed",
+                    ));
+                }
                 Some(ExecEvent::Outcome(Ok(o))) => {
                     let (code, status) = match o.signal {
                         None => (o.exit_code, format!("exit status {}", o.exit_code)),
                         Some(9) => (-1, "signal: killed".to_string()),
                         Some(15) => (-1, "signal: terminated".to_string()),
                         Some(sig) => (-1, format!("signal: {sig}")),
-                    };
-                    let status = if o.timed_out {
-                        "signal: killed (the command's timeout passed)".to_string()
-                    } else {
-                        status
                     };
                     let mut end = json!({"exitCode": code, "exited": true, "status": status});
                     if code != 0 {

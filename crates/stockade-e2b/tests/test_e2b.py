@@ -455,6 +455,11 @@ def test_watch_dir_async_streams_events(server):
             await h.stop()
             assert got[0] == ("x.txt", T.CREATE), got
             assert ("d/y.txt", T.CREATE) in got and ("x.txt", T.REMOVE) in got
+            # A command's timeout is the SDK's TimeoutException (Connect's
+            # deadline_exceeded), as on E2B, not an exit code of -1.
+            with pytest.raises(TimeoutException):
+                await s.commands.run("sleep 30", timeout=2)
+            assert (await s.commands.run("echo after")).stdout == "after\n"
         finally:
             await s.kill()
 
