@@ -26,7 +26,8 @@ pub struct RunArgs {
     /// Code to run with --language.
     #[arg(long, conflicts_with = "file")]
     pub code: Option<String>,
-    /// File of code to run with --language (mounted read-only at /code).
+    /// File of code to run (mounted read-only at /code); its language is --language,
+    /// else its extension (.py, .js, .ts, .rb, .sh, ...).
     #[arg(long, short = 'f', value_name = "FILE")]
     pub file: Option<PathBuf>,
     /// Cap on each captured stream, e.g. 1m (default 1m).
@@ -49,6 +50,53 @@ pub struct RunArgs {
     /// before the command is accepted too.
     #[arg(trailing_var_arg = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+/// The refusal of a wasm run without a runtime, with the flag that gives one: the
+/// host's interpreters are not there, a WASI runtime (`--image python`) is.
+fn wasm_needs_a_runtime(command: &[String]) -> Error {
+    let first = command
+        .first()
+        .map(|c| c.rsplit('/').next().unwrap_or(c).to_string());
+    let preset = first.as_deref().and_then(|c| {
+        stockade::spec::PRESETS
+            .iter()
+            .find(|p| p.interpreter.first().is_some_and(|i| *i == c) || p.names.contains(&c))
+    });
+    let hint = match preset {
+        Some(p) => format!(
+            "run code with `--language {} --code ...` (or `-f FILE`), or give its WASI \
+             runtime with `--image {}` and the command",
+            p.names[0], p.names[0]
+        ),
+        None => "give a WASI runtime with `--image NAME` (`stockade runtime ls` lists them), \
+                 or run code with `--language LANG --code ...`"
+            .to_string(),
+    };
+    Error::InvalidRequest(format!(
+        "the wasm provider runs WASI modules, not this host's programs: {hint}"
+    ))
+}
+
+/// The language of a code file by its extension (`.py` is python, `.R` is r).
+fn language_of_file(file: &std::path::Path) -> Result<String, Error> {
+    let ext = file.extension().and_then(|e| e.to_str()).unwrap_or("");
+    stockade::spec::PRESETS
+        .iter()
+        .find(|p| !ext.is_empty() && p.extension == ext)
+        .map(|p| p.names[0].to_string())
+        .ok_or_else(|| {
+            let known: Vec<String> = stockade::spec::PRESETS
+                .iter()
+                .map(|p| format!(".{} ({})", p.extension, p.names[0]))
+                .collect();
+            Error::InvalidRequest(format!(
+                "-f {}: its extension names no language; give --language, or name the \
+                 file by one of {}",
+                file.display(),
+                known.join(", ")
+            ))
+        })
 }
 
 /// `run --timings`: the provider's steps of the sandbox's start (`at` from the start
@@ -153,7 +201,16 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
     let mut spec = a.spec.to_spec()?;
     let provider = ctx.provider()?;
     let local_images = provider.capabilities().local_images;
-    let argv = match (&a.language, &a.code, &a.file) {
+    // `-f hello.py` names its language by its extension, as it would to an editor.
+    let inferred = match (&a.language, &a.file) {
+        (None, Some(f)) => Some(language_of_file(f)?),
+        _ => None,
+    };
+    let language = a.language.clone().or(inferred);
+    if provider.name() == "wasm" && spec.image.is_none() && language.is_none() {
+        return Err(wasm_needs_a_runtime(&a.command));
+    }
+    let argv = match (&language, &a.code, &a.file) {
         (None, None, None) if a.command.is_empty() => match spec.image.clone() {
             Some(reference) if local_images => image_command(ctx, &reference).await?,
             Some(reference) => {
@@ -174,7 +231,7 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         (None, None, None) => a.command.clone(),
         (None, _, _) => {
             return Err(Error::InvalidRequest(
-                "--code and -f need --language".into(),
+                "--code needs --language (e.g. --language python)".into(),
             ));
         }
         (Some(_), _, _) if !a.command.is_empty() => {

@@ -498,6 +498,51 @@ fn a_code_file_that_is_not_a_file_is_the_callers_mistake() {
     }
 }
 
+/// `run -f hello.py` knows its language by the extension; a file whose extension
+/// names none is refused naming the ones that do.
+#[test]
+fn a_code_files_extension_names_its_language() {
+    if !require_root("a_code_files_extension_names_its_language") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let py = dir.path().join("hello.py");
+    std::fs::write(&py, "print('hello from', 6 * 7)\n").unwrap();
+    let out = stockade(&["run", "--direct", "-f", py.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello from 42\n");
+    let odd = dir.path().join("notes.txt");
+    std::fs::write(&odd, "x").unwrap();
+    let out = stockade(&["run", "--direct", "-f", odd.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(
+        err.contains("its extension names no language") && err.contains(".py (python)"),
+        "{err}"
+    );
+    // The host's python3 is not there on wasm: the refusal names the flag that works.
+    let out = stockade(&[
+        "run",
+        "--direct",
+        "--provider",
+        "wasm",
+        "--",
+        "python3",
+        "-c",
+        "print(1)",
+    ])
+    .output()
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{err}");
+    assert!(err.contains("--language python"), "{err}");
+}
+
 /// A workdir that cannot be one (a file on the host's root view, a kernel file
 /// system) is the caller's mistake too (exit 64), not an internal error from the
 /// root's build.
