@@ -32,6 +32,25 @@ pub fn daemon_address(host: Option<String>) -> Option<String> {
 /// A spec from the JSON an SDK wrote; an error names the field at fault
 /// (`limits.memory_bytes: unknown size unit`), not a position in that JSON.
 pub fn spec_from_json(spec_json: &str) -> Result<SandboxSpec> {
+    // Every malformed size at once (serde stops at the first), with the fix.
+    if let Ok(v) = serde_json::from_str::<serde_json::Value>(spec_json) {
+        let bad: Vec<String> = [("memory", "memory_bytes"), ("/tmp size", "tmp_bytes")]
+            .into_iter()
+            .filter_map(|(what, key)| {
+                let s = v["limits"][key].as_str()?;
+                stockade::spec::parse_size(s)
+                    .err()
+                    .map(|e| format!("field limits.{key} ({what}) {s:?}: {e}"))
+            })
+            .collect();
+        if !bad.is_empty() {
+            return Err(Error::InvalidRequest(format!(
+                "sandbox spec {} (fix: give each size as bytes, or a number with k, m or g, \
+                 e.g. 512m or 2g)",
+                bad.join("; ")
+            )));
+        }
+    }
     let de = &mut serde_json::Deserializer::from_str(spec_json);
     serde_path_to_error::deserialize(de).map_err(|e| {
         let (path, inner) = (e.path().to_string(), e.into_inner());
@@ -223,6 +242,21 @@ mod tests {
         );
         assert!(!text.contains("line 1 column"), "{text}");
         assert_eq!(e.code(), stockade::ErrorCode::InvalidSpec);
+        // Every malformed size, not only the first, and what to give instead.
+        let e = spec_from_json(r#"{"limits": {"memory_bytes": "12x", "tmp_bytes": "lots"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limits.memory_bytes (memory) \"12x\"")
+                && e.contains("limits.tmp_bytes (/tmp size) \"lots\"")
+                && e.contains("(fix: give each size as bytes"),
+            "{e}"
+        );
+        // Not a size problem: serde's own message, by field.
+        let e = spec_from_json(r#"{"limits": {"pids": "many"}}"#)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sandbox spec field limits.pids"), "{e}");
     }
 
     #[test]

@@ -4,7 +4,7 @@
  * ```ts
  * import * as stockade from "@stockade/sdk";
  * await using sb = await stockade.create();
- * const r = await sb.runCode("python", "print(6 * 7)");
+ * const r = await sb.runCode("print(6 * 7)", "python");
  * ```
  *
  * Embedded: the Rust core runs in this process (no daemon needed); with `host` (or
@@ -131,12 +131,17 @@ export class Stockade {
     return JSON.parse(prepared.specJson) as Record<string, unknown>;
   }
 
-  /** Runs `code` once in a fresh sandbox, destroyed afterwards (`timeout` seconds, default 30). */
+  /**
+   * Runs `code` in `language` once in a fresh sandbox, destroyed afterwards (`timeout`
+   * seconds, default 30). The order is `sb.runCode`'s and the Python SDK's; the older
+   * `runCode(language, code)` still works, with a deprecation warning.
+   */
   async runCode(
-    language: string,
     code: string,
+    language: string,
     opts: CreateOptions & { timeout?: number; signal?: AbortSignal } = {},
   ): Promise<ExecResult> {
+    [code, language] = codeThenLanguage(code, language);
     const { timeout = 30, signal, ...create } = opts;
     create.timeoutSecs ??= Math.ceil(timeout) + 1 + LIFETIME_GRACE_SECS;
     const sb = await this.create({ ...create, language });
@@ -239,13 +244,38 @@ export async function create(opts: CreateOptions = {}): Promise<Sandbox> {
   return (await client()).create(opts);
 }
 
-/** Runs `code` once in a fresh sandbox with the default client. */
+/** Runs `code` in `language` once in a fresh sandbox with the default client. */
 export async function runCode(
-  language: string,
   code: string,
+  language: string,
   opts: CreateOptions & { timeout?: number; signal?: AbortSignal } = {},
 ): Promise<ExecResult> {
-  return (await client()).runCode(language, code, opts);
+  return (await client()).runCode(code, language, opts);
+}
+
+let warnedOrder = false;
+
+/** `[code, language]`, from either order: the deprecated `(language, code)` is told by
+ * its first argument being a language's name and its second not. */
+function codeThenLanguage(code: string, language: string): [string, string] {
+  let names: string[];
+  try {
+    names = (JSON.parse(native.languages(null)) as Array<{ language: string }>).map((r) => r.language);
+  } catch {
+    return [code, language];
+  }
+  const isName = (s: string): boolean => names.includes(s.trim().toLowerCase());
+  if (isName(code) && !isName(language)) {
+    if (!warnedOrder) {
+      warnedOrder = true;
+      process.emitWarning(
+        "runCode(language, code) is deprecated: call runCode(code, language), the order of sb.runCode and the Python SDK",
+        "DeprecationWarning",
+      );
+    }
+    return [language, code];
+  }
+  return [code, language];
 }
 
 /** The languages that run now with `provider` (an interpreter, image or runtime here). */

@@ -63,7 +63,7 @@ export async function runCodeTool(language: string, code: string, opts: ToolOpti
   try {
     const { stockade, provider, ...create } = opts;
     const client = stockade ?? (await Stockade.connect(provider === undefined ? {} : { provider }));
-    const r = await client.runCode(language, code, create);
+    const r = await client.runCode(code, language, create);
     return {
       ok: r.ok,
       exit_code: r.exitCode,

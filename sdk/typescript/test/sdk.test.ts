@@ -47,8 +47,20 @@ test("runCode in a sandbox and one-shot", async () => {
   await using sb = await stockade.create({ language: "python" });
   const r = await sb.runCode("print(6 * 7)");
   assert.equal(r.stdout, "42\n");
-  const once = await stockade.runCode("bash", "echo $((6 * 7))");
+  const once = await stockade.runCode("echo $((6 * 7))", "bash");
   assert.equal(once.stdout, "42\n");
+  // The older order still runs, with one deprecation warning.
+  const warned: string[] = [];
+  const onWarning = (w: Error): void => void warned.push(w.message);
+  process.on("warning", onWarning);
+  try {
+    const old = await stockade.runCode("bash", "echo old-order");
+    assert.equal(old.stdout, "old-order\n");
+    await new Promise((r) => setImmediate(r));
+  } finally {
+    process.off("warning", onWarning);
+  }
+  assert.ok(warned.some((m) => m.includes("runCode(code, language)")), String(warned));
 });
 
 test("files: write, read, edit, ls, stat, glob, grep, mkdir, rm", async () => {
