@@ -2,7 +2,7 @@
 # Benchmark of the MCP server (a program that prints a table; no test asserts on time):
 #   - run_code python `print(1)` round trip over stdio MCP (Python `mcp` client), 100x
 #   - the same through the Python SDK in-process (needs a venv with the SDK's wheel:
-#     SDK_PYTHON, default /var/cache/stockade/mcp-bench-venv/bin/python)
+#     SDK_PYTHON, default the venv sdk/python/test.sh makes, /var/cache/stockade/venv)
 #   - tools/list round trip over stdio MCP, 100x
 # Usage (as root): bench/mcp/run.sh [N]
 set -euo pipefail
@@ -11,7 +11,7 @@ export BENCH_N=${1:-100}
 target=${CARGO_TARGET_DIR:-$(cd ../.. && pwd)/target}
 bin=${STOCKADE_MCP_BIN:-$target/debug/stockade-mcp}
 mcp_py=${STOCKADE_MCP_VENV:-/var/cache/stockade/mcp-venv}/bin/python
-sdk_py=${SDK_PYTHON:-/var/cache/stockade/mcp-bench-venv/bin/python}
+sdk_py=${SDK_PYTHON:-/var/cache/stockade/venv/bin/python}
 export STOCKADE_HOME=${STOCKADE_HOME:-$(mktemp -d /tmp/stockade-mcp-bench-XXXX)}
 out=$(mktemp)
 "$mcp_py" ../../crates/stockade-mcp/tests/clients/py_client.py bench --stdio "$bin" --direct | grep '^RESULT ' | sed 's/^RESULT //' > "$out"
