@@ -67,10 +67,16 @@ def test_the_step_time_limit_and_a_dead_interpreter(executor) -> None:
     with pytest.raises(AgentError, match="StepTimeout"):
         executor("while True: pass")
     assert executor("kept").output == 1
-    with pytest.raises(AgentError, match="restarted"):
+    with pytest.raises(AgentError, match="restarted") as e:
         executor("import os; os._exit(3)")
+    # The state is gone, and the observation says so; the tools are back, so the agent
+    # can still work and finish.
+    assert "tools and final_answer are defined again" in e.value.message
     with pytest.raises(AgentError, match="NameError"):
         executor("kept")
+    assert executor("add(1, 2)").output == 3
+    out = executor("final_answer('done')")
+    assert out.is_final_answer and out.output == "done"
 
 
 def test_the_code_runs_in_the_sandbox_not_on_the_host(executor, tmp_path) -> None:

@@ -81,6 +81,8 @@ class StockadeExecutor(RemotePythonExecutor):  # type: ignore[misc]
         self.sandbox: Sandbox = self._client.create(**{"language": "python", **dict(create or {})})
         self._socket = f"/tmp/.stockade-interpreter-{secrets.token_hex(8)}.sock"
         self._server_pid: int | None = None
+        # The tools' definitions, sent again to an interpreter that was restarted.
+        self._tools_code: str | None = None
         self.installed_packages = self.install_packages(list(additional_imports))
 
     def _start_server(self) -> None:
@@ -105,25 +107,24 @@ class StockadeExecutor(RemotePythonExecutor):  # type: ignore[misc]
         if wanted:
             self.installed_packages += self.install_packages(sorted(wanted))
         code = _OPTIONAL_IMPORTS.sub(r"try:\n    import \1\nexcept ImportError:\n    pass", get_tools_definition_code(tools))
+        self._tools_code = code
         self.logger.log(self.run_code_raise_errors(code).logs)
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:
         """Runs one step in the interpreter; raises ``AgentError`` for an error in the code."""
         try:
-            if self._server_pid is None:
-                self._start_server()
-            request = json.dumps({"code": code, "timeout": self.timeout_seconds})
-            deadline = None if self.timeout_seconds is None else self.timeout_seconds + STEP_GRACE_SECS
-            r = self.sandbox.exec(["python3", "-c", _INTERPRETER, "ask", self._socket], stdin=request, timeout=deadline)
+            r = self._ask(code)
         except StockadeError as e:
             raise AgentError(f"the sandbox failed: {e}", self.logger) from e
         if not r.ok:
             # The interpreter died (the code ended it, the OOM killer) or stopped answering.
             why = "did not answer in time" if r.timed_out else f"ended: {r.stderr.strip()[-2000:]}"
             self._stop_server()
+            kept = "no variables, functions or imports from earlier steps"
+            if self._restore_tools():
+                kept += "; the tools and final_answer are defined again"
             raise AgentError(
-                f"the sandbox's Python interpreter {why}; it is restarted for the next step, "
-                "with no variables, functions or tools from earlier steps",
+                f"the sandbox's Python interpreter {why}; it was restarted with {kept}",
                 self.logger,
             )
         reply = json.loads(r.stdout)
@@ -140,6 +141,28 @@ class StockadeExecutor(RemotePythonExecutor):  # type: ignore[misc]
         out = reply["output"]
         value = None if out is None else out.get("json", out.get("repr"))
         return CodeOutput(output=value, logs=logs, is_final_answer=False)
+
+    def _ask(self, code: str) -> Any:
+        """One step's exec in the interpreter (started first if it is not running)."""
+        if self._server_pid is None:
+            self._start_server()
+        request = json.dumps({"code": code, "timeout": self.timeout_seconds})
+        deadline = None if self.timeout_seconds is None else self.timeout_seconds + STEP_GRACE_SECS
+        return self.sandbox.exec(["python3", "-c", _INTERPRETER, "ask", self._socket], stdin=request, timeout=deadline)
+
+    def _restore_tools(self) -> bool:
+        """Starts a new interpreter and defines the tools in it again; whether that
+        worked (the next step then has its tools and ``final_answer``)."""
+        if self._tools_code is None:
+            return False
+        try:
+            r = self._ask(self._tools_code)
+        except (StockadeError, AgentError):
+            return False
+        if not r.ok:
+            self._stop_server()
+            return False
+        return json.loads(r.stdout).get("error") is None
 
     def install_packages(self, additional_imports: list[str]) -> list[str]:
         """Nothing is installed (the sandbox has no network): returns the packages the
