@@ -121,8 +121,19 @@ fn make_all(
         let md = fs::metadata(source)
             .map_err(|e| format!("cannot use mount source {}: {e}", source.display()))?;
         let at = |id: u32| u64::from(range.first) + u64::from(id);
-        let uid_map = format!("{} {} 1\n", md.uid(), at(uid));
-        let gid_map = format!("{} {} 1\n", md.gid(), at(gid));
+        // The owner is the exec user; root inside (`--user 0`, E2B's `user="root"`)
+        // creates files there too, owned on the host by the sandbox's own root, the
+        // range's first id (never host root, never a host account). Without a line
+        // of its own, root inside could not create anything there (EOVERFLOW).
+        let root_line = |owner: u32, exec: u32| {
+            if exec != 0 && owner != range.first {
+                format!("{} {} 1\n", range.first, range.first)
+            } else {
+                String::new()
+            }
+        };
+        let uid_map = format!("{} {} 1\n{}", md.uid(), at(uid), root_line(md.uid(), uid));
+        let gid_map = format!("{} {} 1\n{}", md.gid(), at(gid), root_line(md.gid(), gid));
         let (ns, pid) = stockade_sys::idmap::make_userns(|pid| {
             stockade_sys::idmap::write_maps(pid, &uid_map, &gid_map)
         })?;

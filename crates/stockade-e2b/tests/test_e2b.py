@@ -178,6 +178,10 @@ def test_files_write_read_list_rename_remove(sbx):
     assert sbx.files.read("/tmp/o.txt", format="bytes") == b"octets"
     with pytest.raises(FileNotFoundException):
         sbx.files.read("/home/user/nope.txt")
+    # Root writes into the home too (it once got a 500, EOVERFLOW), owning what it wrote.
+    sbx.files.write("/home/user/by-root.txt", "r", user="root")
+    assert sbx.files.read("/home/user/by-root.txt") == "r"
+    assert sbx.commands.run("stat -c %u /home/user/by-root.txt", user="root").stdout == "0\n"
     assert sbx.is_running()
 
 

@@ -492,3 +492,52 @@ async fn a_sandbox_spends_per_user_counts_of_its_own_not_host_roots() {
     destroy_clean(a).await;
     destroy_clean(b).await;
 }
+
+/// Root inside (an exec as uid 0, E2B's `user="root"`) creates files in a writable
+/// workspace, as on any machine, owned on the host by the sandbox's own root (the
+/// first id of its range): never host root, never a host account. Before, the
+/// workspace's idmap had no line for root inside and every create failed with
+/// EOVERFLOW.
+#[tokio::test]
+async fn root_inside_writes_a_workspace_as_the_sandboxs_own_root() {
+    if !native_only("root_inside_writes_a_workspace_as_the_sandboxs_own_root") {
+        return;
+    }
+    if stockade_testkit::rootless() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut spec = SandboxSpec::default();
+    spec.mounts.push(Mount {
+        host: dir.path().into(),
+        target: "/work".into(),
+        writable: true,
+    });
+    let sb = sandbox(spec).await;
+    let mut req = ExecRequest::new([
+        "sh",
+        "-c",
+        "echo r > /work/by-root && id -u && stat -c '%u' /work/by-root",
+    ]);
+    req.uid = Some(0);
+    req.timeout_ms = Some(10_000);
+    let out = sb.exec(req).await.unwrap();
+    assert_eq!(
+        text(&out.stdout),
+        "0\n0\n",
+        "root inside could not write: {}",
+        text(&out.stderr)
+    );
+    let out = sh(&sb, "echo u > /work/by-user && echo ok", 10_000).await;
+    assert_eq!(text(&out.stdout), "ok\n", "{}", text(&out.stderr));
+    let by_root = std::fs::metadata(dir.path().join("by-root")).unwrap();
+    let by_user = std::fs::metadata(dir.path().join("by-user")).unwrap();
+    // The exec user's files are the workspace owner's (host root's tempdir here).
+    assert_eq!(by_user.uid(), dir.path().metadata().unwrap().uid());
+    assert!(
+        by_root.uid() >= 65_536 && !host_account_uids().contains(&by_root.uid()),
+        "root inside wrote as host uid {}",
+        by_root.uid()
+    );
+    destroy_clean(sb).await;
+}
