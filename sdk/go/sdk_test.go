@@ -562,3 +562,46 @@ func must[T any](v T, err error) T {
 	}
 	return v
 }
+
+func TestDetachReturnsAtOnceAndTheCommandRunsOn(t *testing.T) {
+	c := client(t)
+	ctx := context.Background()
+	sb := sandbox(t, c, Spec{})
+	start := time.Now()
+	d, err := sb.Detach(ctx, Shell("echo up; echo oops >&2; sleep 60"))
+	if err != nil {
+		t.Fatalf("detach: %v", err)
+	}
+	if took := time.Since(start); took > 10*time.Second || d.Pid <= 1 {
+		t.Fatalf("detach took %v, pid %d", took, d.Pid)
+	}
+	var out []byte
+	for i := 0; i < 100 && !strings.Contains(string(out), "oops"); i++ {
+		out, _ = d.Output(ctx)
+		time.Sleep(100 * time.Millisecond)
+	}
+	if string(out) != "up\noops\n" {
+		t.Errorf("output: %q", out)
+	}
+	if running, err := d.Running(ctx); !running || err != nil {
+		t.Errorf("running: %v %v", running, err)
+	}
+	if err := d.Kill(ctx, 15); err != nil {
+		t.Errorf("kill: %v", err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.Wait(wctx); err != nil {
+		t.Errorf("wait: %v", err)
+	}
+	quiet, err := sb.Detach(ctx, Shell("echo quiet"), DetachOptions{DiscardOutput: true})
+	if err != nil || quiet.Log != "" {
+		t.Fatalf("discard: %v %+v", err, quiet)
+	}
+	if _, err := quiet.Output(ctx); !errors.Is(err, ErrInvalidSpec) {
+		t.Errorf("output of a discarded one: %v", err)
+	}
+	if _, err := sb.Detach(ctx, []string{"/no/such/program"}); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing program: %v", err)
+	}
+}

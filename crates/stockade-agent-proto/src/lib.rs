@@ -100,6 +100,17 @@ pub struct ExecRequest {
     /// when it passes before the command exits.
     #[serde(default)]
     pub background: bool,
+    /// Return as soon as the command has started, leaving it running, as
+    /// `docker exec -d` does: [`ExecOutcome::pid`] is its pid and its stdin is empty.
+    /// Its stdout and stderr go, interleaved, to [`detached_log`]`(pid)` inside the
+    /// sandbox (read it with a file read), or nowhere with [`ExecRequest::discard_output`].
+    /// What it starts stays too (as with `background`); the deadline, if any, still
+    /// kills all of it, and it ends with the sandbox.
+    #[serde(default)]
+    pub detach: bool,
+    /// With `detach`: keep no output (stdout and stderr are `/dev/null`).
+    #[serde(default)]
+    pub discard_output: bool,
     /// Run as this uid of the sandbox (its gid the same number) instead of the
     /// sandbox's user; `Some(0)` is root of the sandbox's own user namespace, with
     /// [`launch::ROOT_CAPS`] and no host privilege. Agents honour it only in a sandbox
@@ -123,6 +134,8 @@ impl ExecRequest {
             stream: false,
             keep_stdin_open: false,
             background: false,
+            detach: false,
+            discard_output: false,
             uid: None,
         }
     }
@@ -154,6 +167,18 @@ pub struct ExecOutcome {
     /// What the sandbox's egress policy refused during the exec (names not answered,
     /// connections rejected), oldest first. Filled by the host side, not the agent.
     pub egress_denied: Vec<EgressDenial>,
+    /// A detached exec's pid (inside the sandbox); `None` for an exec that ran to its end.
+    #[serde(default)]
+    pub pid: Option<u32>,
+}
+
+/// Where a detached exec's output is kept inside the sandbox (one file per pid, in a
+/// directory any user of the sandbox may add to, as `/tmp`).
+pub const DETACHED_LOG_DIR: &str = "/tmp/.stockade-exec";
+
+/// The file a detached exec of pid `pid` writes its stdout and stderr to.
+pub fn detached_log(pid: u32) -> String {
+    format!("{DETACHED_LOG_DIR}/{pid}.log")
 }
 
 /// One thing a sandbox's egress policy refused.

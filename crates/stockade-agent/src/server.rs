@@ -27,7 +27,7 @@ use stockade_agent_proto::{
 };
 
 use crate::cleanup::{self, Helpers};
-use crate::shim::{ShimConfig, ShimEvent};
+use crate::shim::{DetachedOutput, ShimConfig, ShimEvent};
 use crate::zygote::{Role, Zygote};
 use stockade_agent_proto::now_ms;
 
@@ -403,6 +403,11 @@ fn run_exec(
         timeout_ms: req.timeout_ms,
         policy,
         background: req.background,
+        detach: req.detach.then_some(if req.discard_output {
+            DetachedOutput::Discard
+        } else {
+            DetachedOutput::Log
+        }),
     };
     let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
     line.push(b'\n');
@@ -412,7 +417,7 @@ fn run_exec(
     match outcome {
         // A shim keeping background processes lives on as their subreaper; it stays a
         // helper (so a sweep spares its tree) until it is gone.
-        Ok(_) if req.background => {}
+        Ok(_) if req.background || req.detach => {}
         Ok(_) => shared.helpers.forget(shim),
         // The shim died (the OOM killer, a kill) or misbehaved: it and its processes
         // (reparented to us once it is gone) are killed; none outlives the result.
@@ -649,6 +654,13 @@ fn shim_exec(
                             Ok(ShimEvent::Started { pid }) => {
                                 running = true;
                                 send(conn, &AgentMsg::Started { pid });
+                                // Detached: the command runs on under its shim, which
+                                // ignores the end of our control socket.
+                                if req.detach {
+                                    outcome.pid = Some(pid);
+                                    outcome.duration_ms = started.elapsed().as_millis() as u64;
+                                    return Ok(outcome);
+                                }
                             }
                             Ok(ShimEvent::Exited {
                                 exit_code,

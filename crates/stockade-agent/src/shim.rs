@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::Path;
@@ -40,6 +40,20 @@ pub struct ShimConfig {
     /// subreaper until the last one ends).
     #[serde(default)]
     pub background: bool,
+    /// Detached: PID 1 answers once the command has started and closes our control
+    /// socket, which then means nothing (the deadline still holds); the command's
+    /// stdin is `/dev/null` and its output goes where this says.
+    #[serde(default)]
+    pub detach: Option<DetachedOutput>,
+}
+
+/// Where a detached command's stdout and stderr go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum DetachedOutput {
+    /// [`stockade_agent_proto::detached_log`] of its pid.
+    Log,
+    /// `/dev/null`.
+    Discard,
 }
 
 /// What the shim tells PID 1, one JSON line each.
@@ -160,16 +174,19 @@ pub fn run(seccomp_in_force: bool, signals_clean: bool) -> i32 {
     stockade_sys::process::stdio_to_null(&[0, 1, 2]);
     let mut exec_error = String::new();
     let _ = fs::File::from(err_r).read_to_string(&mut exec_error);
-    send(
-        &mut ctl,
-        &ShimEvent::Started {
-            pid: child.as_raw() as u32,
-        },
-    );
+    // A detached command that never ran is no start: PID 1 answers with its failure.
+    if config.detach.is_none() || exec_error.is_empty() {
+        send(
+            &mut ctl,
+            &ShimEvent::Started {
+                pid: child.as_raw() as u32,
+            },
+        );
+    }
     let deadline = config
         .timeout_ms
         .map(|ms| started + Duration::from_millis(ms));
-    let (status, timed_out) = wait_child(child, &mut reader, deadline);
+    let (status, timed_out) = wait_child(child, &mut reader, deadline, config.detach.is_some());
     let (mut exit_code, signal) = match status {
         WaitStatus::Exited(_, c) => (c, None),
         WaitStatus::Signaled(_, s, _) => (128 + s as i32, Some(s as i32)),
@@ -183,7 +200,9 @@ pub fn run(seccomp_in_force: bool, signals_clean: bool) -> i32 {
     // Asked for background processes: they keep running when the command exited by
     // itself (not at a deadline or a kill); we stay their subreaper, out of the code's
     // reach (root), and end when the last one has.
-    let keep = config.background && !timed_out && status != WaitStatus::StillAlive;
+    let keep = (config.background || config.detach.is_some())
+        && !timed_out
+        && status != WaitStatus::StillAlive;
     if !keep {
         let _ = kill_descendants(child);
     }
@@ -242,7 +261,11 @@ fn wait_child(
     child: Pid,
     ctl: &mut BufReader<UnixStream>,
     deadline: Option<Instant>,
+    detached: bool,
 ) -> (WaitStatus, bool) {
+    // Detached, the end of the control socket is PID 1 having answered: from then
+    // on only the child and the deadline count.
+    let mut listening = true;
     let pidfd = rustix::process::Pid::from_raw(child.as_raw())
         .and_then(|p| rustix::process::pidfd_open(p, rustix::process::PidfdFlags::empty()).ok());
     loop {
@@ -262,7 +285,10 @@ fn wait_child(
             None => PollTimeout::NONE,
         };
         let ctl_fd = ctl.get_ref().as_fd();
-        let mut fds = vec![PollFd::new(ctl_fd, PollFlags::POLLIN)];
+        let mut fds = Vec::with_capacity(2);
+        if listening {
+            fds.push(PollFd::new(ctl_fd, PollFlags::POLLIN));
+        }
         if let Some(p) = &pidfd {
             fds.push(PollFd::new(p.as_fd(), PollFlags::POLLIN));
         }
@@ -274,7 +300,7 @@ fn wait_child(
         };
         // A request that came with the config is in the reader's buffer already,
         // where polling the socket would never see it.
-        let buffered = !ctl.buffer().is_empty();
+        let buffered = listening && !ctl.buffer().is_empty();
         let polled = if buffered {
             Ok(0)
         } else {
@@ -282,7 +308,7 @@ fn wait_child(
         };
         match polled {
             Ok(_) => {
-                if buffered || fds[0].revents().is_some_and(|r| !r.is_empty()) {
+                if buffered || (listening && fds[0].revents().is_some_and(|r| !r.is_empty())) {
                     let mut line = String::new();
                     // "signal N": passed to the main child, which decides what it does.
                     // "kill" or end of stream: the caller gave up on this exec.
@@ -294,10 +320,12 @@ fn wait_child(
                         let _ = kill(child, sig);
                         continue;
                     }
-                    if read
-                        .map(|n| n == 0 || line.trim() == "kill")
-                        .unwrap_or(true)
-                    {
+                    let gone = read.map(|n| n == 0).unwrap_or(true);
+                    if gone && detached {
+                        listening = false;
+                        continue;
+                    }
+                    if gone || line.trim() == "kill" {
                         return (kill_main_first(child), false);
                     }
                 }
@@ -512,15 +540,79 @@ fn prepare_and_exec(
         .map(|(k, v)| c(&format!("{k}={v}")))
         .collect::<Result<_, _>>()?;
     let prog = c(&program)?;
-    enter_landlock(&config.policy)?;
-    // The program starts with stdio only: whatever this process holds (the control
-    // socket, the error pipe) closes at exec.
-    stockade_sys::process::cloexec_fds_from(3).map_err(|e| e.to_string())?;
-    if let Some(f) = filters {
-        f.apply().map_err(|e| e.to_string())?;
+    // Detached, the exec's stderr (its pipe to PID 1) is kept aside, close-on-exec: a
+    // failure from here on is said there, not into the command's log.
+    let pipe_stderr = match config.detach {
+        Some(output) => Some(detach_stdio(output)?),
+        None => None,
+    };
+    let last_steps = || -> Result<std::convert::Infallible, String> {
+        enter_landlock(&config.policy)?;
+        // The program starts with stdio only: whatever this process holds (the control
+        // socket, the error pipe) closes at exec.
+        stockade_sys::process::cloexec_fds_from(3).map_err(|e| e.to_string())?;
+        if let Some(f) = filters {
+            f.apply().map_err(|e| e.to_string())?;
+        }
+        nix::unistd::execve(&prog, &argv, &envp)
+            .map_err(|e| format!("cannot execute {}: {}", config.argv[0], describe(e)))
+    };
+    let failed = last_steps();
+    if let Some(fd) = pipe_stderr {
+        let _ = nix::unistd::dup2(fd.as_raw_fd(), 2);
     }
-    nix::unistd::execve(&prog, &argv, &envp)
-        .map_err(|e| format!("cannot execute {}: {}", config.argv[0], describe(e)))
+    failed
+}
+
+/// A detached command's stdio, opened as the sandbox user (so a link planted in the
+/// log directory gains nothing): stdin `/dev/null`, stdout and stderr the log of
+/// this pid, created in a directory every user of the sandbox may add to (sticky,
+/// as `/tmp`), or `/dev/null`.
+/// Returns the exec's stderr as it was, close-on-exec.
+fn detach_stdio(output: DetachedOutput) -> Result<std::os::fd::OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    let pipe_stderr = rustix::io::fcntl_dupfd_cloexec(std::io::stderr(), 3)
+        .map_err(|e| format!("cannot keep the exec's stderr: {e}"))?;
+    let null = rustix::fs::open("/dev/null", OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())
+        .map_err(|e| format!("cannot open /dev/null: {e}"))?;
+    let out = match output {
+        DetachedOutput::Discard => None,
+        DetachedOutput::Log => {
+            let dir = stockade_agent_proto::DETACHED_LOG_DIR;
+            match rustix::fs::mkdir(dir, Mode::from_raw_mode(0o1777)) {
+                // The umask took bits off; the directory is ours to set.
+                Ok(()) => rustix::fs::chmod(dir, Mode::from_raw_mode(0o1777))
+                    .map_err(|e| format!("cannot open {dir} to every user: {e}"))?,
+                Err(rustix::io::Errno::EXIST) => {}
+                Err(e) => return Err(format!("cannot keep the detached output in {dir}: {e}")),
+            }
+            let d = rustix::fs::open(
+                dir,
+                OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .map_err(|e| format!("cannot keep the detached output in {dir}: {e}"))?;
+            let name = format!("{}.log", std::process::id());
+            let f = rustix::fs::openat(
+                &d,
+                name.as_str(),
+                OFlags::WRONLY
+                    | OFlags::CREATE
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o644),
+            )
+            .map_err(|e| format!("cannot keep the detached output in {dir}/{name}: {e}"))?;
+            Some(f)
+        }
+    };
+    let out = out.as_ref().unwrap_or(&null);
+    for (from, to) in [(&null, 0), (out, 1), (out, 2)] {
+        nix::unistd::dup2(from.as_raw_fd(), to)
+            .map_err(|e| format!("cannot set up the detached command's stdio: {e}"))?;
+    }
+    Ok(pipe_stderr)
 }
 
 /// Drops to the sandbox user: no capabilities in any set, the policy's uid and gid,

@@ -44,7 +44,9 @@ enum Command {
     Create(commands::create::CreateArgs),
     /// Run a command in an existing sandbox.
     Exec(commands::exec::ExecArgs),
-    /// List live sandboxes.
+    /// Print what a detached exec (`exec --detach`) wrote; --follow until it ends.
+    Logs(commands::logs::LogsArgs),
+    /// List live sandboxes (of every provider, unless --provider names one).
     Ls,
     /// Show a sandbox's spec and the hardening actually applied.
     Inspect {
@@ -184,7 +186,7 @@ fn docker_hint(arg: &str) -> Option<&'static str> {
         }
         "-d" | "--detach" => {
             "`stockade create` makes a sandbox that lives until `stockade rm ID`; \
-             `stockade exec --background ID -- CMD` leaves a command running in it"
+             `stockade exec --detach ID -- CMD` starts a command in it and returns"
         }
         "-p" | "--publish" => "sandboxes have no network unless asked: see --network",
         "--name" => "sandboxes are named by the id `stockade create` prints",
@@ -277,6 +279,7 @@ fn main() {
             Command::Run(a) => commands::run::run(&ctx, a).await,
             Command::Create(a) => commands::create::run(&ctx, a).await,
             Command::Exec(a) => commands::exec::run(&ctx, a).await,
+            Command::Logs(a) => commands::logs::run(&ctx, a).await,
             Command::Ls => commands::ls::run(&ctx).await,
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
             Command::Net(a) => commands::net::run(&ctx, a).await,

@@ -75,6 +75,8 @@ pub fn exec_request(sandbox_id: &str, r: &ExecRequest) -> pb::ExecRequest {
         output_limit_bytes: r.output_limit_bytes,
         keep_stdin_open: r.keep_stdin_open,
         background: r.background,
+        detach: r.detach,
+        discard_output: r.discard_output,
     }
 }
 
@@ -90,6 +92,8 @@ pub fn from_exec_request(r: pb::ExecRequest) -> (String, ExecRequest) {
     }
     req.keep_stdin_open = r.keep_stdin_open;
     req.background = r.background;
+    req.detach = r.detach;
+    req.discard_output = r.discard_output;
     (r.sandbox_id, req)
 }
 
@@ -105,6 +109,7 @@ pub fn outcome(o: ExecOutcome) -> pb::ExecOutcome {
         stdout_dropped: o.stdout_dropped,
         stderr_dropped: o.stderr_dropped,
         egress_denied: o.egress_denied.into_iter().map(denial).collect(),
+        pid: o.pid,
     }
 }
 
@@ -142,6 +147,7 @@ pub fn from_outcome(o: pb::ExecOutcome) -> ExecOutcome {
         stdout_dropped: o.stdout_dropped,
         stderr_dropped: o.stderr_dropped,
         egress_denied: o.egress_denied.into_iter().map(from_denial).collect(),
+        pid: o.pid,
     }
 }
 

@@ -29,7 +29,8 @@ pub use session::{
 };
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{
-    BoundedCapture, EgressDenial, ExecOutcome, ExecRequest, Stream, now_ms,
+    BoundedCapture, DETACHED_LOG_DIR, EgressDenial, ExecOutcome, ExecRequest, Stream, detached_log,
+    now_ms,
 };
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 

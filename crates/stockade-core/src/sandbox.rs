@@ -365,5 +365,17 @@ pub fn check_request(req: &ExecRequest) -> Result<()> {
             "exec timeout must be positive".into(),
         ));
     }
+    if req.detach && (req.keep_stdin_open || !req.stdin.is_empty()) {
+        return Err(Error::InvalidRequest(
+            "a detached exec reads no stdin (it returns before the command reads); \
+             write the input to a file and redirect it, or run the exec without detach"
+                .into(),
+        ));
+    }
+    if req.discard_output && !req.detach {
+        return Err(Error::InvalidRequest(
+            "discard_output is for detached execs; an exec that waits returns its output".into(),
+        ));
+    }
     Ok(())
 }

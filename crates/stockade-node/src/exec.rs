@@ -23,6 +23,10 @@ pub struct ExecOptions {
     pub output_limit: Option<i64>,
     /// What the command leaves running lives on until the sandbox ends.
     pub background: Option<bool>,
+    /// Answered once the command has started (the outcome's `pid`), left running.
+    pub detach: Option<bool>,
+    /// With `detach`: keep none of its output.
+    pub discard_output: Option<bool>,
 }
 
 impl ExecOptions {
@@ -43,6 +47,8 @@ impl ExecOptions {
             req.output_limit_bytes = non_negative("outputLimit", limit)?;
         }
         req.background = self.background.unwrap_or(false);
+        req.detach = self.detach.unwrap_or(false);
+        req.discard_output = self.discard_output.unwrap_or(false);
         Ok(req)
     }
 }
@@ -69,6 +75,8 @@ pub struct Outcome {
     pub duration_ms: i64,
     /// What the egress policy refused during the exec, as JSON.
     pub egress_denied_json: String,
+    /// A detached exec's pid.
+    pub pid: Option<u32>,
 }
 
 fn count(v: u64) -> i64 {
@@ -89,6 +97,7 @@ impl From<ExecOutcome> for Outcome {
             duration_ms: count(o.duration_ms),
             egress_denied_json: serde_json::to_string(&o.egress_denied)
                 .unwrap_or_else(|_| "[]".into()),
+            pid: o.pid,
         }
     }
 }

@@ -43,6 +43,12 @@ pub fn providers() -> Vec<String> {
 }
 
 /// The version of the native module (the workspace's).
+/// The file in the sandbox a detached exec of pid `pid` writes its output to.
+#[napi]
+pub fn detached_log(pid: u32) -> String {
+    stockade::detached_log(pid)
+}
+
 #[napi]
 pub fn version() -> String {
     env!("CARGO_PKG_VERSION").to_string()

@@ -60,6 +60,9 @@ pub struct Outcome {
     /// The egress policy's refusals, as a JSON list.
     #[pyo3(get)]
     egress_denied_json: String,
+    /// A detached exec's pid.
+    #[pyo3(get)]
+    pid: Option<u32>,
 }
 
 impl From<ExecOutcome> for Outcome {
@@ -76,6 +79,7 @@ impl From<ExecOutcome> for Outcome {
             duration_ms: o.duration_ms,
             egress_denied_json: serde_json::to_string(&o.egress_denied)
                 .unwrap_or_else(|_| "[]".into()),
+            pid: o.pid,
         }
     }
 }

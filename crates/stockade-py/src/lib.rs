@@ -38,6 +38,12 @@ fn languages(provider: Option<String>, home: Option<std::path::PathBuf>) -> PyRe
     errors::json(&rows)
 }
 
+/// The file in the sandbox a detached exec of pid `pid` writes its output to.
+#[pyfunction]
+fn detached_log(pid: u32) -> String {
+    stockade::detached_log(pid)
+}
+
 /// The `stockade._native` module.
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -50,6 +56,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<exec::Chunk>()?;
     m.add_function(wrap_pyfunction!(files::unpack_on_host, m)?)?;
     m.add_function(wrap_pyfunction!(languages, m)?)?;
+    m.add_function(wrap_pyfunction!(detached_log, m)?)?;
     m.add("PROVIDERS", stockade::PROVIDERS.to_vec())?;
     m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     Ok(())

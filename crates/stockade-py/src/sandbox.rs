@@ -49,7 +49,10 @@ impl SandboxHandle {
     }
 
     /// Runs a command and waits for it; its [`Outcome`].
-    #[pyo3(signature = (argv, opts, background=false, asynchronous=false))]
+    /// `detach`: answered once the command has started (the outcome's `pid`), its
+    /// output kept in the sandbox unless `discard_output`.
+    #[pyo3(signature = (argv, opts, background=false, asynchronous=false, detach=false, discard_output=false))]
+    #[allow(clippy::too_many_arguments)]
     fn exec(
         &self,
         py: Python<'_>,
@@ -57,9 +60,13 @@ impl SandboxHandle {
         opts: ExecOptions,
         background: bool,
         asynchronous: bool,
+        detach: bool,
+        discard_output: bool,
     ) -> PyResult<Py<PyAny>> {
         let mut req = opts.request(argv);
         req.background = background;
+        req.detach = detach;
+        req.discard_output = discard_output;
         let sb = self.sb.clone();
         drive(py, asynchronous, async move {
             Ok(Outcome::from(sb.exec(req).await.map_err(to_py)?))

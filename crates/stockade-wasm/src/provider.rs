@@ -192,9 +192,9 @@ impl Provider for WasmProvider {
                 "the wasm provider cannot keep stdin open; pass stdin as bytes".into(),
             ));
         }
-        if req.background {
+        if req.background || req.detach {
             return Err(Error::InvalidRequest(
-                "the wasm provider has no processes to leave in the background; use the native or docker provider".into(),
+                "the wasm provider has no processes to leave running (background or detached); use the native or docker provider".into(),
             ));
         }
         let sb = self.sandbox(id)?;

@@ -178,6 +178,64 @@ pub fn provider_with(name: Option<&str>, options: &ProviderOptions) -> Result<Ar
     }
 }
 
+/// The provider of this build that holds sandbox `id`: `first` (the caller's default)
+/// asked first, then the others in [`PROVIDERS`]' order, so an id works whichever
+/// provider made it. A provider that cannot be built or asked on this host (no
+/// dockerd, no runsc) is passed over; when none holds the id, `first`'s answer is the
+/// error (`sandbox ID not found`).
+pub async fn provider_holding(
+    id: &str,
+    first: &str,
+    options: &ProviderOptions,
+) -> Result<Arc<dyn Provider>> {
+    let first_answer = match provider_with(Some(first), options) {
+        Ok(p) => match p.inspect(id).await {
+            Ok(_) => return Ok(p),
+            Err(e) => e,
+        },
+        Err(e) => e,
+    };
+    // A malformed id is no provider's.
+    if first_answer.code() == ErrorCode::InvalidSpec {
+        return Err(first_answer);
+    }
+    for name in PROVIDERS.iter().filter(|n| **n != first) {
+        if let Ok(p) = provider_with(Some(name), options)
+            && p.inspect(id).await.is_ok()
+        {
+            return Ok(p);
+        }
+    }
+    Err(first_answer)
+}
+
+/// Every live sandbox of every provider of this build (`first`'s listed first), and
+/// the providers that could not be asked, with why. A provider this host lacks
+/// (no dockerd, no runsc) lists nothing; `first` failing is an error.
+pub async fn list_everywhere(
+    first: &str,
+    options: &ProviderOptions,
+) -> Result<(Vec<SandboxInfo>, Vec<(String, Error)>)> {
+    let mut all = provider_with(Some(first), options)?.list().await?;
+    let mut unasked = Vec::new();
+    for name in PROVIDERS.iter().filter(|n| **n != first) {
+        match provider_with(Some(name), options) {
+            Ok(p) => match p.list().await {
+                Ok(list) => {
+                    for s in list {
+                        if !all.iter().any(|a| a.id == s.id) {
+                            all.push(s);
+                        }
+                    }
+                }
+                Err(e) => unasked.push((name.to_string(), e)),
+            },
+            Err(e) => unasked.push((name.to_string(), e)),
+        }
+    }
+    Ok((all, unasked))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

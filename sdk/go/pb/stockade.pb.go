@@ -944,7 +944,12 @@ type ExecRequest struct {
 	// Keep stdin open for ExecInput until `close` (streamed execs only).
 	KeepStdinOpen bool `protobuf:"varint,8,opt,name=keep_stdin_open,json=keepStdinOpen,proto3" json:"keep_stdin_open,omitempty"`
 	// Leave what the command starts running after it exits (see the core ExecRequest).
-	Background    bool `protobuf:"varint,9,opt,name=background,proto3" json:"background,omitempty"`
+	Background bool `protobuf:"varint,9,opt,name=background,proto3" json:"background,omitempty"`
+	// Return once the command has started, leaving it running (see the core
+	// ExecRequest): the outcome's pid is its pid, its output goes to a file in the
+	// sandbox, or nowhere with discard_output.
+	Detach        bool `protobuf:"varint,10,opt,name=detach,proto3" json:"detach,omitempty"`
+	DiscardOutput bool `protobuf:"varint,11,opt,name=discard_output,json=discardOutput,proto3" json:"discard_output,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1042,6 +1047,20 @@ func (x *ExecRequest) GetBackground() bool {
 	return false
 }
 
+func (x *ExecRequest) GetDetach() bool {
+	if x != nil {
+		return x.Detach
+	}
+	return false
+}
+
+func (x *ExecRequest) GetDiscardOutput() bool {
+	if x != nil {
+		return x.DiscardOutput
+	}
+	return false
+}
+
 type ExecOutcome struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	ExitCode      int32                  `protobuf:"varint,1,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
@@ -1054,7 +1073,9 @@ type ExecOutcome struct {
 	StdoutDropped uint64                 `protobuf:"varint,8,opt,name=stdout_dropped,json=stdoutDropped,proto3" json:"stdout_dropped,omitempty"`
 	StderrDropped uint64                 `protobuf:"varint,9,opt,name=stderr_dropped,json=stderrDropped,proto3" json:"stderr_dropped,omitempty"`
 	// What the sandbox's egress policy refused during the exec.
-	EgressDenied  []*EgressDenial `protobuf:"bytes,10,rep,name=egress_denied,json=egressDenied,proto3" json:"egress_denied,omitempty"`
+	EgressDenied []*EgressDenial `protobuf:"bytes,10,rep,name=egress_denied,json=egressDenied,proto3" json:"egress_denied,omitempty"`
+	// A detached exec's pid inside the sandbox.
+	Pid           *uint32 `protobuf:"varint,11,opt,name=pid,proto3,oneof" json:"pid,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1157,6 +1178,13 @@ func (x *ExecOutcome) GetEgressDenied() []*EgressDenial {
 		return x.EgressDenied
 	}
 	return nil
+}
+
+func (x *ExecOutcome) GetPid() uint32 {
+	if x != nil && x.Pid != nil {
+		return *x.Pid
+	}
+	return 0
 }
 
 // One refusal of an egress policy (see the core EgressDenial).
@@ -3688,7 +3716,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\tspec_json\x18\x06 \x01(\tR\bspecJson\x12\x18\n" +
 	"\aapplied\x18\a \x03(\tR\aapplied\x12\x16\n" +
 	"\x06pooled\x18\b \x01(\bR\x06pooled\x12\x14\n" +
-	"\x05state\x18\t \x01(\tR\x05state\"\x8b\x03\n" +
+	"\x05state\x18\t \x01(\tR\x05state\"\xca\x03\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -3702,12 +3730,15 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0fkeep_stdin_open\x18\b \x01(\bR\rkeepStdinOpen\x12\x1e\n" +
 	"\n" +
 	"background\x18\t \x01(\bR\n" +
-	"background\x1a6\n" +
+	"background\x12\x16\n" +
+	"\x06detach\x18\n" +
+	" \x01(\bR\x06detach\x12%\n" +
+	"\x0ediscard_output\x18\v \x01(\bR\rdiscardOutput\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
 	"\x04_cwdB\r\n" +
-	"\v_timeout_ms\"\xed\x02\n" +
+	"\v_timeout_ms\"\x8c\x03\n" +
 	"\vExecOutcome\x12\x1b\n" +
 	"\texit_code\x18\x01 \x01(\x05R\bexitCode\x12\x1b\n" +
 	"\x06signal\x18\x02 \x01(\x05H\x00R\x06signal\x88\x01\x01\x12\x1b\n" +
@@ -3721,8 +3752,10 @@ const file_stockade_proto_rawDesc = "" +
 	"\x0estdout_dropped\x18\b \x01(\x04R\rstdoutDropped\x12%\n" +
 	"\x0estderr_dropped\x18\t \x01(\x04R\rstderrDropped\x12>\n" +
 	"\regress_denied\x18\n" +
-	" \x03(\v2\x19.stockade.v1.EgressDenialR\fegressDeniedB\t\n" +
-	"\a_signal\"\xb9\x01\n" +
+	" \x03(\v2\x19.stockade.v1.EgressDenialR\fegressDenied\x12\x15\n" +
+	"\x03pid\x18\v \x01(\rH\x01R\x03pid\x88\x01\x01B\t\n" +
+	"\a_signalB\x06\n" +
+	"\x04_pid\"\xb9\x01\n" +
 	"\fEgressDenial\x12\x13\n" +
 	"\x05at_ms\x18\x01 \x01(\x04R\x04atMs\x12\x1a\n" +
 	"\bprotocol\x18\x02 \x01(\tR\bprotocol\x12 \n" +

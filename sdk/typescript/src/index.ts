@@ -30,6 +30,7 @@ export {
 } from "./spec";
 export {
   ExecStream,
+  Process,
   Sandbox,
   SessionSandbox,
   type Argv,

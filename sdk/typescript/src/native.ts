@@ -14,6 +14,8 @@ export interface NativeExecOptions {
   timeoutMs?: number;
   outputLimit?: number;
   background?: boolean;
+  detach?: boolean;
+  discardOutput?: boolean;
 }
 
 export interface NativeOutcome {
@@ -27,6 +29,7 @@ export interface NativeOutcome {
   stderrDropped: number;
   durationMs: number;
   egressDeniedJson: string;
+  pid?: number | null;
 }
 
 export interface NativeChunk {
@@ -88,6 +91,7 @@ export interface NativeModule {
   languages(provider?: string | null, home?: string | null): string;
   providers(): string[];
   version(): string;
+  detachedLog(pid: number): string;
 }
 
 const dir = join(__dirname, "..", "native");

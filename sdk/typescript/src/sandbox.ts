@@ -1,7 +1,7 @@
 /** A live sandbox: exec (waited for or streamed), runCode, files, destroy. */
 
-import { abortError, call, InvalidSpecError, translate, UnavailableError } from "./errors";
-import type { NativeClient, NativeExec, NativeExecOptions, NativeOutcome, NativeSandbox } from "./native";
+import { abortError, call, InvalidSpecError, NotFoundError, PolicyDeniedError, translate, UnavailableError } from "./errors";
+import { native, type NativeClient, type NativeExec, type NativeExecOptions, type NativeOutcome, type NativeSandbox } from "./native";
 import { networkValue, type NetworkOption } from "./spec";
 
 /** A command: a list of arguments, or a string run by `/bin/sh -c`. */
@@ -195,6 +195,57 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   }
 }
 
+
+/** A command {@link Sandbox.start} left running in the sandbox. */
+export class Process {
+  /** @internal */
+  constructor(
+    private readonly sandbox: Sandbox,
+    /** Its pid inside the sandbox (what `kill` or `ps` there see). */
+    readonly pid: number,
+    /** The file in the sandbox its stdout and stderr go to (`null`: discarded). */
+    readonly log: string | null,
+  ) {}
+
+  /** Whether it still runs. */
+  async running(): Promise<boolean> {
+    try {
+      await this.sandbox.stat(`/proc/${this.pid}`);
+      return true;
+    } catch (e) {
+      if (e instanceof NotFoundError) return false;
+      throw e;
+    }
+  }
+
+  /** Waits until it has ended; rejects with a `TimeoutError` after `timeout` seconds. */
+  async wait(timeout?: number, pollMs = 100): Promise<void> {
+    const deadline = timeout === undefined ? undefined : Date.now() + timeout * 1000;
+    while (await this.running()) {
+      if (deadline !== undefined && Date.now() >= deadline) {
+        const e = new Error(`process ${this.pid} still runs after ${timeout} s`);
+        e.name = "TimeoutError";
+        throw e;
+      }
+      await new Promise((r) => setTimeout(r, pollMs));
+    }
+  }
+
+  /** Sends it `signal` (default 15, SIGTERM) from inside the sandbox, as its user. */
+  async kill(signal = 15): Promise<void> {
+    const r = await this.sandbox.exec(["kill", `-${Math.trunc(signal)}`, String(this.pid)], { timeout: 10 });
+    if (!r.ok && (await this.running())) {
+      throw new PolicyDeniedError(`cannot signal process ${this.pid}: ${r.stderr.trim()}`);
+    }
+  }
+
+  /** What it wrote so far (stdout and stderr, interleaved). */
+  async output(): Promise<string> {
+    if (this.log === null) throw new InvalidSpecError(`process ${this.pid} was started with discardOutput`);
+    return this.sandbox.readText(this.log);
+  }
+}
+
 /**
  * A live sandbox. Destroy it with `await using sb = await stockade.create()` or in a
  * `finally`; sandboxes also die with the Node process that created them.
@@ -250,6 +301,30 @@ export class Sandbox implements AsyncDisposable {
     } finally {
       unhook();
     }
+  }
+
+  /**
+   * Starts a command and returns at once, leaving it running (as `docker exec -d`):
+   * a {@link Process} with its `pid`, `running()`, `wait()`, `kill()` and
+   * `output()`. Its stdin is empty; its stdout and stderr are kept in the sandbox
+   * unless `discardOutput`. `timeout` still kills it; it ends with the sandbox. A
+   * program that cannot start rejects (`NotFoundError` when it does not exist).
+   */
+  async start(
+    argv: Argv,
+    opts: Pick<ExecOptions, "timeout" | "env" | "cwd"> & { discardOutput?: boolean } = {},
+  ): Promise<Process> {
+    const options = nativeOptions(opts, false);
+    options.detach = true;
+    if (opts.discardOutput === true) options.discardOutput = true;
+    const handle = await call(() => this.h.start(argvOf(argv), options, false));
+    const o = await call(() => handle.outcome());
+    if (o.pid === undefined || o.pid === null) {
+      const why = o.stderr.toString("utf8").trim() || `exit code ${o.exitCode}`;
+      if (o.exitCode === 127) throw new NotFoundError(`the command did not start: ${why}`);
+      throw new InvalidSpecError(`the command did not start: ${why}`);
+    }
+    return new Process(this, o.pid, opts.discardOutput === true ? null : native.detachedLog(o.pid));
   }
 
   /** Starts a command whose output is read live (`for await (const chunk of stream)`). */

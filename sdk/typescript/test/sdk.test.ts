@@ -189,3 +189,29 @@ test("sessions: the workspace at /work outlives the sandbox", async () => {
   }
   assert.ok(!(await client.sessions()).some((x) => x.name === name));
 });
+
+test("start returns at once; the process runs on, is signalled and its output kept", async () => {
+  await using sb = await stockade.create();
+  const t = Date.now();
+  const p = await sb.start(["sh", "-c", "echo up; echo oops >&2; sleep 60"]);
+  assert.ok(Date.now() - t < 10_000, `start took ${Date.now() - t} ms`);
+  assert.ok(p instanceof stockade.Process && p.pid > 1, String(p.pid));
+  assert.equal(p.log, `/tmp/.stockade-exec/${p.pid}.log`);
+  assert.equal(await p.running(), true);
+  let out = "";
+  for (let i = 0; i < 100 && !(out.includes("up") && out.includes("oops")); i++) {
+    out = await p.output();
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.equal(out, "up\noops\n");
+  await p.kill();
+  await p.wait(10);
+  assert.equal(await p.running(), false);
+  const quiet = await sb.start("echo quiet", { discardOutput: true });
+  assert.equal(quiet.log, null);
+  await assert.rejects(quiet.output(), InvalidSpecError);
+  const bounded = await sb.start(["sleep", "60"], { timeout: 1 });
+  await bounded.wait(10);
+  await assert.rejects(sb.start(["/no/such/program"]), stockade.NotFoundError);
+  await assert.rejects((await sb.start(["sleep", "60"])).wait(0.5), { name: "TimeoutError" });
+});

@@ -33,7 +33,10 @@ struct Copied {
 }
 
 pub async fn run(ctx: &Ctx, a: CpArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
+    let provider = match split(&a.src).or(split(&a.dest)) {
+        Some((id, _)) => ctx.provider_for(id).await?,
+        None => ctx.provider()?,
+    };
     let copied = match (split(&a.src), split(&a.dest)) {
         (None, Some((id, dest))) => {
             let c = to_sandbox(provider.as_ref(), Path::new(&a.src), id, dest).await?;

@@ -27,7 +27,7 @@ pub struct EventsArgs {
 }
 
 pub async fn run(ctx: &Ctx, a: EventsArgs) -> Result<i32> {
-    let sb = Sandbox::attach(ctx.provider()?, &a.id).await?;
+    let sb = Sandbox::attach(ctx.provider_for(&a.id).await?, &a.id).await?;
     // The latest time printed per refused destination and rule.
     let mut seen: HashMap<(String, String, Option<u16>, String), u64> = HashMap::new();
     let mut since = a.since;

@@ -32,6 +32,13 @@ pub struct ExecArgs {
     /// sandbox ends; without it everything the command started ends with it.
     #[arg(long)]
     pub background: bool,
+    /// Start the command and return at once with its pid, leaving it running (as
+    /// `docker exec -d`); `stockade logs ID PID` prints what it writes.
+    #[arg(long, short = 'd', conflicts_with = "stdin")]
+    pub detach: bool,
+    /// With --detach: keep none of its output.
+    #[arg(long, requires = "detach")]
+    pub discard_output: bool,
     /// The command and its arguments. Every flag after the command's first word is
     /// the command's own, as with `docker exec`; a `--` before the command is accepted
     /// too.
@@ -152,7 +159,7 @@ pub fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
 }
 
 pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
+    let provider = ctx.provider_for(&a.id).await?;
     let req = request(
         a.command,
         a.timeout,
@@ -163,7 +170,31 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
     )?;
     let req = stockade::ExecRequest {
         background: a.background,
+        detach: a.detach,
+        discard_output: a.discard_output,
         ..req
     };
+    if a.detach {
+        let req = stockade::CheckedRequest::new(req)?;
+        let o = provider.exec(&a.id, req, stockade::ExecIo::none()).await?;
+        let Some(pid) = o.pid else {
+            // It never ran: the answer says why, as an exec that waited would.
+            print_outcome(ctx, &a.id, &o);
+            return Ok(o.exit_code);
+        };
+        let log = (!a.discard_output).then(|| stockade::detached_log(pid));
+        if ctx.json {
+            println!(
+                "{}",
+                serde_json::json!({"id": a.id, "pid": pid, "log": log})
+            );
+        } else {
+            println!("{pid}");
+            if log.is_some() {
+                eprintln!("stockade: its output: stockade logs {} {pid}", a.id);
+            }
+        }
+        return Ok(0);
+    }
     exec_and_print(ctx, provider.as_ref(), &a.id, req).await
 }

@@ -152,7 +152,7 @@ pub async fn run(ctx: &Ctx, id: &str, cmd: FsCmd) -> Result<i32> {
         FsCmd::Mkdir { path, parents } => FileOp::Mkdir { path, parents },
         FsCmd::Rm { path, recursive } => FileOp::Rm { path, recursive },
     };
-    let result = ctx.provider()?.file(id, op).await?;
+    let result = ctx.provider_for(id).await?.file(id, op).await?;
     print(ctx.json, &result);
     Ok(0)
 }

@@ -5,7 +5,7 @@ use stockade::Result;
 use super::{Ctx, until};
 
 pub async fn run(ctx: &Ctx, id: &str) -> Result<i32> {
-    let provider = ctx.provider()?;
+    let provider = ctx.provider_for(id).await?;
     let info = provider.inspect(id).await?;
     let denied = provider.egress_denied(id, 0).await?;
     if ctx.json {

@@ -5,7 +5,7 @@ use stockade::Result;
 use super::{Ctx, until};
 
 pub async fn run(ctx: &Ctx) -> Result<i32> {
-    let list = ctx.provider()?.list().await?;
+    let list = ctx.list().await?;
     if ctx.json {
         println!(
             "{}",

@@ -12,6 +12,7 @@ pub mod gc;
 pub mod image;
 pub mod inspect;
 pub mod languages;
+pub mod logs;
 pub mod ls;
 pub mod mcp;
 pub mod net;
@@ -43,6 +44,35 @@ impl Ctx {
             return Ok(Arc::new(r.clone().with_backend(self.provider.clone())));
         }
         stockade::provider_with_home(self.provider.as_deref(), self.home.as_deref())
+    }
+
+    /// The provider that holds sandbox `id`: the daemon (which knows every sandbox's
+    /// provider) or `--provider`'s when one is named; otherwise whichever of this
+    /// build's providers made it, the default asked first.
+    pub async fn provider_for(&self, id: &str) -> Result<Arc<dyn Provider>> {
+        if self.remote.is_some() || self.provider.is_some() {
+            return self.provider();
+        }
+        let options = stockade::ProviderOptions {
+            home: self.home.clone(),
+            ..Default::default()
+        };
+        stockade::provider_holding(id, &self.provider_name(), &options).await
+    }
+
+    /// Every sandbox this caller can see: the daemon's or `--provider`'s list when
+    /// one is named; otherwise every provider's of this build (one that cannot be
+    /// asked on this host, such as docker without a dockerd, lists nothing).
+    pub async fn list(&self) -> Result<Vec<stockade::SandboxInfo>> {
+        if self.remote.is_some() || self.provider.is_some() {
+            return self.provider()?.list().await;
+        }
+        let options = stockade::ProviderOptions {
+            home: self.home.clone(),
+            ..Default::default()
+        };
+        let (all, _unasked) = stockade::list_everywhere(&self.provider_name(), &options).await?;
+        Ok(all)
     }
 
     /// The provider `name` of this build, in-process (whatever `--provider` says).

@@ -24,7 +24,7 @@ pub struct NetArgs {
 }
 
 pub async fn run(ctx: &Ctx, a: NetArgs) -> Result<i32> {
-    let sb = Sandbox::attach(ctx.provider()?, &a.id).await?;
+    let sb = Sandbox::attach(ctx.provider_for(&a.id).await?, &a.id).await?;
     let network = match policy_of(&a.allow, &a.deny) {
         Some(n) => n,
         None if a.deny_all => stockade::spec::Network::allow(Vec::<String>::new()),

@@ -1,10 +1,11 @@
 //! `stockade rm ID... | --all [--everyone]`
 
 use std::os::unix::fs::MetadataExt;
+use std::sync::Arc;
 
 use clap::Args;
 use stockade::host::OWNER_UID_LABEL;
-use stockade::{Error, Result, SandboxInfo};
+use stockade::{Error, Provider, Result, SandboxInfo};
 use stockade_server::daemon::DAEMON_LABEL;
 
 use super::Ctx;
@@ -46,27 +47,39 @@ fn process_uid(pid: u32) -> Option<u32> {
 }
 
 pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
-    let ids: Vec<String> = if a.all {
+    // Each sandbox with the provider that holds it (in-process, with no provider
+    // named, any of this build's).
+    let mut targets: Vec<(String, Arc<dyn Provider>)> = Vec::new();
+    if a.all {
         let uid = stockade::host::euid();
-        provider
-            .list()
-            .await?
-            .into_iter()
+        for s in ctx.list().await? {
             // A daemon lists only the caller's (its tenant's) sandboxes.
-            .filter(|s| a.everyone || ctx.remote.is_some() || owned_by(s, uid, process_uid))
-            .map(|s| s.id)
-            .collect()
+            if !(a.everyone || ctx.remote.is_some() || owned_by(&s, uid, process_uid)) {
+                continue;
+            }
+            let provider = if ctx.remote.is_some() || ctx.provider.is_some() {
+                ctx.provider()?
+            } else {
+                ctx.local_provider(&s.provider)?
+            };
+            targets.push((s.id, provider));
+        }
     } else {
         // Every id is checked before anything is removed, so a typo removes nothing.
         let mut unknown = Vec::new();
         for id in &a.ids {
-            match provider.inspect(id).await {
+            let found = match ctx.provider_for(id).await {
+                // A daemon or a named provider answers without asking: ask it.
+                Ok(p) => p.inspect(id).await.map(|_| p),
+                Err(e) => Err(e),
+            };
+            match found {
+                Ok(p) => targets.push((id.clone(), p)),
                 Err(e) if e.code() == stockade::ErrorCode::NotFound => unknown.push(id.as_str()),
                 // There, even if it died (its container exited when dockerd restarted,
                 // say) or cannot be asked now: the destroy below cleans it up, or says
                 // what stops it.
-                _ => {}
+                Err(_) => targets.push((id.clone(), ctx.provider()?)),
             }
         }
         if !unknown.is_empty() {
@@ -76,10 +89,9 @@ pub async fn run(ctx: &Ctx, a: RmArgs) -> Result<i32> {
                 id: unknown.join(", "),
             });
         }
-        a.ids
-    };
+    }
     let mut removed = Vec::new();
-    for id in &ids {
+    for (id, provider) in &targets {
         provider.destroy(id).await?;
         removed.push(id.clone());
         if !ctx.json {

@@ -44,7 +44,11 @@ fn mib(bytes: u64) -> String {
 
 /// `stockade snapshot ...`.
 pub async fn snapshot(ctx: &Ctx, a: SnapshotArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
+    // Taking one asks the sandbox's own provider; listing and removing, the named one.
+    let provider = match (&a.cmd, &a.id) {
+        (None, Some(id)) => ctx.provider_for(id).await?,
+        _ => ctx.provider()?,
+    };
     match (a.cmd, a.id, a.name) {
         (Some(SnapshotCmd::Ls), _, _) => {
             let list = provider.snapshots().await?;
@@ -170,7 +174,7 @@ pub struct ForkArgs {
 
 /// Pauses sandbox `id`.
 pub async fn pause(ctx: &Ctx, id: &str) -> Result<i32> {
-    ctx.provider()?.pause(id).await?;
+    ctx.provider_for(id).await?.pause(id).await?;
     if ctx.json {
         println!("{}", serde_json::json!({ "id": id, "state": "paused" }));
     } else {
@@ -181,7 +185,7 @@ pub async fn pause(ctx: &Ctx, id: &str) -> Result<i32> {
 
 /// Resumes sandbox `id`.
 pub async fn resume(ctx: &Ctx, id: &str) -> Result<i32> {
-    let provider = ctx.provider()?;
+    let provider = ctx.provider_for(id).await?;
     if !ctx.json && provider.name() == "microvm" {
         eprintln!("stockade: restoring the microVM of {id} from its snapshot...");
     }
@@ -197,7 +201,7 @@ pub async fn resume(ctx: &Ctx, id: &str) -> Result<i32> {
 /// Starts copies of paused sandbox `a.id`; prints their ids, one a line. The copies
 /// live their lifetime (or until `rm`), like `stockade create`'s sandboxes.
 pub async fn fork(ctx: &Ctx, a: ForkArgs) -> Result<i32> {
-    let provider = ctx.provider()?;
+    let provider = ctx.provider_for(&a.id).await?;
     if !ctx.json && provider.name() == "microvm" {
         eprintln!("stockade: restoring {} copies of {}...", a.count, a.id);
     }

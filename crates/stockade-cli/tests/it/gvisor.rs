@@ -100,3 +100,84 @@ fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
         assert!(err.contains(says) && err.contains("fix:"), "{value}: {err}");
     }
 }
+
+/// A sandbox's id finds it whichever provider made it: exec, inspect, fs and rm need
+/// no --provider again, and ls lists it with its provider.
+#[test]
+fn an_id_works_without_its_provider_named_again() {
+    if !require_root("an_id_works_without_its_provider_named_again")
+        || require("runsc (gVisor)", runsc(), GVISOR_FIX).is_none()
+    {
+        return;
+    }
+    let out = stockade(&["create", "--direct", "--provider", "gvisor"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let exec = stockade(&["exec", "--direct", "--json", &id, "--", "uname", "-r"])
+        .output()
+        .unwrap();
+    let inspect = stockade(&["inspect", "--direct", "--json", &id])
+        .output()
+        .unwrap();
+    let ls = stockade(&["ls", "--direct", "--json"]).output().unwrap();
+    let fs = stockade(&["fs", "--direct", &id, "ls", "/tmp"])
+        .output()
+        .unwrap();
+    let rm = stockade(&["rm", "--direct", &id]).output().unwrap();
+    let gone = stockade(&["rm", "--direct", "--provider", "gvisor", &id])
+        .output()
+        .unwrap();
+    assert!(
+        exec.status.success(),
+        "exec without --provider: {}",
+        String::from_utf8_lossy(&exec.stderr)
+    );
+    // gVisor's own kernel answers, not the host's.
+    let release = json(&exec)["stdout"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let host = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert_ne!(
+        release.trim(),
+        host.trim(),
+        "the exec ran on the host's kernel"
+    );
+    assert_eq!(json(&inspect)["provider"], "gvisor", "{}", json(&inspect));
+    let listed = json(&ls);
+    assert!(
+        listed
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["id"] == id.as_str() && s["provider"] == "gvisor"),
+        "ls without --provider lists every provider's: {listed}"
+    );
+    assert!(
+        fs.status.success(),
+        "{}",
+        String::from_utf8_lossy(&fs.stderr)
+    );
+    assert!(
+        rm.status.success(),
+        "rm without --provider: {}",
+        String::from_utf8_lossy(&rm.stderr)
+    );
+    assert_eq!(gone.status.code(), Some(65), "the sandbox outlived its rm");
+    // An id no provider holds is still not found, named.
+    let none = stockade(&["exec", "--direct", "sb-0123456789ab", "--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(none.status.code(), Some(65));
+    assert!(
+        String::from_utf8_lossy(&none.stderr).contains("sb-0123456789ab"),
+        "{}",
+        String::from_utf8_lossy(&none.stderr)
+    );
+}

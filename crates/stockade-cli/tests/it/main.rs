@@ -216,6 +216,51 @@ both_ways! {
 }
 
 both_ways! {
+    fn exec_detach_returns_with_a_pid_and_logs_prints_its_output(via) {
+        if !require_root("exec_detach_returns_with_a_pid_and_logs_prints_its_output") {
+            return;
+        }
+        let out = via.run(&["create", "--json"]);
+        let id = json(&out)["id"].as_str().unwrap().to_string();
+        let started = std::time::Instant::now();
+        let d = via.run(&[
+            "exec", "--json", "-d", &id, "--", "sh", "-c", "echo up; echo oops >&2; sleep 60",
+        ]);
+        let took = started.elapsed();
+        assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+        let v = json(&d);
+        let pid = v["pid"].as_u64().unwrap_or_else(|| panic!("no pid: {v}"));
+        assert_eq!(v["log"], format!("/tmp/.stockade-exec/{pid}.log"), "{v}");
+        assert!(took < std::time::Duration::from_secs(30), "exec -d took {took:?}");
+        // `logs` prints what it wrote so far.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        let mut seen = String::new();
+        while std::time::Instant::now() < until {
+            let l = via.run(&["logs", &id, &pid.to_string()]);
+            seen = String::from_utf8_lossy(&l.stdout).into_owned();
+            if seen.contains("up") && seen.contains("oops") {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        assert!(seen.contains("up\n") && seen.contains("oops\n"), "{seen:?}");
+        // It runs on; a later exec stops it; `logs -f` then returns.
+        let kill = via.run(&["exec", "--json", &id, "--", "kill", &pid.to_string()]);
+        assert_eq!(json(&kill)["exit_code"], 0, "{}", json(&kill));
+        let follow = via.run(&["logs", "-f", &id, &pid.to_string()]);
+        assert!(follow.status.success(), "{}", String::from_utf8_lossy(&follow.stderr));
+        assert!(String::from_utf8_lossy(&follow.stdout).contains("up"));
+        // An unknown pid names what is missing; stdin and -d are refused together.
+        let none = via.run(&["logs", &id, "99999"]);
+        assert_eq!(none.status.code(), Some(65));
+        assert!(String::from_utf8_lossy(&none.stderr).contains("99999"));
+        let both = via.run(&["exec", "-d", "-i", &id, "--", "cat"]);
+        assert_eq!(both.status.code(), Some(2), "{}", String::from_utf8_lossy(&both.stderr));
+        assert!(via.run(&["rm", &id]).status.success());
+    }
+}
+
+both_ways! {
     fn bad_flags_list_every_problem(via) {
         let out = via.run(&[
             "run", "--memory", "lots", "--pids", "0", "--mount", "nocolon", "--", "true",

@@ -109,9 +109,11 @@ fn rm_all_removes_only_what_the_caller_owns() {
     }
     let d = Serve::start_with(true, crate::via::Home::Inherit);
     let root = d.state_root().to_path_buf();
+    // Native alone: the other providers' sandboxes of this root belong to other tests
+    // running beside this one.
     let direct = |args: &[&str]| {
         stockade(args)
-            .arg("--direct")
+            .args(["--direct", "--provider", "native"])
             .env("STOCKADE_STATE_DIR", &root)
             .output()
             .unwrap()

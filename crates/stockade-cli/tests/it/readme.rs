@@ -123,7 +123,8 @@ fn every_command_of_the_readme_tour_runs_as_shown() {
         .status()
         .unwrap();
     let _ = Command::new(env!("CARGO_BIN_EXE_stockade"))
-        .args(["--direct", "rm", "--all"])
+        // The tour's sandboxes are native ones; other providers' belong to other tests.
+        .args(["--direct", "--provider", "native", "rm", "--all"])
         .env("STOCKADE_STATE_DIR", state.path())
         .env_remove("STOCKADE_PROVIDER")
         .output();

@@ -151,10 +151,11 @@ impl Drop for Serve {
             .status();
         let _ = self.child.wait();
         // What a failed test left (only this daemon's sandboxes live under its state
-        // root): destroyed in-process.
+        // root): destroyed in-process, native alone (the other providers' sandboxes
+        // belong to other tests).
         let direct = |args: &[&str]| {
             stockade(args)
-                .arg("--direct")
+                .args(["--direct", "--provider", "native"])
                 .env("STOCKADE_STATE_DIR", &self.root)
                 .output()
                 .unwrap()

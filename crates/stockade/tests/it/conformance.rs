@@ -530,3 +530,107 @@ async fn conformance_each_provider_serves_exactly_the_verbs_it_declares() {
         }
     }
 }
+
+/// Polls `cond` every 100 ms for up to `secs`; whether it held.
+async fn within(secs: u64, mut cond: impl AsyncFnMut() -> bool) -> bool {
+    let until = Instant::now() + Duration::from_secs(secs);
+    while Instant::now() < until {
+        if cond().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_a_detached_exec_returns_at_once_and_runs_on() {
+    for t in targets("conformance_a_detached_exec_returns_at_once_and_runs_on") {
+        let sb = t.sandbox(t.spec()).await;
+        let detached = |code: &str| {
+            let mut req = ExecRequest::new([t.python, "-c", code]);
+            req.detach = true;
+            req
+        };
+        let serve = "import sys, time\nprint('started', flush=True)\nsys.stderr.write('to stderr\\n'); sys.stderr.flush()\ntime.sleep(60)";
+        if t.name == "wasm" {
+            let e = sb.exec(detached(serve)).await.unwrap_err();
+            assert_eq!(e.code(), ErrorCode::InvalidSpec, "wasm: {e}");
+            sb.destroy().await.unwrap();
+            continue;
+        }
+        // It answers once the command runs, long before its 60 s.
+        let started = Instant::now();
+        let o = sb.exec(detached(serve)).await.unwrap();
+        let took = started.elapsed();
+        let pid = o
+            .pid
+            .unwrap_or_else(|| panic!("{}: no pid for a detached exec: {o:?}", t.name));
+        assert_eq!(o.exit_code, 0, "{}: {o:?}", t.name);
+        assert!(took < Duration::from_secs(20), "{}: took {took:?}", t.name);
+        // Its output, both streams, in the file named by its pid.
+        let log = stockade::detached_log(pid);
+        let mut seen = String::new();
+        let kept = within(20, async || {
+            seen = sb.read(&log).await.map(|d| text(&d)).unwrap_or_default();
+            seen.contains("started") && seen.contains("to stderr")
+        })
+        .await;
+        assert!(kept, "{}: {log} holds {seen:?}", t.name);
+        let alive = |pid: u32| {
+            let sb = &sb;
+            async move { sb.stat(&format!("/proc/{pid}")).await.is_ok() }
+        };
+        assert!(alive(pid).await, "{}: the detached command is gone", t.name);
+        // A later exec of the same user stops it, as on any machine.
+        let kill = t
+            .py(
+                &sb,
+                &format!("import os, signal; os.kill({pid}, signal.SIGTERM)"),
+                30_000,
+            )
+            .await;
+        assert_eq!(kill.exit_code, 0, "{}: {}", t.name, text(&kill.stderr));
+        assert!(
+            within(20, async || !alive(pid).await).await,
+            "{}: SIGTERM did not end it",
+            t.name
+        );
+
+        // The deadline still ends a detached command.
+        let mut req = detached("import time; time.sleep(60)");
+        req.timeout_ms = Some(1_000);
+        let bounded = sb.exec(req).await.unwrap().pid.expect("pid");
+        assert!(
+            within(20, async || !alive(bounded).await).await,
+            "{}: a detached command outlived its deadline",
+            t.name
+        );
+
+        // Discarded output leaves no file.
+        let mut req = detached("print('nothing kept')");
+        req.discard_output = true;
+        let quiet = sb.exec(req).await.unwrap().pid.expect("pid");
+        assert!(within(20, async || !alive(quiet).await).await, "{}", t.name);
+        let e = sb.read(&stockade::detached_log(quiet)).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::NotFound, "{}: {e}", t.name);
+
+        // A program that cannot start is no start: its exit code and why, no pid.
+        let mut req = ExecRequest::new(["/no/such/program"]);
+        req.detach = true;
+        let o = sb.exec(req).await.unwrap();
+        assert_eq!((o.pid, o.exit_code), (None, 127), "{}: {o:?}", t.name);
+        assert!(
+            text(&o.stderr).contains("/no/such/program"),
+            "{}: {o:?}",
+            t.name
+        );
+
+        // Stdin cannot reach a command that was not waited for.
+        let mut req = detached("pass");
+        req.stdin = b"input".to_vec();
+        let e = sb.exec(req).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSpec, "{}: {e}", t.name);
+        sb.destroy().await.unwrap();
+    }
+}

@@ -13,10 +13,12 @@ twin. Agent-framework tools are in :mod:`stockade.tools`.
 from ._client import (
     Approval,
     AsyncExecStream,
+    AsyncProcess,
     AsyncSandbox,
     AsyncSessionSandbox,
     AsyncStockade,
     ExecStream,
+    Process,
     Rule,
     Sandbox,
     SessionSandbox,
@@ -46,6 +48,7 @@ __version__ = VERSION
 __all__ = [
     "Approval",
     "AsyncExecStream",
+    "AsyncProcess",
     "AsyncSandbox",
     "AsyncSessionSandbox",
     "AsyncStockade",
@@ -66,6 +69,7 @@ __all__ = [
     "OutputChunk",
     "PROVIDERS",
     "PolicyDeniedError",
+    "Process",
     "Rule",
     "Sandbox",
     "SandboxInfo",

@@ -7,6 +7,7 @@ event loop. Argument handling and result shaping are shared below.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import builtins
 import io
@@ -23,7 +24,7 @@ from typing import Any, Literal, Union
 from . import _native
 from ._spec import MountLike, NetworkLike, Size, build_spec, network_value, spec_json
 from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo, SnapshotInfo
-from .errors import InvalidSpecError, UnavailableError
+from .errors import FileNotFound, InvalidSpecError, PolicyDeniedError, UnavailableError
 
 
 @atexit.register
@@ -202,6 +203,25 @@ class Sandbox(_Handle):
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
         return ExecResult._from_native(self._h.exec(_argv(argv), kw, background=background))
 
+    def start(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        discard_output: bool = False,
+    ) -> Process:
+        """Starts a command and returns at once, leaving it running (``docker exec
+        -d``): a :class:`Process` with its ``pid``, ``running()``, ``wait()``,
+        ``kill()`` and ``output()``. Its stdin is empty; its stdout and stderr are
+        kept in the sandbox unless ``discard_output``. ``timeout`` still kills it;
+        it ends with the sandbox. A program that cannot start raises
+        ``FileNotFoundError`` (as ``subprocess.Popen`` does)."""
+        kw = _exec_kwargs(timeout, None, env, cwd, None)
+        o = self._h.exec(_argv(argv), kw, detach=True, discard_output=discard_output)
+        return Process(self, _started(argv, o), discard_output)
+
     def stream(
         self,
         argv: Argv,
@@ -335,6 +355,95 @@ class SessionSandbox(Sandbox):
     def __exit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
         self._client.release_session(self.name)
 
+
+
+def _started(argv: Argv, o: Any) -> int:
+    """The pid of a detached exec's outcome ``o``; a command that never ran raises."""
+    if o.pid is not None:
+        return int(o.pid)
+    why = o.stderr.decode("utf-8", "replace").strip() or f"exit code {o.exit_code}"
+    program = argv if isinstance(argv, str) else (argv[0] if argv else "")
+    if o.exit_code == 127:
+        raise FileNotFound(why, filename=program)
+    raise InvalidSpecError(f"the command did not start: {why}")
+
+
+class Process:
+    """A command :meth:`Sandbox.start` left running in the sandbox."""
+
+    def __init__(self, sandbox: Sandbox, pid: int, discarded: bool) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+        """Its pid inside the sandbox (what ``kill`` or ``ps`` there see)."""
+        self.log: str | None = None if discarded else _native.detached_log(pid)
+        """The file in the sandbox its stdout and stderr go to (``None``: discarded)."""
+
+    def __repr__(self) -> str:
+        return f"Process(pid={self.pid}, sandbox={self.sandbox.id!r})"
+
+    def running(self) -> bool:
+        """Whether it still runs."""
+        try:
+            self.sandbox.stat(f"/proc/{self.pid}")
+            return True
+        except FileNotFoundError:
+            return False
+
+    def wait(self, timeout: float | None = None, poll: float = 0.1) -> None:
+        """Waits until it has ended; ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.running():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
+            time.sleep(poll)
+
+    def kill(self, signal: int = 15) -> None:
+        """Sends it ``signal`` (default SIGTERM) from inside the sandbox, as its user."""
+        r = self.sandbox.exec(["kill", f"-{int(signal)}", str(self.pid)], timeout=10)
+        if not r.ok and self.running():
+            raise PolicyDeniedError(f"cannot signal process {self.pid}: {r.stderr.strip()}")
+
+    def output(self) -> str:
+        """What it wrote so far (stdout and stderr, interleaved)."""
+        if self.log is None:
+            raise InvalidSpecError(f"process {self.pid} was started with discard_output=True")
+        return self.sandbox.read(self.log).decode("utf-8", "replace")
+
+
+class AsyncProcess:
+    """A command :meth:`AsyncSandbox.start` left running in the sandbox."""
+
+    def __init__(self, sandbox: AsyncSandbox, pid: int, discarded: bool) -> None:
+        self.sandbox = sandbox
+        self.pid = pid
+        self.log: str | None = None if discarded else _native.detached_log(pid)
+
+    def __repr__(self) -> str:
+        return f"AsyncProcess(pid={self.pid}, sandbox={self.sandbox.id!r})"
+
+    async def running(self) -> bool:
+        try:
+            await self.sandbox.stat(f"/proc/{self.pid}")
+            return True
+        except FileNotFoundError:
+            return False
+
+    async def wait(self, timeout: float | None = None, poll: float = 0.1) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while await self.running():
+            if deadline is not None and time.monotonic() >= deadline:
+                raise TimeoutError(f"process {self.pid} still runs after {timeout} s")
+            await asyncio.sleep(poll)
+
+    async def kill(self, signal: int = 15) -> None:
+        r = await self.sandbox.exec(["kill", f"-{int(signal)}", str(self.pid)], timeout=10)
+        if not r.ok and await self.running():
+            raise PolicyDeniedError(f"cannot signal process {self.pid}: {r.stderr.strip()}")
+
+    async def output(self) -> str:
+        if self.log is None:
+            raise InvalidSpecError(f"process {self.pid} was started with discard_output=True")
+        return (await self.sandbox.read(self.log)).decode("utf-8", "replace")
 
 class ExecStream:
     """Live output of a running command."""
@@ -536,6 +645,20 @@ class AsyncSandbox(_Handle):
         return ExecResult._from_native(
             await self._h.exec(_argv(argv), kw, background=background, asynchronous=True)
         )
+
+    async def start(
+        self,
+        argv: Argv,
+        *,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        discard_output: bool = False,
+    ) -> AsyncProcess:
+        """The async :meth:`Sandbox.start`."""
+        kw = _exec_kwargs(timeout, None, env, cwd, None)
+        o = await self._h.exec(_argv(argv), kw, asynchronous=True, detach=True, discard_output=discard_output)
+        return AsyncProcess(self, _started(argv, o), discard_output)
 
     def stream(
         self,
