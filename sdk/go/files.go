@@ -21,6 +21,9 @@ type FileEntry struct {
 	Size  uint64
 	Mode  fs.FileMode
 	MTime time.Time
+	// LinkTarget is where a symbolic link points: a listed link, or a Stat of a
+	// path that is one (whose other fields describe the file it leads to).
+	LinkTarget string
 }
 
 // IsDir reports whether the entry is a directory.
@@ -99,7 +102,8 @@ func entryOf(e *pb.FileEntry) FileEntry {
 	if kind == "" {
 		kind = "other"
 	}
-	return FileEntry{Name: e.Name, Kind: kind, Size: e.Size, Mode: fs.FileMode(e.Mode & 0o7777), MTime: time.Unix(e.Mtime, 0)}
+	return FileEntry{Name: e.Name, Kind: kind, Size: e.Size, Mode: fs.FileMode(e.Mode & 0o7777), MTime: time.Unix(e.Mtime, 0),
+		LinkTarget: e.GetLinkTarget()}
 }
 
 // List is the entries of the directory at path.

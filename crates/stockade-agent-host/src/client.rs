@@ -72,6 +72,28 @@ pub async fn warm<T: Transport + ?Sized>(id: &str, transport: &T) -> Result<(), 
     pong(id, transport, ClientMsg::Warm, "warm").await
 }
 
+/// A byte stream to TCP `port` on the sandbox's own loopback (see
+/// `ClientMsg::Connect`); nothing listening there is `Unavailable`, saying so.
+pub async fn connect_port<T: Transport + ?Sized>(
+    id: &str,
+    transport: &T,
+    port: u16,
+) -> Result<Connection, Error> {
+    let mut s = open(id, transport, &ClientMsg::Connect { port }).await?;
+    match read_msg::<_, AgentMsg>(&mut s)
+        .await
+        .map_err(|e| lost(id, e))?
+    {
+        Some(AgentMsg::Connected) => Ok(s),
+        None => Err(closed(id)),
+        Some(AgentMsg::Error { code, message }) => Err(Error::remote(code, message)),
+        Some(other) => Err(unexpected(
+            id,
+            format!("an unexpected answer to a port connection: {other:?}"),
+        )),
+    }
+}
+
 /// Sends `msg` (`what`), which the agent answers with `Pong`.
 async fn pong<T: Transport + ?Sized>(
     id: &str,

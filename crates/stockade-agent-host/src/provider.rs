@@ -108,6 +108,19 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         }
     }
 
+    async fn connect_port(&self, id: &str, port: u16) -> Result<stockade_core::PortStream> {
+        let transport = self.launcher.transport(id).await?;
+        match client::connect_port(id, &transport, port).await {
+            Ok(s) => Ok(Box::new(s)),
+            // Nothing listening is the caller's to hear as said; a broken connection
+            // may mean the sandbox died.
+            Err(e @ (Error::Internal(_) | Error::Gone { .. })) => {
+                Err(self.launcher.explain(id, e).await)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     async fn warm(&self, id: &str) -> Result<()> {
         let transport = self.launcher.transport(id).await?;
         match client::warm(id, &transport).await {

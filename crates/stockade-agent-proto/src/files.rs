@@ -135,6 +135,11 @@ pub struct FileEntry {
     pub mode: u32,
     /// Modification time, unix seconds.
     pub mtime: i64,
+    /// Where a symbolic link points (as written in it): an entry of a listing that is
+    /// a link, or a stat of a path that is one (whose other fields describe the file
+    /// it leads to).
+    #[serde(default)]
+    pub link_target: Option<String>,
 }
 
 /// One `grep` match.

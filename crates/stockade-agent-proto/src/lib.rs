@@ -265,6 +265,11 @@ pub enum ClientMsg {
     /// it). Sent to a sandbox warmed into a pool, whose first exec is then as fast as
     /// any later one. Appended last, so earlier messages keep their encoding.
     Warm,
+    /// Connect to TCP `port` on the sandbox's own loopback (127.0.0.1, else ::1), as
+    /// a client inside would: answered with [`AgentMsg::Connected`], after which the
+    /// connection carries that TCP stream's bytes both ways until either side ends
+    /// it; or with `Error` when nothing listens there. Appended last.
+    Connect { port: u16 },
 }
 
 /// Messages from the agent to the host side.
@@ -288,6 +293,8 @@ pub enum AgentMsg {
     Error { code: ErrorCode, message: String },
     /// Result of a [`ClientMsg::File`].
     FileDone(files::FileResult),
+    /// Answer to [`ClientMsg::Connect`]: from here on the connection is the port's.
+    Connected,
 }
 
 /// Now, as milliseconds since the Unix epoch (the unit of every timestamp the

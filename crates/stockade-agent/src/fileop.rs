@@ -220,14 +220,27 @@ fn kind_of(ft: fs::FileType) -> FileKind {
     }
 }
 
-fn entry(name: String, m: &fs::Metadata) -> FileEntry {
+/// `m` describes `path` (followed or not); `link_target` is what `path` holds when
+/// it is a symbolic link.
+fn entry(name: String, m: &fs::Metadata, link_target: Option<String>) -> FileEntry {
     FileEntry {
         name,
         kind: kind_of(m.file_type()),
         size: m.len(),
         mode: m.mode() & 0o7777,
         mtime: m.mtime(),
+        link_target,
     }
+}
+
+/// What the symbolic link at `path` holds, when it is one.
+fn link_target(path: &Path, m: &fs::Metadata) -> Option<String> {
+    if !m.file_type().is_symlink() {
+        return None;
+    }
+    fs::read_link(path)
+        .ok()
+        .map(|t| t.to_string_lossy().into_owned())
 }
 
 /// Runs one operation (also used by tests on a plain directory).
@@ -324,7 +337,8 @@ pub fn run(op: &FileOp) -> R<FileResult> {
                     .file_name()
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
-                return Ok(FileResult::Entries(vec![entry(name, &md)]));
+                let target = link_target(&path, &md);
+                return Ok(FileResult::Entries(vec![entry(name, &md, target)]));
             }
             let mut out = Vec::new();
             for e in fs::read_dir(&path).map_err(|e| io_err("list", &path, e))? {
@@ -336,7 +350,12 @@ pub fn run(op: &FileOp) -> R<FileResult> {
                     )));
                 }
                 if let Ok(m) = e.metadata() {
-                    out.push(entry(e.file_name().to_string_lossy().into_owned(), &m));
+                    let target = link_target(&e.path(), &m);
+                    out.push(entry(
+                        e.file_name().to_string_lossy().into_owned(),
+                        &m,
+                        target,
+                    ));
                 }
             }
             out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -349,7 +368,10 @@ pub fn run(op: &FileOp) -> R<FileResult> {
                 .file_name()
                 .map(|n| n.to_string_lossy().into_owned())
                 .unwrap_or_else(|| "/".into());
-            Ok(FileResult::Entries(vec![entry(name, &md)]))
+            let target = fs::symlink_metadata(&path)
+                .ok()
+                .and_then(|l| link_target(&path, &l));
+            Ok(FileResult::Entries(vec![entry(name, &md, target)]))
         }
         FileOp::Glob { pattern, root } => {
             let root = p(root)?;
@@ -808,6 +830,36 @@ mod tests {
             FileResult::Edited { replacements: 2 }
         ));
         assert_eq!(fs::read_to_string(&f).unwrap(), "X two X");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn links_say_where_they_point() {
+        let d = std::env::temp_dir().join(format!("stockade-fileop-links-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        fs::write(d.join("real"), "r").unwrap();
+        let _ = fs::remove_file(d.join("link"));
+        std::os::unix::fs::symlink("real", d.join("link")).unwrap();
+        let path = |n: &str| d.join(n).to_string_lossy().into_owned();
+        let FileResult::Entries(listed) = run(&FileOp::Ls { path: path("") }).ok().unwrap() else {
+            panic!("ls gave no entries");
+        };
+        let link = listed.iter().find(|e| e.name == "link").unwrap();
+        assert_eq!(
+            (link.kind, link.link_target.as_deref()),
+            (FileKind::Symlink, Some("real"))
+        );
+        let real = listed.iter().find(|e| e.name == "real").unwrap();
+        assert_eq!(real.link_target, None);
+        // A stat follows the link and says it was one.
+        let FileResult::Entries(st) = run(&FileOp::Stat { path: path("link") }).ok().unwrap()
+        else {
+            panic!("stat gave no entry");
+        };
+        assert_eq!(
+            (st[0].kind, st[0].size, st[0].link_target.as_deref()),
+            (FileKind::File, 1, Some("real"))
+        );
         fs::remove_dir_all(&d).unwrap();
     }
 

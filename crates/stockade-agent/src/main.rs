@@ -28,6 +28,7 @@ mod ids;
 mod monitor;
 mod monitor_server;
 mod netmon;
+mod ports;
 mod proxy;
 mod rootfs;
 mod server;

@@ -311,6 +311,7 @@ fn handle(mut stream: UnixStream, shared: &Shared) -> Result<(), String> {
             shared.helpers.warm();
             write_msg(&mut stream, &AgentMsg::Pong).map_err(|e| e.to_string())
         }
+        Some(ClientMsg::Connect { port }) => crate::ports::serve(stream, port),
         Some(ClientMsg::File(op)) => {
             let answer = crate::fileop::spawn(op, &shared.policy, &shared.helpers);
             write_msg(&mut stream, &answer).map_err(|e| e.to_string())

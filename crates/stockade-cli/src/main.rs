@@ -44,6 +44,9 @@ enum Command {
     Create(commands::create::CreateArgs),
     /// Run a command in an existing sandbox.
     Exec(commands::exec::ExecArgs),
+    /// Listen on this host's 127.0.0.1 and carry each connection to a port of a
+    /// sandbox (a server its code started); until Ctrl-C or the sandbox ends.
+    Forward(commands::forward::ForwardArgs),
     /// Print what a detached exec (`exec --detach`) wrote; --follow until it ends.
     Logs(commands::logs::LogsArgs),
     /// List live sandboxes (of every provider, unless --provider names one).
@@ -188,7 +191,10 @@ fn docker_hint(arg: &str) -> Option<&'static str> {
             "`stockade create` makes a sandbox that lives until `stockade rm ID`; \
              `stockade exec --detach ID -- CMD` starts a command in it and returns"
         }
-        "-p" | "--publish" => "sandboxes have no network unless asked: see --network",
+        "-p" | "--publish" => {
+            "sandboxes have no network unless asked (see --network); \
+             `stockade forward ID [LOCAL:]PORT` reaches a server inside from this host"
+        }
         "--name" => "sandboxes are named by the id `stockade create` prints",
         _ => return None,
     })
@@ -280,6 +286,7 @@ fn main() {
             Command::Create(a) => commands::create::run(&ctx, a).await,
             Command::Exec(a) => commands::exec::run(&ctx, a).await,
             Command::Logs(a) => commands::logs::run(&ctx, a).await,
+            Command::Forward(a) => commands::forward::run(&ctx, a).await,
             Command::Ls => commands::ls::run(&ctx).await,
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,
             Command::Net(a) => commands::net::run(&ctx, a).await,

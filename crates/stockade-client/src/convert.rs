@@ -325,6 +325,7 @@ fn entry(e: FileEntry) -> pb::FileEntry {
         size: e.size,
         mode: e.mode,
         mtime: e.mtime,
+        link_target: e.link_target,
     }
 }
 
@@ -341,6 +342,7 @@ fn from_entry(e: pb::FileEntry) -> FileEntry {
         size: e.size,
         mode: e.mode,
         mtime: e.mtime,
+        link_target: e.link_target,
     }
 }
 
@@ -535,6 +537,7 @@ mod tests {
                 size: 1,
                 mode: 0o777,
                 mtime: -1,
+                link_target: Some("../t".into()),
             }]),
             FileResult::Paths {
                 paths: vec!["a".into()],

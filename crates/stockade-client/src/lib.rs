@@ -430,6 +430,17 @@ impl Provider for RemoteProvider {
         }])
     }
 
+    async fn connect_port(&self, id: &str, port: u16) -> Result<stockade_core::PortStream> {
+        Err(Error::Unavailable {
+            what: format!("port {port} of sandbox {id} through the daemon's gRPC API"),
+            reason: "the daemon serves a sandbox's ports on its E2B endpoint only".into(),
+            fix:
+                "start the daemon with --e2b-listen and use the E2B origin (get_host(port), or the \
+                  E2b-Sandbox-Id and E2b-Sandbox-Port headers), or run the CLI with --direct"
+                    .into(),
+        })
+    }
+
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {
         let owner = match *self.host {
             // A pid means something only on the daemon's host.

@@ -34,6 +34,14 @@ pub use stockade_agent_proto::{
 };
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
+/// A connection to a port inside a sandbox ([`Provider::connect_port`]).
+pub trait PortIo: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin> PortIo for T {}
+
+/// A connection to a port inside a sandbox, boxed.
+pub type PortStream = Box<dyn PortIo>;
+
 /// A chunk of live output of an exec.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OutputChunk {

@@ -103,6 +103,21 @@ pub trait Provider: Send + Sync + 'static {
         Ok(())
     }
 
+    /// A byte stream to TCP `port` on sandbox `id`'s own loopback, as a client inside
+    /// would connect (a server the code started, for a preview or a tool). Nothing
+    /// listening there is `Unavailable`. The default refuses.
+    async fn connect_port(&self, id: &str, port: u16) -> Result<PortStream> {
+        let _ = (id, port);
+        Err(Error::Unavailable {
+            what: format!(
+                "connections to a sandbox's ports on the {} provider",
+                self.name()
+            ),
+            reason: "this provider has no agent inside its sandboxes to connect through".into(),
+            fix: "use the native, docker, gvisor or microvm provider".into(),
+        })
+    }
+
     /// A file operation as `uid` of the sandbox (uid 0: root of its own user
     /// namespace, as an exec with [`ExecRequest::uid`]); the agent refuses a uid the
     /// sandbox cannot have. The default refuses.

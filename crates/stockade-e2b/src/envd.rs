@@ -285,7 +285,7 @@ pub fn entry_info(path: &str, e: &FileEntry) -> Value {
     let mtime = chrono::DateTime::from_timestamp(e.mtime, 0)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
-    json!({
+    let mut v = json!({
         "name": base_name(path),
         "type": kind,
         "path": path,
@@ -295,7 +295,14 @@ pub fn entry_info(path: &str, e: &FileEntry) -> Value {
         "owner": "user",
         "group": "user",
         "modifiedTime": mtime,
-    })
+    });
+    // A link: its target, and the mark newer SDKs read (older ones see the
+    // SYMLINK type a listing gives; a stat gives the type of what it leads to).
+    if let Some(t) = &e.link_target {
+        v["symlinkTarget"] = json!(t);
+        v["isSymlink"] = json!(true);
+    }
+    v
 }
 
 #[derive(Deserialize)]

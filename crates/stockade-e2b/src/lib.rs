@@ -15,6 +15,7 @@ pub mod connect;
 mod envd;
 mod files;
 mod interp;
+mod ports;
 mod process;
 mod state;
 mod tls;
@@ -192,10 +193,7 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
         (Some(id), Some(port)) => match port.as_str() {
             "49983" => envd::handle(e2b, &id, req).await,
             "49999" => interp::handle(e2b, &id, req).await,
-            other => api::error(
-                502,
-                &format!("port {other} of sandbox {id} is not open (envd is 49983, the code interpreter 49999)"),
-            ),
+            other => ports::handle(e2b, &id, other, req).await,
         },
         _ => api::error(
             400,

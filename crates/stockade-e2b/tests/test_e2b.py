@@ -185,6 +185,85 @@ def test_files_write_read_list_rename_remove(sbx):
     assert sbx.is_running()
 
 
+def test_symlinks_say_where_they_point(sbx):
+    from e2b.sandbox.filesystem.filesystem import FileType
+
+    sbx.files.write("/home/user/t/real.txt", "r")
+    assert sbx.commands.run("ln -s real.txt ~/t/link && ln -s /tmp ~/t/dirlink").exit_code == 0
+    listed = {e.name: e for e in sbx.files.list("/home/user/t")}
+    assert listed["real.txt"].symlink_target is None and listed["real.txt"].type == FileType.FILE
+    assert listed["link"].type == FileType.SYMLINK, listed["link"]
+    assert listed["link"].symlink_target == "real.txt"
+    assert listed["dirlink"].symlink_target == "/tmp"
+    info = sbx.files.get_info("/home/user/t/link")
+    assert info.type == FileType.SYMLINK and info.symlink_target == "real.txt", info
+    assert sbx.files.get_info("/home/user/t/real.txt").symlink_target is None
+    # A listing does not descend through a link.
+    assert [e.name for e in sbx.files.list("/home/user/t", depth=3)] == ["dirlink", "link", "real.txt"]
+
+
+ECHO_SERVER = """
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get("content-length") or 0)
+        body = self.rfile.read(n).decode() if n else ""
+        out = json.dumps({"method": self.command, "path": self.path,
+                          "headers": {k.lower(): v for k, v in self.headers.items()}, "body": body}).encode()
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    do_GET = do_POST = answer
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+"""
+
+
+def test_a_port_inside_answers_through_the_origin(server, sbx):
+    import json
+    import urllib.error
+    import urllib.request
+
+    sbx.files.write("/tmp/echo.py", ECHO_SERVER)
+    sbx.commands.run("python3 /tmp/echo.py 8123", background=True)
+    token = sbx.traffic_access_token
+    assert token, "the sandbox has no traffic token"
+
+    def call(port, path="/", data=None, headers=None):
+        h = {"E2b-Sandbox-Id": sbx.sandbox_id, "E2b-Sandbox-Port": str(port)}
+        h.update(headers if headers is not None else {"E2B-Traffic-Access-Token": token})
+        req = urllib.request.Request(server + path, data=data, headers=h)
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    for _ in range(100):
+        status, body = call(8123, "/up")
+        if status == 200:
+            break
+        time.sleep(0.1)
+    assert status == 200, body
+    status, body = call(8123, "/hello?x=1", data=b"posted", headers={
+        "E2B-Traffic-Access-Token": token, "X-Mine": "kept"})
+    got = json.loads(body)
+    assert (status, got["method"], got["path"], got["body"]) == (200, "POST", "/hello?x=1", "posted"), got
+    assert got["headers"]["x-mine"] == "kept"
+    # The tokens and the routing headers never reach the code's server.
+    for h in ("e2b-traffic-access-token", "x-access-token", "e2b-sandbox-id", "e2b-sandbox-port"):
+        assert h not in got["headers"], got["headers"]
+    # No token: refused before the sandbox is reached; a wrong one too.
+    assert call(8123, headers={})[0] == 401
+    assert call(8123, headers={"E2B-Traffic-Access-Token": "x" * 32})[0] == 502
+    # Nothing listening: a 502 that says so; no port number: a 400.
+    status, body = call(8124)
+    assert status == 502 and b"nothing listens on port 8124" in body, body
+    assert call("http")[0] == 400
+    assert sbx.get_host(8123).startswith(f"8123-{sbx.sandbox_id}.")
+
+
 def test_list_kill_connect_and_metadata_filter(server):
     a = Sandbox.create(metadata={"suite": "e2b", "n": "1"})
     b = Sandbox.create(metadata={"suite": "e2b", "n": "2"})

@@ -203,6 +203,7 @@ impl WasmProvider {
                             size: 0,
                             mode: 0o755,
                             mtime: 0,
+                            link_target: None,
                         })
                         .collect());
                 }

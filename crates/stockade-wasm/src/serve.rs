@@ -281,6 +281,15 @@ async fn connection(provider: WasmProvider, id: String, mut s: UnixStream) -> Co
             req.uid = Some(uid);
             exec(provider, id, s, req).await
         }
+        // The in-process provider's answer: a module has no sockets to connect to.
+        Some(ClientMsg::Connect { port }) => {
+            let e = provider
+                .connect_port(&id, port)
+                .await
+                .err()
+                .unwrap_or_else(|| Error::Internal("the wasm provider connected a port".into()));
+            send(&mut s, &error_msg(&e)).await
+        }
         Some(other) => {
             let e = Error::InvalidRequest(format!("{other:?} is not a request"));
             send(&mut s, &error_msg(&e)).await

@@ -2423,12 +2423,14 @@ func (x *UploadOp) GetArchive() []byte {
 }
 
 type FileEntry struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
-	Kind          FileKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=stockade.v1.FileKind" json:"kind,omitempty"`
-	Size          uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	Mode          uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
-	Mtime         int64                  `protobuf:"varint,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Kind  FileKind               `protobuf:"varint,2,opt,name=kind,proto3,enum=stockade.v1.FileKind" json:"kind,omitempty"`
+	Size  uint64                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Mode  uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	Mtime int64                  `protobuf:"varint,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
+	// Where a symbolic link points (see the core FileEntry).
+	LinkTarget    *string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3,oneof" json:"link_target,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2496,6 +2498,13 @@ func (x *FileEntry) GetMtime() int64 {
 		return x.Mtime
 	}
 	return 0
+}
+
+func (x *FileEntry) GetLinkTarget() string {
+	if x != nil && x.LinkTarget != nil {
+		return *x.LinkTarget
+	}
+	return ""
 }
 
 type GrepMatch struct {
@@ -3841,13 +3850,16 @@ const file_stockade_proto_rawDesc = "" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\"8\n" +
 	"\bUploadOp\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12\x18\n" +
-	"\aarchive\x18\x02 \x01(\fR\aarchive\"\x88\x01\n" +
+	"\aarchive\x18\x02 \x01(\fR\aarchive\"\xbe\x01\n" +
 	"\tFileEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockade.v1.FileKindR\x04kind\x12\x12\n" +
 	"\x04size\x18\x03 \x01(\x04R\x04size\x12\x12\n" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x14\n" +
-	"\x05mtime\x18\x05 \x01(\x03R\x05mtime\"T\n" +
+	"\x05mtime\x18\x05 \x01(\x03R\x05mtime\x12$\n" +
+	"\vlink_target\x18\x06 \x01(\tH\x00R\n" +
+	"linkTarget\x88\x01\x01B\x0e\n" +
+	"\f_link_target\"T\n" +
 	"\tGrepMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
 	"\vline_number\x18\x02 \x01(\x04R\n" +
@@ -4163,6 +4175,7 @@ func file_stockade_proto_init() {
 	}
 	file_stockade_proto_msgTypes[25].OneofWrappers = []any{}
 	file_stockade_proto_msgTypes[30].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[34].OneofWrappers = []any{}
 	file_stockade_proto_msgTypes[36].OneofWrappers = []any{
 		(*FileReply_Done)(nil),
 		(*FileReply_Data)(nil),

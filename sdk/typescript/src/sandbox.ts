@@ -76,6 +76,8 @@ export interface FileEntry {
   mode: number;
   /** Modification time, unix seconds. */
   mtime: number;
+  /** Where a symbolic link points: a listed link, or a `stat` of a path that is one. */
+  link_target: string | null;
 }
 
 /** One `grep` match. */

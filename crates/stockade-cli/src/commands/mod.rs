@@ -7,6 +7,7 @@ pub mod docs;
 pub mod doctor;
 pub mod events;
 pub mod exec;
+pub mod forward;
 pub mod fs;
 pub mod gc;
 pub mod image;

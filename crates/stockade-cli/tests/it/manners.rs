@@ -330,7 +330,8 @@ fn flags_before_the_command_are_checked_and_dockers_get_a_hint() {
             "--mount HOST:TARGET",
         ),
         (&["run", "-it", "--", "sh"], "-i (--stdin)"),
-        (&["exec", "-d", "sb-x", "--", "true"], "--background"),
+        // `exec -d` detaches as docker's does; `run` has no -d, and says where it is.
+        (&["run", "-d", "--", "true"], "exec --detach"),
         (&["create", "--name", "x"], "the id"),
     ] {
         let out = stockade(args).output().unwrap();

@@ -269,6 +269,22 @@ impl Daemon {
         self.file_by(tenant, id, Some(uid), op).await
     }
 
+    /// A connection to TCP `port` on the loopback of a tenant's sandbox (a server its
+    /// code started): the E2B API's ports. The sandbox counts as in use while the
+    /// connection lives.
+    pub async fn connect_port(
+        self: &Arc<Self>,
+        tenant: &str,
+        id: &str,
+        port: u16,
+    ) -> Result<stockade::PortStream> {
+        let rec = self.record(tenant, id)?;
+        let busy = self.in_use(id);
+        let (_, p) = self.provider(&rec.provider)?;
+        let inner = p.connect_port(id, port).await?;
+        Ok(Box::new(HeldPort { inner, _busy: busy }))
+    }
+
     async fn file_by(
         self: &Arc<Self>,
         tenant: &str,
@@ -287,6 +303,46 @@ impl Daemon {
             None => p.file(id, op).await,
             Some(u) => p.file_as(id, u, op).await,
         }
+    }
+}
+
+/// A port connection that keeps its sandbox in use.
+struct HeldPort {
+    inner: stockade::PortStream,
+    _busy: InUse,
+}
+
+impl tokio::io::AsyncRead for HeldPort {
+    fn poll_read(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for HeldPort {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

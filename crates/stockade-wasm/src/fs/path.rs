@@ -197,6 +197,7 @@ pub(super) fn entry_of(name: String, md: &cap_std::fs::Metadata) -> FileEntry {
         size: md.len(),
         mode: md.mode() & 0o7777,
         mtime,
+        link_target: None,
     }
 }
 

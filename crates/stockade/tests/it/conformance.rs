@@ -634,3 +634,59 @@ async fn conformance_a_detached_exec_returns_at_once_and_runs_on() {
         sb.destroy().await.unwrap();
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_a_server_inside_answers_the_host_through_its_port() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    for t in targets("conformance_a_server_inside_answers_the_host_through_its_port") {
+        let sb = t.sandbox(t.spec()).await;
+        if t.name == "wasm" {
+            let e = t
+                .provider
+                .connect_port(sb.id(), 8000)
+                .await
+                .err()
+                .expect("wasm has no ports");
+            assert_eq!(e.code(), ErrorCode::Unavailable, "wasm: {e}");
+            sb.destroy().await.unwrap();
+            continue;
+        }
+        // Nothing listens yet: said, with the port.
+        let e = t
+            .provider
+            .connect_port(sb.id(), 8000)
+            .await
+            .err()
+            .expect("nothing listens");
+        assert_eq!(e.code(), ErrorCode::Unavailable, "{}: {e}", t.name);
+        assert!(e.to_string().contains("port 8000"), "{}: {e}", t.name);
+        // A server of the socket module alone (the docker test image has no http).
+        let serve = "import socket\ns = socket.socket()\ns.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\ns.bind(('127.0.0.1', 8000)); s.listen()\nwhile True:\n    c, _ = s.accept(); got = c.recv(4096)\n    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nasked ' + got.split(b' ')[1]); c.close()";
+        let mut req = ExecRequest::new([t.python, "-c", serve]);
+        req.detach = true;
+        sb.exec(req).await.unwrap().pid.expect("pid");
+        let mut answer = String::new();
+        for _ in 0..100 {
+            if let Ok(mut s) = t.provider.connect_port(sb.id(), 8000).await {
+                s.write_all(b"GET / HTTP/1.0\r\nHost: sandbox\r\n\r\n")
+                    .await
+                    .unwrap();
+                let mut buf = Vec::new();
+                let _ =
+                    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut buf)).await;
+                answer = text(&buf);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        assert!(answer.starts_with("HTTP/1.0 200"), "{}: {answer:?}", t.name);
+        assert!(answer.ends_with("asked /"), "{}: {answer:?}", t.name);
+        sb.destroy().await.unwrap();
+        // The sandbox gone, so is its port.
+        assert!(
+            t.provider.connect_port(sb.id(), 8000).await.is_err(),
+            "{}",
+            t.name
+        );
+    }
+}

@@ -106,10 +106,13 @@ class FileEntry:
     """Permission bits."""
     mtime: int
     """Modification time, unix seconds."""
+    link_target: str | None = None
+    """Where a symbolic link points: a listed link, or a ``stat`` of a path that is
+    one (whose other fields then describe the file it leads to)."""
 
     @classmethod
     def _from_json(cls, d: dict[str, Any]) -> FileEntry:
-        return cls(d["name"], d["kind"], d["size"], d["mode"], d["mtime"])
+        return cls(d["name"], d["kind"], d["size"], d["mode"], d["mtime"], d.get("link_target"))
 
 
 @dataclass(frozen=True)
