@@ -189,6 +189,8 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
         None => (header("e2b-sandbox-id"), header("e2b-sandbox-port")),
     };
     match (id, port) {
+        // A signed file URL on one origin names no sandbox: its signature does.
+        (None, None) if envd::is_signed_files(&req) => envd::handle_signed_anywhere(e2b, req).await,
         (None, None) => api::handle(e2b, req).await,
         (Some(id), Some(port)) => match port.as_str() {
             "49983" => envd::handle(e2b, &id, req).await,

@@ -324,6 +324,17 @@ impl E2b {
         self.table().get(id).cloned().ok_or(Reach::Gone)
     }
 
+    /// The sandbox whose access token signed a `/files` URL that names none (the
+    /// SDKs' `download_url`/`upload_url` on one origin, `E2B_SANDBOX_URL`: the URL
+    /// carries the path, the user and the signature, not the sandbox). Only the
+    /// holder of a sandbox's token can sign for it, so the one whose token checks out
+    /// is the one meant.
+    pub fn find_signed(&self, op: &str, query: &str, now_s: u64) -> Option<Arc<Sbx>> {
+        let all: Vec<Arc<Sbx>> = self.table().values().cloned().collect();
+        all.into_iter()
+            .find(|s| crate::files::signature_ok(&s.token, op, query, now_s))
+    }
+
     /// The tenant's sandboxes.
     pub fn list(&self, tenant: &str) -> Vec<Arc<Sbx>> {
         let mut v: Vec<_> = self

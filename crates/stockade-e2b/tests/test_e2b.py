@@ -264,6 +264,32 @@ def test_a_port_inside_answers_through_the_origin(server, sbx):
     assert sbx.get_host(8123).startswith(f"8123-{sbx.sandbox_id}.")
 
 
+def test_signed_urls_work_on_one_origin(server, sbx):
+    # E2B_SANDBOX_URL mode: the signed URL names no sandbox; its signature does.
+    sbx.files.write("/home/user/d.txt", "signed")
+
+    def fetch(url, data=None):
+        req = urllib.request.Request(url, data=data, method="POST" if data else "GET",
+                                     headers={"Content-Type": "application/octet-stream"})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    url = sbx.download_url("d.txt")
+    assert url.startswith(server + "/files?"), url
+    assert fetch(url) == (200, b"signed")
+    assert fetch(sbx.download_url("d.txt", use_signature_expiration=60)) == (200, b"signed")
+    # Another path under the same signature, or none at all: a missing sandbox's 502.
+    assert fetch(url.replace("d.txt", "e.txt", 1))[0] == 502
+    assert fetch(server + "/files?path=d.txt&signature=v1_forged")[0] == 502
+    assert fetch(sbx.upload_url("up.txt"), data=b"uploaded")[0] == 200
+    assert sbx.files.read("up.txt") == "uploaded"
+    # A read's signature does not write.
+    assert fetch(sbx.download_url("up.txt"), data=b"x")[0] == 502
+
+
 def test_list_kill_connect_and_metadata_filter(server):
     a = Sandbox.create(metadata={"suite": "e2b", "n": "1"})
     b = Sandbox.create(metadata={"suite": "e2b", "n": "2"})
