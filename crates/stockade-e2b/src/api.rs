@@ -235,10 +235,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             }
         }
         (Method::GET, ["sandboxes", id, "metrics"]) => match e2b.get(&tenant, id) {
-            Some(s) => match s.metric(&e2b.daemon).await {
-                Ok(m) => ok(StatusCode::OK, &Value::Array(vec![m])),
-                Err(e) => failed(&e),
-            },
+            Some(s) => metrics_between(&e2b, &s, &query).await,
             None => not_found(id),
         },
         (Method::POST, ["sandboxes", id, "pause"]) => {
@@ -331,6 +328,47 @@ fn list(e2b: &E2b, tenant: &str, query: &str) -> Response {
         r.headers_mut().insert("x-next-token", v);
     }
     r
+}
+
+/// The metrics of `s` taken between `start` and `end` (unix seconds, both optional:
+/// from its start, to now), oldest first; one taken now ends them when `end` is not
+/// past.
+async fn metrics_between(e2b: &E2b, s: &crate::state::Sbx, query: &str) -> Response {
+    let mut bound = [None, None];
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        let i = match &*k {
+            "start" => 0,
+            "end" => 1,
+            _ => continue,
+        };
+        match v.parse::<f64>() {
+            Ok(t) if t.is_finite() && t >= 0.0 => bound[i] = Some(t as u64),
+            _ => {
+                return error(400, &format!("{k}={v:?} is not a time: give unix seconds"));
+            }
+        }
+    }
+    let [start, end] = bound;
+    let within = |m: &Value| {
+        let t = m["timestampUnix"].as_u64().unwrap_or(0);
+        start.is_none_or(|s| t >= s) && end.is_none_or(|e| t <= e)
+    };
+    let mut out: Vec<Value> = s
+        .samples
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .iter()
+        .filter(|m| within(m))
+        .cloned()
+        .collect();
+    let now_s = stockade::now_ms() / 1000;
+    if end.is_none_or(|e| e >= now_s) && start.is_none_or(|s| s <= now_s) {
+        match s.metric(&e2b.daemon).await {
+            Ok(m) => out.push(m),
+            Err(e) => return failed(&e),
+        }
+    }
+    ok(StatusCode::OK, &Value::Array(out))
 }
 
 /// Metrics of several of the tenant's sandboxes (`sandbox_ids=a,b`): one sample

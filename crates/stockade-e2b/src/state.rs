@@ -49,6 +49,38 @@ pub struct Sbx {
     pub paused_at_ms: Mutex<Option<u64>>,
     /// The last CPU sample for metrics: (unix ms, CPU time used in µs).
     pub cpu_sample: Mutex<Option<(u64, u64)>>,
+    /// Metrics taken every [`METRICS_EVERY`] while it runs, oldest first (the last
+    /// [`METRICS_KEPT`]): what `get_metrics(start, end)` picks from.
+    pub samples: Mutex<std::collections::VecDeque<serde_json::Value>>,
+}
+
+/// How often a running sandbox's metrics are taken (E2B's interval).
+pub const METRICS_EVERY: Duration = Duration::from_secs(5);
+
+/// How many are kept per sandbox (an hour's).
+pub const METRICS_KEPT: usize = 720;
+
+/// Takes the metrics of `s` every [`METRICS_EVERY`] while it is there and runs
+/// (not while paused), until it is gone.
+async fn sample_metrics(daemon: Arc<Daemon>, s: std::sync::Weak<Sbx>) {
+    loop {
+        tokio::time::sleep(METRICS_EVERY).await;
+        let Some(s) = s.upgrade() else { return };
+        if s.paused_at().is_some() {
+            continue;
+        }
+        match s.metric(&daemon).await {
+            Ok(m) => {
+                let mut kept = lock(&s.samples);
+                if kept.len() == METRICS_KEPT {
+                    kept.pop_front();
+                }
+                kept.push_back(m);
+            }
+            // Gone (killed, its lifetime over): the next upgrade fails.
+            Err(_) => continue,
+        }
+    }
 }
 
 /// The front end's state.
@@ -394,8 +426,10 @@ impl E2b {
             watchers: Mutex::new(HashMap::new()),
             paused_at_ms: Mutex::new(None),
             cpu_sample: Mutex::new(None),
+            samples: Mutex::new(std::collections::VecDeque::new()),
         });
         self.table().insert(id, s.clone());
+        tokio::spawn(sample_metrics(self.daemon.clone(), Arc::downgrade(&s)));
         Ok(s)
     }
 

@@ -290,6 +290,24 @@ def test_signed_urls_work_on_one_origin(server, sbx):
     assert fetch(sbx.download_url("up.txt"), data=b"x")[0] == 502
 
 
+def test_metrics_keep_their_times_and_answer_a_range(sbx):
+    import datetime
+
+    created = datetime.datetime.now(datetime.timezone.utc)
+    time.sleep(5.6)
+    every = sbx.get_metrics()
+    assert len(every) >= 2, every  # one taken at 5 s, one now
+    stamps = [m.timestamp for m in every]
+    assert stamps == sorted(stamps), stamps
+    assert all(m.mem_total > 0 for m in every), every
+    later = created + datetime.timedelta(hours=1)
+    assert sbx.get_metrics(start=later) == []
+    assert sbx.get_metrics(end=created - datetime.timedelta(seconds=30)) == []
+    time.sleep(1.5)  # past the window's end (the API counts whole seconds)
+    early = sbx.get_metrics(start=created - datetime.timedelta(seconds=5), end=created + datetime.timedelta(seconds=5.5))
+    assert len(early) == 1 and early[0].timestamp <= created + datetime.timedelta(seconds=5.5), early
+
+
 def test_list_kill_connect_and_metadata_filter(server):
     a = Sandbox.create(metadata={"suite": "e2b", "n": "1"})
     b = Sandbox.create(metadata={"suite": "e2b", "n": "2"})
