@@ -97,6 +97,25 @@ pub fn reach(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Respons
     }))
 }
 
+/// The answer to a call that needs either token and showed neither.
+const NEITHER_TOKEN: &str = "unauthorized access, please provide a valid access token \
+                             (X-Access-Token) or traffic token (E2B-Traffic-Access-Token) \
+                             of the sandbox";
+
+/// [`reach`] for a call where the sandbox's traffic token
+/// (`E2B-Traffic-Access-Token`) stands in for its access token.
+pub fn reach_either(e2b: &E2b, id: &str, h: &HeaderMap) -> Result<Arc<Sbx>, Box<Response>> {
+    let traffic = h
+        .get("e2b-traffic-access-token")
+        .and_then(|v| v.to_str().ok());
+    e2b.reach_either(id, token(h), traffic).map_err(|r| {
+        Box::new(match r {
+            Reach::Gone => gone(id),
+            Reach::Unauthorized => api::error(401, NEITHER_TOKEN),
+        })
+    })
+}
+
 pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let path = req.uri().path().to_string();
     let method = req.method().clone();

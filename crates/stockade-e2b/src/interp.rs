@@ -31,8 +31,8 @@ use stockade_server::daemon::ExecEvent;
 use tokio::sync::mpsc;
 
 use crate::api::error;
-use crate::envd::{gone, resolve, token};
-use crate::state::{E2b, Reach, Sbx};
+use crate::envd::resolve;
+use crate::state::{E2b, Sbx};
 
 const SCRIPT: &str = include_str!("interp.py");
 const JS_SCRIPT: &str = include_str!("interp.js");
@@ -245,23 +245,13 @@ struct ExecuteBody {
     env_vars: Option<Value>,
 }
 
-/// The answer to an interpreter call with neither token.
-const UNAUTHORIZED: &str = "unauthorized access, please provide a valid access token \
-                            (X-Access-Token) or traffic token (E2B-Traffic-Access-Token) \
-                            of the sandbox";
-
 pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let path = req.uri().path().to_string();
     // The SDKs send the access token to /execute only, the traffic token to every
     // interpreter call: either one is enough.
-    let traffic = req
-        .headers()
-        .get("e2b-traffic-access-token")
-        .and_then(|v| v.to_str().ok());
-    let s = match e2b.reach_interp(id, token(req.headers()), traffic) {
+    let s = match crate::envd::reach_either(&e2b, id, req.headers()) {
         Ok(s) => s,
-        Err(Reach::Gone) => return gone(id),
-        Err(Reach::Unauthorized) => return error(401, UNAUTHORIZED),
+        Err(r) => return *r,
     };
     if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
         return *r;

@@ -15,8 +15,7 @@ use axum::response::{IntoResponse, Response};
 use hyper_util::rt::TokioIo;
 
 use crate::api::error;
-use crate::envd::{gone, token};
-use crate::state::{E2b, Reach};
+use crate::state::E2b;
 
 /// Headers that are the proxy's, not the request's.
 const OURS: &[&str] = &[
@@ -39,20 +38,9 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, port: &str, req: Request) -> Respon
             &format!("port {port:?} is not a port number (1 to 65535)"),
         );
     };
-    let traffic = req
-        .headers()
-        .get("e2b-traffic-access-token")
-        .and_then(|v| v.to_str().ok());
-    let s = match e2b.reach_interp(id, token(req.headers()), traffic) {
+    let s = match crate::envd::reach_either(&e2b, id, req.headers()) {
         Ok(s) => s,
-        Err(Reach::Gone) => return gone(id),
-        Err(Reach::Unauthorized) => {
-            return error(
-                401,
-                "unauthorized access, please provide the sandbox's traffic token \
-                 (E2B-Traffic-Access-Token) or its access token (X-Access-Token)",
-            );
-        }
+        Err(r) => return *r,
     };
     if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
         return *r;

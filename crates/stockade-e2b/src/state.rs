@@ -329,9 +329,10 @@ impl E2b {
         }
     }
 
-    /// The sandbox of a code-interpreter call: its access token or its traffic token
-    /// (the SDKs send only the latter to `/contexts`), as [`E2b::reach`] otherwise.
-    pub fn reach_interp(
+    /// The sandbox of a call that may show its access token or its traffic token
+    /// (the code interpreter, whose `/contexts` calls carry only the latter, and the
+    /// sandbox's own ports), as [`E2b::reach`] otherwise.
+    pub fn reach_either(
         &self,
         id: &str,
         token: Option<&str>,
