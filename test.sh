@@ -23,6 +23,17 @@ done
 # venvs and npm trees. apt runs in one of them at a time (the background's scripts
 # run one after the other, after the first apt has ended).
 scripts/setup.sh debug --packages
+# Clippy lints the workspace's crates as they are built, in the builds below (the
+# wrapper runs on workspace members only, so the dependencies are built once, as
+# usual): no check build of its own. `cargo clippy` sets the same two variables.
+clippy_driver="$(cd / && rustc --print sysroot)/bin/clippy-driver"
+[ -x "$clippy_driver" ] || clippy_driver=$(command -v clippy-driver || true)
+if [ -z "$clippy_driver" ]; then
+  echo "test.sh: clippy-driver is missing: rustup component add clippy" >&2
+  exit 1
+fi
+export RUSTC_WORKSPACE_WRAPPER=$clippy_driver
+export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 stamp "build, with the test parts' downloads beside it"
 prep_log=$(mktemp)
 tools=/var/cache/stockade/tools
@@ -108,42 +119,43 @@ cargo fmt --check --manifest-path fuzz/Cargo.toml
 # No unused dependencies (cargo-machete, pinned, built once into the tools cache).
 [ -x "$tools/bin/cargo-machete" ] || cargo install --debug --locked --quiet --root "$tools" cargo-machete@0.9.2
 "$tools/bin/cargo-machete"
-stamp "cargo test"
-cargo test --workspace --no-run
+stamp "cargo test: the build (clippy lints it)"
+built=$(mktemp)
+cargo test --workspace --no-run --message-format=json-render-diagnostics >"$built"
 # Beside the suites, which wait on sandboxes far more than on the CPU, at nice 19 so
-# they keep it when they want it: clippy (check builds of their own, in a target
-# directory of their own), and the fuzz crate's clippy and targets (a workspace of
-# its own: its builds carry instrumentation flags). The fuzz step below waits for it.
+# they keep it when they want it: the fuzz targets (a workspace of its own, whose
+# builds carry instrumentation flags; clippy lints them as they are built). The fuzz
+# step below waits for it.
 fuzz_target=${STOCKADE_FUZZ_TARGET:-$PWD/fuzz/target}
 lint_log=$(mktemp)
 # In a session of its own, so that a failed suite, which ends this script, ends the
 # whole of it too (cargo's own children included).
 setsid bash -c '
   set -e
-  CARGO_TARGET_DIR=$1/clippy nice -n 19 cargo clippy --workspace --all-targets -- -D warnings
-  CARGO_TARGET_DIR=$2 nice -n 19 cargo clippy --manifest-path fuzz/Cargo.toml \
-    --no-default-features --all-targets -- -D warnings
-  STOCKADE_FUZZ_TARGET=$2 nice -n 19 scripts/fuzz.sh --quick --dev --build
-' lints "$CARGO_TARGET_DIR" "$fuzz_target" </dev/null >"$lint_log" 2>&1 &
+  STOCKADE_FUZZ_TARGET=$1 nice -n 19 scripts/fuzz.sh --quick --dev --build
+' lints "$fuzz_target" </dev/null >"$lint_log" 2>&1 &
 lint=$!
 trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
-cargo test --workspace --no-fail-fast
-# A restart of the shared dockerd under live sandboxes, alone (it stops dockerd).
-cargo test -p stockade-docker --test it -- --ignored restart
-stamp "rootless, gvisor, microvm suites"
+
+# The suites, a few at a time (scripts/test-lanes.py): every test binary of the
+# workspace as `cargo test --workspace --no-fail-fast` runs them, the doctests, and the
+# conformance and attack suites again as an unprivileged user, on gvisor and on
+# microvm.
+jobs=$(mktemp)
+scripts/test-jobs.py cargo <"$built" >"$jobs"
+job() { scripts/test-jobs.py one "$@" >>"$jobs"; }
+job "doctests" "$PWD" cargo test --workspace --doc --no-fail-fast
+it=$(scripts/test-jobs.py exe stockade it <"$built")
 # The conformance and attack suites again, unchanged, as the unprivileged user.
-it=$(cargo test -p stockade --test it --no-run --message-format=json 2>/dev/null |
-  python3 -c 'import json, sys
-for l in sys.stdin:
-    m = json.loads(l)
-    if m.get("executable") and m["target"]["name"] == "it": print(m["executable"])')
 if ! runuser -u stockade-rl -- test -x "$it"; then
   echo "test.sh: the rootless suites run as the user stockade-rl, who cannot reach $it:" \
     "run from a checkout other users can read, or set CARGO_TARGET_DIR to a directory" \
     "they can (CI uses /var/cache/stockade/target)" >&2
   exit 1
 fi
-(cd /tmp && as_rootless "$it" conformance:: attacks:: behaviour:: files:: lifecycle:: egress::)
+job "rootless: conformance, attacks, behaviour, files, lifecycle, egress" /tmp \
+  runuser -u stockade-rl -- env -i HOME=/home/stockade-rl PATH=/usr/bin:/bin CI=1 \
+  STOCKADE_TEST_ROOTLESS=1 "$it" conformance:: attacks:: behaviour:: files:: lifecycle:: egress::
 # The same suites on the gvisor provider (real runsc; crates/stockade-gvisor/ci-setup.sh
 # installs it): the conformance cases, the attacks and pause/resume. The attacks below are skipped BY
 # NAME because the gvisor provider does not meet them yet (ARCHITECTURE.md, gvisor
@@ -159,14 +171,16 @@ gvisor_gaps=(
 echo "test.sh: gvisor: skipping known gaps: ${gvisor_gaps[*]}" >&2
 skips=()
 for t in "${gvisor_gaps[@]}"; do skips+=(--skip "$t"); done
-(cd /tmp && STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: attacks:: pause:: --test-threads=1 "${skips[@]}")
+job "gvisor: conformance, attacks, pause" /tmp env STOCKADE_TEST_PROVIDER=gvisor \
+  "$it" conformance:: attacks:: pause:: --test-threads=1 "${skips[@]}"
 # The conformance cases again on the ptrace platform (the one a runsc without systrap,
 # or STOCKADE_GVISOR_PLATFORM=ptrace, gives).
-(cd /tmp && STOCKADE_GVISOR_PLATFORM=ptrace STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: --test-threads=1)
+job "gvisor (ptrace): conformance" /tmp env STOCKADE_GVISOR_PLATFORM=ptrace \
+  STOCKADE_TEST_PROVIDER=gvisor "$it" conformance:: --test-threads=1
 # The same suites on the microvm provider (real QEMU, TCG where KVM is unusable;
-# crates/stockade-microvm/ci-setup.sh installs it): ~3 minutes here, a VM boot per
-# case. The one below is skipped BY NAME (ARCHITECTURE.md, microvm section, says
-# why); a missing QEMU, kernel or agent fails every case with how to fix it.
+# crates/stockade-microvm/ci-setup.sh installs it): a VM boot per case. The one below
+# is skipped BY NAME (ARCHITECTURE.md, microvm section, says why); a missing QEMU,
+# kernel or agent fails every case with how to fix it.
 if ! command -v qemu-system-x86_64 >/dev/null 2>&1; then
   echo "test.sh: qemu-system-x86_64 is missing: run crates/stockade-microvm/ci-setup.sh as root" >&2
   exit 1
@@ -177,7 +191,19 @@ microvm_gaps=(
 echo "test.sh: microvm: skipping what cannot hold there: ${microvm_gaps[*]}" >&2
 skips=()
 for t in "${microvm_gaps[@]}"; do skips+=(--skip "$t"); done
-(cd /tmp && STOCKADE_TEST_PROVIDER=microvm "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}")
+job "microvm: conformance, attacks" /tmp env STOCKADE_TEST_PROVIDER=microvm \
+  "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}"
+lanes=${STOCKADE_TEST_LANES:-3}
+stamp "the suites, $lanes at a time"
+# The last run's durations order them (longest first); without them, the committed
+# ones of .ci/test-times.json.
+times=/var/cache/stockade/test-times.json
+[ -f "$times" ] || cp .ci/test-times.json "$times" 2>/dev/null || true
+scripts/test-lanes.py --lanes "$lanes" --times "$times" "$jobs"
+rm -f "$jobs" "$built"
+# A restart of the shared dockerd under live sandboxes, alone (it stops dockerd).
+stamp "dockerd restarted under live sandboxes"
+cargo test -p stockade-docker --test it -- --ignored restart
 # The attack suite through the daemon's front doors, as the callers of each: a token
 # tenant (the test process is root, so it sees the host's side of each sandbox), then
 # a --socket-group user (the unprivileged stockade-rl: the cases that look at the
@@ -220,10 +246,36 @@ trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
 rm -rf "$doors"
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
-stamp "Python SDK"
-sdk/python/test.sh
-# (The user's venv is on Debian's python3: the main one may be on a Python only root
-# can reach. The abi3 wheel installs into either.)
+# The SDKs' suites and the E2B SDKs', a few at a time too: the Python SDK (its wheel
+# built and installed in a venv, pytest against it), the TypeScript SDK (its npm
+# tarball, debug native module and static agent, installed into a fresh project, node
+# --test against it), the Go SDK (vet, staticcheck and go test against a daemon of
+# this build) and the E2B SDKs (pinned, from PyPI and npm) against `stockade serve
+# --e2b-listen`.
+jobs=$(mktemp)
+job "Python SDK" "$PWD" sdk/python/test.sh
+job "TypeScript SDK" "$PWD" sdk/typescript/test.sh
+job "Go SDK" "$PWD" sdk/go/test.sh
+job "E2B SDKs" "$PWD" crates/stockade-e2b/test.sh
+# The E2B SDK's sandbox tests again on gvisor, but for what gVisor sandboxes refuse BY
+# NAME (docs/e2b.md says why): root of the sandbox (no user namespace of their own)
+# and an egress allowlist (no Stockade resolver and firewall inside).
+e2b_gvisor_gaps=(
+  test_e2b.py::test_root_commands_run_as_root_of_the_sandbox
+  test_e2b.py::test_watch_dir_as_root_sees_what_only_root_may_enter
+  test_e2b.py::test_templates_come_from_the_configuration_file
+)
+deselect=()
+for t in "${e2b_gvisor_gaps[@]}"; do deselect+=(--deselect "$t"); done
+job "E2B SDK on gvisor" "$PWD" env STOCKADE_PROVIDER=gvisor STOCKADE_E2B_PYTHON_ONLY=1 \
+  crates/stockade-e2b/test.sh test_e2b.py "${deselect[@]}"
+stamp "the SDKs' suites, $lanes at a time"
+scripts/test-lanes.py --lanes "$lanes" --times "$times" "$jobs"
+rm -f "$jobs"
+# The Python SDK's sync tests again as the unprivileged user (from a copy that user
+# can read). (The user's venv is on Debian's python3: the main one may be on a Python
+# only root can reach. The abi3 wheel installs into either.)
+stamp "Python SDK, rootless"
 rl_venv=/var/cache/stockade/venv-rootless
 [ -x "$rl_venv/bin/python" ] || /usr/bin/python3 -m venv "$rl_venv"
 "$rl_venv/bin/python" -m pip install -q --disable-pip-version-check "pytest>=8,<10"
@@ -234,21 +286,14 @@ rl_tests=$(mktemp -d)
 cp -r sdk/python/tests/. "$rl_tests" && chmod -R a+rX "$rl_tests"
 (cd /tmp && as_rootless "$rl_venv/bin/python" -m pytest -q -p no:cacheprovider "$rl_tests/test_sync.py")
 rm -rf "$rl_tests"
-# The TypeScript SDK: its npm tarball (debug native module, static agent) installed
-# into a fresh project, node --test against it.
-stamp "TypeScript SDK"
-sdk/typescript/test.sh
-# The Go SDK: vet, staticcheck and go test against a daemon of this build.
-stamp "Go SDK"
-sdk/go/test.sh
-stamp "clippy and the fuzz build (beside the suites), then fuzz, briefly"
+stamp "the fuzz build (beside the suites), then fuzz, briefly"
 lint_ok=0
 wait "$lint" || lint_ok=$?
 trap - EXIT
 cat "$lint_log" >&2
 rm -f "$lint_log"
 if [ "$lint_ok" != 0 ]; then
-  echo "test.sh: clippy or the fuzz build failed (above)" >&2
+  echo "test.sh: the fuzz build failed (above)" >&2
   exit 1
 fi
 # Each fuzz target that does not build the daemon, for a few seconds, unoptimized
@@ -256,9 +301,6 @@ fi
 # input that once failed fails again here. The E2B target and the long runs are
 # `scripts/fuzz.sh --time SECONDS`.
 STOCKADE_FUZZ_TARGET=$fuzz_target scripts/fuzz.sh --quick --dev --time 10
-stamp "E2B SDKs"
-# The E2B SDKs (pinned, from PyPI, cached venv) against `stockade serve --e2b-listen`.
-crates/stockade-e2b/test.sh
 
 stamp "install"
 # The install step, tried: the installed CLI finds its agent and its wasm runner and

@@ -4,6 +4,7 @@
 # cached directory) under `node --test`. Called by the root test.sh; needs the debug
 # build. Works with the caches empty (they are made, then reused while the pins hold).
 #   crates/stockade-e2b/test.sh --deps   the venv and the npm SDKs only (no build, no tests)
+#   STOCKADE_PROVIDER=gvisor crates/stockade-e2b/test.sh ...   on another provider
 set -euo pipefail
 cd "$(dirname "$0")"
 here=$PWD
@@ -40,6 +41,8 @@ fi
 cargo build --quiet -p stockade-cli --bin stockade
 export STOCKADE_BIN="$CARGO_TARGET_DIR/debug/stockade"
 (cd tests && "$venv/bin/python" -m pytest -q -p no:cacheprovider "$@")
+# STOCKADE_E2B_PYTHON_ONLY=1: the PyPI SDKs' tests alone (test.sh's gVisor run).
+[ -n "${STOCKADE_E2B_PYTHON_ONLY:-}" ] && exit 0
 # The JS tests run from a copy beside the installed node_modules (ESM resolves bare
 # imports from the importing file's directory upwards).
 run=$npmdir/tests

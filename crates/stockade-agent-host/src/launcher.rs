@@ -60,6 +60,11 @@ pub trait Launcher: Send + Sync + 'static {
         Ok(())
     }
 
+    /// See `Provider::host_ids`; the default: the same ids.
+    async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
+        Ok((uid, gid))
+    }
+
     /// See `Provider::usage`; the default refuses, naming the provider.
     async fn usage(&self, id: &str) -> Result<Usage> {
         let _ = id;

@@ -153,6 +153,10 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.usage(id).await
     }
 
+    async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
+        self.launcher.host_ids(uid, gid).await
+    }
+
     async fn pause(&self, id: &str) -> Result<()> {
         self.launcher.pause(id).await
     }

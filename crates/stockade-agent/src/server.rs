@@ -439,7 +439,8 @@ fn exec_policy(policy: &ExecPolicy, uid: Option<u32>, what: &str) -> Result<Exec
         Some(u) if !policy.root_caps => {
             return Err(format!(
                 "cannot run {what} as uid {u}: this sandbox has no user namespace of its own, \
-                 so its uids are host uids; it runs all of them as uid {}",
+                 so its uids are host uids; it runs all of them as uid {} (the native and \
+                 microvm providers give each sandbox a root of its own)",
                 policy.uid
             ));
         }

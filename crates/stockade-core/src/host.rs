@@ -28,6 +28,16 @@ fn env_dir(var: &str) -> Option<PathBuf> {
         .map(PathBuf::from)
 }
 
+/// The name of the host account with uid `uid` in `/etc/passwd`, if there is one.
+pub fn account_of(uid: u32) -> Option<String> {
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let mut f = l.split(':');
+        let name = f.next()?;
+        (f.nth(1)?.parse::<u32>().ok()? == uid).then(|| name.to_string())
+    })
+}
+
 /// Stockade's data directory (images, runtimes, caches, keys): `$STOCKADE_HOME` when
 /// set; `/var/lib/stockade` for root; else `$XDG_DATA_HOME/stockade` or
 /// `~/.local/share/stockade`; `/tmp/stockade-home-UID` when there is no home.

@@ -133,6 +133,14 @@ pub trait Provider: Send + Sync + 'static {
         })
     }
 
+    /// The host ids that files made by the sandbox user `uid`:`gid` get on a writable
+    /// mount (what a host directory shared with it, such as a session's workspace,
+    /// must be owned by for it to write there). The default: the same ids, as on
+    /// providers whose mounts show their host owner as the sandbox user.
+    async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
+        Ok((uid, gid))
+    }
+
     /// CPU time and memory use of sandbox `id`, from its cgroups. The default
     /// refuses.
     async fn usage(&self, id: &str) -> Result<Usage> {

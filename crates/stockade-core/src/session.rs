@@ -178,8 +178,10 @@ impl SessionManager {
         std::fs::create_dir_all(&ws)
             .map_err(|e| Error::io(format!("cannot create workspace {}", ws.display()), e))?;
         let mut spec = self.config.spec.clone();
-        // The sandbox user owns its workspace (best effort: needs root to chown).
-        let _ = std::os::unix::fs::chown(&ws, Some(spec.user.uid), Some(spec.user.gid));
+        // The sandbox user owns its workspace (best effort: needs root to chown), as the
+        // host ids the provider gives it (another range under docker's userns-remap).
+        let (uid, gid) = self.provider.host_ids(spec.user.uid, spec.user.gid).await?;
+        let _ = std::os::unix::fs::chown(&ws, Some(uid), Some(gid));
         spec.mounts
             .retain(|m| m.target != Path::new(WORKSPACE_TARGET));
         spec.mounts.push(Mount {

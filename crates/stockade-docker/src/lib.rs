@@ -66,7 +66,16 @@ pub struct DockerLauncher {
     /// Resolvers an egress policy's allowed lookups go to; empty: the host's.
     dns_upstreams: Vec<String>,
     docker: OnceCell<Docker>,
+    /// dockerd's user namespace ([`engine::userns`]), asked once.
+    userns: OnceCell<Option<(u32, u32)>>,
+    /// Whether containers may share the host's ids (a dockerd without userns-remap):
+    /// [`HOST_IDS_ENV`] or [`DockerLauncher::allow_host_ids`].
+    allow_host_ids: bool,
 }
+
+/// Set to `1` to let the docker provider run on a dockerd without `userns-remap`, where
+/// the sandbox user is the host's uid of the same number.
+pub const HOST_IDS_ENV: &str = "STOCKADE_DOCKER_HOST_IDS";
 
 impl Default for DockerLauncher {
     fn default() -> Self {
@@ -131,7 +140,16 @@ impl DockerLauncher {
             image_store: None,
             dns_upstreams: Vec::new(),
             docker: OnceCell::new(),
+            userns: OnceCell::new(),
+            allow_host_ids: std::env::var(HOST_IDS_ENV).is_ok_and(|v| v == "1"),
         }
+    }
+
+    /// Whether sandboxes may run on a dockerd without a user namespace (see
+    /// [`HOST_IDS_ENV`]).
+    pub fn allow_host_ids(mut self, allow: bool) -> DockerLauncher {
+        self.allow_host_ids = allow;
+        self
     }
 
     /// Talks to dockerd on `socket` instead (its sandboxes' host directories apart
@@ -555,6 +573,33 @@ impl Launcher for DockerLauncher {
             }),
             Err(e) => return Err(e),
         }
+        if self.docker().await.is_ok() {
+            checks.push(match self.userns().await {
+                Ok(Some((u, g))) => Check {
+                    name: "user namespace".into(),
+                    ok: true,
+                    detail: format!("dockerd remaps ids: root inside is host uid {u} gid {g}"),
+                    fix: None,
+                },
+                Ok(None) => Check {
+                    name: "user namespace".into(),
+                    ok: self.allow_host_ids,
+                    detail: format!(
+                        "dockerd runs containers with the host's ids{}",
+                        if self.allow_host_ids { format!(" (allowed by {HOST_IDS_ENV}=1)") } else { String::new() }
+                    ),
+                    fix: (!self.allow_host_ids).then(|| {
+                        "put \"userns-remap\": \"default\" in /etc/docker/daemon.json and restart dockerd".into()
+                    }),
+                },
+                Err(e) => Check {
+                    name: "user namespace".into(),
+                    ok: false,
+                    detail: e.to_string(),
+                    fix: None,
+                },
+            });
+        }
         match find_agent() {
             Ok(p) => checks.push(Check {
                 name: "static agent".into(),
@@ -586,7 +631,14 @@ impl Launcher for DockerLauncher {
         if self.is_paused(id) {
             return Err(stockade_core::paused_error(id));
         }
-        Ok(agent_socket(id, sock))
+        // Only a caller that is not root checks the agent's uid, which under
+        // userns-remap is the remapped root's (root talks to its own directory).
+        let userns = if stockade_core::host::is_root() {
+            None
+        } else {
+            self.userns().await?
+        };
+        Ok(agent_socket(id, sock, userns))
     }
 
     async fn destroy(&self, id: &str) -> Result<()> {
@@ -665,6 +717,13 @@ impl Launcher for DockerLauncher {
     /// every process stops at once, invisibly to it, and its memory stays in RAM.
     /// Through dockerd rather than our own freeze of its cgroup, so docker knows
     /// (`docker ps` says Paused, and `docker rm -f` of it works).
+    async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
+        Ok(match self.userns().await? {
+            Some((u, g)) => (u.saturating_add(uid), g.saturating_add(gid)),
+            None => (uid, gid),
+        })
+    }
+
     async fn pause(&self, id: &str) -> Result<()> {
         let docker_paused = self.live(id).await?;
         let mark = PauseMark::begin(id, &self.dir(id), docker_paused, now_ms())?;

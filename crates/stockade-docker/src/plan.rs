@@ -94,6 +94,9 @@ pub struct PlanInput {
     /// directory (its resolv.conf, its authority's certificates) and the environment
     /// of an egress policy's credentials.
     pub net: Option<NetInput>,
+    /// The host ids of uid and gid 0 in the container under dockerd's userns-remap;
+    /// `None`: the host's own ids (allowed by [`crate::HOST_IDS_ENV`]).
+    pub userns: Option<(u32, u32)>,
 }
 
 /// See [`PlanInput::net`].
@@ -113,6 +116,8 @@ pub struct Plan {
     pub config: ContainerConfig,
     pub applied: Vec<String>,
     pub expires_at_ms: u64,
+    /// See [`PlanInput::userns`].
+    pub userns: Option<(u32, u32)>,
 }
 
 /// The name of a sandbox's container.
@@ -130,17 +135,23 @@ fn bind(source: &Path, target: &str, read_only: bool) -> Mount {
     }
 }
 
+/// The user the code runs as: the spec's, or the image's when the spec keeps the
+/// default one.
+pub fn code_user(spec: &ValidatedSpec, image: &ImageFacts) -> stockade_spec::User {
+    match image.user {
+        Some((uid, gid)) if spec.user == stockade_spec::User::default() => {
+            stockade_spec::User { uid, gid }
+        }
+        _ => spec.user,
+    }
+}
+
 /// The container for `spec`.
 pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
     let l = &spec.limits;
     let h = spec.hardening;
     let expires_at_ms = input.now_ms + spec.timeout_secs * 1000;
-    let user = match input.image.user {
-        Some((uid, gid)) if spec.user == stockade_spec::User::default() => {
-            stockade_spec::User { uid, gid }
-        }
-        _ => spec.user,
-    };
+    let user = code_user(spec, &input.image);
     let workdir = match (&spec.workdir, &input.image.workdir) {
         (Some(w), _) => w.display().to_string(),
         (None, Some(w)) if !w.is_empty() => w.clone(),
@@ -267,7 +278,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
     for (k, v) in &spec.labels {
         label.insert(format!("{}{k}", labels::USER_PREFIX), v.clone());
     }
-    let applied = applied(spec, user, &workdir, input.net.as_ref());
+    let applied = applied(spec, user, &workdir, input);
     label.insert(
         labels::APPLIED.to_string(),
         serde_json::to_string(&applied).unwrap_or_default(),
@@ -294,6 +305,7 @@ pub fn plan(spec: &ValidatedSpec, input: &PlanInput) -> Plan {
         },
         applied,
         expires_at_ms,
+        userns: input.userns,
     }
 }
 
@@ -301,8 +313,9 @@ fn applied(
     spec: &ValidatedSpec,
     user: stockade_spec::User,
     workdir: &str,
-    net: Option<&NetInput>,
+    input: &PlanInput,
 ) -> Vec<String> {
+    let net = input.net.as_ref();
     let l = &spec.limits;
     let h = spec.hardening;
     let mut v = vec![
@@ -329,6 +342,20 @@ fn applied(
             l.pids
         ),
         format!("user: uid {} gid {}, workdir {workdir}", user.uid, user.gid),
+        match input.userns {
+            Some((u, g)) => format!(
+                "user namespace: dockerd's userns-remap; uid 0 inside is host uid {u}, the code's uid {} host uid {} (gid {}), no host account",
+                user.uid,
+                u + user.uid,
+                g + user.gid
+            ),
+            None => format!(
+                "user namespace: NONE (dockerd without userns-remap, allowed by {}=1): the code's uid {} is the host's uid {}",
+                crate::HOST_IDS_ENV,
+                user.uid,
+                user.uid
+            ),
+        },
         format!("lifetime: {} s", spec.timeout_secs),
     ];
     v.push(if h.drop_capabilities {
@@ -379,6 +406,7 @@ mod tests {
             image: ImageFacts::default(),
             agent_group: None,
             net: None,
+            userns: Some((231_072, 231_072)),
         }
     }
 

@@ -10,6 +10,8 @@ impl DockerLauncher {
         opts: &CreateOptions,
     ) -> Result<SandboxInfo> {
         let docker = self.docker().await?;
+        // Before anything is fetched: a dockerd whose containers would be host accounts.
+        let userns = self.admit_ids(spec.user).await?;
         let agent = find_agent()?;
         let reference = spec.image.clone().ok_or_else(|| {
             Error::InvalidRequest("the docker provider needs an image; name one".into())
@@ -21,11 +23,12 @@ impl DockerLauncher {
         // instead of its image's root); a second one is the image's doing and is
         // reported.
         match self
-            .create_once(docker, &agent, facts.clone(), spec, opts)
+            .create_once(docker, &agent, facts.clone(), spec, opts, userns)
             .await
         {
             Err(Error::Internal(m)) if m.contains(ROOT_NOT_ENTERABLE) => {
-                self.create_once(docker, &agent, facts, spec, opts).await
+                self.create_once(docker, &agent, facts, spec, opts, userns)
+                    .await
             }
             other => other,
         }
@@ -38,10 +41,15 @@ impl DockerLauncher {
         facts: plan::ImageFacts,
         spec: &ValidatedSpec,
         opts: &CreateOptions,
+        userns: Option<(u32, u32)>,
     ) -> Result<SandboxInfo> {
+        let user = plan::code_user(spec, &facts);
+        if let Some((u, g)) = userns {
+            check_writable_mounts(spec, u.saturating_add(user.uid), g.saturating_add(user.gid))?;
+        }
         let id = new_id();
         let dir = self.dir(&id);
-        let agent_group = make_private_dir(&self.state_root, &dir, &self.socket)?;
+        let agent_group = make_private_dir(&self.state_root, &dir, &self.socket, userns)?;
         let net = match self.prepare_network(spec, &id) {
             Ok(n) => n,
             Err(e) => {
@@ -60,6 +68,7 @@ impl DockerLauncher {
             image: facts,
             agent_group,
             net: net.as_ref().map(|n| n.input.clone()),
+            userns,
         };
         let plan = plan::plan(spec, &input);
         let result = self
@@ -118,7 +127,7 @@ impl DockerLauncher {
         let started = Instant::now();
         loop {
             if sock.exists()
-                && stockade_agent_host::client::ping(id, &agent_socket(id, &sock))
+                && stockade_agent_host::client::ping(id, &agent_socket(id, &sock, plan.userns))
                     .await
                     .is_ok()
             {
@@ -141,6 +150,7 @@ impl DockerLauncher {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        seal_private_dir(dir, plan.userns)?;
         let pid = self
             .inspect_container(id)
             .await?

@@ -78,6 +78,16 @@ struct CreateBody {
     env_vars: Option<BTreeMap<String, String>>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
+    /// Pause at the timeout instead of killing.
+    auto_pause: Option<bool>,
+    /// `{"enabled": bool}`: a request to the paused sandbox resumes it.
+    auto_resume: Option<AutoResume>,
+}
+
+#[derive(Deserialize)]
+struct AutoResume {
+    #[serde(default)]
+    enabled: bool,
 }
 
 #[derive(Deserialize, Default)]
@@ -114,6 +124,10 @@ fn detail_json(e2b: &E2b, s: &Sbx) -> Value {
         "diskSizeMB": 0,
         "metadata": s.metadata,
         "state": if s.paused_at().is_some() { "paused" } else { "running" },
+        "lifecycle": {
+            "onTimeout": if s.lifecycle.pause_on_timeout { "pause" } else { "kill" },
+            "autoResume": s.lifecycle.auto_resume,
+        },
     })
 }
 
@@ -456,6 +470,16 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             &format!("timeout {timeout} is out of range: 1 to {MAX_TIMEOUT_SECS} seconds"),
         );
     }
+    let lifecycle = crate::state::Lifecycle {
+        pause_on_timeout: b.auto_pause.unwrap_or(false),
+        auto_resume: b.auto_resume.is_some_and(|a| a.enabled),
+    };
+    if lifecycle.auto_resume && !lifecycle.pause_on_timeout {
+        return error(
+            400,
+            "autoResume needs autoPause: only a sandbox paused at its timeout is resumed by a request",
+        );
+    }
     match e2b
         .create(
             tenant,
@@ -465,6 +489,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             b.metadata.unwrap_or_default(),
             b.env_vars.unwrap_or_default(),
             b.allow_internet_access.unwrap_or(false),
+            lifecycle,
         )
         .await
     {

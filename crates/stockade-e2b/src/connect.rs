@@ -193,12 +193,31 @@ fn frame(flags: u8, payload: &[u8]) -> Bytes {
     b.freeze()
 }
 
-/// A streamed answer: HTTP 200 with the envelopes as they come.
+/// Not an envelope: ends a streamed answer by dropping it mid-body, as a connection to
+/// a sandbox that was killed under the request drops (the SDKs then probe the
+/// sandbox, find it gone and say it was killed or reached its end of life).
+pub const ABORT: Bytes = Bytes::new();
+
+/// Whether `frame` is [`ABORT`] or the end envelope: the last of a stream.
+pub fn is_last(frame: &Bytes) -> bool {
+    frame.is_empty() || frame.first() == Some(&END_STREAM)
+}
+
+/// A streamed answer: HTTP 200 with the envelopes as they come, cut off at [`ABORT`].
 pub fn stream_response(
     frames: impl futures_util::Stream<Item = Bytes> + Send + 'static,
 ) -> Response {
     use futures_util::StreamExt;
-    let body = Body::from_stream(frames.map(Ok::<_, std::convert::Infallible>));
+    let body = Body::from_stream(frames.map(|f| {
+        if f.is_empty() {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the sandbox is gone",
+            ))
+        } else {
+            Ok(f)
+        }
+    }));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/connect+json")

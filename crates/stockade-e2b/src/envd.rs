@@ -141,6 +141,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
         if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
             return *r;
         }
+        e2b.wake(&s).await;
         return files::handle(&e2b, &s, req).await;
     }
     let s = match reach(&e2b, id, req.headers()) {
@@ -150,6 +151,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
         return *r;
     }
+    e2b.wake(&s).await;
     if path == "/health" {
         // A paused sandbox does not answer, as on E2B (the SDKs' `is_running()` reads
         // the 502 as "not running").
@@ -213,7 +215,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             }
         }
         "/filesystem.Filesystem/CreateWatcher" => reply(watch::create(&e2b, &s, &body, uid).await),
-        "/filesystem.Filesystem/GetWatcherEvents" => reply(watch::events(&s, &body)),
+        "/filesystem.Filesystem/GetWatcherEvents" => reply(watch::events(&e2b, &s, &body).await),
         "/filesystem.Filesystem/RemoveWatcher" => reply(watch::remove(&s, &body)),
         other => ConnectError::new(
             "unimplemented",

@@ -5,9 +5,11 @@
 // (stdout, stderr, result, error, number_of_executions), the last of each execution
 // being {"type": "end_of_execution"}. fd 1 is the exec's stderr, fd 0 /dev/null, so a
 // child process's output cannot break the protocol. Cells run in this process's own
-// global scope (`vm.runInThisContext`), so globals and top-level `let`/`const` stay
-// between cells; the value of a cell is its completion value (the last expression),
-// a promise awaited. SIGINT interrupts the running cell and leaves the state as is.
+// global scope (`vm.runInThisContext`; a cell that awaits at its top level, through
+// Node's REPL evaluator on the global object), so globals and top-level `let`/`const`
+// stay between cells; static `import` lines become dynamic imports. The value of a cell is
+// its completion value (the last expression), a promise awaited. SIGINT interrupts
+// the running cell and leaves the state as is.
 (() => {
   'use strict';
   const fs = require('fs');
@@ -83,10 +85,17 @@
     if (interrupt) interrupt();
   });
 
+  // A stack without the evaluator's own frames (from the first of them on).
+  function clean(stack) {
+    const lines = String(stack).split('\n');
+    const cut = lines.findIndex((l) => /sigintHandlersWrap|ContextifyScript|makeContextifyScript|REPLServer\./.test(l));
+    return (cut > 0 ? lines.slice(0, cut) : lines).join('\n');
+  }
+
   function errorLine(e) {
     if (e instanceof Error || (e && typeof e === 'object' && 'stack' in e)) {
       const name = e.code === 'ERR_SCRIPT_EXECUTION_INTERRUPTED' ? 'KeyboardInterrupt' : String(e.name || 'Error');
-      return { type: 'error', name, value: String(e.message), traceback: String(e.stack || e.message) };
+      return { type: 'error', name, value: String(e.message), traceback: clean(e.stack || e.message) };
     }
     const value = typeof e === 'string' ? e : util.inspect(e);
     return { type: 'error', name: 'Error', value, traceback: `Uncaught ${value}` };
@@ -105,6 +114,78 @@
     return line;
   }
 
+  // Node's REPL evaluator: top-level await, declarations kept on the global object.
+  // Its errors reach its domain, not its callback: the domain hands them to the cell
+  // that is running (an error from a cell's timer, later, is reported as uncaught).
+  const repl = require('repl');
+  const { PassThrough } = require('stream');
+  const evaluator = repl.start({
+    input: new PassThrough(),
+    output: new PassThrough(),
+    prompt: '',
+    terminal: false,
+    useGlobal: true,
+    ignoreUndefined: true,
+  });
+  let pending = null;
+  // Whether `e` comes from an earlier cell (a timer or promise it left behind): its
+  // stack names that cell and not the running one.
+  const earlier = (e) => {
+    const cells = String((e && e.stack) || '').match(/<cell \d+>/g) || [];
+    return cells.length > 0 && !cells.includes(`<cell ${count}>`);
+  };
+  if (evaluator._domain) {
+    evaluator._domain.removeAllListeners('error');
+    evaluator._domain.on('error', (e) => {
+      const done = pending;
+      if (done && !earlier(e)) {
+        pending = null;
+        done(e);
+      } else {
+        stderr.write(`Uncaught ${clean(e && e.stack ? e.stack : String(e))}\n`);
+        stderr.flush();
+      }
+    });
+  }
+  // A cell without `await` runs as a script (interruptible while it computes); one with
+  // it through the REPL's evaluator (interruptible while it awaits).
+  function evaluate(code, filename) {
+    if (!/\bawait\b/.test(code)) {
+      return Promise.resolve(vm.runInThisContext(code, { filename, breakOnSigint: true }));
+    }
+    return new Promise((resolve, reject) => {
+      pending = (e) => reject(e);
+      evaluator.eval(code, globalThis, filename, (e, v) => {
+        pending = null;
+        if (e) reject(e instanceof repl.Recoverable ? e.err : e);
+        else resolve(v);
+      });
+    });
+  }
+
+  // `import x from 'm'`, `import {a as b} from 'm'`, `import * as ns from 'm'` and
+  // `import 'm'` at the start of a line, as the dynamic imports the REPL runs.
+  function imports(code) {
+    const names = (spec) => spec.replace(/\s+as\s+/g, ': ');
+    return code.replace(
+      /^([ \t]*)import\s+(?:([\w$]+)\s*,?\s*)?(?:(\{[^}]*\})|\*\s*as\s+([\w$]+))?\s*(?:from\s*)?(['"][^'"\n]+['"])\s*;?[ \t]*$/gm,
+      (all, lead, def, named, ns, from) => {
+        if (!def && !named && !ns && /^\s*import\s*['"]/.test(all) === false) return all;
+        const m = `await import(${from})`;
+        const parts = [];
+        if (ns) parts.push(`const ${ns} = ${m};`);
+        if (def || named) {
+          const tmp = `__stockade_import_${Math.random().toString(36).slice(2)}`;
+          parts.push(`const ${tmp} = ${m};`);
+          if (def) parts.push(`const ${def} = ${tmp}.default;`);
+          if (named) parts.push(`const ${names(named)} = ${tmp};`);
+        }
+        if (!def && !named && !ns) parts.push(`${m};`);
+        return lead + parts.join(' ');
+      },
+    );
+  }
+
   let count = 0;
   async function run(req) {
     count += 1;
@@ -115,17 +196,12 @@
       process.env[k] = String(env[k]);
     }
     try {
-      let value = vm.runInThisContext(String(req.code || ''), {
-        filename: `<cell ${count}>`,
-        breakOnSigint: true,
+      const stopped = new Promise((_, reject) => {
+        interrupt = () => reject(Object.assign(new Error('Script execution interrupted.'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' }));
       });
+      let value = await Promise.race([evaluate(imports(String(req.code || '')), `<cell ${count}>`), stopped]);
       if (value && typeof value.then === 'function') {
-        value = await Promise.race([
-          value,
-          new Promise((_, reject) => {
-            interrupt = () => reject(Object.assign(new Error('Script execution interrupted.'), { code: 'ERR_SCRIPT_EXECUTION_INTERRUPTED' }));
-          }),
-        ]);
+        value = await Promise.race([value, stopped]);
       }
       stdout.flush();
       stderr.flush();

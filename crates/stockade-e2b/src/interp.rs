@@ -127,7 +127,12 @@ pub struct Context {
     /// The bash driver's end-of-cell marker (random, per context).
     marker: String,
     slot: tokio::sync::Mutex<Option<Interp>>,
+    /// Its place in the order contexts were made (the order they are listed in).
+    made: u64,
 }
+
+/// Counts the contexts made, for [`Context::made`].
+static MADE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 impl Context {
     pub fn new(id: String, cwd: String) -> Context {
@@ -141,6 +146,7 @@ impl Context {
             lang,
             marker: format!("__stockade_{}", stockade::host::random_hex(16)),
             slot: tokio::sync::Mutex::new(None),
+            made: MADE.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 
@@ -198,7 +204,10 @@ async fn contexts(s: &Sbx, method: &Method, path: &str, body: &[u8]) -> Response
             axum::Json(c.json()).into_response()
         }
         (&Method::GET, ["contexts"]) => {
-            let v: Vec<Value> = all().values().map(|c| c.json()).collect();
+            let mut v: Vec<Arc<Context>> = all().values().cloned().collect();
+            // The defaults first, then in the order they were made.
+            v.sort_by_key(|c| (!c.id.starts_with("default"), c.made));
+            let v: Vec<Value> = v.iter().map(|c| c.json()).collect();
             axum::Json(Value::Array(v)).into_response()
         }
         (&Method::DELETE, ["contexts", id]) => match all().remove(*id) {
@@ -256,6 +265,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     if let Err(r) = crate::conn::authenticated(&req, &e2b.conns, &s.tenant) {
         return *r;
     }
+    e2b.wake(&s).await;
     if path == "/health" {
         return (StatusCode::OK, "\"OK\"").into_response();
     }
@@ -324,10 +334,16 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     tokio::spawn(run_cell(e2b, s, ctx, line, tx));
     let stream = tokio_stream::wrappers::ReceiverStream::new(rx);
-    let body = Body::from_stream(futures_util::StreamExt::map(
-        stream,
-        Ok::<_, std::convert::Infallible>,
-    ));
+    let body = Body::from_stream(futures_util::StreamExt::map(stream, |l| {
+        if l.is_empty() {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionAborted,
+                "the sandbox is gone",
+            ))
+        } else {
+            Ok(l)
+        }
+    }));
     Response::builder()
         .status(StatusCode::OK)
         .header(header::CONTENT_TYPE, "application/x-ndjson")
@@ -583,6 +599,13 @@ async fn run_cell(
             }
             Some(ExecEvent::Started(_)) => {}
             Some(ExecEvent::Outcome(r)) => {
+                *slot = None;
+                // The sandbox killed under the cell: the answer is cut off, as E2B's
+                // is, and the SDK raises instead of returning an execution.
+                if e2b.is_gone(&s).await {
+                    let _ = tx.send(crate::connect::ABORT).await;
+                    return;
+                }
                 let why = match r {
                     Ok(o) => format!(
                         "the interpreter exited (code {}, signal {:?}); its state is lost and the next cell starts a fresh one",

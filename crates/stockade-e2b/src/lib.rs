@@ -58,6 +58,16 @@ pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
     };
     let mut e2b = E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?;
     e2b.domain = ctx.domain;
+    // The homes belong to the sandbox user as the default provider maps it (gVisor and
+    // docker show a directory's host owner as it is).
+    let (_, provider) = e2b.daemon.provider("")?;
+    e2b.home_owner = match provider.host_ids(1000, 1000).await {
+        Ok(ids) => Some(ids),
+        Err(e) => {
+            tracing::warn!("E2B homes stay root's: the default provider's ids are unknown: {e}");
+            None
+        }
+    };
     let e2b = Arc::new(e2b);
     e2b.warm_configured();
     tokio::spawn(e2b.clone().expirer());

@@ -328,6 +328,7 @@ pub async fn start(
         .unwrap_or_else(std::sync::PoisonError::into_inner)
         .insert(pid, proc);
     let sbx = s.clone();
+    let e2b = e2b.clone();
     let is_pty = pty.is_some();
     let mut out = Outbox {
         tx,
@@ -341,6 +342,7 @@ pub async fn start(
         if !held.is_empty() {
             out.send(output(Stream::Stderr, &held, is_pty)).await;
         }
+        let mut signalled = false;
         let end = loop {
             match rx.recv().await {
                 Some(ExecEvent::Output(c)) => {
@@ -356,6 +358,7 @@ pub async fn start(
                     ));
                 }
                 Some(ExecEvent::Outcome(Ok(o))) => {
+                    signalled = o.signal.is_some();
                     let (code, status) = match o.signal {
                         None => (o.exit_code, format!("exit status {}", o.exit_code)),
                         Some(9) => (-1, "signal: killed".to_string()),
@@ -381,6 +384,11 @@ pub async fn start(
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .remove(&pid);
+        // The sandbox killed under the command: the stream is cut off, as E2B's is.
+        if (end.is_err() || signalled) && e2b.is_gone(&sbx).await {
+            out.last(connect::ABORT);
+            return;
+        }
         match end {
             Ok(f) => {
                 out.last(f);
@@ -404,7 +412,7 @@ fn follow(
         loop {
             match rx.recv().await {
                 Ok(f) => {
-                    let last = f.first() == Some(&0x02);
+                    let last = connect::is_last(&f);
                     return Some((f, if last { None } else { Some(rx) }));
                 }
                 Err(broadcast::error::RecvError::Lagged(_)) => {}

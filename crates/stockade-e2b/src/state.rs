@@ -52,6 +52,19 @@ pub struct Sbx {
     /// Metrics taken every [`METRICS_EVERY`] while it runs, oldest first (the last
     /// [`METRICS_KEPT`]): what `get_metrics(start, end)` picks from.
     pub samples: Mutex<std::collections::VecDeque<serde_json::Value>>,
+    /// What its timeout does, and whether traffic wakes it when paused.
+    pub lifecycle: Lifecycle,
+    /// The timeout it was created with, in seconds (what an automatic resume gives it).
+    pub timeout_secs: u64,
+}
+
+/// E2B's lifecycle of a sandbox (`autoPause`, `autoResume` at create).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Lifecycle {
+    /// At its timeout it is paused (and kept) instead of killed.
+    pub pause_on_timeout: bool,
+    /// While paused, a request to it (envd, the interpreter, a port) resumes it.
+    pub auto_resume: bool,
 }
 
 /// How often a running sandbox's metrics are taken (E2B's interval).
@@ -89,6 +102,10 @@ pub struct E2b {
     /// `--e2b-domain`: named in create answers (the SDKs then build
     /// `https://<port>-<id>.<domain>`), and routed by host.
     pub domain: Option<String>,
+    /// The host ids each home is given: the sandbox user's (uid 1000) as the daemon's
+    /// default provider maps it ([`stockade::Provider::host_ids`]); `None`: root's (the
+    /// native provider shows a mount's host owner as the sandbox user, whoever it is).
+    pub home_owner: Option<(u32, u32)>,
     auth: Auth,
     homes: PathBuf,
     sandboxes: Mutex<HashMap<String, Arc<Sbx>>>,
@@ -151,6 +168,7 @@ pub const HOME_KIND: &str = "e2b-home";
 struct HomeMaker {
     homes: PathBuf,
     size: u64,
+    owner: Option<(u32, u32)>,
 }
 
 impl stockade_server::daemon::MountMaker for HomeMaker {
@@ -162,7 +180,7 @@ impl stockade_server::daemon::MountMaker for HomeMaker {
         let home = self
             .homes
             .join(format!("h{}", stockade::host::random_hex(10)));
-        make_home(&home, self.size)?;
+        make_home(&home, self.size, self.owner)?;
         Ok(vec![Mount {
             host: home,
             target: "/home/user".into(),
@@ -211,6 +229,7 @@ impl E2b {
         Ok(E2b {
             daemon,
             domain: None,
+            home_owner: None,
             auth,
             homes,
             sandboxes: Mutex::new(HashMap::new()),
@@ -226,6 +245,7 @@ impl E2b {
         Arc::new(HomeMaker {
             homes: self.homes.clone(),
             size: spec.limits.tmp_bytes,
+            owner: self.home_owner,
         })
     }
 
@@ -299,6 +319,21 @@ impl E2b {
                 }
             });
         }
+    }
+
+    /// Whether `s` was killed (by the API, its timeout, or under the daemon): a call
+    /// that failed on it is cut off as the connection to a dead sandbox would be.
+    pub async fn is_gone(&self, s: &Sbx) -> bool {
+        let listed = self
+            .table()
+            .get(&s.id)
+            .is_some_and(|t| std::ptr::eq(t.as_ref(), s));
+        !listed
+            || self
+                .daemon
+                .inspect(&s.tenant, &s.daemon_id)
+                .await
+                .is_err_and(|e| e.code() == stockade::ErrorCode::NotFound)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<Sbx>>> {
@@ -392,6 +427,7 @@ impl E2b {
         metadata: BTreeMap<String, String>,
         env_vars: BTreeMap<String, String>,
         internet: bool,
+        lifecycle: Lifecycle,
     ) -> stockade::Result<Arc<Sbx>> {
         let id = format!("i{}", stockade::host::random_hex(10));
         self.ensure_pool(tenant, template, custom);
@@ -420,14 +456,28 @@ impl E2b {
             memory_mb,
             cpus,
             procs: Mutex::new(HashMap::new()),
-            contexts: Mutex::new(BTreeMap::from([(
-                "default".to_string(),
-                Arc::new(Context::new("default".into(), "/home/user".into())),
-            )])),
+            // Python's and JavaScript's default contexts, as E2B's code interpreter
+            // has them (each interpreter starts at its first cell).
+            contexts: Mutex::new(BTreeMap::from([
+                (
+                    "default".to_string(),
+                    Arc::new(Context::new("default".into(), "/home/user".into())),
+                ),
+                (
+                    "default-javascript".to_string(),
+                    Arc::new(Context::of(
+                        "default-javascript".into(),
+                        "/home/user".into(),
+                        crate::interp::Lang::JavaScript,
+                    )),
+                ),
+            ])),
             watchers: Mutex::new(HashMap::new()),
             paused_at_ms: Mutex::new(None),
             cpu_sample: Mutex::new(None),
             samples: Mutex::new(std::collections::VecDeque::new()),
+            lifecycle,
+            timeout_secs,
         });
         self.table().insert(id, s.clone());
         tokio::spawn(sample_metrics(self.daemon.clone(), Arc::downgrade(&s)));
@@ -478,12 +528,27 @@ impl E2b {
                 self.forget_lost().await;
             }
             let now = stockade::now_ms();
+            // A paused sandbox's timeout does not run (E2B's semantics).
+            let due = |s: &Sbx| s.paused_at().is_none() && s.end_ms() <= now;
+            let to_pause: Vec<Arc<Sbx>> = self
+                .table()
+                .values()
+                .filter(|s| s.lifecycle.pause_on_timeout && due(s))
+                .cloned()
+                .collect();
+            for s in to_pause {
+                match self.pause(&s).await {
+                    Ok(_) => tracing::info!(sandbox = %s.id, "E2B timeout passed: paused"),
+                    Err(e) => {
+                        tracing::warn!(sandbox = %s.id, "E2B timeout passed, pause failed: {e}");
+                    }
+                }
+            }
             let expired: Vec<Arc<Sbx>> = {
                 let mut t = self.table();
                 let ids: Vec<String> = t
                     .values()
-                    // A paused sandbox's timeout does not run (E2B's semantics).
-                    .filter(|s| s.paused_at().is_none() && s.end_ms() <= now)
+                    .filter(|s| !s.lifecycle.pause_on_timeout && due(s))
                     .map(|s| s.id.clone())
                     .collect();
                 ids.iter().filter_map(|i| t.remove(i)).collect()
@@ -558,7 +623,7 @@ fn template_spec(
 
 /// A sandbox's home on the host: a tmpfs of `size` bytes (as the sandbox's `/tmp`),
 /// so what the sandbox writes there is capped and never reaches the host's disk.
-fn make_home(home: &std::path::Path, size: u64) -> stockade::Result<()> {
+fn make_home(home: &std::path::Path, size: u64, owner: Option<(u32, u32)>) -> stockade::Result<()> {
     use nix::mount::{MsFlags, mount};
     std::fs::create_dir_all(home)
         .map_err(|e| stockade::Error::io(format!("cannot create {}", home.display()), e))?;
@@ -581,6 +646,15 @@ fn make_home(home: &std::path::Path, size: u64) -> stockade::Result<()> {
             fix: "run stockade serve as root for --e2b-listen".into(),
         });
     }
+    if let Some((uid, gid)) = owner
+        && let Err(e) = std::os::unix::fs::chown(home, Some(uid), Some(gid))
+    {
+        remove_home(home);
+        return Err(stockade::Error::io(
+            format!("cannot give {} to host uid {uid}", home.display()),
+            e,
+        ));
+    }
     Ok(())
 }
 
@@ -600,6 +674,17 @@ impl E2b {
         self.daemon.pause(&s.tenant, &s.daemon_id).await?;
         *lock(&s.paused_at_ms) = Some(stockade::now_ms());
         Ok(true)
+    }
+
+    /// Resumes `s` when it is paused and traffic may wake it (`autoResume`), with the
+    /// timeout it was created with. A failed resume is left for the call to meet.
+    pub async fn wake(&self, s: &Sbx) {
+        if s.lifecycle.auto_resume && s.paused_at().is_some() {
+            match self.resume(s, Some(s.timeout_secs)).await {
+                Ok(_) => tracing::info!(sandbox = %s.id, "resumed by a request (autoResume)"),
+                Err(e) => tracing::warn!(sandbox = %s.id, "autoResume failed: {e}"),
+            }
+        }
     }
 
     /// Resumes the tenant's paused sandbox; its timeout runs again for what was

@@ -8,9 +8,14 @@
 # (fsnotify's mapping, as E2B's envd: create and moved-to are CREATE, modify WRITE,
 # delete REMOVE, moved-from RENAME, attrib CHMOD). A failure before ready is one
 # stderr line "\x1e<connect code>\x1e <message>" and exit status 2.
+#
+# stdin, when it is a pipe: a line "sync N" is answered, once every event already
+# queued (a write that returned before the line was sent has queued its events) is
+# printed, by {"synced": N}.
 import ctypes
 import json
 import os
+import select
 import stat
 import struct
 import sys
@@ -92,10 +97,7 @@ def add_tree(top, found=None):
                     found.append({"name": rel, "type": "EVENT_TYPE_CREATE"})
 
 
-add_tree(root)
-emit([{"ready": True}])
-while True:
-    data = os.read(fd, 65536)
+def take(data):
     out = []
     off = 0
     while off + 16 <= len(data):
@@ -119,4 +121,32 @@ while True:
                 out.append({"name": name, "type": "EVENT_TYPE_" + kind})
         if recursive and mask & IN_ISDIR and mask & (IN_CREATE | IN_MOVED_TO):
             add_tree(full, out)
-    emit(out)
+    return out
+
+
+def queued():
+    """The events already queued, without waiting for more."""
+    out = []
+    while select.select([fd], [], [], 0)[0]:
+        out.extend(take(os.read(fd, 65536)))
+    return out
+
+
+add_tree(root)
+emit([{"ready": True}])
+inputs = [fd, 0]
+pending = b""
+while True:
+    ready = select.select(inputs, [], [])[0]
+    if fd in ready:
+        emit(take(os.read(fd, 65536)))
+    if 0 in ready:
+        got = os.read(0, 4096)
+        if not got:
+            inputs = [fd]
+        pending += got
+        while b"\n" in pending:
+            line, pending = pending.split(b"\n", 1)
+            parts = line.split()
+            if len(parts) == 2 and parts[0] == b"sync" and parts[1].isdigit():
+                emit(queued() + [{"synced": int(parts[1])}])

@@ -60,16 +60,22 @@ struct Watch {
     include_entry: bool,
     events: mpsc::Receiver<ExecEvent>,
     line: Vec<u8>,
+    /// The daemon's id of the exec, which takes `sync N` lines on its stdin.
+    exec_id: Option<String>,
 }
+
+/// How long `GetWatcherEvents` waits for the watcher to print what is already queued.
+const SYNC_WAIT: Duration = Duration::from_secs(2);
 
 /// Starts `watch.py` on the directory, as the sandbox user (`uid` `None`) or as `uid`
 /// of the sandbox's own user namespace (root: 0), and waits until its watches are in
-/// place.
+/// place. With `sync`, its stdin stays open for `sync N` lines.
 async fn begin(
     e2b: &E2b,
     s: &Sbx,
     r: &WatchRequest,
     uid: Option<u32>,
+    sync: bool,
 ) -> Result<Watch, ConnectError> {
     if r.path.is_empty() {
         return Err(ConnectError::invalid(
@@ -88,6 +94,7 @@ async fn begin(
     let mut req = ExecRequest::new(argv);
     req.uid = uid;
     req.stream = true;
+    req.keep_stdin_open = sync;
     req.output_limit_bytes = OUTPUT_LIMIT;
     let mut events = e2b
         .daemon
@@ -95,6 +102,7 @@ async fn begin(
         .map_err(ConnectError::from)?;
     let mut line = Vec::new();
     let mut stderr = Vec::new();
+    let mut exec_id = None;
     loop {
         match events.recv().await {
             Some(ExecEvent::Output(c)) if c.stream == Stream::Stdout => {
@@ -112,7 +120,7 @@ async fn begin(
                 }
             }
             Some(ExecEvent::Output(c)) => stderr.extend_from_slice(&c.data),
-            Some(ExecEvent::Started(_)) => {}
+            Some(ExecEvent::Started(id)) => exec_id = Some(id),
             Some(ExecEvent::Outcome(Ok(o))) => {
                 stderr.extend_from_slice(&o.stderr);
                 return Err(failure(&root, &stderr, o.exit_code));
@@ -131,6 +139,7 @@ async fn begin(
         include_entry: r.include_entry,
         events,
         line,
+        exec_id: exec_id.filter(|_| sync),
     })
 }
 
@@ -193,7 +202,7 @@ impl Watch {
             return;
         }
         for ev in events {
-            if ev["type"] == json!("EVENT_TYPE_REMOVE") {
+            if ev["type"] == json!("EVENT_TYPE_REMOVE") || ev.get("synced").is_some() {
                 continue;
             }
             let name = ev["name"].as_str().unwrap_or("").to_string();
@@ -228,7 +237,7 @@ pub async fn watch_dir(
     timeout: Option<Duration>,
 ) -> Result<impl futures_util::Stream<Item = Bytes> + Send + 'static, ConnectError> {
     let r: WatchRequest = connect::stream_request(body)?;
-    let w = begin(e2b, s, &r, uid).await?;
+    let w = begin(e2b, s, &r, uid, false).await?;
     let (tx, rx) = mpsc::channel::<Bytes>(64);
     let (e2b, s) = (e2b.clone(), s.clone());
     tokio::spawn(async move {
@@ -271,6 +280,11 @@ pub async fn watch_dir(
 pub struct Watcher {
     pending: Arc<Mutex<Vec<Value>>>,
     task: tokio::task::JoinHandle<()>,
+    /// The watch exec's id, for its `sync N` lines.
+    exec_id: Option<String>,
+    /// The last sync asked, and the last one answered (`{"synced": N}`).
+    asked: Arc<std::sync::atomic::AtomicU64>,
+    synced: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Drop for Watcher {
@@ -306,21 +320,41 @@ pub async fn create(
             ),
         ));
     }
-    let mut w = begin(e2b, s, &r, uid).await?;
+    let mut w = begin(e2b, s, &r, uid, true).await?;
     let pending = Arc::new(Mutex::new(Vec::new()));
+    let (synced_tx, synced) = tokio::sync::watch::channel(0u64);
+    let exec_id = w.exec_id.clone();
     let (e2b2, s2, p2) = (e2b.clone(), s.clone(), pending.clone());
     let task = tokio::spawn(async move {
         while let Some(batch) = w.next(&e2b2, &s2).await {
-            let mut p = p2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            p.extend(batch);
-            if p.len() > MAX_PENDING_EVENTS {
-                let extra = p.len() - MAX_PENDING_EVENTS;
-                p.drain(..extra);
+            // Events, then the sync answers that follow them: an answer is sent only
+            // once what came before it is pending.
+            let (answers, batch): (Vec<Value>, Vec<Value>) =
+                batch.into_iter().partition(|e| e.get("synced").is_some());
+            {
+                let mut p = p2.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+                p.extend(batch);
+                if p.len() > MAX_PENDING_EVENTS {
+                    let extra = p.len() - MAX_PENDING_EVENTS;
+                    p.drain(..extra);
+                }
+            }
+            if let Some(n) = answers.iter().filter_map(|a| a["synced"].as_u64()).max() {
+                synced_tx.send_replace(n);
             }
         }
     });
     let id = stockade::host::random_hex(8);
-    watchers(s).insert(id.clone(), Watcher { pending, task });
+    watchers(s).insert(
+        id.clone(),
+        Watcher {
+            pending,
+            task,
+            exec_id,
+            asked: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            synced,
+        },
+    );
     Ok(json!({ "watcherId": id }))
 }
 
@@ -338,14 +372,33 @@ fn unknown(id: &str) -> ConnectError {
     ConnectError::not_found(format!("watcher {id:?} not found"))
 }
 
-/// `GetWatcherEvents`: the events since the last call.
-pub fn events(s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
+/// `GetWatcherEvents`: the events since the last call, including those of every
+/// change made before it (the watcher is asked to print what inotify has queued, and
+/// waited for, as envd's own in-process watcher has them at once).
+pub async fn events(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectError> {
     let id = watcher_id(body)?;
-    let all = watchers(s);
-    let w = all.get(&id).ok_or_else(|| unknown(&id))?;
+    let (pending, sync) = {
+        let all = watchers(s);
+        let w = all.get(&id).ok_or_else(|| unknown(&id))?;
+        let n = w.asked.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+        (
+            w.pending.clone(),
+            w.exec_id.clone().map(|x| (x, n, w.synced.clone())),
+        )
+    };
+    if let Some((exec_id, n, mut synced)) = sync {
+        let line = format!("sync {n}\n").into_bytes();
+        let sent = e2b
+            .daemon
+            .exec_input(&s.tenant, &exec_id, vec![stockade::ExecInput::Stdin(line)])
+            .await;
+        // A watch that ended answers nothing: what it printed is all there is.
+        if sent.is_ok() {
+            let _ = tokio::time::timeout(SYNC_WAIT, synced.wait_for(|m| *m >= n)).await;
+        }
+    }
     let events: Vec<Value> = std::mem::take(
-        &mut *w
-            .pending
+        &mut *pending
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner),
     );

@@ -107,6 +107,32 @@ def test_javascript_context_keeps_state_and_returns_values(ci):
     assert r.text == "undefined", r
 
 
+@pytest.mark.skipif(not shutil.which("node"), reason="the host rootfs has no node")
+def test_javascript_awaits_at_the_top_level_and_imports(ci):
+    """As in Node's REPL: `await` at a cell's top level, its declarations kept for the
+    next cells, and static `import` lines."""
+    r = ci.run_code("const wait = (ms, v) => new Promise(ok => setTimeout(() => ok(v), ms));\n"
+                    "const got = await wait(20, 21);\ngot * 2", language="js")
+    assert r.error is None and r.text == "42", r
+    assert ci.run_code("got + 1", language="js").text == "22"
+    r = ci.run_code("import path from 'node:path'\nimport { join as j, sep } from 'path'\n"
+                    "import * as os from 'os'\nimport 'util'\n"
+                    "[path.basename('/a/b.txt'), j('x', 'y'), sep, typeof os.cpus].join(' ')", language="js")
+    assert r.error is None and r.text == "b.txt x/y / function", r
+    assert ci.run_code("typeof path.join", language="js").text == "function"
+    # A rejected await is the cell's error; a later timer's error is not the next cell's.
+    r = ci.run_code("await Promise.reject(new RangeError('nope'))", language="js")
+    assert r.error is not None and r.error.name == "RangeError" and r.error.value == "nope", r
+    assert "REPLServer" not in r.error.traceback, r.error.traceback
+    ci.run_code("setTimeout(() => { throw new Error('later') }, 10); 1", language="js")
+    r = ci.run_code("await wait(100, 'mine')", language="js")
+    assert r.error is None and r.text == "mine", r
+    # An await that never ends is interrupted by the client's timeout; the state stays.
+    with pytest.raises(Exception):
+        ci.run_code("await new Promise(() => {})", language="js", timeout=2)
+    assert ci.run_code("got", language="js").text == "21"
+
+
 def test_missing_runtime_and_unknown_languages_are_clear_errors(server):
     with Sandbox.create(timeout=60) as ci:
         with pytest.raises(Exception) as e:
@@ -122,3 +148,34 @@ def test_missing_runtime_and_unknown_languages_are_clear_errors(server):
         assert "no `node`" in r.error.value, r.error.value
         r = ci.run_code("echo hi", language="bash")
         assert r.error is not None and "no `bash`" in r.error.value, r.error.value
+
+
+def test_contexts_are_listed_defaults_first_in_the_order_made(ci):
+    """Python's and JavaScript's default contexts exist from the start, as on E2B; the
+    list keeps one order: the defaults, then the contexts in the order they were made."""
+    first = [(c.id, c.language) for c in ci.list_code_contexts()]
+    assert [lang for _, lang in first] == ["python", "javascript"], first
+    made = [ci.create_code_context(language=lang).id for lang in ("bash", "python", "javascript")]
+    for _ in range(3):
+        assert [c.id for c in ci.list_code_contexts()] == [i for i, _ in first] + made
+    # The JavaScript default is the one `language="javascript"` runs in.
+    ci.run_code("globalThis.seen = 7", language="javascript")
+    r = ci.run_code("seen * 6", context=ci.list_code_contexts()[1])
+    assert r.text == "42", r
+
+
+def test_a_sandbox_killed_during_a_cell_raises(server):
+    """Killed under a running cell, run_code raises as on E2B (the answer is cut off)
+    instead of returning an execution with an error."""
+    import threading
+
+    s = Sandbox.create(timeout=120)
+    killer = threading.Timer(2.0, s.kill)
+    killer.start()
+    try:
+        with pytest.raises(Exception) as e:
+            s.run_code("import time\nprint('started', flush=True)\ntime.sleep(60)")
+        assert "sb-" not in str(e.value), e.value
+    finally:
+        killer.join()
+    assert not s.is_running()

@@ -490,14 +490,14 @@ impl GvisorLauncher {
 }
 
 /// The gVisor provider's optional verbs: `runsc pause`, files as any uid of the
-/// sandbox; no network to control, no fork or snapshots (runsc checkpoint and
-/// restore are not used), no usage.
+/// sandbox, usage from its host cgroups; no network to control, no fork or snapshots
+/// (runsc checkpoint and restore are not used).
 pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     pause: true,
     fork: false,
     snapshots: false,
     egress_control: false,
-    usage: false,
+    usage: true,
     files_as_user: true,
 };
 
@@ -671,6 +671,13 @@ impl Launcher for GvisorLauncher {
     /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`,
     /// here in the agent directory: [`Self::pause_dir`]): execs and file operations
     /// are refused on them without asking the stopped agent.
+    /// From the sandbox's host cgroups, which hold the whole of it (the sentry serving
+    /// its kernel, the gofer): CPU time and memory as the host charges them.
+    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
+        self.live_dir(id)?;
+        stockade_native::usage::read(id, &cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id))
+    }
+
     async fn pause(&self, id: &str) -> Result<()> {
         let dir = self.live_dir(id)?;
         let mark = freezer::PauseMark::begin(id, &dir, false, now_ms())?;

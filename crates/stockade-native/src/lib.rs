@@ -22,7 +22,7 @@ mod netsetup;
 pub mod plan;
 pub mod rootless;
 mod state;
-mod usage;
+pub mod usage;
 
 pub use netsetup::*;
 

@@ -244,6 +244,10 @@ impl Provider for TenantProvider {
         self.daemon.usage(&self.tenant, id).await
     }
 
+    async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
+        self.backend.host_ids(uid, gid).await
+    }
+
     async fn pause(&self, id: &str) -> Result<()> {
         self.daemon.pause(&self.tenant, id).await
     }

@@ -1,6 +1,7 @@
 //! The docker provider for a member of the docker group who is not root: `stockade
-//! run --provider docker` works as host uid 1000, and neither its sandbox nor the user
-//! reaches the agent socket of root's sandbox.
+//! run --provider docker` works as host uid 1000 (the agent's directory shared with
+//! dockerd's remapped root by an ACL), and neither its sandbox nor the user reaches the
+//! agent socket of root's sandbox.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::process::{Command, Output};

@@ -10,6 +10,7 @@ mod kernel;
 mod lifecycle;
 mod pause;
 mod restart;
+mod userns;
 
 use std::sync::Arc;
 
