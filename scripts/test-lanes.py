@@ -9,7 +9,8 @@ they had run in turn.
     scripts/test-lanes.py [--lanes N] [--times FILE] JOBS.jsonl
 
 Each line of JOBS.jsonl is a job: {"name": ..., "argv": [...], "cwd": ..., "env": {...}}
-(env adds to this process's own). --times keeps each job's last duration, which orders
+(env adds to this process's own); a name in --alone runs with no other job beside it
+(a suite that looks at every sandbox of its user, say), before the others. --times keeps each job's last duration, which orders
 the next run (unknown jobs first, then the longest). Exits 1 when a job failed, after
 every job has run (as `cargo test --no-fail-fast`).
 """
@@ -28,6 +29,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--lanes", type=int, default=3)
     ap.add_argument("--times")
+    ap.add_argument("--alone", action="append", default=[])
     ap.add_argument("jobs")
     args = ap.parse_args()
     jobs = [json.loads(line) for line in open(args.jobs) if line.strip()]
@@ -65,7 +67,9 @@ def main():
             if code != 0:
                 failed.append(job["name"])
 
-    pending = list(jobs)
+    for job in [j for j in jobs if j["name"] in args.alone]:
+        run(job)
+    pending = [j for j in jobs if j["name"] not in args.alone]
 
     def lane():
         while True:
