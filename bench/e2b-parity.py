@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 
 here = Path(__file__).resolve().parent
+# bench/e2b.py would stand for the `e2b` package: this directory off the path.
+sys.path = [p for p in sys.path if Path(p or ".").resolve() != here]
 spec = importlib.util.spec_from_file_location("e2b_bench", here / "e2b.py")
 bench = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(bench)

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """The jobs of scripts/test-lanes.py.
 
-    cargo test --no-run --message-format=json ... | scripts/test-jobs.py cargo >JOBS
+    cargo test --no-run --message-format=json ... | scripts/test-jobs.py cargo [SKIP...] >JOBS
         one job per test binary cargo built, run as `cargo test` runs it: in its
         package's directory, with CARGO_MANIFEST_DIR, CARGO_PKG_NAME and
-        CARGO_CRATE_NAME set
+        CARGO_CRATE_NAME set; but for the jobs named SKIP (run otherwise)
     scripts/test-jobs.py one NAME CWD ARGV... >>JOBS
         one job of a command
     scripts/test-jobs.py exe PACKAGE TARGET <cargo-json
@@ -38,6 +38,7 @@ def package_of(package_id):
 def main():
     what = sys.argv[1] if len(sys.argv) > 1 else ""
     if what == "cargo":
+        skip = set(sys.argv[2:])
         for m in artifacts(sys.stdin):
             pkg = package_of(m["package_id"])
             target = m["target"]
@@ -52,7 +53,8 @@ def main():
                     "CARGO_CRATE_NAME": target["name"].replace("-", "_"),
                 },
             }
-            print(json.dumps(job))
+            if job["name"] not in skip:
+                print(json.dumps(job))
     elif what == "one" and len(sys.argv) > 4:
         print(json.dumps({"name": sys.argv[2], "cwd": sys.argv[3], "argv": sys.argv[4:]}))
     elif what == "exe" and len(sys.argv) == 4:
