@@ -32,6 +32,9 @@ type ExecOptions struct {
 	// Background leaves what the command starts (`server &`) running after it
 	// exits, until the sandbox ends. By default everything it started ends with it.
 	Background bool
+	// Terminal runs the command on a terminal of this size (Start only): what it
+	// shows goes to Stdout, Process.Write types on it, Process.Resize changes it.
+	Terminal *TerminalSize
 }
 
 // Result is how a command ended. A non-zero ExitCode is a result, not an error.
@@ -96,6 +99,13 @@ func (s *Sandbox) request(argv []string, o ExecOptions) (*pb.ExecRequest, error)
 		ms := uint64(max(1, o.Timeout.Milliseconds()))
 		req.TimeoutMs = &ms
 	}
+	if o.Terminal != nil {
+		size, err := o.Terminal.wire()
+		if err != nil {
+			return nil, err
+		}
+		req.Tty = size
+	}
 	return req, nil
 }
 
@@ -105,6 +115,9 @@ func (s *Sandbox) Exec(ctx context.Context, argv []string, opts ...ExecOptions) 
 	o, err := one(opts)
 	if err != nil {
 		return nil, err
+	}
+	if o.Terminal != nil {
+		return nil, invalid("a terminal takes keys while its command runs: use Start with ExecOptions.Terminal")
 	}
 	if o.Stdin != nil || o.Stdout != nil || o.Stderr != nil {
 		p, err := s.start(ctx, argv, o, o.Stdin != nil)

@@ -147,6 +147,7 @@ pub async fn exec<T: Transport + ?Sized>(
                 ExecInput::CloseStdin => ClientMsg::CloseStdin,
                 ExecInput::Kill => ClientMsg::Kill,
                 ExecInput::Signal(n) => ClientMsg::Signal(n),
+                ExecInput::Resize(size) => ClientMsg::Resize(size),
             };
             let Ok(buf) = stockade_agent_proto::codec::encode(&msg) else {
                 break;

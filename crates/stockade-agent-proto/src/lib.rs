@@ -111,6 +111,15 @@ pub struct ExecRequest {
     /// With `detach`: keep no output (stdout and stderr are `/dev/null`).
     #[serde(default)]
     pub discard_output: bool,
+    /// Run the command on a pseudo-terminal of this size instead of pipes: its stdin,
+    /// stdout and stderr are the terminal, which is its controlling terminal in a session
+    /// of its own, and everything it writes comes back as stdout. With
+    /// `keep_stdin_open`, [`ClientMsg::Stdin`] is what is typed (a Ctrl-C byte
+    /// interrupts, as on any terminal), [`ClientMsg::CloseStdin`] types end-of-file
+    /// (Ctrl-D), and [`ClientMsg::Resize`] changes the size (the command gets
+    /// `SIGWINCH`). Not with `detach`.
+    #[serde(default)]
+    pub tty: Option<TtySize>,
     /// Run as this uid of the sandbox (its gid the same number) instead of the
     /// sandbox's user; `Some(0)` is root of the sandbox's own user namespace, with
     /// [`launch::ROOT_CAPS`] and no host privilege. Agents honour it only in a sandbox
@@ -136,8 +145,32 @@ impl ExecRequest {
             background: false,
             detach: false,
             discard_output: false,
+            tty: None,
             uid: None,
         }
+    }
+}
+
+/// A terminal's size in character cells.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TtySize {
+    pub rows: u16,
+    pub cols: u16,
+}
+
+impl TtySize {
+    /// The size a terminal has when nobody says: 24 rows of 80 columns.
+    pub const DEFAULT: TtySize = TtySize { rows: 24, cols: 80 };
+
+    /// Refuses a size with no rows or no columns, naming it.
+    pub fn check(self) -> Result<TtySize, String> {
+        if self.rows == 0 || self.cols == 0 {
+            return Err(format!(
+                "a terminal of {} rows and {} columns has no room: give both as 1 or more",
+                self.rows, self.cols
+            ));
+        }
+        Ok(self)
     }
 }
 
@@ -270,6 +303,9 @@ pub enum ClientMsg {
     /// connection carries that TCP stream's bytes both ways until either side ends
     /// it; or with `Error` when nothing listens there. Appended last.
     Connect { port: u16 },
+    /// The running exec's terminal ([`ExecRequest::tty`]) is now this size; ignored by
+    /// an exec without one. Appended last.
+    Resize(TtySize),
 }
 
 /// Messages from the agent to the host side.

@@ -1,8 +1,8 @@
 //! Cgroup creation, joining, killing and removal for a launch plan.
 
 use std::fs;
-use std::path::Path;
-use std::time::{Duration, Instant};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use stockade_agent_proto::launch::{CgroupDir, CgroupPlan};
 
@@ -99,49 +99,15 @@ pub fn kill(plan: &CgroupPlan) -> bool {
 /// Thaws the sandbox's groups if paused (cgroup v2 `cgroup.freeze`, v1
 /// `freezer.state`); groups without a freezer are left alone.
 pub fn thaw(plan: &CgroupPlan) {
-    for d in &plan.dirs {
-        let (v2, v1) = (d.path.join("cgroup.freeze"), d.path.join("freezer.state"));
-        if v2.exists() {
-            let _ = fs::write(&v2, "0");
-        } else if v1.exists() {
-            let _ = fs::write(&v1, "THAWED");
-        }
-    }
+    stockade_cgroup::thaw_all(&paths(&plan.dirs));
 }
 
-/// Removes the groups, retrying while dying processes still hold them (up to 2 s).
-/// Returns the ones that could not be removed.
+fn paths(dirs: &[CgroupDir]) -> Vec<PathBuf> {
+    dirs.iter().map(|d| d.path.clone()).collect()
+}
+
+/// Removes the groups, killing what is still listed in them, until they are gone
+/// (up to 2 s). Returns the ones that could not be removed.
 pub fn remove(dirs: &[CgroupDir]) -> Vec<String> {
-    remove_paths(dirs.iter().map(|d| d.path.as_path()))
-}
-
-/// Like [`remove`], by path.
-pub fn remove_paths<'a>(paths: impl Iterator<Item = &'a Path>) -> Vec<String> {
-    let deadline = Instant::now() + Duration::from_secs(2);
-    let mut left = Vec::new();
-    for p in paths {
-        loop {
-            match fs::remove_dir(p) {
-                Ok(()) => break,
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => break,
-                Err(e) if Instant::now() < deadline && e.raw_os_error() == Some(libc::EBUSY) => {
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) => {
-                    left.push(format!("cannot remove cgroup {}: {e}", p.display()));
-                    break;
-                }
-            }
-        }
-    }
-    left
-}
-
-/// Reads the OOM kill counter (`key N` line) from `path`.
-pub fn read_counter(text: &str, key: &str) -> u64 {
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, v)| v.trim().parse().ok())
-        .unwrap_or(0)
+    stockade_cgroup::remove(&paths(dirs), Duration::from_secs(2))
 }

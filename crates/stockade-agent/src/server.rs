@@ -4,12 +4,10 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::os::unix::fs::FileExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -27,8 +25,9 @@ use stockade_agent_proto::{
 };
 
 use crate::cleanup::{self, Helpers};
+use crate::exec_io::{ShimIo, start_shim};
 use crate::shim::{DetachedOutput, ShimConfig, ShimEvent};
-use crate::zygote::{Role, Zygote};
+use crate::zygote::Zygote;
 use stockade_agent_proto::now_ms;
 
 /// The sandbox's OOM kill counter, opened before pivot_root.
@@ -49,7 +48,7 @@ impl OomCounter {
     fn read(&self) -> u64 {
         let mut buf = vec![0u8; 4096];
         let n = self.file.read_at(&mut buf, 0).unwrap_or(0);
-        crate::cgroup::read_counter(&String::from_utf8_lossy(&buf[..n]), &self.key)
+        stockade_cgroup::counter(&String::from_utf8_lossy(&buf[..n]), &self.key).unwrap_or(0)
     }
 }
 
@@ -393,6 +392,10 @@ fn run_exec(
     let started = Instant::now();
     let policy = exec_policy(&shared.policy, req.uid, "an exec")?;
     let mut env: BTreeMap<String, String> = policy.env.clone();
+    if req.tty.is_some() {
+        // What `docker exec -t` and sshd give a terminal that names none.
+        env.entry("TERM".into()).or_insert_with(|| "xterm".into());
+    }
     env.extend(req.env.clone());
     let config = ShimConfig {
         argv: req.argv.clone(),
@@ -409,10 +412,19 @@ fn run_exec(
         } else {
             DetachedOutput::Log
         }),
+        tty: req.tty.is_some(),
+    };
+    let tty = match req.tty {
+        Some(size) => Some(crate::tty::open(
+            size,
+            config.policy.uid,
+            config.policy.gid,
+        )?),
+        None => None,
     };
     let mut line = serde_json::to_vec(&config).map_err(|e| e.to_string())?;
     line.push(b'\n');
-    let io = start_shim(&shared.helpers, &line)?;
+    let io = start_shim(&shared.helpers, &line, tty)?;
     let shim = io.pid;
     let outcome = shim_exec(client, conn, &req, shared, io, &line, started);
     match outcome {
@@ -458,79 +470,6 @@ fn exec_policy(policy: &ExecPolicy, uid: Option<u32>, what: &str) -> Result<Exec
     Ok(p)
 }
 
-/// A started shim's control socket and the exec's stdio pipes.
-struct ShimIo {
-    ctl: UnixStream,
-    stdin: Option<fs::File>,
-    stdout: Option<fs::File>,
-    stderr: Option<fs::File>,
-    /// The shim's pid.
-    pid: u32,
-    /// Its configuration was written before it started.
-    configured: bool,
-}
-
-/// The largest configuration written into the control socket before the shim exists
-/// (far below a socket's buffer, so the write cannot block with no reader yet).
-const CONFIG_AHEAD_MAX: usize = 32 << 10;
-
-/// Starts an exec's shim: forked by the zygote, or, where it cannot, spawned from
-/// our binary. Either way a child of ours, recorded as a helper.
-fn start_shim(helpers: &Helpers, config: &[u8]) -> Result<ShimIo, String> {
-    let pipe =
-        || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"));
-    let (ours, theirs) = UnixStream::pair().map_err(|e| format!("socketpair: {e}"))?;
-    // The configuration waits in the socket for the shim: it reads it as it starts,
-    // instead of after we have learnt its pid (one wake-up less per exec).
-    let configured = config.len() <= CONFIG_AHEAD_MAX;
-    if configured {
-        (&ours)
-            .write_all(config)
-            .map_err(|e| format!("cannot configure the exec shim: {e}"))?;
-    }
-    let (in_r, in_w) = pipe()?;
-    let (out_r, out_w) = pipe()?;
-    let (err_r, err_w) = pipe()?;
-    let fds = [in_r.as_fd(), out_w.as_fd(), err_w.as_fd(), theirs.as_fd()];
-    if let Ok(pid) = helpers.fork(Role::Shim, &fds) {
-        // Our copies of the child's ends go now, so its pipes end with it.
-        return Ok(ShimIo {
-            ctl: ours,
-            stdin: Some(fs::File::from(in_w)),
-            stdout: Some(fs::File::from(out_r)),
-            stderr: Some(fs::File::from(err_r)),
-            pid,
-            configured,
-        });
-    }
-    drop((in_r, in_w, out_r, out_w, err_r, err_w));
-    let mut cmd = Command::new("/proc/self/exe");
-    cmd.arg0("stockade-shim")
-        .arg("shim")
-        .env_clear()
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    stockade_sys::process::spawn_with_stdio_only(&mut cmd);
-    stockade_sys::process::pass_fd(&mut cmd, theirs.into(), 3);
-    let mut child = helpers
-        .spawn(&mut cmd)
-        .map_err(|e| format!("cannot start the exec shim: {e}"))?;
-    drop(cmd);
-    let file = |fd: Option<OwnedFd>| fd.map(fs::File::from);
-    let io = ShimIo {
-        ctl: ours,
-        stdin: file(child.stdin.take().map(OwnedFd::from)),
-        stdout: file(child.stdout.take().map(OwnedFd::from)),
-        stderr: file(child.stderr.take().map(OwnedFd::from)),
-        pid: child.id(),
-        configured,
-    };
-    // The reaper thread owns waiting; dropping Child does not wait.
-    drop(child);
-    Ok(io)
-}
-
 /// Drives a started shim through the exec, in this thread alone: one `poll` over the
 /// shim's events, the client's messages (stdin, signals, a kill, or its going away)
 /// and the output pipes. Only stdin, when there is any, has a thread of its own (a
@@ -552,6 +491,7 @@ fn shim_exec(
         stderr,
         pid: shim,
         configured,
+        tty,
     } = io;
     if !configured {
         ctl.write_all(line)
@@ -567,9 +507,17 @@ fn shim_exec(
     }
     // Nothing to write and no more to come: stdin ends now, with no thread for it.
     let stdin = stdin.filter(|_| req.keep_stdin_open || !req.stdin.is_empty());
+    let on_tty = tty.is_some();
     if let Some(mut pipe) = stdin {
         spawn_thread(move || {
-            while let Ok(Some(data)) = stdin_rx.recv() {
+            while let Ok(data) = stdin_rx.recv() {
+                // On a terminal the end of stdin is end-of-file typed (the terminal
+                // stays, as does what runs on it); on a pipe, its end.
+                let data = match data {
+                    Some(d) => d,
+                    None if on_tty => vec![crate::tty::EOF],
+                    None => break,
+                };
                 if pipe.write_all(&data).is_err() {
                     break;
                 }
@@ -698,6 +646,12 @@ fn shim_exec(
                                 let _ = (&ctl).write_all(format!("signal {n}\n").as_bytes());
                             }
                         }
+                        // A size that is no size is ignored, as is one without a terminal.
+                        Ok(Some(ClientMsg::Resize(size))) => {
+                            if let (Some(t), Ok(size)) = (&tty, size.check()) {
+                                let _ = crate::tty::resize(t, size);
+                            }
+                        }
                         Ok(Some(_)) | Ok(None) | Err(_) => {
                             let _ = (&ctl).write_all(b"kill\n");
                             listening = false;
@@ -711,6 +665,9 @@ fn shim_exec(
                         Ok(0) | Err(_) => pipes[i] = None,
                         Ok(n) => {
                             let head = caps[i].push(&buf[..n]);
+                            // A terminal's output all goes out live (a session can run
+                            // for hours); a pipe's, the head the capture keeps.
+                            let head = if tty.is_some() { &buf[..n] } else { head };
                             if let (Some(conn), false) = (live, head.is_empty()) {
                                 let stream = if i == 0 {
                                     Stream::Stdout

@@ -45,6 +45,10 @@ pub struct ShimConfig {
     /// stdin is `/dev/null` and its output goes where this says.
     #[serde(default)]
     pub detach: Option<DetachedOutput>,
+    /// Stdio is a terminal: the command leads a session of its own with it as its
+    /// controlling terminal (so Ctrl-C typed there interrupts it, and job control works).
+    #[serde(default)]
+    pub tty: bool,
 }
 
 /// Where a detached command's stdout and stderr go.
@@ -467,7 +471,16 @@ fn prepare_and_exec(
     floor: Option<&stockade_sys::seccomp::Floor>,
     signals_clean: bool,
 ) -> Result<std::convert::Infallible, String> {
-    let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    if config.tty {
+        // A session (and so a process group) of its own, led by the command, whose
+        // controlling terminal is its stdin.
+        nix::unistd::setsid()
+            .map_err(|e| format!("cannot start a session for the terminal: {e}"))?;
+        rustix::process::ioctl_tiocsctty(std::io::stdin())
+            .map_err(|e| format!("cannot make the terminal the command's own: {e}"))?;
+    } else {
+        let _ = nix::unistd::setpgid(Pid::from_raw(0), Pid::from_raw(0));
+    }
     // Our own /proc files must be ours to write: the shim made itself undumpable,
     // which gives them to root of the user namespace (or to host root, when a
     // rootless sandbox maps no root). The code is dumpable after exec anyway.

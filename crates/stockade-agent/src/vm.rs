@@ -169,6 +169,25 @@ fn setup() -> Result<(UnixListener, VmConfig, Option<OomCounter>), String> {
         MsFlags::MS_NOSUID | MsFlags::MS_NODEV,
         "size=64m,mode=1777",
     )?;
+    // Terminals for execs that ask for one: a devpts of the guest's own, whose
+    // multiplexer is the /dev/ptmx they open (devtmpfs's node is an instance that
+    // is never mounted).
+    mkdir(&format!("{NEWROOT}/dev/pts"))?;
+    mnt(
+        "devpts",
+        &format!("{NEWROOT}/dev/pts"),
+        "devpts",
+        MsFlags::MS_NOSUID | MsFlags::MS_NOEXEC,
+        "newinstance,ptmxmode=0666,mode=0620",
+    )?;
+    mount(
+        Some(format!("{NEWROOT}/dev/pts/ptmx").as_str()),
+        format!("{NEWROOT}/dev/ptmx").as_str(),
+        None::<&str>,
+        MsFlags::MS_BIND,
+        None::<&str>,
+    )
+    .map_err(|e| format!("cannot bind the terminals' /dev/ptmx: {e}"))?;
     if !config.writable {
         mount(
             None::<&str>,

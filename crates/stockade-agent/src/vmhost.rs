@@ -699,6 +699,6 @@ fn remove_cgroups(config: &VmHostConfig) {
         if let Some(root) = root {
             let _ = fs::write(root.join("cgroup.procs"), std::process::id().to_string());
         }
-        let _ = fs::remove_dir(cg);
+        let _ = stockade_cgroup::remove(&[cg.into()], Duration::from_secs(10));
     }
 }

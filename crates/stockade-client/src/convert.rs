@@ -3,7 +3,7 @@
 
 use stockade_core::{
     EgressDenial, Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp,
-    FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo, SnapshotInfo,
+    FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo, SnapshotInfo, TtySize,
 };
 use tonic::{Code, Status};
 
@@ -77,6 +77,24 @@ pub fn exec_request(sandbox_id: &str, r: &ExecRequest) -> pb::ExecRequest {
         background: r.background,
         detach: r.detach,
         discard_output: r.discard_output,
+        tty: r.tty.map(tty_size),
+    }
+}
+
+/// A core terminal size on the wire.
+pub fn tty_size(t: TtySize) -> pb::TtySize {
+    pb::TtySize {
+        rows: t.rows.into(),
+        cols: t.cols.into(),
+    }
+}
+
+/// A wire terminal size as a core one (past 65535 cells: 65535).
+pub fn from_tty_size(t: pb::TtySize) -> TtySize {
+    let cells = |n: u32| u16::try_from(n).unwrap_or(u16::MAX);
+    TtySize {
+        rows: cells(t.rows),
+        cols: cells(t.cols),
     }
 }
 
@@ -94,6 +112,7 @@ pub fn from_exec_request(r: pb::ExecRequest) -> (String, ExecRequest) {
     req.background = r.background;
     req.detach = r.detach;
     req.discard_output = r.discard_output;
+    req.tty = r.tty.map(from_tty_size);
     (r.sandbox_id, req)
 }
 

@@ -19,6 +19,7 @@ use stockade_core::{
     Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, Error, ErrorCode, ExecInput,
     ExecIo, ExecOutcome, ExecRequest, FileOp, FileResult, GcReport, InputReceiver, OutputChunk,
     OutputSender, Provider, Result, SandboxInfo, SandboxSpec, SessionInfo, SnapshotInfo, Stream,
+    TtySize,
 };
 use tonic::transport::Channel;
 
@@ -227,6 +228,21 @@ impl RemoteProvider {
                 exec_id: exec_id.to_string(),
                 data,
                 close,
+                resize: None,
+            }))
+            .await
+            .map(drop)
+            .map_err(|s| self.fail(s))
+    }
+
+    /// Resizes the terminal of a running streamed exec.
+    pub async fn resize_exec(&self, exec_id: &str, size: TtySize) -> Result<()> {
+        self.client()
+            .exec_input(self.req(pb::ExecInputRequest {
+                exec_id: exec_id.to_string(),
+                data: Vec::new(),
+                close: false,
+                resize: Some(convert::tty_size(size)),
             }))
             .await
             .map(drop)
@@ -370,6 +386,7 @@ impl RemoteProvider {
                                     ExecInput::Kill | ExecInput::Signal(_) => {
                                         me.cancel_exec(&exec_id).await
                                     }
+                                    ExecInput::Resize(size) => me.resize_exec(&exec_id, size).await,
                                 };
                                 if sent.is_err() {
                                     break;

@@ -63,6 +63,9 @@ pub struct Verbs {
     pub usage: bool,
     /// File operations as a chosen uid (`file_as`; the sandbox user is always served).
     pub files_as_user: bool,
+    /// Execs on a terminal ([`ExecRequest::tty`](crate::ExecRequest::tty), `exec -t`):
+    /// keys typed, the size changed, the command its session's leader.
+    pub terminals: bool,
 }
 
 /// One optional verb, for tables and checks over [`Verbs`].
@@ -74,17 +77,19 @@ pub enum Verb {
     EgressControl,
     Usage,
     FilesAsUser,
+    Terminals,
 }
 
 impl Verb {
     /// Every verb, in the order tables show them.
-    pub const ALL: [Verb; 6] = [
+    pub const ALL: [Verb; 7] = [
         Verb::Pause,
         Verb::Fork,
         Verb::Snapshots,
         Verb::EgressControl,
         Verb::Usage,
         Verb::FilesAsUser,
+        Verb::Terminals,
     ];
 
     /// What a table's column says.
@@ -96,6 +101,7 @@ impl Verb {
             Verb::EgressControl => "live egress policy (`net`, `events`)",
             Verb::Usage => "usage",
             Verb::FilesAsUser => "files as another user",
+            Verb::Terminals => "terminals (`exec -t`)",
         }
     }
 }
@@ -110,6 +116,7 @@ impl Verbs {
             Verb::EgressControl => self.egress_control,
             Verb::Usage => self.usage,
             Verb::FilesAsUser => self.files_as_user,
+            Verb::Terminals => self.terminals,
         }
     }
 }
@@ -138,6 +145,7 @@ impl Capabilities {
             egress_control: true,
             usage: false,
             files_as_user: true,
+            terminals: true,
         },
     };
 

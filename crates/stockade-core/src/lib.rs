@@ -29,8 +29,8 @@ pub use session::{
 };
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{
-    BoundedCapture, DETACHED_LOG_DIR, EgressDenial, ExecOutcome, ExecRequest, Stream, detached_log,
-    now_ms,
+    BoundedCapture, DETACHED_LOG_DIR, EgressDenial, ExecOutcome, ExecRequest, Stream, TtySize,
+    detached_log, now_ms,
 };
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
@@ -66,6 +66,9 @@ pub enum ExecInput {
     /// does. Providers that cannot signal (wasm, and the daemon API) end the exec as
     /// for [`ExecInput::Kill`].
     Signal(i32),
+    /// The exec's terminal ([`ExecRequest::tty`]) is now this size; nothing for an exec
+    /// without one.
+    Resize(TtySize),
 }
 
 /// Where a caller sends [`ExecInput`] to a running exec.
@@ -96,6 +99,18 @@ impl ExecIo {
     }
 }
 
+/// Refuses an exec on a terminal ([`ExecRequest::tty`]), for a provider that has none.
+pub fn no_terminal(provider: &str, req: &ExecRequest) -> Result<()> {
+    if req.tty.is_some() {
+        return Err(Error::Unavailable {
+            what: format!("an exec on a terminal on the {provider} provider"),
+            reason: "this provider runs programs with pipes only".into(),
+            fix: "run it without a terminal (no tty, no -t), or on a Linux provider".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Runs `exec` (an exec that cannot take stdin while it runs) while honouring the kill
 /// requests of `input`: on [`ExecInput::Kill`] the exec is dropped, which kills what it
 /// started, and reported as killed by `SIGKILL`. Refuses `keep_stdin_open`.
@@ -115,6 +130,7 @@ where
             fix: "pass all of stdin with the request".into(),
         });
     }
+    no_terminal(provider, req)?;
     if let Some(uid) = req.uid {
         return Err(Error::Unavailable {
             what: format!("running an exec as uid {uid} on the {provider} provider"),

@@ -372,6 +372,16 @@ pub fn check_request(req: &ExecRequest) -> Result<()> {
                 .into(),
         ));
     }
+    if let Some(size) = req.tty {
+        if req.detach {
+            return Err(Error::InvalidRequest(
+                "a detached exec has no terminal (it returns before anyone could type on \
+                 it); run it without tty, or without detach"
+                    .into(),
+            ));
+        }
+        size.check().map_err(Error::InvalidRequest)?;
+    }
     if req.discard_output && !req.detach {
         return Err(Error::InvalidRequest(
             "discard_output is for detached execs; an exec that waits returns its output".into(),

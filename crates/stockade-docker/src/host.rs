@@ -33,8 +33,7 @@ impl DockerLauncher {
                 fix: "run as root, or use the native provider (rootless too)".into(),
             });
         }
-        let Some(setup) = stockade_native::network_setup(&spec.network, &self.dns_upstreams)?
-        else {
+        let Some(setup) = stockade_linux::network_setup(&spec.network, &self.dns_upstreams)? else {
             return Ok(None);
         };
         let dir = self.net_dir(id);
@@ -64,11 +63,11 @@ impl DockerLauncher {
         if let Some((ca, bundle)) = &setup.ca {
             files.push((
                 write("ca.pem", ca)?,
-                stockade_native::egress::SANDBOX_CA.to_string(),
+                stockade_linux::egress::SANDBOX_CA.to_string(),
             ));
             files.push((
                 write("ca-bundle.pem", bundle)?,
-                stockade_native::egress::SANDBOX_CA_BUNDLE.to_string(),
+                stockade_linux::egress::SANDBOX_CA_BUNDLE.to_string(),
             ));
         }
         let env = setup.env;

@@ -40,7 +40,7 @@ use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
 };
-use stockade_native::freezer::{PauseMark, ResumeMark};
+use stockade_linux::freezer::{PauseMark, ResumeMark};
 use tokio::sync::OnceCell;
 
 pub use plan::{AGENT_CAPS, container_name, labels};
@@ -508,6 +508,7 @@ pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     egress_control: true,
     usage: false,
     files_as_user: true,
+    terminals: true,
 };
 
 #[async_trait]
@@ -693,13 +694,13 @@ impl Launcher for DockerLauncher {
         if !self.dir(id).exists() {
             return Err(not_found(id));
         }
-        stockade_native::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await
+        stockade_linux::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await
     }
 
     async fn set_network(&self, id: &str, network: &Network) -> Result<()> {
         check_sandbox_id(id)?;
         let info = self.inspect(id).await?;
-        stockade_native::set_network_via(
+        stockade_linux::set_network_via(
             &self.net_dir(id).join("net.sock"),
             id,
             network,

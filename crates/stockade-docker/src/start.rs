@@ -194,7 +194,7 @@ impl DockerLauncher {
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
             return Err(if net.is_some() && !why.is_empty() {
-                stockade_native::egress_unavailable(id, why)
+                stockade_linux::egress_unavailable(id, why)
             } else {
                 Error::Internal(format!(
                     "the watcher of sandbox {id} failed to start ({}): {why}",

@@ -14,7 +14,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use stockade::{ExecRequest, Stream};
+use stockade::{ExecRequest, Stream, TtySize};
 use stockade_server::daemon::ExecEvent;
 use tokio::sync::broadcast;
 
@@ -23,9 +23,9 @@ use crate::state::{E2b, Sbx};
 
 /// The prologue: the pid line on stderr, then the command in the shell's place.
 const PROLOGUE: &str = "printf '\\036pid %s\\036\\n' \"$$\" >&2; exec \"$@\"";
+/// The same on a terminal, where the line's end would come back as `\r\n`.
+const TTY_PROLOGUE: &str = "printf '\\036pid %s\\036' \"$$\"; exec \"$@\"";
 const PID_START: &[u8] = b"\x1epid ";
-/// The terminal helper of `pty` processes (it reports the pid the same way).
-const PTY_SCRIPT: &str = include_str!("pty.py");
 /// The terminal size when the request gives none, and the largest side accepted.
 const DEFAULT_COLS: u16 = 80;
 const DEFAULT_ROWS: u16 = 24;
@@ -73,8 +73,8 @@ struct PtySize {
 }
 
 impl Pty {
-    /// `(cols, rows)`, defaults for zeros, refused when absurd.
-    fn size(&self) -> Result<(u16, u16), ConnectError> {
+    /// The terminal's size: defaults for zeros, refused when absurd.
+    fn size(&self) -> Result<TtySize, ConnectError> {
         let s = self.size.as_ref();
         let pick = |v: u32, default: u16, name: &str| match v {
             0 => Ok(default),
@@ -83,20 +83,11 @@ impl Pty {
                 "pty.size.{name} {v} is out of range: 1 to {MAX_SIDE}"
             ))),
         };
-        Ok((
-            pick(s.map_or(0, |s| s.cols), DEFAULT_COLS, "cols")?,
-            pick(s.map_or(0, |s| s.rows), DEFAULT_ROWS, "rows")?,
-        ))
+        Ok(TtySize {
+            cols: pick(s.map_or(0, |s| s.cols), DEFAULT_COLS, "cols")?,
+            rows: pick(s.map_or(0, |s| s.rows), DEFAULT_ROWS, "rows")?,
+        })
     }
-}
-
-/// One message on a terminal helper's stdin (see `pty.py`).
-fn pty_frame(kind: u8, payload: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(5 + payload.len());
-    v.push(kind);
-    v.extend_from_slice(&(payload.len() as u32).to_be_bytes());
-    v.extend_from_slice(payload);
-    v
 }
 
 #[derive(Deserialize, Default)]
@@ -128,7 +119,7 @@ pub struct Proc {
     pub pid: u32,
     pub config: ProcessConfig,
     pub tag: Option<String>,
-    /// Runs on a pseudo-terminal (its stdin is the helper's framed input).
+    /// Runs on a pseudo-terminal (the agent's: what is sent is typed on it).
     pub pty: bool,
     /// The daemon's id of the exec (for its kill input).
     exec_id: String,
@@ -239,22 +230,19 @@ pub async fn start(
             "process.cmd is empty: name the program to run",
         ));
     }
-    let mut argv = match pty {
-        None => vec![
-            "/bin/sh".to_string(),
-            "-c".into(),
-            PROLOGUE.into(),
-            "sh".into(),
-        ],
-        Some((cols, rows)) => vec![
-            "python3".to_string(),
-            "-I".into(),
-            "-c".into(),
-            PTY_SCRIPT.into(),
-            cols.to_string(),
-            rows.to_string(),
-        ],
+    // The shell says its pid (the process's, once it execs the command) first: on
+    // stderr, or on the terminal, which is both.
+    let prologue = if pty.is_some() {
+        TTY_PROLOGUE
+    } else {
+        PROLOGUE
     };
+    let mut argv = vec![
+        "/bin/sh".to_string(),
+        "-c".into(),
+        prologue.into(),
+        "sh".into(),
+    ];
     argv.push(cfg.cmd.clone());
     argv.extend(cfg.args.iter().cloned());
     let mut req = ExecRequest::new(argv);
@@ -269,6 +257,7 @@ pub async fn start(
     req.stream = true;
     req.timeout_ms = timeout_ms;
     req.output_limit_bytes = OUTPUT_LIMIT;
+    req.tty = pty;
     // A terminal always takes input (keystrokes and resizes).
     req.keep_stdin_open = pty.is_some() || r.stdin.unwrap_or(false);
     let mut rx = e2b
@@ -284,22 +273,21 @@ pub async fn start(
             Some(ExecEvent::Started(id)) => exec_id = id,
             Some(ExecEvent::Output(c)) if c.stream == Stream::Stderr => {
                 held.extend_from_slice(&c.data);
-                if let Some(pid) = take_pid(&mut held) {
+                if let Some(pid) = take_pid(&mut held, b"\x1e\n") {
+                    break pid;
+                }
+            }
+            Some(ExecEvent::Output(c)) if pty.is_some() => {
+                held_out.extend_from_slice(&c.data);
+                if let Some(pid) = take_pid(&mut held_out, b"\x1e") {
                     break pid;
                 }
             }
             Some(ExecEvent::Output(c)) => held_out.extend_from_slice(&c.data),
             Some(ExecEvent::Outcome(Ok(o))) => {
-                let msg = String::from_utf8_lossy(&o.stderr).trim().to_string();
-                if pty.is_some() && o.exit_code == 127 && !msg.contains("\x1epid") {
-                    return Err(ConnectError::new(
-                        "failed_precondition",
-                        format!(
-                            "the terminal did not start: a pty session runs on the sandbox's \
-                             python3, which is missing (use a template with Python): {msg}"
-                        ),
-                    ));
-                }
+                let msg =
+                    String::from_utf8_lossy(if pty.is_some() { &o.stdout } else { &o.stderr });
+                let msg = msg.trim();
                 return Err(ConnectError::invalid(format!(
                     "the process did not start (exit {}): {msg}",
                     o.exit_code
@@ -424,11 +412,11 @@ fn follow(
 }
 
 /// Takes the pid line off the front of the held stderr.
-fn take_pid(held: &mut Vec<u8>) -> Option<u32> {
+fn take_pid(held: &mut Vec<u8>, end_mark: &[u8]) -> Option<u32> {
     let rest = held.strip_prefix(PID_START)?;
-    let end = rest.windows(2).position(|w| w == b"\x1e\n")?;
+    let end = rest.windows(end_mark.len()).position(|w| w == end_mark)?;
     let pid = std::str::from_utf8(&rest[..end]).ok()?.parse().ok()?;
-    let consumed = PID_START.len() + end + 2;
+    let consumed = PID_START.len() + end + end_mark.len();
     held.drain(..consumed);
     Some(pid)
 }
@@ -524,7 +512,7 @@ pub async fn input(e2b: &E2b, s: &Sbx, body: &[u8], close: bool) -> Result<Value
     Ok(json!({}))
 }
 
-/// The bytes for a process's stdin: raw, or one framed message for a terminal.
+/// The bytes for a process's stdin (or typed on its terminal).
 fn input_bytes(p: &Proc, input: ProcessInput) -> Result<Vec<u8>, ConnectError> {
     let (field, text) = match (input.pty, input.stdin) {
         (Some(t), _) if p.pty => ("pty", t),
@@ -544,7 +532,7 @@ fn input_bytes(p: &Proc, input: ProcessInput) -> Result<Vec<u8>, ConnectError> {
     let data = B64
         .decode(text)
         .map_err(|e| ConnectError::invalid(format!("input.{field} is not base64: {e}")))?;
-    Ok(if p.pty { pty_frame(b'd', &data) } else { data })
+    Ok(data)
 }
 
 /// `Update`: resizes a process's terminal (the kernel signals SIGWINCH to it).
@@ -560,15 +548,12 @@ pub async fn update(e2b: &E2b, s: &Sbx, body: &[u8]) -> Result<Value, ConnectErr
             p.pid
         )));
     }
-    let (cols, rows) = pty.size()?;
-    let mut size = Vec::with_capacity(4);
-    size.extend_from_slice(&cols.to_be_bytes());
-    size.extend_from_slice(&rows.to_be_bytes());
+    let size = pty.size()?;
     e2b.daemon
         .exec_input(
             &s.tenant,
             &p.exec_id,
-            vec![stockade::ExecInput::Stdin(pty_frame(b'r', &size))],
+            vec![stockade::ExecInput::Resize(size)],
         )
         .await
         .map_err(|_| {
@@ -640,9 +625,13 @@ mod tests {
     #[test]
     fn the_pid_line_is_taken_off_stderr() {
         let mut h = b"\x1epid 42\x1e\nerr".to_vec();
-        assert_eq!(take_pid(&mut h), Some(42));
+        assert_eq!(take_pid(&mut h, b"\x1e\n"), Some(42));
         assert_eq!(h, b"err");
         let mut partial = b"\x1epid 4".to_vec();
-        assert_eq!(take_pid(&mut partial), None);
+        assert_eq!(take_pid(&mut partial, b"\x1e\n"), None);
+        // On a terminal: no line end, the command's first output right after.
+        let mut t = b"\x1epid 7\x1e$ ".to_vec();
+        assert_eq!(take_pid(&mut t, b"\x1e"), Some(7));
+        assert_eq!(t, b"$ ");
     }
 }

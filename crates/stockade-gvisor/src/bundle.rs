@@ -1,7 +1,7 @@
 //! From a native launch plan to an OCI bundle for runsc: pure code, unit-tested.
 //!
 //! The root a sandbox sees is decided once, by the native provider's planner
-//! (`stockade_native::plan`: the host's `/usr`, `/bin`, `/lib*` read-only, the public
+//! (`stockade_linux::plan`: the host's `/usr`, `/bin`, `/lib*` read-only, the public
 //! `/etc` entries, the synthetic `passwd`/`group`/`hosts`..., `/tmp`, the spec's
 //! mounts; or an image's flattened rootfs). This module translates those mount
 //! operations into what runsc takes: the OCI `mounts` list, and the few entries
@@ -447,26 +447,26 @@ mod tests {
     use stockade_spec::SandboxSpec;
 
     fn plan_for(spec: &ValidatedSpec, image: bool) -> LaunchPlan {
-        let host = stockade_native::layout::HostLayout {
+        let host = stockade_linux::layout::HostLayout {
             root: vec![
-                ("/usr".into(), stockade_native::layout::Entry::Dir),
+                ("/usr".into(), stockade_linux::layout::Entry::Dir),
                 (
                     "/bin".into(),
-                    stockade_native::layout::Entry::Symlink("usr/bin".into()),
+                    stockade_linux::layout::Entry::Symlink("usr/bin".into()),
                 ),
             ],
             etc: vec![(
                 "/etc/ld.so.cache".into(),
-                stockade_native::layout::Entry::File,
+                stockade_linux::layout::Entry::File,
             )],
             nameservers: vec![],
-            cgroups: stockade_native::layout::CgroupLayout::V2 {
+            cgroups: stockade_cgroup::Layout::V2 {
                 root: "/sys/fs/cgroup".into(),
             },
             host_addresses: vec![],
             host_networks: vec![],
         };
-        let ctx = stockade_native::plan::PlanContext {
+        let ctx = stockade_linux::plan::PlanContext {
             id: "sb-0123456789ab".into(),
             state_dir: "/run/stockade-gvisor/sb-0123456789ab".into(),
             host,
@@ -477,9 +477,9 @@ mod tests {
             now_ms: 1000,
             owner_pid: None,
             mount_is_file: vec![false; spec.mounts.len()],
-            image: image.then(|| stockade_native::plan::ImageRoot {
+            image: image.then(|| stockade_linux::plan::ImageRoot {
                 rootfs: "/images/rootfs/abc".into(),
-                root: vec![("/usr".into(), stockade_native::layout::Entry::Dir)],
+                root: vec![("/usr".into(), stockade_linux::layout::Entry::Dir)],
                 etc: vec![],
                 env: vec![],
                 workdir: None,
@@ -489,7 +489,7 @@ mod tests {
             userns: None,
             rootless: None,
         };
-        stockade_native::plan::plan(spec, &ctx).unwrap()
+        stockade_linux::plan::plan(spec, &ctx).unwrap()
     }
 
     fn input(image: bool) -> BundleInput {

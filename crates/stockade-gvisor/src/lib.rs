@@ -4,7 +4,7 @@
 //! systrap) platform runs anywhere; kvm is used only where a real probe boots.
 //!
 //! `create` plans the root exactly as the native provider does
-//! (`stockade_native::plan`: the host's read-only view or an image's flattened
+//! (`stockade_linux::plan`: the host's read-only view or an image's flattened
 //! rootfs), turns the plan into an OCI bundle ([`bundle`]), and starts it with `runsc
 //! run --detach`: PID 1 is the static Stockade agent (`stockade-agent container`, as in
 //! a docker sandbox), which listens on `/.stockade/agent.sock`, a *host* unix socket
@@ -37,7 +37,7 @@ use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, SandboxInfo,
     ValidatedSpec,
 };
-use stockade_native::freezer;
+use stockade_linux::freezer;
 use tokio::sync::OnceCell;
 
 pub use runsc::{Platform, Runsc};
@@ -379,7 +379,7 @@ impl GvisorLauncher {
         }
         remove_runsc_state(&self.runsc_root(), id)?;
         steps.step("runsc state");
-        let cgroups = cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id);
+        let cgroups = cgroup::dirs(stockade_linux::plan::CGROUP_PARENT, id);
         // The sentry first (also when runsc never moved it into its cgroups: a
         // failed start), then the rest of its cgroups.
         let sentry = record
@@ -499,6 +499,7 @@ pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     egress_control: false,
     usage: true,
     files_as_user: true,
+    terminals: true,
 };
 
 #[async_trait]
@@ -599,7 +600,7 @@ impl Launcher for GvisorLauncher {
         progress: &mut (dyn for<'a> FnMut(&'a str) + Send),
     ) -> Result<()> {
         progress(&format!("checking image {reference}"));
-        stockade_native::ensure_image(reference, self.image_store.as_deref()).await
+        stockade_linux::ensure_image(reference, self.image_store.as_deref()).await
     }
 
     async fn launch(&self, spec: CheckedSpec, opts: &CreateOptions) -> Result<SandboxInfo> {
@@ -675,7 +676,7 @@ impl Launcher for GvisorLauncher {
     /// its kernel, the gofer): CPU time and memory as the host charges them.
     async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
         self.live_dir(id)?;
-        stockade_native::usage::read(id, &cgroup::dirs(stockade_native::plan::CGROUP_PARENT, id))
+        stockade_linux::usage::read(id, &cgroup::dirs(stockade_linux::plan::CGROUP_PARENT, id))
     }
 
     async fn pause(&self, id: &str) -> Result<()> {

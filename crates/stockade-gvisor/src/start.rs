@@ -1,4 +1,4 @@
-//! Starting a gVisor sandbox: the bundle from native's plan, `runsc create` and
+//! Starting a gVisor sandbox: the bundle from the Linux planner's plan, `runsc create` and
 //! `start` under the provider's cgroups, the agent's socket awaited, and the watcher
 //! that outlives this process.
 
@@ -59,9 +59,9 @@ impl GvisorLauncher {
         let (image, image_guard) = match spec.image.clone() {
             Some(r) => {
                 let store = self.image_store.clone();
-                stockade_native::ensure_image(&r, store.as_deref()).await?;
+                stockade_linux::ensure_image(&r, store.as_deref()).await?;
                 let (root, guard) = tokio::task::spawn_blocking(move || {
-                    stockade_native::image_root(&r, store.as_deref())
+                    stockade_linux::image_root(&r, store.as_deref())
                 })
                 .await
                 .map_err(|e| Error::Internal(format!("image task failed: {e}")))??;
@@ -73,10 +73,10 @@ impl GvisorLauncher {
         let created = now_ms();
         let in_use_lock = image.as_ref().and_then(|i| i.in_use_lock.clone());
         let image_rootfs = image.as_ref().map(|i| i.rootfs.clone());
-        let ctx = stockade_native::plan::PlanContext {
+        let ctx = stockade_linux::plan::PlanContext {
             id: id.to_string(),
             state_dir: dir.to_path_buf(),
-            host: stockade_native::layout::detect(),
+            host: stockade_linux::layout::detect(),
             slirp: None,
             nft: None,
             dns_upstreams: Vec::new(),
@@ -89,7 +89,7 @@ impl GvisorLauncher {
             rootless: None,
         };
         steps.step("layout");
-        let plan = stockade_native::plan::plan(spec, &ctx)?;
+        let plan = stockade_linux::plan::plan(spec, &ctx)?;
         let input = bundle::BundleInput {
             agent: agent.to_path_buf(),
             agent_dir: dir.join("agent"),
@@ -98,7 +98,7 @@ impl GvisorLauncher {
             image_rootfs,
             runsc_version: setup.runsc.version.clone(),
             platform: setup.platform,
-            cgroup_parent: stockade_native::plan::CGROUP_PARENT.into(),
+            cgroup_parent: stockade_linux::plan::CGROUP_PARENT.into(),
         };
         let b = bundle::bundle(spec, &plan, &input)?;
         steps.step("plan+bundle");

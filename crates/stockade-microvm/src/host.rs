@@ -137,7 +137,7 @@ pub const VMM_DIR: &str = "vmm";
 /// Where the VMM's host uid and gid come from: the native provider's id pool
 /// (`STOCKADE_ID_RANGE`), one range leased per running VM.
 pub(crate) fn vmm_ids() -> Result<stockade_agent_proto::launch::IdPoolPlan> {
-    match stockade_native::idpool::IdPool::from_env()?.plan() {
+    match stockade_linux::idpool::IdPool::from_env()?.plan() {
         stockade_agent_proto::launch::UsernsPlan::Pool(p) => Ok(p),
         stockade_agent_proto::launch::UsernsPlan::Rootless(_) => Err(Error::Internal(
             "the id pool planned a rootless user namespace".into(),
@@ -198,12 +198,12 @@ pub(crate) fn kill_matching(needle: &str) {
     }
 }
 
-pub(crate) async fn remove_cgroup(cg: &Path) {
-    for _ in 0..100 {
-        match std::fs::remove_dir(cg) {
-            Ok(()) => return,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
-            Err(_) => tokio::time::sleep(Duration::from_millis(20)).await,
-        }
-    }
+/// Removes the VMM's cgroups once it is killed, killing what is still listed, for up
+/// to 10 s: a killed QEMU frees its guest's memory before its group can go, which on a
+/// loaded host was seen to take more than 2 s.
+pub(crate) async fn remove_cgroups(cgroups: Vec<PathBuf>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        stockade_cgroup::remove(&cgroups, Duration::from_secs(10))
+    })
+    .await;
 }

@@ -18,7 +18,7 @@
 //! Network (`network` egress or a policy): the VM gets one virtio-net device on
 //! QEMU's user-mode network, and the VMM runs in a network namespace of its own that
 //! the supervisor serves exactly as the native monitor serves a sandbox's (the same
-//! plan: `stockade_native::network_setup`), so each connection the guest makes is a
+//! plan: `stockade_linux::network_setup`), so each connection the guest makes is a
 //! socket of the VMM behind the native firewall, resolver and proxy.
 
 pub mod assets;
@@ -267,12 +267,12 @@ impl MicrovmLauncher {
             return Ok((root, None));
         };
         let store = self.image_store.clone();
-        stockade_native::ensure_image(&reference, store.as_deref()).await?;
+        stockade_linux::ensure_image(&reference, store.as_deref()).await?;
         let cache = self.cache.clone();
         tokio::task::spawn_blocking(move || {
             // Held (kept from gc and `image rm`) while its erofs image is made; the VM
             // then runs from that copy.
-            let (image, _held) = stockade_native::image_root(&reference, store.as_deref())?;
+            let (image, _held) = stockade_linux::image_root(&reference, store.as_deref())?;
             let root = assets::image_root_image(&cache, &image.rootfs, &mut |_| {})?;
             let run = plan::ImageRun {
                 reference,
@@ -416,7 +416,7 @@ impl MicrovmLauncher {
         if network.policy().is_some_and(|p| !p.credentials.is_empty()) {
             return Err(credentials_fixed(id));
         }
-        stockade_native::network_setup(&network, &[])?
+        stockade_linux::network_setup(&network, &[])?
             .map(|s| s.monitor_input)
             .ok_or_else(|| {
                 Error::Internal(format!(
@@ -447,6 +447,7 @@ pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     egress_control: true,
     usage: false,
     files_as_user: true,
+    terminals: true,
 };
 
 #[async_trait]
@@ -533,7 +534,7 @@ impl Launcher for MicrovmLauncher {
                 fix: None,
             });
         }
-        let tools = stockade_native::network_tools();
+        let tools = stockade_linux::network_tools();
         checks.push(Check {
             name: "network".into(),
             ok: tools.is_ok(),
@@ -566,7 +567,7 @@ impl Launcher for MicrovmLauncher {
             fix: ids.is_err().then(|| {
                 format!(
                     "set {} to a valid START-END range",
-                    stockade_native::idpool::ENV
+                    stockade_linux::idpool::ENV
                 )
             }),
         });
@@ -723,7 +724,7 @@ impl Launcher for MicrovmLauncher {
     ) -> Result<Vec<stockade_agent_proto::EgressDenial>> {
         check_sandbox_id(id)?;
         self.read_record(id)?;
-        stockade_native::egress_denied_via(&self.dir(id).join(NET_DIR).join("net.sock"), since_ms)
+        stockade_linux::egress_denied_via(&self.dir(id).join(NET_DIR).join("net.sock"), since_ms)
             .await
     }
 
@@ -733,7 +734,7 @@ impl Launcher for MicrovmLauncher {
         if self.is_paused(id) {
             return Err(stockade_core::paused_error(id));
         }
-        stockade_native::set_network_via(
+        stockade_linux::set_network_via(
             &self.dir(id).join(NET_DIR).join("net.sock"),
             id,
             network,

@@ -35,12 +35,12 @@ pub const GUEST_GATEWAY: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 2);
 /// network namespace (never the host's).
 pub const GUEST_DNS: Ipv4Addr = Ipv4Addr::new(10, 0, 2, 3);
 
-/// A sandbox's network, as the guest gets it (from `stockade_native::network_setup`).
+/// A sandbox's network, as the guest gets it (from `stockade_linux::network_setup`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NetInput {
     /// `/etc/resolv.conf` of the VMM's namespace; its `options` lines are kept.
     pub resolv_conf: String,
-    /// A policy's authority and bundle (see `stockade_native::NetworkSetup::ca`).
+    /// A policy's authority and bundle (see `stockade_linux::NetworkSetup::ca`).
     pub ca: Option<(String, String)>,
     /// The credentials' environment.
     pub env: std::collections::BTreeMap<String, String>,
@@ -62,9 +62,9 @@ impl NetInput {
         }
         let mut files = vec![("/etc/resolv.conf".to_string(), resolv)];
         if let Some((ca, bundle)) = &self.ca {
-            files.push((stockade_native::egress::SANDBOX_CA.into(), ca.clone()));
+            files.push((stockade_linux::egress::SANDBOX_CA.into(), ca.clone()));
             files.push((
-                stockade_native::egress::SANDBOX_CA_BUNDLE.into(),
+                stockade_linux::egress::SANDBOX_CA_BUNDLE.into(),
                 bundle.clone(),
             ));
         }

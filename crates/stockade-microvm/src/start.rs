@@ -70,7 +70,7 @@ impl MicrovmLauncher {
         if !out.status.success() {
             let why = String::from_utf8_lossy(&out.stderr).trim().to_string();
             return Err(if net_input.is_some() && why.contains("network egress") {
-                stockade_native::egress_unavailable(id, why)
+                stockade_linux::egress_unavailable(id, why)
             } else {
                 Error::Internal(format!(
                     "the VM host of sandbox {id} failed to start: {why}"
@@ -215,7 +215,7 @@ impl MicrovmLauncher {
         let virtiofsd = shares_check(&spec)?;
         // The native provider's network plan for this host: firewall, resolver,
         // proxy, and (with credentials) a new authority and placeholders.
-        let setup = stockade_native::network_setup(&spec.network, &[])?;
+        let setup = stockade_linux::network_setup(&spec.network, &[])?;
         let id = stockade_core::host::new_sandbox_id();
         let (dir, _hold) = self.make_dir(&id)?;
         let r = async {
@@ -343,9 +343,7 @@ impl MicrovmLauncher {
             for share in &r.plan.shares {
                 kill_daemon_of(&share.socket);
             }
-            for (cg, _) in &r.host.cgroups {
-                remove_cgroup(Path::new(cg)).await;
-            }
+            remove_cgroups(r.host.cgroups.iter().map(|(cg, _)| cg.into()).collect()).await;
         }
         match std::fs::remove_dir_all(&dir) {
             Ok(()) => Ok(()),

@@ -4,7 +4,8 @@ use std::path::Path;
 
 use stockade_core::Check;
 
-use crate::layout::{self, CgroupLayout};
+use crate::layout;
+use stockade_cgroup::Layout;
 
 fn check(name: &str, ok: bool, detail: String, fix: &str) -> Check {
     Check {
@@ -53,12 +54,12 @@ pub fn host_checks() -> Vec<Check> {
         ));
         let parent = crate::rootless::delegated_name(r.uid);
         let cgs: Vec<std::path::PathBuf> = match layout::detect().cgroups {
-            CgroupLayout::V2 { root } => vec![root.join(&parent)],
-            CgroupLayout::Hybrid { v1, .. } => ["memory", "pids", "cpu"]
+            Layout::V2 { root } => vec![root.join(&parent)],
+            Layout::Hybrid { v1, .. } => ["memory", "pids", "cpu"]
                 .iter()
                 .filter_map(|c| v1.get(*c).map(|b| b.join(&parent)))
                 .collect(),
-            CgroupLayout::None => vec![],
+            Layout::None => vec![],
         };
         let delegated = !cgs.is_empty()
             && cgs
@@ -102,8 +103,8 @@ pub fn host_checks() -> Vec<Check> {
     ));
     let cg = layout::detect().cgroups;
     let (ok, detail) = match &cg {
-        CgroupLayout::V2 { root } => (true, format!("cgroup v2 at {}", root.display())),
-        CgroupLayout::Hybrid { v1, unified } => (
+        Layout::V2 { root } => (true, format!("cgroup v2 at {}", root.display())),
+        Layout::Hybrid { v1, unified } => (
             ["memory", "pids", "cpu"]
                 .iter()
                 .all(|c| v1.contains_key(*c)),
@@ -116,7 +117,7 @@ pub fn host_checks() -> Vec<Check> {
                     .unwrap_or_else(|| "no cgroup2".into())
             ),
         ),
-        CgroupLayout::None => (false, "no cgroup filesystem mounted".into()),
+        Layout::None => (false, "no cgroup filesystem mounted".into()),
     };
     v.push(check(
         "cgroups",

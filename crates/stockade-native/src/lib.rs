@@ -12,19 +12,13 @@
 //! agent's unix socket in the sandbox's state directory (the code inside cannot see it).
 
 mod doctor;
-pub mod egress;
-pub mod freezer;
-pub mod idpool;
-mod image;
-pub mod layout;
 mod monitors;
-mod netsetup;
-pub mod plan;
-pub mod rootless;
 mod state;
-pub mod usage;
 
-pub use netsetup::*;
+// The Linux host layer every Linux provider shares (crate::plan and the rest resolve
+// through these).
+use stockade_linux::{egress, freezer, idpool, layout, plan, rootless, usage};
+use stockade_linux::{egress_denied_via, set_network_via, which};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -32,9 +26,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use stockade_agent_host::{AgentProvider, Launcher, UnixSocket, reap};
 use stockade_agent_proto::EgressDenial;
-use stockade_agent_proto::launch::{
-    LaunchReport, NetReply, NetRequest, NetworkPlan, SandboxState, TimedStep,
-};
+use stockade_agent_proto::launch::{LaunchReport, NetworkPlan, SandboxState, TimedStep};
 use stockade_agent_proto::now_ms;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
@@ -44,7 +36,6 @@ use stockade_sys::process::monotonic_ns;
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 
 pub use doctor::{host_checks, tune_favordynmods, tune_pid_max};
-pub use image::{ensure_image, image_root};
 pub use state::default_state_root;
 pub use stockade_agent_host::find_agent;
 
@@ -107,38 +98,6 @@ impl Default for NativeLauncher {
     fn default() -> Self {
         NativeLauncher::new()
     }
-}
-
-fn which(name: &str) -> Option<PathBuf> {
-    // The sbin directories too: nft lives there and is not on every user's PATH.
-    let mut path = std::env::var_os("PATH").unwrap_or_default();
-    path.push(":/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin");
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
-}
-
-/// The tools a sandbox's network needs on this host (slirp4netns, nft), as
-/// `name path` pairs; the fix (the packages to install) when one is missing. For
-/// other providers' `doctor` (microvm) that reuse the native network.
-pub fn network_tools() -> std::result::Result<String, String> {
-    let found: Vec<(&str, Option<PathBuf>, &str)> = vec![
-        ("slirp4netns", which("slirp4netns"), "slirp4netns"),
-        ("nft", which("nft"), "nftables"),
-    ];
-    let missing: Vec<&str> = found
-        .iter()
-        .filter(|(_, p, _)| p.is_none())
-        .map(|(_, _, pkg)| *pkg)
-        .collect();
-    if !missing.is_empty() {
-        return Err(format!("apt-get install {}", missing.join(" ")));
-    }
-    Ok(found
-        .iter()
-        .filter_map(|(n, p, _)| p.as_ref().map(|p| format!("{n} {}", p.display())))
-        .collect::<Vec<_>>()
-        .join(", "))
 }
 
 /// A workdir the sandbox makes on the host's root view (not in `/tmp` or a mount)
@@ -346,14 +305,16 @@ impl NativeLauncher {
             // Flattening an image the first time takes seconds: off the async threads.
             Some(r) => {
                 let store = self.image_store.clone();
-                if let Err(e) = image::ensure_image(&r, store.as_deref()).await {
+                if let Err(e) = stockade_linux::ensure_image(&r, store.as_deref()).await {
                     let _ = std::fs::remove_dir_all(&dir);
                     return Err(e);
                 }
-                tokio::task::spawn_blocking(move || image::image_root(&r, store.as_deref()))
-                    .await
-                    .map_err(|e| Error::Internal(format!("image task failed: {e}")))
-                    .and_then(|r| r.map(Some))
+                tokio::task::spawn_blocking(move || {
+                    stockade_linux::image_root(&r, store.as_deref())
+                })
+                .await
+                .map_err(|e| Error::Internal(format!("image task failed: {e}")))
+                .and_then(|r| r.map(Some))
             }
             None => Ok(None),
         };
@@ -528,6 +489,7 @@ pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     egress_control: true,
     usage: true,
     files_as_user: true,
+    terminals: true,
 };
 
 #[async_trait]

@@ -14,7 +14,7 @@ use nix::unistd::Pid;
 use stockade_agent_proto::launch::{LaunchPlan, SandboxState};
 use stockade_core::{Error, GcReport, Result};
 
-use crate::layout::{self, CgroupLayout};
+use crate::layout;
 use crate::plan::CGROUP_PARENT;
 
 /// How long a directory without state may be in the making before gc reaps it.
@@ -195,32 +195,14 @@ fn cgroups_of(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// Kills every process in a cgroup directory and removes it.
+/// Kills every process in a cgroup directory (a paused sandbox's too) and removes it.
 fn kill_and_remove_cgroup(cg: &Path) -> Option<String> {
     if !cg.exists() {
         return None;
     }
-    let _ = fs::write(cg.join("cgroup.kill"), "1");
-    // A paused sandbox's processes are frozen; the v1 freezer holds even SIGKILL
-    // until thawed. Thawed after the kill, so none of its code runs again.
-    if let Some(f) = crate::freezer::Freezer::of(&[cg.to_path_buf()]) {
-        let _ = f.thaw();
-    }
-    let until = Instant::now() + Duration::from_secs(3);
-    loop {
-        let procs = fs::read_to_string(cg.join("cgroup.procs")).unwrap_or_default();
-        for pid in procs.lines().filter_map(|l| l.trim().parse::<i32>().ok()) {
-            let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
-        }
-        match fs::remove_dir(cg) {
-            Ok(()) => return None,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-            Err(e) if Instant::now() > until => {
-                return Some(format!("cannot remove cgroup {}: {e}", cg.display()));
-            }
-            Err(_) => std::thread::sleep(Duration::from_millis(5)),
-        }
-    }
+    let cg = [cg.to_path_buf()];
+    stockade_cgroup::kill(&cg, None);
+    stockade_cgroup::remove(&cg, Duration::from_secs(3)).pop()
 }
 
 /// Removes everything a dead monitor left in `dir`. Returns problems met.
@@ -276,12 +258,7 @@ pub fn gc(root: &Path) -> GcReport {
         report.errors.extend(errs);
     }
     // Cgroups whose sandbox directory is gone (e.g. the state root was wiped).
-    let bases: Vec<PathBuf> = match layout::detect().cgroups {
-        CgroupLayout::V2 { root } => vec![root],
-        CgroupLayout::Hybrid { v1, unified } => v1.into_values().chain(unified).collect(),
-        CgroupLayout::None => vec![],
-    };
-    for base in bases {
+    for base in layout::detect().cgroups.roots() {
         let parent = if stockade_core::host::is_root() {
             CGROUP_PARENT.to_string()
         } else {

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use napi::Result;
 use napi::bindgen_prelude::Buffer;
 use napi_derive::napi;
-use stockade::{Error, ExecOutcome, ExecRequest, OutputChunk, Sandbox, Stream};
+use stockade::{
+    Error, ExecInput, ExecIo, ExecOutcome, ExecRequest, OutputChunk, Sandbox, Stream, TtySize,
+};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::errors::{internal, to_js};
@@ -128,6 +130,8 @@ pub struct ExecHandle {
     rx: Option<Arc<Mutex<mpsc::Receiver<OutputChunk>>>>,
     task: Arc<Mutex<Option<ExecTask>>>,
     abort: tokio::task::AbortHandle,
+    /// Keys and sizes for an exec on a terminal.
+    input: Option<mpsc::Sender<ExecInput>>,
 }
 
 impl ExecHandle {
@@ -145,7 +149,42 @@ impl ExecHandle {
             abort: task.abort_handle(),
             rx,
             task: Arc::new(Mutex::new(Some(task))),
+            input: None,
         }
+    }
+
+    /// Starts `req` in `sb` on a terminal of `size`: its output is sent live, keys
+    /// and sizes go through [`ExecHandle::write`] and [`ExecHandle::resize`].
+    pub fn terminal(sb: Sandbox, mut req: ExecRequest, size: TtySize) -> ExecHandle {
+        req.tty = Some(size);
+        req.keep_stdin_open = true;
+        req.stream = true;
+        let (tx, rx) = mpsc::channel::<OutputChunk>(64);
+        let (in_tx, in_rx) = mpsc::channel::<ExecInput>(64);
+        let io = ExecIo {
+            output: Some(tx),
+            input: Some(in_rx),
+        };
+        let task = spawn(async move { sb.exec_with(req, io).await });
+        ExecHandle {
+            abort: task.abort_handle(),
+            rx: Some(Arc::new(Mutex::new(rx))),
+            task: Arc::new(Mutex::new(Some(task))),
+            input: Some(in_tx),
+        }
+    }
+
+    async fn send(&self, m: ExecInput) -> Result<()> {
+        let tx = self.input.clone().ok_or_else(|| {
+            to_js(Error::InvalidRequest(
+                "this exec has no terminal to type on: start it with terminal()".into(),
+            ))
+        })?;
+        tx.send(m).await.map_err(|_| {
+            to_js(Error::InvalidRequest(
+                "the terminal's command has ended: nothing reads what is typed".into(),
+            ))
+        })
     }
 }
 
@@ -195,6 +234,42 @@ impl ExecHandle {
     pub fn close(&self) {
         self.abort.abort();
     }
+
+    /// Types `data` on the exec's terminal.
+    #[napi]
+    pub async fn write(&self, data: Buffer) -> Result<()> {
+        self.send(ExecInput::Stdin(data.to_vec())).await
+    }
+
+    /// Types end-of-file (Ctrl-D) on the exec's terminal.
+    #[napi]
+    pub async fn close_stdin(&self) -> Result<()> {
+        self.send(ExecInput::CloseStdin).await
+    }
+
+    /// Sets the size of the exec's terminal.
+    #[napi]
+    pub async fn resize(&self, rows: u32, cols: u32) -> Result<()> {
+        self.send(ExecInput::Resize(tty_size(rows, cols)?)).await
+    }
+}
+
+/// A terminal size from JavaScript numbers, refused when it has no room or is past
+/// 65535 cells.
+pub fn tty_size(rows: u32, cols: u32) -> Result<TtySize> {
+    let cells = |n: u32, what: &str| {
+        u16::try_from(n).map_err(|_| {
+            to_js(Error::InvalidRequest(format!(
+                "a terminal of {n} {what} is too large: at most 65535"
+            )))
+        })
+    };
+    TtySize {
+        rows: cells(rows, "rows")?,
+        cols: cells(cols, "columns")?,
+    }
+    .check()
+    .map_err(|m| to_js(Error::InvalidRequest(m)))
 }
 
 impl Drop for ExecHandle {

@@ -40,6 +40,20 @@ impl SandboxHandle {
         Ok(ExecHandle::start(self.sb.clone(), req, stream))
     }
 
+    /// Starts a command on a terminal of `rows` x `cols`.
+    #[napi]
+    pub fn terminal(
+        &self,
+        argv: Vec<String>,
+        opts: ExecOptions,
+        rows: u32,
+        cols: u32,
+    ) -> Result<ExecHandle> {
+        let size = crate::exec::tty_size(rows, cols)?;
+        let req = opts.request(argv)?;
+        Ok(ExecHandle::terminal(self.sb.clone(), req, size))
+    }
+
     /// What the provider says of the sandbox now (state, expiry), as JSON.
     #[napi]
     pub async fn inspect_json(&self) -> Result<String> {

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use stockade::{Error, ExecOutcome, ExecRequest, OutputChunk, Stream};
+use stockade::{Error, ExecInput, ExecOutcome, ExecRequest, OutputChunk, Stream, TtySize};
 use tokio::sync::{Mutex, mpsc};
 
 use crate::errors::to_py;
@@ -115,22 +115,46 @@ impl Chunk {
 
 type ExecTask = tokio::task::JoinHandle<stockade::Result<ExecOutcome>>;
 
-/// A running exec's live output. Dropping it (or `close`) kills the exec.
+/// A running exec's live output (and, on a terminal, its input). Dropping it (or
+/// `close`) kills the exec.
 #[pyclass(frozen, module = "stockade._native")]
 pub struct ExecStream {
     rx: Arc<Mutex<mpsc::Receiver<OutputChunk>>>,
     task: Arc<Mutex<Option<ExecTask>>>,
     abort: tokio::task::AbortHandle,
+    /// Keys and sizes for an exec on a terminal.
+    input: Option<mpsc::Sender<ExecInput>>,
 }
 
 impl ExecStream {
-    /// The stream of `task`, which sends its output to `rx`.
-    pub fn new(task: ExecTask, rx: mpsc::Receiver<OutputChunk>) -> ExecStream {
+    /// The stream of `task`, which sends its output to `rx` (and takes `input`).
+    pub fn new(
+        task: ExecTask,
+        rx: mpsc::Receiver<OutputChunk>,
+        input: Option<mpsc::Sender<ExecInput>>,
+    ) -> ExecStream {
         ExecStream {
             abort: task.abort_handle(),
             rx: Arc::new(Mutex::new(rx)),
             task: Arc::new(Mutex::new(Some(task))),
+            input,
         }
+    }
+
+    /// Sends `m` to the exec's terminal.
+    fn send(&self, py: Python<'_>, m: ExecInput, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        let tx = self.input.clone().ok_or_else(|| {
+            to_py(Error::InvalidRequest(
+                "this exec has no terminal to type on: start it with terminal()".into(),
+            ))
+        })?;
+        drive(py, asynchronous, async move {
+            tx.send(m).await.map_err(|_| {
+                to_py(Error::InvalidRequest(
+                    "the terminal's command has ended: nothing reads what is typed".into(),
+                ))
+            })
+        })
     }
 }
 
@@ -174,6 +198,33 @@ impl ExecStream {
     /// Kills the exec (everything it started) if it is still running.
     fn close(&self) {
         self.abort.abort();
+    }
+
+    /// Types `data` on the exec's terminal.
+    #[pyo3(signature = (data, asynchronous=false))]
+    fn write(&self, py: Python<'_>, data: Vec<u8>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        self.send(py, ExecInput::Stdin(data), asynchronous)
+    }
+
+    /// Types end-of-file (Ctrl-D) on the exec's terminal.
+    #[pyo3(signature = (asynchronous=false))]
+    fn close_stdin(&self, py: Python<'_>, asynchronous: bool) -> PyResult<Py<PyAny>> {
+        self.send(py, ExecInput::CloseStdin, asynchronous)
+    }
+
+    /// Sets the size of the exec's terminal.
+    #[pyo3(signature = (rows, cols, asynchronous=false))]
+    fn resize(
+        &self,
+        py: Python<'_>,
+        rows: u16,
+        cols: u16,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let size = TtySize { rows, cols }
+            .check()
+            .map_err(|m| to_py(Error::InvalidRequest(m)))?;
+        self.send(py, ExecInput::Resize(size), asynchronous)
     }
 }
 

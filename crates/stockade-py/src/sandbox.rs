@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use pyo3::prelude::*;
-use stockade::{OutputChunk, Sandbox};
+use stockade::{ExecInput, ExecIo, OutputChunk, Sandbox, TtySize};
 use tokio::sync::mpsc;
 
 use crate::errors::{json, to_py};
@@ -82,7 +82,39 @@ impl SandboxHandle {
         ExecStream::new(
             runtime().spawn(async move { sb.exec_streaming(req, tx).await }),
             rx,
+            None,
         )
+    }
+
+    /// Starts a command on a terminal of `rows` x `cols`: its output (the terminal's)
+    /// is read from the returned stream, keys and sizes sent through it.
+    fn terminal(
+        &self,
+        argv: Vec<String>,
+        opts: ExecOptions,
+        rows: u16,
+        cols: u16,
+    ) -> PyResult<ExecStream> {
+        let mut req = opts.request(argv);
+        req.tty = Some(
+            TtySize { rows, cols }
+                .check()
+                .map_err(|m| to_py(stockade::Error::InvalidRequest(m)))?,
+        );
+        req.keep_stdin_open = true;
+        req.stream = true;
+        let sb = self.sb.clone();
+        let (tx, rx) = mpsc::channel::<OutputChunk>(64);
+        let (in_tx, in_rx) = mpsc::channel::<ExecInput>(64);
+        let io = ExecIo {
+            output: Some(tx),
+            input: Some(in_rx),
+        };
+        Ok(ExecStream::new(
+            runtime().spawn(async move { sb.exec_with(req, io).await }),
+            rx,
+            Some(in_tx),
+        ))
     }
 
     /// What the provider says of the sandbox now, as JSON (its state: running or

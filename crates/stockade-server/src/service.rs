@@ -135,6 +135,9 @@ impl pb::stockade_server::Stockade for Service {
         if r.close {
             msgs.push(ExecInput::CloseStdin);
         }
+        if let Some(size) = r.resize {
+            msgs.push(ExecInput::Resize(convert::from_tty_size(size)));
+        }
         self.daemon
             .exec_input(&tenant, &r.exec_id, msgs)
             .await

@@ -136,6 +136,7 @@ pub const VERBS: stockade_core::Verbs = stockade_core::Verbs {
     egress_control: false,
     usage: false,
     files_as_user: false,
+    terminals: false,
 };
 
 #[async_trait]

@@ -46,7 +46,7 @@ impl ImageFetcher for QuietFetcher {
         let image = match store.image(reference) {
             Ok(img) => img,
             Err(stockade_image::Error::ImageNotFound { .. }) => {
-                stockade_native::ensure_image(reference, Some(store.root())).await?;
+                stockade_linux::ensure_image(reference, Some(store.root())).await?;
                 store.image(reference).map_err(Error::from)?
             }
             Err(e) => return Err(e.into()),

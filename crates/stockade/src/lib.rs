@@ -24,10 +24,10 @@ pub use stockade_agent_host::{self as agent_host, AgentProvider, Launcher};
 pub use stockade_core::*;
 pub use stockade_docker::{self as docker, DockerLauncher, DockerProvider};
 pub use stockade_gvisor::{self as gvisor, GvisorLauncher, GvisorProvider};
+pub use stockade_linux::{self as linux, idpool, rootless};
 pub use stockade_microvm::{self as microvm, MicrovmLauncher, MicrovmProvider};
 pub use stockade_native::{
-    self as native, NativeLauncher, NativeProvider, idpool, rootless, setup_rootless,
-    tune_favordynmods, tune_pid_max,
+    self as native, NativeLauncher, NativeProvider, setup_rootless, tune_favordynmods, tune_pid_max,
 };
 pub use stockade_wasm_host::{self as wasm, WasmProvider};
 

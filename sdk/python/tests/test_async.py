@@ -106,3 +106,24 @@ def test_async_cancellation_kills_the_exec(aclient: stockade.AsyncStockade) -> N
             return left
 
     assert asyncio.run(main()) == "0"
+
+
+def test_async_terminal_types_and_resizes(aclient: stockade.AsyncStockade) -> None:
+    async def main() -> tuple[int, str]:
+        async with (await aclient.create()) as sb:
+            seen = ""
+            async with sb.terminal(rows=20, cols=70) as term:
+                await term.write("stty size; echo done-$((2+2))\n")
+                async for chunk in term:
+                    seen += chunk.data.decode("utf-8", "replace")
+                    if "done-4" in seen:
+                        break
+                await term.resize(21, 71)
+                await term.write("stty size; exit 5\n")
+                async for chunk in term:
+                    seen += chunk.data.decode("utf-8", "replace")
+                return (await term.result()).exit_code, seen
+
+    code, seen = asyncio.run(main())
+    assert code == 5, seen
+    assert "20 70" in seen and "21 71" in seen, seen

@@ -94,6 +94,41 @@ def test_closing_a_stream_kills_the_command(client: stockade.Stockade) -> None:
             pytest.fail("the closed stream's command still runs")
 
 
+def _shown(term: stockade.Terminal, needle: str, seen: list[str]) -> None:
+    """Reads the terminal until it has shown ``needle``."""
+    for chunk in term:
+        seen.append(chunk.data.decode("utf-8", "replace"))
+        if needle in "".join(seen):
+            return
+    pytest.fail(f"the terminal ended before showing {needle!r}: {''.join(seen)!r}")
+
+
+def test_a_terminal_takes_keys_a_size_and_ctrl_c(client: stockade.Stockade) -> None:
+    with client.create() as sb:
+        seen: list[str] = []
+        with sb.terminal(rows=30, cols=100) as term:
+            # Each check prints what its typed (and echoed) line does not hold.
+            term.write("test -t 0 && test -t 1 && echo tty-$((1+1))\n")
+            _shown(term, "tty-2", seen)
+            term.write("stty size\n")
+            _shown(term, "30 100", seen)
+            term.resize(40, 120)
+            term.write("stty size\n")
+            _shown(term, "40 120", seen)
+            term.write("sleep 60; echo slept-$((4+4))\n")
+            time.sleep(1)
+            term.write("\x03")
+            time.sleep(0.3)
+            term.write("echo after-$((3+4))\n")
+            _shown(term, "after-7", seen)
+            term.write("exit 3\n")
+            r = term.result()
+        assert r.exit_code == 3, (r, seen)
+        assert "slept-8" not in "".join(seen)
+        with pytest.raises(stockade.InvalidSpecError):
+            sb.terminal(rows=0)
+
+
 def test_run_code_one_shot_and_in_a_sandbox(client: stockade.Stockade) -> None:
     r = client.run_code("print(6 * 7)")
     assert (r.exit_code, r.stdout) == (0, "42\n")

@@ -33,6 +33,8 @@ export {
   Process,
   Sandbox,
   SessionSandbox,
+  Terminal,
+  type TerminalOptions,
   type Argv,
   type EgressDenial,
   type ExecOptions,

@@ -41,12 +41,16 @@ export interface NativeExec {
   next(): Promise<NativeChunk | null>;
   outcome(): Promise<NativeOutcome>;
   close(): void;
+  write(data: Buffer): Promise<void>;
+  closeStdin(): Promise<void>;
+  resize(rows: number, cols: number): Promise<void>;
 }
 
 export interface NativeSandbox {
   readonly id: string;
   infoJson(): string;
   start(argv: string[], opts: NativeExecOptions, stream: boolean): NativeExec;
+  terminal(argv: string[], opts: NativeExecOptions, rows: number, cols: number): NativeExec;
   destroy(): Promise<void>;
   inspectJson(): Promise<string>;
   egressDeniedJson(sinceMs: number): Promise<string>;

@@ -197,6 +197,50 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
   }
 }
 
+/** Where and how big a terminal is: {@link Sandbox.terminal}'s options. */
+export interface TerminalOptions extends Omit<ExecOptions, "onStdout" | "onStderr" | "stdin"> {
+  /** Rows (default 24). */
+  rows?: number;
+  /** Columns (default 80). */
+  cols?: number;
+}
+
+/**
+ * A command on a terminal in the sandbox ({@link Sandbox.terminal}): `read()` what the
+ * terminal shows, `write()` what is typed (`"\x03"` is Ctrl-C), `resize()` it, then
+ * `result()`.
+ */
+export class Terminal extends ExecStream {
+  /** @internal */
+  constructor(
+    private readonly term: NativeExec,
+    signal: AbortSignal | undefined,
+    unhook: () => void,
+  ) {
+    super(term, signal, unhook);
+  }
+
+  /** The next output the terminal shows, or `null` once the command has ended. */
+  async read(): Promise<Buffer | null> {
+    const chunk = await call(() => this.term.next());
+    return chunk === null ? null : chunk.data;
+  }
+
+  /** Types `data` on the terminal. */
+  write(data: string | Uint8Array): Promise<void> {
+    return call(() => this.term.write(Buffer.from(typeof data === "string" ? Buffer.from(data) : data)));
+  }
+
+  /** Sets the terminal's size; the command gets `SIGWINCH`. */
+  resize(rows: number, cols: number): Promise<void> {
+    return call(() => this.term.resize(rows, cols));
+  }
+
+  /** Types end-of-file (Ctrl-D). */
+  sendEof(): Promise<void> {
+    return call(() => this.term.closeStdin());
+  }
+}
 
 /** A command {@link Sandbox.start} left running in the sandbox. */
 export class Process {
@@ -340,6 +384,19 @@ export class Sandbox implements AsyncDisposable {
       throw translate(e);
     }
     return new ExecStream(handle, signal, hook(handle, signal));
+  }
+
+  /** Starts a command (a shell by default) on a terminal of `rows` x `cols`. */
+  terminal(argv: Argv = ["/bin/sh"], opts: TerminalOptions = {}): Terminal {
+    const { signal } = opts;
+    if (signal?.aborted) throw abortError(signal);
+    let handle: NativeExec;
+    try {
+      handle = this.h.terminal(argvOf(argv), nativeOptions(opts, false), opts.rows ?? 24, opts.cols ?? 80);
+    } catch (e) {
+      throw translate(e);
+    }
+    return new Terminal(handle, signal, hook(handle, signal));
   }
 
   /** Runs `code` in `language` (default: the sandbox's language, else python). */

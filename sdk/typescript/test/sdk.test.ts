@@ -134,6 +134,39 @@ test("streaming as an async iterator and callbacks", async () => {
   assert.equal(err, "e\n");
 });
 
+test("a terminal takes keys, a size and Ctrl-C", async () => {
+  await using sb = await stockade.create();
+  const term = sb.terminal(["/bin/sh"], { rows: 30, cols: 100 });
+  let seen = "";
+  // Reads until the terminal has shown `needle` (each check prints what its echoed
+  // line does not hold).
+  const shown = async (needle: string) => {
+    while (!seen.includes(needle)) {
+      const data = await term.read();
+      if (data === null) assert.fail(`the terminal ended before showing ${needle}: ${seen}`);
+      seen += data.toString();
+    }
+  };
+  await term.write("test -t 0 && echo tty-$((1+1))\n");
+  await shown("tty-2");
+  await term.write("stty size\n");
+  await shown("30 100");
+  await term.resize(40, 120);
+  await term.write("stty size\n");
+  await shown("40 120");
+  await term.write("sleep 60; echo slept-$((4+4))\n");
+  await new Promise((r) => setTimeout(r, 1000));
+  await term.write("\x03");
+  await new Promise((r) => setTimeout(r, 300));
+  await term.write("echo after-$((3+4))\n");
+  await shown("after-7");
+  await term.write("exit 4\n");
+  const r = await term.result();
+  assert.equal(r.exitCode, 4, seen);
+  assert.ok(!seen.includes("slept-8"), seen);
+  assert.throws(() => sb.terminal(["/bin/sh"], { rows: 0 }), InvalidSpecError);
+});
+
 test("aborting an exec kills the command inside the sandbox", async () => {
   await using sb = await stockade.create();
   const ac = new AbortController();

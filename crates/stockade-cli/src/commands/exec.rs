@@ -39,6 +39,10 @@ pub struct ExecArgs {
     /// With --detach: keep none of its output.
     #[arg(long, requires = "detach")]
     pub discard_output: bool,
+    /// Run the command on a terminal, with this terminal's keys and size (a shell,
+    /// an editor, `top`): `stockade exec -t ID -- bash`.
+    #[arg(long, short = 't', conflicts_with_all = ["detach", "stdin"])]
+    pub tty: bool,
     /// The command and its arguments. Every flag after the command's first word is
     /// the command's own, as with `docker exec`; a `--` before the command is accepted
     /// too.
@@ -147,6 +151,11 @@ pub fn print_outcome(ctx: &Ctx, id: &str, o: &ExecOutcome) {
             Stream::Stderr => std::io::stderr().write_all(tail),
         };
     }
+    print_ending(o);
+}
+
+/// What the output does not show of how the exec ended.
+pub fn print_ending(o: &ExecOutcome) {
     if o.timed_out {
         eprintln!("stockade: the command passed its deadline and everything it started was killed");
     }
@@ -174,6 +183,16 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         discard_output: a.discard_output,
         ..req
     };
+    if a.tty {
+        if ctx.json {
+            return Err(stockade::Error::InvalidRequest(
+                "--tty shows the terminal as it is; it gives no JSON: drop --json, or -t".into(),
+            ));
+        }
+        let o = super::terminal::exec(provider.as_ref(), &a.id, req).await?;
+        print_ending(&o);
+        return Ok(o.exit_code);
+    }
     if a.detach {
         let req = stockade::CheckedRequest::new(req)?;
         let o = provider.exec(&a.id, req, stockade::ExecIo::none()).await?;

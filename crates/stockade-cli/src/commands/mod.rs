@@ -25,6 +25,7 @@ pub mod serve;
 pub mod session;
 pub mod setup;
 pub mod snapshot;
+pub mod terminal;
 
 use std::sync::Arc;
 

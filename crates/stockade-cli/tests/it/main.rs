@@ -702,3 +702,43 @@ both_ways! {
         planted.assert_none_leaked(&String::from_utf8_lossy(&out.stdout));
     }
 }
+
+both_ways! {
+    fn exec_tty_runs_the_command_on_a_terminal(via) {
+        use std::io::Write as _;
+        if !require_root("exec_tty_runs_the_command_on_a_terminal") {
+            return;
+        }
+        let out = via.run(&["create", "--json"]);
+        let id = json(&out)["id"].as_str().unwrap().to_string();
+        let mut child = via
+            .cmd(&["exec", "-t", &id, "--", "/bin/sh"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn stockade exec -t");
+        // Typed on the terminal inside: its answers say it is one, of the default size
+        // (this test's stdout is no terminal), and the shell's exit code comes back.
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"tty; test -t 0 && test -t 2 && echo on-$((1+1)); stty size; exit 3\n")
+            .unwrap();
+        let done = child.wait_with_output().unwrap();
+        let shown = String::from_utf8_lossy(&done.stdout);
+        assert_eq!(done.status.code(), Some(3), "{shown}\n{}", String::from_utf8_lossy(&done.stderr));
+        assert!(shown.contains("/dev/pts/"), "{shown}");
+        assert!(shown.contains("on-2"), "{shown}");
+        assert!(shown.contains("24 80"), "{shown}");
+        // No JSON of a terminal, and no terminal for a detached command.
+        let j = via.run(&["exec", "--json", "-t", &id, "--", "true"]);
+        let said = format!("{}{}", String::from_utf8_lossy(&j.stdout), String::from_utf8_lossy(&j.stderr));
+        assert_eq!(j.status.code(), Some(64), "{said}");
+        assert!(said.contains("--tty"), "{said}");
+        let d = via.run(&["exec", "-t", "-d", &id, "--", "true"]);
+        assert_eq!(d.status.code(), Some(2), "{}", String::from_utf8_lossy(&d.stderr));
+        assert!(via.run(&["rm", &id]).status.success());
+    }
+}

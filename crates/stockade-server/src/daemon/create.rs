@@ -261,9 +261,9 @@ impl Daemon {
         // This host's own addresses and its LAN (connected networks, gateways,
         // resolvers), read now, whatever their range: a tenant's sandbox never opens
         // them (the sandbox's firewall fences them off unless a range opens them).
-        let host: Vec<String> = stockade::native::layout::read_host_addresses()
+        let host: Vec<String> = stockade::linux::layout::read_host_addresses()
             .into_iter()
-            .chain(stockade::native::layout::read_host_networks())
+            .chain(stockade::linux::layout::read_host_networks())
             .collect();
         let errs = tenant_network_refusals(&p.allow, &host);
         if errs.is_empty() {

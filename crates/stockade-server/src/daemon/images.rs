@@ -121,7 +121,7 @@ impl Daemon {
             options.auth = stockade_image::Auth::Anonymous;
             options.auth_registry = None;
             options.registry_auths.clear();
-            let own = stockade::native::layout::read_host_addresses()
+            let own = stockade::linux::layout::read_host_addresses()
                 .iter()
                 .filter_map(|a| a.split('/').next()?.parse().ok())
                 .collect();

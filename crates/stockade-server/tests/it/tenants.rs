@@ -491,7 +491,7 @@ async fn a_tenant_cannot_open_the_daemons_host_or_its_network() {
     }
     let t = tcp_daemon_with_token(&[]);
     let host = stockade_testkit::host_address();
-    let net = stockade::native::layout::read_host_networks();
+    let net = stockade::linux::layout::read_host_networks();
     let mut attempts = vec![format!("{host}:8080"), format!("{host}/32")];
     attempts.extend(net.iter().filter(|n| !n.contains(':')).cloned());
     for allow in &attempts {

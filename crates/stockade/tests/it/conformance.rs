@@ -690,3 +690,120 @@ async fn conformance_a_server_inside_answers_the_host_through_its_port() {
         );
     }
 }
+
+/// Waits until what `rx` has sent (kept in `seen`) holds `needle`.
+async fn seen_within(
+    rx: &mut tokio::sync::mpsc::Receiver<stockade::OutputChunk>,
+    seen: &mut String,
+    needle: &str,
+    secs: u64,
+) -> bool {
+    let until = tokio::time::Instant::now() + Duration::from_secs(secs);
+    while !seen.contains(needle) {
+        match tokio::time::timeout_at(until, rx.recv()).await {
+            Ok(Some(c)) => seen.push_str(&String::from_utf8_lossy(&c.data)),
+            Ok(None) | Err(_) => return false,
+        }
+    }
+    true
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_an_exec_on_a_terminal_takes_keys_signals_and_sizes() {
+    use stockade::{ExecInput, ExecIo, TtySize};
+    use tokio::sync::mpsc;
+    for t in targets("conformance_an_exec_on_a_terminal_takes_keys_signals_and_sizes") {
+        let sb = t.sandbox(t.spec()).await;
+        let mut req = ExecRequest::new(["/bin/sh"]);
+        req.tty = Some(TtySize {
+            rows: 30,
+            cols: 100,
+        });
+        req.keep_stdin_open = true;
+        req.stream = true;
+        req.timeout_ms = Some(120_000);
+        if t.name == "wasm" {
+            let e = sb.exec(req).await.unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Unavailable, "wasm: {e}");
+            sb.destroy().await.unwrap();
+            continue;
+        }
+        let (out_tx, mut out_rx) = mpsc::channel(256);
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let io = ExecIo {
+            output: Some(out_tx),
+            input: Some(in_rx),
+        };
+        let name = t.name;
+        let drive = async move {
+            let mut seen = String::new();
+            let key = |s: &str| ExecInput::Stdin(s.as_bytes().to_vec());
+            // Each check prints a word the typed line does not hold (the terminal
+            // echoes what is typed), so only the command's output matches.
+            let mut step = async |keys: &str, needle: &str| {
+                in_tx.send(key(keys)).await.unwrap();
+                assert!(
+                    seen_within(&mut out_rx, &mut seen, needle, 30).await,
+                    "{name}: no {needle:?} after {keys:?}; the terminal showed {seen:?}"
+                );
+            };
+            step(
+                "test -t 0 && test -t 1 && test -t 2 && echo all-$((1+1))-tty\n",
+                "all-2-tty",
+            )
+            .await;
+            step("echo term-$TERM-x\n", "term-xterm-x").await;
+            step("stty size\n", "30 100").await;
+            // Its far end is the exec user's, as a login's terminal is; where the
+            // agent may not chown it (docker drops CAP_CHOWN, gVisor's devpts keeps
+            // root), root's and no one else's to open (mode 600, or 620 with group tty).
+            step(
+                "case $(stat -c %u:%a \"$(tty)\") in \"$(id -u)\":*|0:600|0:620) echo own-$((2+3));; esac\n",
+                "own-5",
+            )
+            .await;
+            // Ctrl-C typed interrupts the foreground command, not the shell.
+            in_tx
+                .send(key("sleep 60; echo slept-$((4+4))\n"))
+                .await
+                .unwrap();
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            in_tx.send(key("\x03")).await.unwrap();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            // gVisor's line discipline also leaves the Ctrl-C in the line the shell
+            // reads next: an empty line takes it away (elsewhere it is nothing).
+            in_tx.send(key("\n")).await.unwrap();
+            step("echo after-$((3+4))\n", "after-7").await;
+            in_tx
+                .send(ExecInput::Resize(TtySize {
+                    rows: 40,
+                    cols: 120,
+                }))
+                .await
+                .unwrap();
+            step("stty size\n", "40 120").await;
+            // A command after the resize runs to its end.
+            step("sleep 1; echo then-$((5+5))\n", "then-10").await;
+            in_tx.send(key("exit 7\n")).await.unwrap();
+            seen
+        };
+        let (outcome, seen) = tokio::join!(sb.exec_with(req, io), drive);
+        let o = outcome.unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(
+            o.exit_code, 7,
+            "{name}: {o:?}; the terminal showed {seen:?}"
+        );
+        assert!(
+            !seen.contains("slept-8"),
+            "{name}: Ctrl-C did not interrupt: {seen:?}"
+        );
+        assert!(!o.timed_out, "{name}: {o:?}");
+        // A detached exec has no terminal.
+        let mut req = ExecRequest::new(["/bin/true"]);
+        req.tty = Some(TtySize::DEFAULT);
+        req.detach = true;
+        let e = sb.exec(req).await.unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSpec, "{name}: {e}");
+        sb.destroy().await.unwrap();
+    }
+}

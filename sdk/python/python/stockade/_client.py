@@ -237,6 +237,23 @@ class Sandbox(_Handle):
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
         return ExecStream(self._h.stream(_argv(argv), kw))
 
+    def terminal(
+        self,
+        argv: Argv = ("/bin/sh",),
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> Terminal:
+        """Starts a command (a shell by default) on a terminal of ``rows`` x ``cols``:
+        iterate the result for what the terminal shows, ``write`` what is typed
+        (``"\x03"`` is Ctrl-C), ``resize`` it, then ``result()``. Leaving the ``with``
+        block (or ``close()``) kills the command."""
+        kw = _exec_kwargs(timeout, None, env, cwd, None)
+        return Terminal(self._h.terminal(_argv(argv), kw, rows, cols))
+
     def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         """Runs ``code`` in ``language`` (default: the sandbox's language, else python)."""
         lang = language or self._language or "python"
@@ -479,6 +496,30 @@ class ExecStream:
         self.close()
 
 
+def _keys(data: bytes | str) -> bytes:
+    return data.encode() if isinstance(data, str) else bytes(data)
+
+
+class Terminal(ExecStream):
+    """A command on a terminal in the sandbox (:meth:`Sandbox.terminal`): its output
+    is what the terminal shows (one stream, ``stdout``)."""
+
+    def write(self, data: bytes | str) -> None:
+        """Types ``data`` on the terminal (``"\x03"`` is Ctrl-C, ``"\x04"`` Ctrl-D)."""
+        self._h.write(_keys(data))
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Sets the terminal's size; the command gets ``SIGWINCH``."""
+        self._h.resize(rows, cols)
+
+    def send_eof(self) -> None:
+        """Types end-of-file (Ctrl-D)."""
+        self._h.close_stdin()
+
+    def __enter__(self) -> Terminal:
+        return self
+
+
 class _Client:
     """What :class:`Stockade` and :class:`AsyncStockade` share: the native client."""
 
@@ -674,6 +715,21 @@ class AsyncSandbox(_Handle):
         kw = _exec_kwargs(timeout, stdin, env, cwd, output_limit)
         return AsyncExecStream(self._h.stream(_argv(argv), kw))
 
+    def terminal(
+        self,
+        argv: Argv = ("/bin/sh",),
+        *,
+        rows: int = 24,
+        cols: int = 80,
+        timeout: float | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+    ) -> AsyncTerminal:
+        """The async :meth:`Sandbox.terminal`: ``async for`` over the result gives what
+        the terminal shows."""
+        kw = _exec_kwargs(timeout, None, env, cwd, None)
+        return AsyncTerminal(self._h.terminal(_argv(argv), kw, rows, cols))
+
     async def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         lang = language or self._language or "python"
         prepared = await self._client._n.prepare_code(lang, code, json.dumps(self.info.spec), asynchronous=True)
@@ -796,6 +852,22 @@ class AsyncExecStream:
 
     async def __aexit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncTerminal(AsyncExecStream):
+    """The async :class:`Terminal`."""
+
+    async def write(self, data: bytes | str) -> None:
+        await self._h.write(_keys(data), asynchronous=True)
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._h.resize(rows, cols, asynchronous=True)
+
+    async def send_eof(self) -> None:
+        await self._h.close_stdin(asynchronous=True)
+
+    async def __aenter__(self) -> AsyncTerminal:
+        return self
 
 
 class AsyncStockade(_Client):

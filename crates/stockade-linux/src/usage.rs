@@ -1,54 +1,10 @@
-//! A native sandbox's CPU time and memory, read from its cgroups: cgroup v2's
-//! `cpu.stat` (`usage_usec`, kept by every v2 group, so the hybrid host's cgroup2
-//! group has it too) or v1 `cpuacct.usage`; v2 `memory.current`/`memory.stat`
-//! (`file`)/`memory.max`, or v1 `memory.usage_in_bytes`/`memory.stat`
-//! (`total_cache`)/`memory.limit_in_bytes`.
+//! A sandbox's CPU time and memory, read from its host cgroups
+//! ([`stockade_cgroup::usage`]: v2's `cpu.stat` and memory files, or v1's `cpuacct`
+//! and `memory` groups) as a [`Usage`], or the reason a counter is missing.
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use stockade_core::{Error, Result, Usage};
-
-/// The value of `key` in a `key value` file.
-fn field(text: &str, key: &str) -> Option<u64> {
-    text.lines()
-        .filter_map(|l| l.split_once(' '))
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, v)| v.trim().parse().ok())
-}
-
-fn num(p: &Path) -> Option<u64> {
-    fs::read_to_string(p).ok()?.trim().parse().ok()
-}
-
-fn cpu_us(d: &Path) -> Option<u64> {
-    if let Ok(t) = fs::read_to_string(d.join("cpu.stat"))
-        && let Some(v) = field(&t, "usage_usec")
-    {
-        return Some(v);
-    }
-    num(&d.join("cpuacct.usage")).map(|ns| ns / 1000)
-}
-
-/// `(used, cache, limit)` bytes.
-fn memory(d: &Path) -> Option<(u64, u64, u64)> {
-    if let Some(cur) = num(&d.join("memory.current")) {
-        let stat = fs::read_to_string(d.join("memory.stat")).unwrap_or_default();
-        // "max" (no cap) reads as 0: unknown.
-        let max = num(&d.join("memory.max")).unwrap_or(0);
-        return Some((cur, field(&stat, "file").unwrap_or(0), max));
-    }
-    let used = num(&d.join("memory.usage_in_bytes"))?;
-    let stat = fs::read_to_string(d.join("memory.stat")).unwrap_or_default();
-    let cache = field(&stat, "total_cache")
-        .or_else(|| field(&stat, "cache"))
-        .unwrap_or(0);
-    Some((
-        used,
-        cache,
-        num(&d.join("memory.limit_in_bytes")).unwrap_or(0),
-    ))
-}
 
 /// The usage of sandbox `id` whose cgroups are `cgroups`.
 pub fn read(id: &str, cgroups: &[PathBuf]) -> Result<Usage> {
@@ -66,14 +22,9 @@ pub fn read(id: &str, cgroups: &[PathBuf]) -> Result<Usage> {
               CPU time counter)"
             .into(),
     };
-    let cpu = cgroups
-        .iter()
-        .find_map(|d| cpu_us(d))
-        .ok_or_else(|| missing("CPU"))?;
-    let (used, cache, limit) = cgroups
-        .iter()
-        .find_map(|d| memory(d))
-        .ok_or_else(|| missing("memory"))?;
+    let read = stockade_cgroup::usage(cgroups);
+    let cpu = read.cpu_us.ok_or_else(|| missing("CPU"))?;
+    let (used, cache, limit) = read.memory.ok_or_else(|| missing("memory"))?;
     Ok(Usage {
         cpu_usage_us: cpu,
         memory_bytes: used,
@@ -84,6 +35,8 @@ pub fn read(id: &str, cgroups: &[PathBuf]) -> Result<Usage> {
 
 #[cfg(test)]
 mod tests {
+    use std::fs;
+
     use super::*;
 
     #[test]

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use stockade_agent_proto::launch::{ID_RANGE_SIZE, MapLine, RootlessMaps};
 use stockade_core::Error;
 
-use crate::layout::CgroupLayout;
+use stockade_cgroup::Layout;
 
 /// What a rootless sandbox's ids come from: the caller's and its subordinate ranges.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -141,7 +141,7 @@ const CONTROLLERS: &[(&str, &str)] = &[("memory", "memory"), ("pids", "pids"), (
 
 /// As root: delegates a cgroup subtree to `uid`:`gid` in each hierarchy the limits
 /// need (made once; idempotent). Returns what it did, one line each.
-pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, Error> {
+pub fn setup(layout: &Layout, uid: u32, gid: u32) -> Result<Vec<String>, Error> {
     let name = delegated_name(uid);
     let io = |what: String| move |e: std::io::Error| Error::io(what, e);
     let give = |p: &Path| {
@@ -150,7 +150,7 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
     };
     let mut done = Vec::new();
     match layout {
-        CgroupLayout::Hybrid { v1, .. } => {
+        Layout::Hybrid { v1, .. } => {
             for (c, _) in CONTROLLERS {
                 let base = v1.get(*c).ok_or_else(|| Error::Unavailable {
                     what: format!("the {c} cgroup controller"),
@@ -166,7 +166,7 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
                 done.push(format!("delegated {} to uid {uid}", dir.display()));
             }
         }
-        CgroupLayout::V2 { root } => {
+        Layout::V2 { root } => {
             let enable = "+cpu +memory +pids";
             let dir = root.join(&name);
             std::fs::write(root.join("cgroup.subtree_control"), enable).map_err(io(format!(
@@ -189,7 +189,7 @@ pub fn setup(layout: &CgroupLayout, uid: u32, gid: u32) -> Result<Vec<String>, E
             }
             done.push(format!("delegated {} to uid {uid}", dir.display()));
         }
-        CgroupLayout::None => {
+        Layout::None => {
             return Err(Error::Unavailable {
                 what: "rootless limits".into(),
                 reason: "no cgroup filesystem is mounted".into(),

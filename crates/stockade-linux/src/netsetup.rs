@@ -2,7 +2,14 @@
 //! VMM): its plan on this host, its setup, and a live policy's change and refusals
 //! over the monitor's control socket.
 
-use super::*;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use stockade_agent_proto::EgressDenial;
+use stockade_agent_proto::launch::{NetReply, NetRequest, NetworkPlan};
+use stockade_core::{Error, Result};
+
+use crate::{egress, layout, plan};
 
 /// The network half of a launch plan for a sandbox in a network namespace of its own
 /// that another provider made (docker): this host's layout and tools, the host's
@@ -178,7 +185,7 @@ pub async fn set_network_via(
 
 /// One request to a policy sandbox's monitor over its control socket.
 async fn net_request(sock: &Path, req: &NetRequest) -> Result<NetReply> {
-    use tokio::io::AsyncReadExt;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let talk = async {
         let mut s = tokio::net::UnixStream::connect(sock).await?;
         let mut line = serde_json::to_vec(req).map_err(std::io::Error::other)?;
@@ -203,4 +210,37 @@ async fn net_request(sock: &Path, req: &NetRequest) -> Result<NetReply> {
             after_ms: 10_000,
         }),
     }
+}
+
+/// `name` on `$PATH` or in the sbin directories, if it is a file there.
+pub fn which(name: &str) -> Option<PathBuf> {
+    // The sbin directories too: nft lives there and is not on every user's PATH.
+    let mut path = std::env::var_os("PATH").unwrap_or_default();
+    path.push(":/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin");
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
+}
+
+/// The tools a sandbox's network needs on this host (slirp4netns, nft), as
+/// `name path` pairs; the fix (the packages to install) when one is missing. For
+/// the `doctor` of every provider that uses this network (native, microvm).
+pub fn network_tools() -> std::result::Result<String, String> {
+    let found: Vec<(&str, Option<PathBuf>, &str)> = vec![
+        ("slirp4netns", which("slirp4netns"), "slirp4netns"),
+        ("nft", which("nft"), "nftables"),
+    ];
+    let missing: Vec<&str> = found
+        .iter()
+        .filter(|(_, p, _)| p.is_none())
+        .map(|(_, _, pkg)| *pkg)
+        .collect();
+    if !missing.is_empty() {
+        return Err(format!("apt-get install {}", missing.join(" ")));
+    }
+    Ok(found
+        .iter()
+        .filter_map(|(n, p, _)| p.as_ref().map(|p| format!("{n} {}", p.display())))
+        .collect::<Vec<_>>()
+        .join(", "))
 }

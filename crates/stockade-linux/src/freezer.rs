@@ -15,7 +15,7 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::fcntl::{Flock, FlockArg};
 use stockade_agent_proto::launch::{PAUSED_FILE, PAUSED_TOTAL_FILE, PausedTime};
@@ -25,76 +25,23 @@ use stockade_core::{Error, Result};
 /// uninterruptible sleep, e.g. on a hung NFS mount, keeps a cgroup `FREEZING`).
 const FREEZE_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A sandbox's freezer: one cgroup directory and which interface it speaks.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Freezer {
-    /// cgroup v2: `cgroup.freeze` (0/1) and `frozen` in `cgroup.events`.
-    V2(PathBuf),
-    /// cgroup v1 `freezer` controller: `freezer.state` (`THAWED`/`FREEZING`/`FROZEN`).
-    V1(PathBuf),
+pub use stockade_cgroup::Freezer;
+
+/// Freezes `freezer`'s group, waiting up to [`FREEZE_TIMEOUT`] for every process in it.
+pub fn freeze(freezer: &Freezer) -> Result<()> {
+    match freezer.freeze(FREEZE_TIMEOUT) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(t)) => Err(Error::Timeout {
+            operation: format!("freezing cgroup {}", t.dir.display()),
+            after_ms: t.after.as_millis() as u64,
+        }),
+        Err((what, e)) => Err(Error::io(what, e)),
+    }
 }
 
-impl Freezer {
-    /// The freezer among a sandbox's cgroup directories: a v2 group first, else a v1
-    /// freezer group; `None` when it has neither.
-    pub fn of(cgroups: &[PathBuf]) -> Option<Freezer> {
-        let with = |f: &str| cgroups.iter().find(|d| d.join(f).exists()).cloned();
-        with("cgroup.freeze")
-            .map(Freezer::V2)
-            .or_else(|| with("freezer.state").map(Freezer::V1))
-    }
-
-    /// The cgroup directory.
-    pub fn dir(&self) -> &Path {
-        match self {
-            Freezer::V2(d) | Freezer::V1(d) => d,
-        }
-    }
-
-    fn control(&self) -> (PathBuf, &'static str, &'static str) {
-        match self {
-            Freezer::V2(d) => (d.join("cgroup.freeze"), "1", "0"),
-            Freezer::V1(d) => (d.join("freezer.state"), "FROZEN", "THAWED"),
-        }
-    }
-
-    /// Whether every process of the group is frozen now.
-    pub fn is_frozen(&self) -> bool {
-        match self {
-            Freezer::V2(d) => fs::read_to_string(d.join("cgroup.events"))
-                .is_ok_and(|t| t.lines().any(|l| l.trim() == "frozen 1")),
-            Freezer::V1(d) => {
-                fs::read_to_string(d.join("freezer.state")).is_ok_and(|t| t.trim() == "FROZEN")
-            }
-        }
-    }
-
-    /// Freezes the group and waits until every process in it is frozen; undoes the
-    /// freeze when that does not happen within [`FREEZE_TIMEOUT`].
-    pub fn freeze(&self) -> Result<()> {
-        let (file, on, _) = self.control();
-        fs::write(&file, on)
-            .map_err(|e| Error::io(format!("cannot write {on} to {}", file.display()), e))?;
-        let until = Instant::now() + FREEZE_TIMEOUT;
-        while !self.is_frozen() {
-            if Instant::now() > until {
-                let _ = self.thaw();
-                return Err(Error::Timeout {
-                    operation: format!("freezing cgroup {}", self.dir().display()),
-                    after_ms: FREEZE_TIMEOUT.as_millis() as u64,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        }
-        Ok(())
-    }
-
-    /// Thaws the group.
-    pub fn thaw(&self) -> Result<()> {
-        let (file, _, off) = self.control();
-        fs::write(&file, off)
-            .map_err(|e| Error::io(format!("cannot write {off} to {}", file.display()), e))
-    }
+/// Thaws `freezer`'s group.
+pub fn thaw(freezer: &Freezer) -> Result<()> {
+    freezer.thaw().map_err(|(what, e)| Error::io(what, e))
 }
 
 /// Why a sandbox without a freezer cannot be paused, and what to do.
@@ -219,7 +166,7 @@ impl ResumeMark {
 pub fn pause(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
     let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
     let mark = PauseMark::begin(id, dir, false, now_ms)?;
-    if let Err(e) = freezer.freeze() {
+    if let Err(e) = freeze(&freezer) {
         mark.undo();
         return Err(e);
     }
@@ -231,33 +178,13 @@ pub fn pause(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<(
 pub fn resume(id: &str, dir: &Path, cgroups: &[PathBuf], now_ms: u64) -> Result<()> {
     let mark = ResumeMark::begin(id, dir, false)?;
     let freezer = Freezer::of(cgroups).ok_or_else(|| no_freezer(id))?;
-    freezer.thaw()?;
+    thaw(&freezer)?;
     mark.finish(now_ms)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_v2_group_is_preferred_to_a_v1_freezer_and_none_is_none() {
-        let t = tempfile::tempdir().unwrap();
-        let (v1, v2, plain) = (t.path().join("v1"), t.path().join("v2"), t.path().join("p"));
-        for d in [&v1, &v2, &plain] {
-            fs::create_dir(d).unwrap();
-        }
-        fs::write(v1.join("freezer.state"), "THAWED").unwrap();
-        fs::write(v2.join("cgroup.freeze"), "0").unwrap();
-        assert_eq!(
-            Freezer::of(&[v1.clone(), v2.clone()]),
-            Some(Freezer::V2(v2.clone()))
-        );
-        assert_eq!(
-            Freezer::of(&[plain.clone(), v1.clone()]),
-            Some(Freezer::V1(v1.clone()))
-        );
-        assert_eq!(Freezer::of(&[plain]), None);
-    }
 
     #[test]
     fn the_pause_files_move_the_deadline_by_every_pause() {

@@ -12,7 +12,8 @@ use stockade_agent_proto::launch::{
 use stockade_core::{Error, ValidatedSpec};
 use stockade_spec::{Network, format_size};
 
-use crate::layout::{CgroupLayout, DEVICES, Entry, HostLayout};
+use crate::layout::{DEVICES, Entry, HostLayout};
+use stockade_cgroup::Layout;
 
 /// Everything besides the spec that the plan depends on.
 #[derive(Clone, Debug)]
@@ -674,7 +675,7 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
         None => CGROUP_PARENT.to_string(),
     };
     match &ctx.host.cgroups {
-        CgroupLayout::V2 { root } => {
+        Layout::V2 { root } => {
             let parent = root.join(&parent_name);
             let dir = parent.join(id);
             let enable = (
@@ -716,7 +717,7 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                 }),
             })
         }
-        CgroupLayout::Hybrid { v1, unified } => {
+        Layout::Hybrid { v1, unified } => {
             let need = |c: &str| {
                 v1.get(c).cloned().ok_or_else(|| Error::Unavailable {
                     what: format!("the {c} cgroup controller"),
@@ -782,7 +783,7 @@ fn cgroup_plan(spec: &ValidatedSpec, ctx: &PlanContext) -> Result<CgroupPlan, Er
                 }),
             })
         }
-        CgroupLayout::None => Err(Error::Unavailable {
+        Layout::None => Err(Error::Unavailable {
             what: "cgroups".into(),
             reason:
                 "no cgroup filesystem is mounted, so memory, cpu and pids limits cannot be enforced"
@@ -871,8 +872,8 @@ fn applied(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::CgroupLayout;
     use std::collections::BTreeMap;
+    use stockade_cgroup::Layout;
     use stockade_spec::{Mount, SandboxSpec};
 
     #[test]
@@ -902,7 +903,7 @@ mod tests {
         );
     }
 
-    fn ctx(cgroups: CgroupLayout) -> PlanContext {
+    fn ctx(cgroups: Layout) -> PlanContext {
         PlanContext {
             id: "sb-test".into(),
             state_dir: "/run/stockade/sb-test".into(),
@@ -942,12 +943,12 @@ mod tests {
         }
     }
 
-    fn hybrid() -> CgroupLayout {
+    fn hybrid() -> Layout {
         let v1: BTreeMap<String, PathBuf> = ["memory", "pids", "cpu"]
             .iter()
             .map(|c| (c.to_string(), PathBuf::from(format!("/sys/fs/cgroup/{c}"))))
             .collect();
-        CgroupLayout::Hybrid {
+        Layout::Hybrid {
             v1,
             unified: Some("/sys/fs/cgroup/unified".into()),
         }
@@ -1063,7 +1064,7 @@ mod tests {
         spec.limits.memory_bytes = 1 << 30;
         let p = plan(
             &spec.validate().unwrap(),
-            &ctx(CgroupLayout::V2 {
+            &ctx(Layout::V2 {
                 root: "/sys/fs/cgroup".into(),
             }),
         )
@@ -1137,7 +1138,7 @@ mod tests {
     #[test]
     fn no_cgroups_is_unavailable() {
         let spec = SandboxSpec::default().validate().unwrap();
-        let err = plan(&spec, &ctx(CgroupLayout::None)).unwrap_err();
+        let err = plan(&spec, &ctx(Layout::None)).unwrap_err();
         assert_eq!(err.code(), stockade_core::ErrorCode::Unavailable);
     }
 

@@ -2,11 +2,11 @@
 //! merged-/usr layout), which harmless `/etc` entries to show, and how cgroups are
 //! mounted. Gathered once by I/O here; planning is pure over it.
 
-use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use stockade_cgroup::Layout;
 
 /// A host path as the planner needs it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -52,27 +52,13 @@ pub struct HostLayout {
     /// Nameserver lines for the sandbox's resolv.conf when it has network.
     pub nameservers: Vec<String>,
     /// The cgroup layout.
-    pub cgroups: CgroupLayout,
+    pub cgroups: Layout,
     /// The host's own IP addresses (sandboxes with egress must not reach them).
     pub host_addresses: Vec<String>,
     /// The host's connected networks, its gateways and its resolvers, as CIDR prefixes
     /// (read from the routing tables and `/etc/resolv.conf` at each create): a sandbox
     /// with egress must not reach the host's LAN, whatever its address range.
     pub host_networks: Vec<String>,
-}
-
-/// How cgroups are mounted.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub enum CgroupLayout {
-    /// Pure cgroup v2 at this mountpoint.
-    V2 { root: PathBuf },
-    /// v1 controllers (name -> mountpoint), maybe with a v2 hierarchy (for cgroup.kill).
-    Hybrid {
-        v1: BTreeMap<String, PathBuf>,
-        unified: Option<PathBuf>,
-    },
-    /// No usable cgroups.
-    None,
 }
 
 fn entry(p: &Path) -> Option<Entry> {
@@ -93,13 +79,13 @@ fn entry(p: &Path) -> Option<Entry> {
 /// and reading it took 0.57 ms per create here with 285), and the cgroup hierarchies
 /// are mounted at boot. A layout with no cgroups is read again next time (a host
 /// whose cgroups were not mounted yet).
-fn cgroups() -> CgroupLayout {
-    static CACHED: std::sync::OnceLock<CgroupLayout> = std::sync::OnceLock::new();
+fn cgroups() -> Layout {
+    static CACHED: std::sync::OnceLock<Layout> = std::sync::OnceLock::new();
     if let Some(c) = CACHED.get() {
         return c.clone();
     }
-    let layout = parse_cgroups(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
-    if layout != CgroupLayout::None {
+    let layout = Layout::parse(&fs::read_to_string("/proc/self/mountinfo").unwrap_or_default());
+    if layout != Layout::None {
         let _ = CACHED.set(layout.clone());
     }
     layout
@@ -254,67 +240,9 @@ pub fn host_addresses(fib_trie: &str, if_inet6: &str) -> Vec<String> {
     out
 }
 
-/// Parses `/proc/self/mountinfo` into a cgroup layout.
-pub fn parse_cgroups(mountinfo: &str) -> CgroupLayout {
-    let mut v1 = BTreeMap::new();
-    let mut v2: Option<PathBuf> = None;
-    for line in mountinfo.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let mountpoint = left.split(' ').nth(4).unwrap_or("");
-        let mut r = right.split(' ');
-        let fstype = r.next().unwrap_or("");
-        let opts = r.nth(1).unwrap_or("");
-        match fstype {
-            "cgroup2" => v2 = Some(PathBuf::from(mountpoint)),
-            "cgroup" => {
-                for o in opts.split(',') {
-                    if matches!(
-                        o,
-                        "memory" | "pids" | "cpu" | "cpuacct" | "cpuset" | "freezer"
-                    ) {
-                        v1.insert(o.to_string(), PathBuf::from(mountpoint));
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-    match (v1.is_empty(), v2) {
-        (true, Some(root)) => CgroupLayout::V2 { root },
-        (false, unified) => CgroupLayout::Hybrid { v1, unified },
-        (true, None) => CgroupLayout::None,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_hybrid_and_pure_v2() {
-        let hybrid = "32 31 0:29 / /sys/fs/cgroup/cpu rw,relatime - cgroup cgroup rw,cpu\n\
-                      35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
-                      39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids\n\
-                      41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n";
-        match parse_cgroups(hybrid) {
-            CgroupLayout::Hybrid { v1, unified } => {
-                assert_eq!(v1["memory"], PathBuf::from("/sys/fs/cgroup/memory"));
-                assert_eq!(v1["pids"], PathBuf::from("/sys/fs/cgroup/pids"));
-                assert_eq!(unified, Some(PathBuf::from("/sys/fs/cgroup/unified")));
-            }
-            other => panic!("{other:?}"),
-        }
-        let v2 = "30 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n";
-        assert_eq!(
-            parse_cgroups(v2),
-            CgroupLayout::V2 {
-                root: "/sys/fs/cgroup".into()
-            }
-        );
-        assert_eq!(parse_cgroups(""), CgroupLayout::None);
-    }
 
     #[test]
     fn reads_host_networks_gateways_and_resolvers() {
