@@ -19,26 +19,12 @@
 //! - `container` is also PID 1 of a gVisor sandbox (inside gVisor's kernel).
 //! - `--version`.
 
-mod cgroup;
-mod cleanup;
-mod container;
-mod egress;
-mod exec_io;
-mod fileop;
-mod ids;
-mod monitor;
-mod monitor_server;
-mod netmon;
-mod ports;
-mod proxy;
-mod rootfs;
-mod server;
-mod shim;
-mod tty;
-mod vm;
-mod vmhost;
-mod watch;
-mod zygote;
+mod host;
+mod sandbox;
+
+// The roles by name, wherever they run (crate::shim and the rest resolve through these).
+use host::{cgroup, egress, ids, monitor, monitor_server, netmon, proxy, vmhost, watch};
+use sandbox::{cleanup, container, exec_io, fileop, ports, rootfs, server, shim, tty, vm, zygote};
 
 fn main() {
     let mut args = std::env::args().skip(1);

@@ -36,6 +36,10 @@ pub struct RunArgs {
     /// Read stdin and pass it to the command.
     #[arg(long, short = 'i')]
     pub stdin: bool,
+    /// Run the command on a terminal, with this terminal's keys and size (a shell, a
+    /// REPL): `stockade run -t -- bash`.
+    #[arg(long, short = 't', conflicts_with = "stdin")]
+    pub tty: bool,
     /// Run in a sandbox started from this named snapshot (`stockade snapshot ID
     /// NAME`) instead of a fresh one; --timeout is then only the command's deadline.
     #[arg(long, value_name = "NAME")]
@@ -195,6 +199,11 @@ async fn image_command(ctx: &Ctx, reference: &str) -> Result<Vec<String>> {
 }
 
 pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
+    if a.tty && ctx.json {
+        return Err(Error::InvalidRequest(
+            "--tty shows the terminal as it is; it gives no JSON: drop --json, or -t".into(),
+        ));
+    }
     if a.from_snapshot.is_some() {
         super::snapshot::refuse_spec_flags(&a.spec, true)?;
     }
@@ -283,13 +292,20 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         }
     };
     let created = t0.elapsed();
-    let result = exec_streaming(ctx, provider.as_ref(), sb.id(), req).await;
+    let result = if a.tty {
+        super::terminal::exec(provider.as_ref(), sb.id(), req).await
+    } else {
+        exec_streaming(ctx, provider.as_ref(), sb.id(), req).await
+    };
     let executed = t0.elapsed();
     let destroyed = sb.destroy().await;
     // The result is printed after the destroy: a closed stdout ends this process at
     // that print, and the destroy is then done already.
-    if let Ok(outcome) = &result {
-        print_outcome(ctx, sb.id(), outcome);
+    match &result {
+        // A terminal showed everything as it came.
+        Ok(outcome) if a.tty => super::exec::print_ending(outcome),
+        Ok(outcome) => print_outcome(ctx, sb.id(), outcome),
+        Err(_) => {}
     }
     if a.timings {
         eprint!(

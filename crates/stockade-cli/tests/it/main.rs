@@ -740,5 +740,23 @@ both_ways! {
         let d = via.run(&["exec", "-t", "-d", &id, "--", "true"]);
         assert_eq!(d.status.code(), Some(2), "{}", String::from_utf8_lossy(&d.stderr));
         assert!(via.run(&["rm", &id]).status.success());
+        // `run -t`: a fresh sandbox, the command on its terminal, gone after.
+        let mut child = via
+            .cmd(&["run", "-t", "--", "/bin/sh"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn stockade run -t");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"test -t 1 && echo ran-$((2+3)); exit 4\n")
+            .unwrap();
+        let done = child.wait_with_output().unwrap();
+        let shown = String::from_utf8_lossy(&done.stdout);
+        assert_eq!(done.status.code(), Some(4), "{shown}\n{}", String::from_utf8_lossy(&done.stderr));
+        assert!(shown.contains("ran-5"), "{shown}");
     }
 }
