@@ -184,9 +184,6 @@ fn docker_hint(arg: &str) -> Option<&'static str> {
             "Stockade mounts a host directory with --mount HOST:TARGET (read-only) or \
              --mount HOST:TARGET:rw"
         }
-        "-t" | "--tty" | "-it" | "-ti" => {
-            "there is no terminal: -i (--stdin) passes standard input to the command"
-        }
         "-d" | "--detach" => {
             "`stockade create` makes a sandbox that lives until `stockade rm ID`; \
              `stockade exec --detach ID -- CMD` starts a command in it and returns"

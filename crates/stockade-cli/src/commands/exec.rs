@@ -40,8 +40,8 @@ pub struct ExecArgs {
     #[arg(long, requires = "detach")]
     pub discard_output: bool,
     /// Run the command on a terminal, with this terminal's keys and size (a shell,
-    /// an editor, `top`): `stockade exec -t ID -- bash`.
-    #[arg(long, short = 't', conflicts_with_all = ["detach", "stdin"])]
+    /// an editor, `top`): `stockade exec -t ID -- bash` (`-it`, as docker's, is the same).
+    #[arg(long, short = 't', conflicts_with = "detach")]
     pub tty: bool,
     /// The command and its arguments. Every flag after the command's first word is
     /// the command's own, as with `docker exec`; a `--` before the command is accepted
@@ -175,7 +175,8 @@ pub async fn run(ctx: &Ctx, a: ExecArgs) -> Result<i32> {
         &a.env,
         a.workdir,
         a.output_limit.as_deref(),
-        a.stdin,
+        // On a terminal, stdin is typed as it comes, not read first.
+        a.stdin && !a.tty,
     )?;
     let req = stockade::ExecRequest {
         background: a.background,

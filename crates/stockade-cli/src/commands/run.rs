@@ -37,8 +37,8 @@ pub struct RunArgs {
     #[arg(long, short = 'i')]
     pub stdin: bool,
     /// Run the command on a terminal, with this terminal's keys and size (a shell, a
-    /// REPL): `stockade run -t -- bash`.
-    #[arg(long, short = 't', conflicts_with = "stdin")]
+    /// REPL): `stockade run -t -- bash` (`-it`, as docker's, is the same).
+    #[arg(long, short = 't')]
     pub tty: bool,
     /// Run in a sandbox started from this named snapshot (`stockade snapshot ID
     /// NAME`) instead of a fresh one; --timeout is then only the command's deadline.
@@ -276,7 +276,8 @@ pub async fn run(ctx: &Ctx, a: RunArgs) -> Result<i32> {
         &[],
         None,
         a.output_limit.as_deref(),
-        a.stdin,
+        // On a terminal, stdin is typed as it comes, not read first.
+        a.stdin && !a.tty,
     )?;
     // Owned by this process: if we are killed, the sandbox goes with us.
     let opts = CreateOptions {

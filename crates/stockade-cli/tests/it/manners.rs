@@ -329,7 +329,6 @@ fn flags_before_the_command_are_checked_and_dockers_get_a_hint() {
             &["run", "-v", "/tmp:/w", "--", "true"],
             "--mount HOST:TARGET",
         ),
-        (&["run", "-it", "--", "sh"], "-i (--stdin)"),
         // `exec -d` detaches as docker's does; `run` has no -d, and says where it is.
         (&["run", "-d", "--", "true"], "exec --detach"),
         (&["create", "--name", "x"], "the id"),
@@ -338,6 +337,29 @@ fn flags_before_the_command_are_checked_and_dockers_get_a_hint() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         assert!(err.contains(says), "{args:?}: {err}");
+    }
+    // Docker's `-it` is a terminal here too: the shell reads what is typed.
+    if require_root("run -it") {
+        use std::io::Write as _;
+        let mut child = stockade(&["run", "-it", "--", "sh"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"test -t 0 && exit 5\n")
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(5),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

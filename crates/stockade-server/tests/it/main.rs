@@ -940,23 +940,27 @@ async fn a_sandbox_in_use_is_never_reaped_as_idle() {
     }
     let d = TestDaemon::start(&[]);
     let c = d.client(None).await;
-    // Idle after 1 s without use; each exec below runs for 3 s: in use all along.
+    // Idle after 1 s without use. A plain exec runs for 2 s; a streamed one starts
+    // while it runs and goes on 3 s after it ends, alone: in use all along, with no
+    // gap between the two calls for a loaded host to stretch past the idle timeout.
     let s = SandboxSpec {
         idle_timeout_secs: Some(1),
         ..spec(120)
     };
     let sb = create(&c, s).await;
-    let o = sb
-        .exec(sh("sleep 3; echo still-here"))
-        .await
-        .expect("a sandbox running an exec is in use, not idle");
-    assert_eq!((o.exit_code, &o.stdout[..]), (0, &b"still-here\n"[..]));
     let (tx, _rx) = mpsc::channel(16);
-    let o = sb
-        .exec_streaming(sh("sleep 3; echo streamed"), tx)
-        .await
-        .expect("a streamed exec keeps its sandbox in use too");
-    assert_eq!(o.exit_code, 0, "{o:?}");
+    let (plain, streamed) = tokio::join!(sb.exec(sh("sleep 2; echo still-here")), async {
+        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
+        sb.exec_streaming(sh("sleep 4; echo streamed"), tx).await
+    });
+    let o = plain.expect("a sandbox running an exec is in use, not idle");
+    assert_eq!((o.exit_code, &o.stdout[..]), (0, &b"still-here\n"[..]));
+    let o = streamed.expect("a streamed exec keeps its sandbox in use too");
+    assert_eq!(
+        (o.exit_code, &o.stdout[..]),
+        (0, &b"streamed\n"[..]),
+        "{o:?}"
+    );
     // Once unused, it is reaped as idle.
     let id = sb.id().to_string();
     eventually(30, "the idle sandbox to be reaped", || {

@@ -261,8 +261,11 @@ async fn fork_bomb_is_contained_and_host_stays_responsive() {
     let t = Instant::now();
     let st = std::process::Command::new("/bin/true").status().unwrap();
     assert!(st.success());
+    // Uncontained, the bomb takes every pid and the spawn above fails; contained, it
+    // is only slower on a loaded 2-core host (the suites run side by side): 10 s
+    // bounds a host that is stalled, not one that is busy.
     assert!(
-        t.elapsed() < Duration::from_secs(2),
+        t.elapsed() < Duration::from_secs(10),
         "host spawn took {:?}",
         t.elapsed()
     );
