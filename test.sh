@@ -153,8 +153,9 @@ setsid bash -c '
 lint=$!
 trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
 
-# The suites, three at a time (scripts/test-lanes.py; STOCKADE_TEST_LANES=1 runs them
-# one after the other): every test binary of the
+# The suites (scripts/test-lanes.py; STOCKADE_TEST_LANES=3 runs three at a time, which
+# is not the default yet: side by side, the daemon's idle-reaper case was seen to lose
+# its sandbox, not yet explained): every test binary of the
 # workspace as `cargo test --workspace --no-fail-fast` runs them, the doctests, and the
 # conformance and attack suites again as an unprivileged user, on gvisor and on
 # microvm.
@@ -215,7 +216,7 @@ job "microvm: its crate's tests, then conformance, attacks" "$PWD/crates/stockad
   bash -c 'CARGO_MANIFEST_DIR=$PWD CARGO_PKG_NAME=stockade-microvm CARGO_CRATE_NAME=it "$1" &&
     cd /tmp && STOCKADE_TEST_PROVIDER=microvm "${@:2}"' microvm "$microvm_it" \
   "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}"
-lanes=${STOCKADE_TEST_LANES:-3}
+lanes=${STOCKADE_TEST_LANES:-1}
 stamp "the suites, $lanes at a time"
 # The last run's durations order them (longest first); without them, the committed
 # ones of .ci/test-times.json.
