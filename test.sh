@@ -57,6 +57,7 @@ tools=/var/cache/stockade/tools
   sdk/typescript/test.sh --deps
   sdk/go/test.sh --deps
   crates/stockade-e2b/test.sh --deps
+  cluster/build.sh --packages
   echo "test.sh: [$((SECONDS / 60))m$((SECONDS % 60))s] (beside the build) done"
 ) </dev/null >"$prep_log" 2>&1 &
 prep=$!
@@ -151,11 +152,19 @@ setsid bash -c '
   STOCKADE_FUZZ_TARGET=$1 nice -n 19 scripts/fuzz.sh --quick --dev --build
 ' lints "$fuzz_target" </dev/null >"$lint_log" 2>&1 &
 lint=$!
-trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
+# The cluster's binaries (Kubernetes and etcd from the Go module proxy, cached under
+# /var/cache/stockade/k8s), beside the suites the same way, for the cluster's suite
+# at the end.
+k8s_log=$(mktemp)
+setsid bash -c '
+  echo 19 >/proc/self/autogroup 2>/dev/null || true
+  exec nice -n 19 cluster/build.sh
+' k8s </dev/null >"$k8s_log" 2>&1 &
+k8s=$!
+trap 'kill -- -"$lint" -"$k8s" 2>/dev/null; true' EXIT
 
-# The suites (scripts/test-lanes.py; STOCKADE_TEST_LANES=3 runs three at a time, which
-# is not the default yet: side by side, the daemon's idle-reaper case was seen to lose
-# its sandbox, not yet explained): every test binary of the
+# The suites, three at a time (scripts/test-lanes.py; STOCKADE_TEST_LANES=1 runs them
+# one after the other): every test binary of the
 # workspace as `cargo test --workspace --no-fail-fast` runs them, the doctests, and the
 # conformance and attack suites again as an unprivileged user, on gvisor and on
 # microvm.
@@ -216,7 +225,7 @@ job "microvm: its crate's tests, then conformance, attacks" "$PWD/crates/stockad
   bash -c 'CARGO_MANIFEST_DIR=$PWD CARGO_PKG_NAME=stockade-microvm CARGO_CRATE_NAME=it "$1" &&
     cd /tmp && STOCKADE_TEST_PROVIDER=microvm "${@:2}"' microvm "$microvm_it" \
   "$it" conformance:: attacks:: --test-threads=1 "${skips[@]}"
-lanes=${STOCKADE_TEST_LANES:-1}
+lanes=${STOCKADE_TEST_LANES:-3}
 stamp "the suites, $lanes at a time"
 # The last run's durations order them (longest first); without them, the committed
 # ones of .ci/test-times.json.
@@ -249,7 +258,7 @@ serve_door() {
     --state-dir "$doors/state" --native-state-dir "$doors/native" --allow-mount /tmp "$@" \
     </dev/null >"$doors/log" 2>&1 &
   door_pid=$!
-  trap 'kill -- -"$lint" 2>/dev/null; kill "$door_pid" 2>/dev/null; true' EXIT
+  trap 'kill -- -"$lint" -"$k8s" 2>/dev/null; kill "$door_pid" 2>/dev/null; true' EXIT
   for _ in $(seq 100); do [ -S "$doors/d.sock" ] && return; sleep 0.1; done
   cat "$doors/log" >&2
   echo "test.sh: the daemon for the door tests did not start (its log is above)" >&2
@@ -270,7 +279,7 @@ for t in a_sandbox_serves_its_first_exec_from_its_zygote fork_bomb_is_contained_
 done
 (cd /tmp && as_rootless env "${door_env[@]}" "$it" attacks:: "${skips[@]}")
 stop_door
-trap 'kill -- -"$lint" 2>/dev/null; true' EXIT
+trap 'kill -- -"$lint" -"$k8s" 2>/dev/null; true' EXIT
 rm -rf "$doors"
 # The Python SDK: its wheel built and installed in a venv, pytest against it; then
 # its sync tests as the unprivileged user (from a copy that user can read).
@@ -317,7 +326,7 @@ rm -rf "$rl_tests"
 stamp "the fuzz build (beside the suites), then fuzz, briefly"
 lint_ok=0
 wait "$lint" || lint_ok=$?
-trap - EXIT
+trap 'kill -- -"$k8s" 2>/dev/null; true' EXIT
 cat "$lint_log" >&2
 rm -f "$lint_log"
 if [ "$lint_ok" != 0 ]; then
@@ -329,6 +338,20 @@ fi
 # input that once failed fails again here. The E2B target and the long runs are
 # `scripts/fuzz.sh --time SECONDS`.
 STOCKADE_FUZZ_TARGET=$fuzz_target scripts/fuzz.sh --quick --dev --time 10
+
+# The kubernetes suite: a one-node cluster on this machine (cluster/README.md), up,
+# pods, logs, exec, pod addresses, down, leaving nothing behind.
+stamp "kubernetes: the cluster's build (beside the suites), then its suite"
+k8s_ok=0
+wait "$k8s" || k8s_ok=$?
+trap - EXIT
+cat "$k8s_log" >&2
+rm -f "$k8s_log"
+if [ "$k8s_ok" != 0 ]; then
+  echo "test.sh: the cluster's build failed (above)" >&2
+  exit 1
+fi
+cluster/test.sh
 
 stamp "install"
 # The install step, tried: the installed CLI finds its agent and its wasm runner and

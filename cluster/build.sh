@@ -5,12 +5,15 @@
 # cluster runs on. Skips what is already there; checks each piece at the end.
 #   cluster/build.sh            build what is missing, install packages, check
 #   cluster/build.sh --check    only check, build nothing
+#   cluster/build.sh --packages only the Debian packages (test.sh, beside its build)
 set -euo pipefail
 # shellcheck source=env.sh
 . "$(dirname "$0")/env.sh"
 
 check_only=false
 [ "${1:-}" = --check ] && check_only=true
+packages_only=false
+[ "${1:-}" = --packages ] && packages_only=true
 
 install_packages() {
   local missing=() p
@@ -105,6 +108,7 @@ if ! $check_only; then
   exec 9>"$K8S_CACHE/.build.lock"
   flock -n 9 || { say "another build.sh holds $K8S_CACHE/.build.lock: waiting"; flock 9; }
   install_packages
+  $packages_only && exit 0
   if have_binaries; then
     say "binaries $K8S_VERSION present in $K8S_BIN, not rebuilding"
   else

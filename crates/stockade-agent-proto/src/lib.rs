@@ -12,12 +12,14 @@ pub mod codec;
 pub mod files;
 pub mod launch;
 pub mod mux;
+pub mod watch;
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
 pub use capture::BoundedCapture;
+pub use watch::{WatchDir, WatchError, WatchKind, WatchLine};
 
 /// Version of this protocol. Bumped on any incompatible change.
 pub const PROTOCOL_VERSION: u32 = 1;
@@ -120,6 +122,14 @@ pub struct ExecRequest {
     /// `SIGWINCH`). Not with `detach`.
     #[serde(default)]
     pub tty: Option<TtySize>,
+    /// Run the agent's own directory watcher instead of a program (`argv` then only
+    /// names the exec in listings): inotify on [`WatchDir::path`], as the exec's user
+    /// and under the exec's policy, so the sandbox's mounts and permissions decide
+    /// what it may watch, and no interpreter is needed in the image. Its stdout is
+    /// [`WatchLine`]s, one JSON object a line; see [`watch`]. Not with `tty` or
+    /// `detach`.
+    #[serde(default)]
+    pub watch: Option<WatchDir>,
     /// Run as this uid of the sandbox (its gid the same number) instead of the
     /// sandbox's user; `Some(0)` is root of the sandbox's own user namespace, with
     /// [`launch::ROOT_CAPS`] and no host privilege. Agents honour it only in a sandbox
@@ -146,8 +156,21 @@ impl ExecRequest {
             detach: false,
             discard_output: false,
             tty: None,
+            watch: None,
             uid: None,
         }
+    }
+
+    /// A request that watches the directory `path` (and, `recursive`, every directory
+    /// below it) until it is killed: [`ExecRequest::watch`].
+    pub fn watch_dir(path: &str, recursive: bool) -> ExecRequest {
+        let mut req = ExecRequest::new(["stockade-watch", path]);
+        req.watch = Some(WatchDir {
+            path: path.to_string(),
+            recursive,
+        });
+        req.output_limit_bytes = watch::OUTPUT_LIMIT;
+        req
     }
 }
 

@@ -24,7 +24,9 @@ mod sandbox;
 
 // The roles by name, wherever they run (crate::shim and the rest resolve through these).
 use host::{cgroup, egress, ids, monitor, monitor_server, netmon, proxy, vmhost, watch};
-use sandbox::{cleanup, container, exec_io, fileop, ports, rootfs, server, shim, tty, vm, zygote};
+use sandbox::{
+    cleanup, container, dirwatch, exec_io, fileop, ports, rootfs, server, shim, tty, vm, zygote,
+};
 
 fn main() {
     let mut args = std::env::args().skip(1);

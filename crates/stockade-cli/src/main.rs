@@ -49,6 +49,10 @@ enum Command {
     Forward(commands::forward::ForwardArgs),
     /// Print what a detached exec (`exec --detach`) wrote; --follow until it ends.
     Logs(commands::logs::LogsArgs),
+    /// Print each change in a directory of a sandbox (created, written, removed,
+    /// renamed, chmod) until Ctrl-C or the directory goes; --json: one JSON line each.
+    /// Needs nothing in the image.
+    Watch(commands::watch::WatchArgs),
     /// List live sandboxes (of every provider, unless --provider names one).
     Ls,
     /// Show a sandbox's spec and the hardening actually applied.
@@ -283,6 +287,7 @@ fn main() {
             Command::Create(a) => commands::create::run(&ctx, a).await,
             Command::Exec(a) => commands::exec::run(&ctx, a).await,
             Command::Logs(a) => commands::logs::run(&ctx, a).await,
+            Command::Watch(a) => commands::watch::run(&ctx, a, ctx.json).await,
             Command::Forward(a) => commands::forward::run(&ctx, a).await,
             Command::Ls => commands::ls::run(&ctx).await,
             Command::Inspect { id } => commands::inspect::run(&ctx, &id).await,

@@ -78,6 +78,10 @@ pub fn exec_request(sandbox_id: &str, r: &ExecRequest) -> pb::ExecRequest {
         detach: r.detach,
         discard_output: r.discard_output,
         tty: r.tty.map(tty_size),
+        watch: r.watch.as_ref().map(|w| pb::WatchDir {
+            path: w.path.clone(),
+            recursive: w.recursive,
+        }),
     }
 }
 
@@ -113,6 +117,10 @@ pub fn from_exec_request(r: pb::ExecRequest) -> (String, ExecRequest) {
     req.detach = r.detach;
     req.discard_output = r.discard_output;
     req.tty = r.tty.map(from_tty_size);
+    req.watch = r.watch.map(|w| stockade_core::WatchDir {
+        path: w.path,
+        recursive: w.recursive,
+    });
     (r.sandbox_id, req)
 }
 
@@ -595,5 +603,7 @@ mod tests {
         let (id, back) = from_exec_request(exec_request("sb-1", &r));
         assert_eq!(id, "sb-1");
         assert_eq!(back, r);
+        let w = ExecRequest::watch_dir("/home/user", true);
+        assert_eq!(from_exec_request(exec_request("sb-1", &w)).1, w);
     }
 }

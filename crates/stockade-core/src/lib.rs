@@ -30,7 +30,7 @@ pub use session::{
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{
     BoundedCapture, DETACHED_LOG_DIR, EgressDenial, ExecOutcome, ExecRequest, Stream, TtySize,
-    detached_log, now_ms,
+    WatchDir, WatchError, WatchKind, WatchLine, detached_log, now_ms,
 };
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
@@ -111,6 +111,19 @@ pub fn no_terminal(provider: &str, req: &ExecRequest) -> Result<()> {
     Ok(())
 }
 
+/// Refuses a directory watch ([`ExecRequest::watch`]), for a provider whose sandboxes
+/// have no agent to serve it.
+pub fn no_watch(provider: &str, req: &ExecRequest) -> Result<()> {
+    if req.watch.is_some() {
+        return Err(Error::Unavailable {
+            what: format!("watching a directory on the {provider} provider"),
+            reason: "the watcher is part of the Linux providers' agent".into(),
+            fix: "watch it on a Linux provider (native, docker, gvisor, microvm)".into(),
+        });
+    }
+    Ok(())
+}
+
 /// Runs `exec` (an exec that cannot take stdin while it runs) while honouring the kill
 /// requests of `input`: on [`ExecInput::Kill`] the exec is dropped, which kills what it
 /// started, and reported as killed by `SIGKILL`. Refuses `keep_stdin_open`.
@@ -131,6 +144,7 @@ where
         });
     }
     no_terminal(provider, req)?;
+    no_watch(provider, req)?;
     if let Some(uid) = req.uid {
         return Err(Error::Unavailable {
             what: format!("running an exec as uid {uid} on the {provider} provider"),

@@ -382,6 +382,21 @@ pub fn check_request(req: &ExecRequest) -> Result<()> {
         }
         size.check().map_err(Error::InvalidRequest)?;
     }
+    if let Some(w) = &req.watch {
+        if req.tty.is_some() || req.detach {
+            return Err(Error::InvalidRequest(
+                "a directory watch streams its events to the caller: run it without a \
+                 terminal and without detach"
+                    .into(),
+            ));
+        }
+        if !w.path.starts_with('/') || w.path.contains('\0') {
+            return Err(Error::InvalidRequest(format!(
+                "the watched directory {:?} is not an absolute path: name it from /",
+                w.path
+            )));
+        }
+    }
     if req.discard_output && !req.detach {
         return Err(Error::InvalidRequest(
             "discard_output is for detached execs; an exec that waits returns its output".into(),

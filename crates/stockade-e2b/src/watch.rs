@@ -1,9 +1,10 @@
 //! Directory watching (`filesystem.WatchDir`, `CreateWatcher`, `GetWatcherEvents`,
 //! `RemoveWatcher`): inotify inside the sandbox. Each watch is one streamed exec of
-//! `watch.py` (standard-library Python, inotify through ctypes) running as the
-//! sandbox user, so the sandbox's own mounts, permissions and limits decide what it
-//! may watch, and the host never resolves a sandbox path. The exec prints one JSON
-//! line per event; dropping the watch drops the exec's receiver, which kills it.
+//! the agent's own watcher ([`ExecRequest::watch_dir`]) running as the sandbox user,
+//! so the sandbox's own mounts, permissions and limits decide what it may watch, the
+//! host never resolves a sandbox path, and the image needs no interpreter. The exec
+//! prints one [`WatchLine`] per event; dropping the watch drops the exec's receiver,
+//! which kills it.
 //!
 //! Why an exec and not polling through the agent's file operations: inotify gives
 //! every event (a write within the same second as the last one, a chmod, a file
@@ -18,7 +19,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use stockade::{ExecRequest, Stream};
+use stockade::{ExecRequest, Stream, WatchError, WatchKind, WatchLine};
 use stockade_server::daemon::ExecEvent;
 use tokio::sync::mpsc;
 
@@ -26,13 +27,10 @@ use crate::connect::{self, ConnectError};
 use crate::envd::{entry_info, resolve, stat_path};
 use crate::state::{E2b, Sbx};
 
-const SCRIPT: &str = include_str!("watch.py");
 /// Most watchers (unary API) one sandbox keeps at once.
 pub const MAX_WATCHERS: usize = 16;
 /// Most events a watcher keeps between two `GetWatcherEvents` (older ones dropped).
 const MAX_PENDING_EVENTS: usize = 10_000;
-/// Output a watch may stream over its life (see `ExecRequest::output_limit_bytes`).
-const OUTPUT_LIMIT: u64 = 256 << 20;
 
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -67,9 +65,9 @@ struct Watch {
 /// How long `GetWatcherEvents` waits for the watcher to print what is already queued.
 const SYNC_WAIT: Duration = Duration::from_secs(2);
 
-/// Starts `watch.py` on the directory, as the sandbox user (`uid` `None`) or as `uid`
-/// of the sandbox's own user namespace (root: 0), and waits until its watches are in
-/// place. With `sync`, its stdin stays open for `sync N` lines.
+/// Starts the agent's watcher on the directory, as the sandbox user (`uid` `None`) or
+/// as `uid` of the sandbox's own user namespace (root: 0), and waits until its
+/// watches are in place. With `sync`, its stdin stays open for `sync N` lines.
 async fn begin(
     e2b: &E2b,
     s: &Sbx,
@@ -83,19 +81,9 @@ async fn begin(
         ));
     }
     let root = resolve(&r.path);
-    let argv = [
-        "python3",
-        "-I",
-        "-c",
-        SCRIPT,
-        &root,
-        if r.recursive { "1" } else { "0" },
-    ];
-    let mut req = ExecRequest::new(argv);
+    let mut req = ExecRequest::watch_dir(&root, r.recursive);
     req.uid = uid;
-    req.stream = true;
     req.keep_stdin_open = sync;
-    req.output_limit_bytes = OUTPUT_LIMIT;
     let mut events = e2b
         .daemon
         .exec_stream(&s.tenant, &s.daemon_id, req)
@@ -108,22 +96,34 @@ async fn begin(
             Some(ExecEvent::Output(c)) if c.stream == Stream::Stdout => {
                 line.extend_from_slice(&c.data);
                 if let Some(n) = line.iter().position(|b| *b == b'\n') {
-                    let first: Value = serde_json::from_slice(&line[..n]).unwrap_or_default();
+                    let first = WatchLine::parse(&line[..n]);
                     line.drain(..=n);
-                    if first["ready"] == json!(true) {
-                        break;
+                    match first {
+                        Some(WatchLine::Ready) => break,
+                        Some(WatchLine::Failed { error, message }) => {
+                            return Err(ConnectError::new(connect_code(error), message));
+                        }
+                        _ => {
+                            return Err(ConnectError::new(
+                                "internal",
+                                "the watcher did not start (its first line is not ready)",
+                            ));
+                        }
                     }
-                    return Err(ConnectError::new(
-                        "internal",
-                        "the watcher did not start (its first line is not ready)",
-                    ));
                 }
             }
             Some(ExecEvent::Output(c)) => stderr.extend_from_slice(&c.data),
             Some(ExecEvent::Started(id)) => exec_id = Some(id),
             Some(ExecEvent::Outcome(Ok(o))) => {
                 stderr.extend_from_slice(&o.stderr);
-                return Err(failure(&root, &stderr, o.exit_code));
+                return Err(ConnectError::new(
+                    "internal",
+                    format!(
+                        "cannot watch {root} (exit {}): {}",
+                        o.exit_code,
+                        String::from_utf8_lossy(&stderr).trim()
+                    ),
+                ));
             }
             Some(ExecEvent::Outcome(Err(e))) => return Err(e.into()),
             None => {
@@ -143,34 +143,34 @@ async fn begin(
     })
 }
 
-/// The error `watch.py` reported (`\x1eCODE\x1e message`), or its exit.
-fn failure(root: &str, stderr: &[u8], exit: i32) -> ConnectError {
-    let text = String::from_utf8_lossy(stderr);
-    if let Some(rest) = text.strip_prefix('\x1e')
-        && let Some((code, msg)) = rest.split_once('\x1e')
-    {
-        let code = match code {
-            "not_found" => "not_found",
-            "invalid_argument" => "invalid_argument",
-            "permission_denied" => "permission_denied",
-            "resource_exhausted" => "resource_exhausted",
-            _ => "internal",
-        };
-        return ConnectError::new(code, msg.trim());
+/// The Connect code of a watch that could not start.
+fn connect_code(e: WatchError) -> &'static str {
+    match e {
+        WatchError::NotFound => "not_found",
+        WatchError::NotADirectory => "invalid_argument",
+        WatchError::PermissionDenied => "permission_denied",
+        WatchError::Exhausted => "resource_exhausted",
+        WatchError::Io => "internal",
     }
-    if exit == 127 {
-        return ConnectError::new(
-            "failed_precondition",
-            format!(
-                "cannot watch {root}: the sandbox has no python3, which the watcher runs on \
-                 (use a template with Python)"
-            ),
-        );
+}
+
+/// A watcher's line as E2B's `FilesystemEvent` (`{"synced": N}` for a sync answer,
+/// which never leaves this module).
+fn event_json(line: WatchLine) -> Option<Value> {
+    match line {
+        WatchLine::Event { name, kind } => {
+            let kind = match kind {
+                WatchKind::Create => "EVENT_TYPE_CREATE",
+                WatchKind::Write => "EVENT_TYPE_WRITE",
+                WatchKind::Remove => "EVENT_TYPE_REMOVE",
+                WatchKind::Rename => "EVENT_TYPE_RENAME",
+                WatchKind::Chmod => "EVENT_TYPE_CHMOD",
+            };
+            Some(json!({"name": name, "type": kind}))
+        }
+        WatchLine::Synced(n) => Some(json!({ "synced": n })),
+        WatchLine::Ready | WatchLine::Failed { .. } => None,
     }
-    ConnectError::new(
-        "internal",
-        format!("cannot watch {root} (exit {exit}): {}", text.trim()),
-    )
 }
 
 impl Watch {
@@ -187,7 +187,8 @@ impl Watch {
                 Some(
                     lines
                         .split(|b| *b == b'\n')
-                        .filter_map(|l| serde_json::from_slice::<Value>(l).ok())
+                        .filter_map(WatchLine::parse)
+                        .filter_map(event_json)
                         .collect(),
                 )
             }
@@ -419,21 +420,26 @@ mod tests {
     use super::*;
 
     #[test]
-    fn watcher_failures_keep_their_code() {
-        let e = failure("/x", b"\x1enot_found\x1e path /x does not exist\n", 2);
+    fn watcher_lines_become_e2b_events() {
+        let ev = |kind| {
+            event_json(WatchLine::Event {
+                name: "a/b".into(),
+                kind,
+            })
+            .unwrap()
+        };
         assert_eq!(
-            (e.code, e.message.as_str()),
-            ("not_found", "path /x does not exist")
+            ev(WatchKind::Create),
+            json!({"name": "a/b", "type": "EVENT_TYPE_CREATE"})
         );
-        let e = failure(
-            "/x",
-            b"\x1einvalid_argument\x1e path /x is not a directory\n",
-            2,
+        assert_eq!(ev(WatchKind::Rename)["type"], "EVENT_TYPE_RENAME");
+        assert_eq!(ev(WatchKind::Chmod)["type"], "EVENT_TYPE_CHMOD");
+        assert_eq!(event_json(WatchLine::Synced(3)), Some(json!({"synced": 3})));
+        assert_eq!(event_json(WatchLine::Ready), None);
+        assert_eq!(connect_code(WatchError::NotADirectory), "invalid_argument");
+        assert_eq!(
+            connect_code(WatchError::PermissionDenied),
+            "permission_denied"
         );
-        assert_eq!(e.code, "invalid_argument");
-        let e = failure("/x", b"python3: not found\n", 127);
-        assert_eq!(e.code, "failed_precondition");
-        assert!(e.message.contains("python3"), "{}", e.message);
-        assert_eq!(failure("/x", b"boom", 1).code, "internal");
     }
 }

@@ -155,6 +155,39 @@ pub struct Grep {
     pub max_matches: Option<u32>,
 }
 
+/// `terminal_open`.
+#[derive(Debug, Deserialize)]
+pub struct TerminalOpen {
+    #[serde(flatten)]
+    pub at: TargetFields,
+    pub command: Option<String>,
+    pub rows: Option<u16>,
+    pub cols: Option<u16>,
+    pub cwd: Option<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    pub wait: Option<f64>,
+}
+
+/// `terminal_send`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalSend {
+    pub terminal_id: String,
+    pub input: Option<String>,
+    pub until: Option<String>,
+    pub wait: Option<f64>,
+    pub rows: Option<u16>,
+    pub cols: Option<u16>,
+}
+
+/// `terminal_close`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TerminalRef {
+    pub terminal_id: String,
+}
+
 /// Parses `args` as `T`, refusing fields the tool's schema does not have; the error
 /// names the tool, the field and what the schema says.
 pub fn parse<T: DeserializeOwned>(
@@ -504,7 +537,76 @@ pub fn definitions(policy: Option<&OperatorPolicy>) -> Vec<Value> {
             },
             "annotations": readonly
         }),
+        json!({
+            "name": "terminal_open",
+            "title": "Open a terminal",
+            "description": format!("Start an interactive program on a terminal in a sandbox and keep it for terminal_send: a shell (the default, /bin/sh), a REPL such as python3, or any program that asks questions. Returns its terminal_id and what it printed first. Use it for programs that need a terminal or a conversation; for one command use sandbox_exec. Every line typed is checked by the same rules as sandbox_exec. It ends when its program exits, at its deadline ({max_timeout} s), with its sandbox, or when this client disconnects. {TARGET_DOC}"),
+            "inputSchema": {
+                "type": "object",
+                "properties": with_target(json!({
+                    "command": {"type": "string", "description": "Program to run on the terminal, as a shell command line (default /bin/sh)."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal height (default 24)."},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Terminal width (default 80)."},
+                    "cwd": {"type": "string", "description": "Absolute working directory (default: the sandbox's)."},
+                    "env": {"type": "object", "additionalProperties": {"type": "string"}, "description": "Extra environment variables."},
+                    "wait": {"type": "number", "minimum": 0, "maximum": 60, "description": "Seconds to wait for its first output (default 1)."}
+                })),
+                "additionalProperties": false
+            },
+            "outputSchema": or_error(terminal_output_schema()),
+            "annotations": {"openWorldHint": false}
+        }),
+        json!({
+            "name": "terminal_send",
+            "title": "Type into a terminal",
+            "description": "Type input into a terminal from terminal_open and return what it printed since the last call (escape sequences removed). End a command with \\n. Control keys are characters: \\u0003 is Ctrl-C, \\u0004 Ctrl-D, \\u001b[A the up arrow. Without until, it returns once the output settles (or after wait seconds, default 2); with until, once that text appears (or after wait, default 10). Send no input to just read. exited is true once the program has ended.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {
+                    "terminal_id": {"type": "string", "description": "Id from terminal_open."},
+                    "input": {"type": "string", "description": "Text typed, exactly (add \\n to press Enter)."},
+                    "until": {"type": "string", "description": "Wait until this text appears in the output (a prompt, say)."},
+                    "wait": {"type": "number", "minimum": 0, "maximum": 60, "description": "Most seconds to wait for output."},
+                    "rows": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Resize the terminal to this height."},
+                    "cols": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Resize the terminal to this width."}
+                },
+                "required": ["terminal_id"],
+                "additionalProperties": false
+            },
+            "outputSchema": or_error(terminal_output_schema()),
+            "annotations": {"openWorldHint": false}
+        }),
+        json!({
+            "name": "terminal_close",
+            "title": "Close a terminal",
+            "description": "Close a terminal from terminal_open: its program and everything it started are killed. Returns any output not yet read.",
+            "inputSchema": {
+                "type": "object",
+                "properties": {"terminal_id": {"type": "string", "description": "Id from terminal_open."}},
+                "required": ["terminal_id"],
+                "additionalProperties": false
+            },
+            "annotations": {"destructiveHint": true, "openWorldHint": false}
+        }),
     ]
+}
+
+/// What `terminal_open` and `terminal_send` return.
+fn terminal_output_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "terminal_id": {"type": "string"},
+            "output": {"type": "string"},
+            "exited": {"type": "boolean"},
+            "exit_code": {"type": "integer"},
+            "found": {"type": "boolean"},
+            "dropped_bytes": {"type": "integer"},
+            "sandbox_id": {"type": "string"},
+            "error": {"type": "string"}
+        },
+        "required": ["terminal_id", "output", "exited"]
+    })
 }
 
 #[cfg(test)]
@@ -529,7 +631,10 @@ mod tests {
                 "edit_file",
                 "list_dir",
                 "glob",
-                "grep"
+                "grep",
+                "terminal_open",
+                "terminal_send",
+                "terminal_close"
             ]
         );
         for d in &defs {

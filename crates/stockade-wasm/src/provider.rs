@@ -188,6 +188,7 @@ impl Provider for WasmProvider {
     async fn exec(&self, id: &str, req: CheckedRequest, io: ExecIo) -> Result<ExecOutcome> {
         let req = req.into_inner();
         stockade_core::no_terminal(self.name(), &req)?;
+        stockade_core::no_watch(self.name(), &req)?;
         if req.keep_stdin_open {
             return Err(Error::InvalidRequest(
                 "the wasm provider cannot keep stdin open; pass stdin as bytes".into(),

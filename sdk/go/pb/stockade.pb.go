@@ -952,7 +952,10 @@ type ExecRequest struct {
 	DiscardOutput bool `protobuf:"varint,11,opt,name=discard_output,json=discardOutput,proto3" json:"discard_output,omitempty"`
 	// Run on a terminal of this size (see the core ExecRequest's tty): its output comes
 	// as stdout; ExecInput's resize changes its size. Not with detach.
-	Tty           *TtySize `protobuf:"bytes,12,opt,name=tty,proto3,oneof" json:"tty,omitempty"`
+	Tty *TtySize `protobuf:"bytes,12,opt,name=tty,proto3,oneof" json:"tty,omitempty"`
+	// Run the agent's directory watcher instead of argv (see the core ExecRequest's
+	// watch): stdout is one JSON line per event. Streamed execs; not with tty or detach.
+	Watch         *WatchDir `protobuf:"bytes,13,opt,name=watch,proto3,oneof" json:"watch,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1071,6 +1074,67 @@ func (x *ExecRequest) GetTty() *TtySize {
 	return nil
 }
 
+func (x *ExecRequest) GetWatch() *WatchDir {
+	if x != nil {
+		return x.Watch
+	}
+	return nil
+}
+
+// A directory to watch: an absolute path in the sandbox, and whether every
+// directory below it is watched too.
+type WatchDir struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive     bool                   `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchDir) Reset() {
+	*x = WatchDir{}
+	mi := &file_stockade_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchDir) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchDir) ProtoMessage() {}
+
+func (x *WatchDir) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchDir.ProtoReflect.Descriptor instead.
+func (*WatchDir) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *WatchDir) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchDir) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
 // A terminal's size in character cells (each 1 to 65535).
 type TtySize struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1082,7 +1146,7 @@ type TtySize struct {
 
 func (x *TtySize) Reset() {
 	*x = TtySize{}
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1094,7 +1158,7 @@ func (x *TtySize) String() string {
 func (*TtySize) ProtoMessage() {}
 
 func (x *TtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1107,7 +1171,7 @@ func (x *TtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtySize.ProtoReflect.Descriptor instead.
 func (*TtySize) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{15}
+	return file_stockade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *TtySize) GetRows() uint32 {
@@ -1145,7 +1209,7 @@ type ExecOutcome struct {
 
 func (x *ExecOutcome) Reset() {
 	*x = ExecOutcome{}
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1157,7 +1221,7 @@ func (x *ExecOutcome) String() string {
 func (*ExecOutcome) ProtoMessage() {}
 
 func (x *ExecOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1170,7 +1234,7 @@ func (x *ExecOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutcome.ProtoReflect.Descriptor instead.
 func (*ExecOutcome) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{16}
+	return file_stockade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecOutcome) GetExitCode() int32 {
@@ -1266,7 +1330,7 @@ type EgressDenial struct {
 
 func (x *EgressDenial) Reset() {
 	*x = EgressDenial{}
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1278,7 +1342,7 @@ func (x *EgressDenial) String() string {
 func (*EgressDenial) ProtoMessage() {}
 
 func (x *EgressDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1291,7 +1355,7 @@ func (x *EgressDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
 func (*EgressDenial) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{17}
+	return file_stockade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *EgressDenial) GetAtMs() uint64 {
@@ -1348,7 +1412,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1360,7 +1424,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1373,7 +1437,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{18}
+	return file_stockade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetNetworkRequest) GetSandboxId() string {
@@ -1401,7 +1465,7 @@ type EgressDeniedRequest struct {
 
 func (x *EgressDeniedRequest) Reset() {
 	*x = EgressDeniedRequest{}
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1413,7 +1477,7 @@ func (x *EgressDeniedRequest) String() string {
 func (*EgressDeniedRequest) ProtoMessage() {}
 
 func (x *EgressDeniedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1426,7 +1490,7 @@ func (x *EgressDeniedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDeniedRequest.ProtoReflect.Descriptor instead.
 func (*EgressDeniedRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{19}
+	return file_stockade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *EgressDeniedRequest) GetSandboxId() string {
@@ -1452,7 +1516,7 @@ type EgressDeniedReply struct {
 
 func (x *EgressDeniedReply) Reset() {
 	*x = EgressDeniedReply{}
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1464,7 +1528,7 @@ func (x *EgressDeniedReply) String() string {
 func (*EgressDeniedReply) ProtoMessage() {}
 
 func (x *EgressDeniedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1477,7 +1541,7 @@ func (x *EgressDeniedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDeniedReply.ProtoReflect.Descriptor instead.
 func (*EgressDeniedReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{20}
+	return file_stockade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EgressDeniedReply) GetDenied() []*EgressDenial {
@@ -1497,7 +1561,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1509,7 +1573,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1522,7 +1586,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{21}
+	return file_stockade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *OutputChunk) GetStream() StreamKind {
@@ -1553,7 +1617,7 @@ type ExecEvent struct {
 
 func (x *ExecEvent) Reset() {
 	*x = ExecEvent{}
-	mi := &file_stockade_proto_msgTypes[22]
+	mi := &file_stockade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1629,7 @@ func (x *ExecEvent) String() string {
 func (*ExecEvent) ProtoMessage() {}
 
 func (x *ExecEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[22]
+	mi := &file_stockade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1642,7 @@ func (x *ExecEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecEvent.ProtoReflect.Descriptor instead.
 func (*ExecEvent) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{22}
+	return file_stockade_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ExecEvent) GetEvent() isExecEvent_Event {
@@ -1652,7 +1716,7 @@ type ExecInputRequest struct {
 
 func (x *ExecInputRequest) Reset() {
 	*x = ExecInputRequest{}
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1728,7 @@ func (x *ExecInputRequest) String() string {
 func (*ExecInputRequest) ProtoMessage() {}
 
 func (x *ExecInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1741,7 @@ func (x *ExecInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInputRequest.ProtoReflect.Descriptor instead.
 func (*ExecInputRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{23}
+	return file_stockade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecInputRequest) GetExecId() string {
@@ -1717,7 +1781,7 @@ type CancelExecRequest struct {
 
 func (x *CancelExecRequest) Reset() {
 	*x = CancelExecRequest{}
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1793,7 @@ func (x *CancelExecRequest) String() string {
 func (*CancelExecRequest) ProtoMessage() {}
 
 func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1806,7 @@ func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecRequest.ProtoReflect.Descriptor instead.
 func (*CancelExecRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{24}
+	return file_stockade_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CancelExecRequest) GetExecId() string {
@@ -1775,7 +1839,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_stockade_proto_msgTypes[25]
+	mi := &file_stockade_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1787,7 +1851,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[25]
+	mi := &file_stockade_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1800,7 +1864,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{25}
+	return file_stockade_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *FileRequest) GetSandboxId() string {
@@ -1997,7 +2061,7 @@ type WriteOp struct {
 
 func (x *WriteOp) Reset() {
 	*x = WriteOp{}
-	mi := &file_stockade_proto_msgTypes[26]
+	mi := &file_stockade_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2009,7 +2073,7 @@ func (x *WriteOp) String() string {
 func (*WriteOp) ProtoMessage() {}
 
 func (x *WriteOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[26]
+	mi := &file_stockade_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2022,7 +2086,7 @@ func (x *WriteOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOp.ProtoReflect.Descriptor instead.
 func (*WriteOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{26}
+	return file_stockade_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *WriteOp) GetPath() string {
@@ -2057,7 +2121,7 @@ type ReadOp struct {
 
 func (x *ReadOp) Reset() {
 	*x = ReadOp{}
-	mi := &file_stockade_proto_msgTypes[27]
+	mi := &file_stockade_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2069,7 +2133,7 @@ func (x *ReadOp) String() string {
 func (*ReadOp) ProtoMessage() {}
 
 func (x *ReadOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[27]
+	mi := &file_stockade_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2082,7 +2146,7 @@ func (x *ReadOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadOp.ProtoReflect.Descriptor instead.
 func (*ReadOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{27}
+	return file_stockade_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadOp) GetPath() string {
@@ -2118,7 +2182,7 @@ type EditOp struct {
 
 func (x *EditOp) Reset() {
 	*x = EditOp{}
-	mi := &file_stockade_proto_msgTypes[28]
+	mi := &file_stockade_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2130,7 +2194,7 @@ func (x *EditOp) String() string {
 func (*EditOp) ProtoMessage() {}
 
 func (x *EditOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[28]
+	mi := &file_stockade_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2143,7 +2207,7 @@ func (x *EditOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditOp.ProtoReflect.Descriptor instead.
 func (*EditOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{28}
+	return file_stockade_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *EditOp) GetPath() string {
@@ -2183,7 +2247,7 @@ type PathOp struct {
 
 func (x *PathOp) Reset() {
 	*x = PathOp{}
-	mi := &file_stockade_proto_msgTypes[29]
+	mi := &file_stockade_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2195,7 +2259,7 @@ func (x *PathOp) String() string {
 func (*PathOp) ProtoMessage() {}
 
 func (x *PathOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[29]
+	mi := &file_stockade_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2208,7 +2272,7 @@ func (x *PathOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathOp.ProtoReflect.Descriptor instead.
 func (*PathOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{29}
+	return file_stockade_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *PathOp) GetPath() string {
@@ -2228,7 +2292,7 @@ type GlobOp struct {
 
 func (x *GlobOp) Reset() {
 	*x = GlobOp{}
-	mi := &file_stockade_proto_msgTypes[30]
+	mi := &file_stockade_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2240,7 +2304,7 @@ func (x *GlobOp) String() string {
 func (*GlobOp) ProtoMessage() {}
 
 func (x *GlobOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[30]
+	mi := &file_stockade_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2253,7 +2317,7 @@ func (x *GlobOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobOp.ProtoReflect.Descriptor instead.
 func (*GlobOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{30}
+	return file_stockade_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GlobOp) GetPattern() string {
@@ -2282,7 +2346,7 @@ type GrepOp struct {
 
 func (x *GrepOp) Reset() {
 	*x = GrepOp{}
-	mi := &file_stockade_proto_msgTypes[31]
+	mi := &file_stockade_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2294,7 +2358,7 @@ func (x *GrepOp) String() string {
 func (*GrepOp) ProtoMessage() {}
 
 func (x *GrepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[31]
+	mi := &file_stockade_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2307,7 +2371,7 @@ func (x *GrepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepOp.ProtoReflect.Descriptor instead.
 func (*GrepOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{31}
+	return file_stockade_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GrepOp) GetRegex() string {
@@ -2348,7 +2412,7 @@ type MkdirOp struct {
 
 func (x *MkdirOp) Reset() {
 	*x = MkdirOp{}
-	mi := &file_stockade_proto_msgTypes[32]
+	mi := &file_stockade_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2360,7 +2424,7 @@ func (x *MkdirOp) String() string {
 func (*MkdirOp) ProtoMessage() {}
 
 func (x *MkdirOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[32]
+	mi := &file_stockade_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2373,7 +2437,7 @@ func (x *MkdirOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
 func (*MkdirOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{32}
+	return file_stockade_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *MkdirOp) GetPath() string {
@@ -2400,7 +2464,7 @@ type RmOp struct {
 
 func (x *RmOp) Reset() {
 	*x = RmOp{}
-	mi := &file_stockade_proto_msgTypes[33]
+	mi := &file_stockade_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2412,7 +2476,7 @@ func (x *RmOp) String() string {
 func (*RmOp) ProtoMessage() {}
 
 func (x *RmOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[33]
+	mi := &file_stockade_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2425,7 +2489,7 @@ func (x *RmOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmOp.ProtoReflect.Descriptor instead.
 func (*RmOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{33}
+	return file_stockade_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *RmOp) GetPath() string {
@@ -2452,7 +2516,7 @@ type UploadOp struct {
 
 func (x *UploadOp) Reset() {
 	*x = UploadOp{}
-	mi := &file_stockade_proto_msgTypes[34]
+	mi := &file_stockade_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2464,7 +2528,7 @@ func (x *UploadOp) String() string {
 func (*UploadOp) ProtoMessage() {}
 
 func (x *UploadOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[34]
+	mi := &file_stockade_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2477,7 +2541,7 @@ func (x *UploadOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadOp.ProtoReflect.Descriptor instead.
 func (*UploadOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{34}
+	return file_stockade_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *UploadOp) GetDest() string {
@@ -2509,7 +2573,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_stockade_proto_msgTypes[35]
+	mi := &file_stockade_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2521,7 +2585,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[35]
+	mi := &file_stockade_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2534,7 +2598,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{35}
+	return file_stockade_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *FileEntry) GetName() string {
@@ -2590,7 +2654,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_stockade_proto_msgTypes[36]
+	mi := &file_stockade_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2602,7 +2666,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[36]
+	mi := &file_stockade_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2615,7 +2679,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{36}
+	return file_stockade_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -2657,7 +2721,7 @@ type FileReply struct {
 
 func (x *FileReply) Reset() {
 	*x = FileReply{}
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2733,7 @@ func (x *FileReply) String() string {
 func (*FileReply) ProtoMessage() {}
 
 func (x *FileReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2746,7 @@ func (x *FileReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileReply.ProtoReflect.Descriptor instead.
 func (*FileReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{37}
+	return file_stockade_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *FileReply) GetResult() isFileReply_Result {
@@ -2812,7 +2876,7 @@ type DataResult struct {
 
 func (x *DataResult) Reset() {
 	*x = DataResult{}
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2824,7 +2888,7 @@ func (x *DataResult) String() string {
 func (*DataResult) ProtoMessage() {}
 
 func (x *DataResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2837,7 +2901,7 @@ func (x *DataResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataResult.ProtoReflect.Descriptor instead.
 func (*DataResult) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{38}
+	return file_stockade_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *DataResult) GetData() []byte {
@@ -2870,7 +2934,7 @@ type Entries struct {
 
 func (x *Entries) Reset() {
 	*x = Entries{}
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2882,7 +2946,7 @@ func (x *Entries) String() string {
 func (*Entries) ProtoMessage() {}
 
 func (x *Entries) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2895,7 +2959,7 @@ func (x *Entries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entries.ProtoReflect.Descriptor instead.
 func (*Entries) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{39}
+	return file_stockade_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *Entries) GetEntries() []*FileEntry {
@@ -2915,7 +2979,7 @@ type Paths struct {
 
 func (x *Paths) Reset() {
 	*x = Paths{}
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2927,7 +2991,7 @@ func (x *Paths) String() string {
 func (*Paths) ProtoMessage() {}
 
 func (x *Paths) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2940,7 +3004,7 @@ func (x *Paths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Paths.ProtoReflect.Descriptor instead.
 func (*Paths) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{40}
+	return file_stockade_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Paths) GetPaths() []string {
@@ -2967,7 +3031,7 @@ type Matches struct {
 
 func (x *Matches) Reset() {
 	*x = Matches{}
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2979,7 +3043,7 @@ func (x *Matches) String() string {
 func (*Matches) ProtoMessage() {}
 
 func (x *Matches) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2992,7 +3056,7 @@ func (x *Matches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Matches.ProtoReflect.Descriptor instead.
 func (*Matches) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{41}
+	return file_stockade_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Matches) GetMatches() []*GrepMatch {
@@ -3017,7 +3081,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3029,7 +3093,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3042,7 +3106,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{42}
+	return file_stockade_proto_rawDescGZIP(), []int{43}
 }
 
 type ListReply struct {
@@ -3054,7 +3118,7 @@ type ListReply struct {
 
 func (x *ListReply) Reset() {
 	*x = ListReply{}
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3066,7 +3130,7 @@ func (x *ListReply) String() string {
 func (*ListReply) ProtoMessage() {}
 
 func (x *ListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3079,7 +3143,7 @@ func (x *ListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReply.ProtoReflect.Descriptor instead.
 func (*ListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{43}
+	return file_stockade_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListReply) GetSandboxes() []*SandboxInfo {
@@ -3097,7 +3161,7 @@ type GcRequest struct {
 
 func (x *GcRequest) Reset() {
 	*x = GcRequest{}
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3109,7 +3173,7 @@ func (x *GcRequest) String() string {
 func (*GcRequest) ProtoMessage() {}
 
 func (x *GcRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3122,7 +3186,7 @@ func (x *GcRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
 func (*GcRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{44}
+	return file_stockade_proto_rawDescGZIP(), []int{45}
 }
 
 type GcReply struct {
@@ -3135,7 +3199,7 @@ type GcReply struct {
 
 func (x *GcReply) Reset() {
 	*x = GcReply{}
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3147,7 +3211,7 @@ func (x *GcReply) String() string {
 func (*GcReply) ProtoMessage() {}
 
 func (x *GcReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3160,7 +3224,7 @@ func (x *GcReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcReply.ProtoReflect.Descriptor instead.
 func (*GcReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{45}
+	return file_stockade_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *GcReply) GetReaped() []string {
@@ -3186,7 +3250,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3262,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3275,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{46}
+	return file_stockade_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SessionRef) GetName() string {
@@ -3229,7 +3293,7 @@ type SessionListRequest struct {
 
 func (x *SessionListRequest) Reset() {
 	*x = SessionListRequest{}
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3241,7 +3305,7 @@ func (x *SessionListRequest) String() string {
 func (*SessionListRequest) ProtoMessage() {}
 
 func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3254,7 +3318,7 @@ func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListRequest.ProtoReflect.Descriptor instead.
 func (*SessionListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{47}
+	return file_stockade_proto_rawDescGZIP(), []int{48}
 }
 
 type SessionInfo struct {
@@ -3269,7 +3333,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3281,7 +3345,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3294,7 +3358,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{48}
+	return file_stockade_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *SessionInfo) GetName() string {
@@ -3334,7 +3398,7 @@ type SessionListReply struct {
 
 func (x *SessionListReply) Reset() {
 	*x = SessionListReply{}
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3346,7 +3410,7 @@ func (x *SessionListReply) String() string {
 func (*SessionListReply) ProtoMessage() {}
 
 func (x *SessionListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3359,7 +3423,7 @@ func (x *SessionListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListReply.ProtoReflect.Descriptor instead.
 func (*SessionListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{49}
+	return file_stockade_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionListReply) GetSessions() []*SessionInfo {
@@ -3384,7 +3448,7 @@ type PoolWarmRequest struct {
 
 func (x *PoolWarmRequest) Reset() {
 	*x = PoolWarmRequest{}
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3396,7 +3460,7 @@ func (x *PoolWarmRequest) String() string {
 func (*PoolWarmRequest) ProtoMessage() {}
 
 func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3409,7 +3473,7 @@ func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWarmRequest.ProtoReflect.Descriptor instead.
 func (*PoolWarmRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{50}
+	return file_stockade_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *PoolWarmRequest) GetProvider() string {
@@ -3462,7 +3526,7 @@ type PoolInfo struct {
 
 func (x *PoolInfo) Reset() {
 	*x = PoolInfo{}
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3474,7 +3538,7 @@ func (x *PoolInfo) String() string {
 func (*PoolInfo) ProtoMessage() {}
 
 func (x *PoolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3487,7 +3551,7 @@ func (x *PoolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
 func (*PoolInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{51}
+	return file_stockade_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolInfo) GetTemplateId() string {
@@ -3582,7 +3646,7 @@ type PoolListRequest struct {
 
 func (x *PoolListRequest) Reset() {
 	*x = PoolListRequest{}
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3594,7 +3658,7 @@ func (x *PoolListRequest) String() string {
 func (*PoolListRequest) ProtoMessage() {}
 
 func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3607,7 +3671,7 @@ func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListRequest.ProtoReflect.Descriptor instead.
 func (*PoolListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{52}
+	return file_stockade_proto_rawDescGZIP(), []int{53}
 }
 
 type PoolListReply struct {
@@ -3619,7 +3683,7 @@ type PoolListReply struct {
 
 func (x *PoolListReply) Reset() {
 	*x = PoolListReply{}
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3631,7 +3695,7 @@ func (x *PoolListReply) String() string {
 func (*PoolListReply) ProtoMessage() {}
 
 func (x *PoolListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3644,7 +3708,7 @@ func (x *PoolListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListReply.ProtoReflect.Descriptor instead.
 func (*PoolListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{53}
+	return file_stockade_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PoolListReply) GetPools() []*PoolInfo {
@@ -3664,7 +3728,7 @@ type PoolDrainRequest struct {
 
 func (x *PoolDrainRequest) Reset() {
 	*x = PoolDrainRequest{}
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3676,7 +3740,7 @@ func (x *PoolDrainRequest) String() string {
 func (*PoolDrainRequest) ProtoMessage() {}
 
 func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3689,7 +3753,7 @@ func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainRequest.ProtoReflect.Descriptor instead.
 func (*PoolDrainRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{54}
+	return file_stockade_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PoolDrainRequest) GetTemplateId() string {
@@ -3708,7 +3772,7 @@ type PoolDrainReply struct {
 
 func (x *PoolDrainReply) Reset() {
 	*x = PoolDrainReply{}
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3720,7 +3784,7 @@ func (x *PoolDrainReply) String() string {
 func (*PoolDrainReply) ProtoMessage() {}
 
 func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3733,7 +3797,7 @@ func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainReply.ProtoReflect.Descriptor instead.
 func (*PoolDrainReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{55}
+	return file_stockade_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PoolDrainReply) GetDestroyed() []string {
@@ -3797,7 +3861,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\tspec_json\x18\x06 \x01(\tR\bspecJson\x12\x18\n" +
 	"\aapplied\x18\a \x03(\tR\aapplied\x12\x16\n" +
 	"\x06pooled\x18\b \x01(\bR\x06pooled\x12\x14\n" +
-	"\x05state\x18\t \x01(\tR\x05state\"\xff\x03\n" +
+	"\x05state\x18\t \x01(\tR\x05state\"\xbb\x04\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -3815,13 +3879,18 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06detach\x18\n" +
 	" \x01(\bR\x06detach\x12%\n" +
 	"\x0ediscard_output\x18\v \x01(\bR\rdiscardOutput\x12+\n" +
-	"\x03tty\x18\f \x01(\v2\x14.stockade.v1.TtySizeH\x02R\x03tty\x88\x01\x01\x1a6\n" +
+	"\x03tty\x18\f \x01(\v2\x14.stockade.v1.TtySizeH\x02R\x03tty\x88\x01\x01\x120\n" +
+	"\x05watch\x18\r \x01(\v2\x15.stockade.v1.WatchDirH\x03R\x05watch\x88\x01\x01\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x06\n" +
 	"\x04_cwdB\r\n" +
 	"\v_timeout_msB\x06\n" +
-	"\x04_tty\"1\n" +
+	"\x04_ttyB\b\n" +
+	"\x06_watch\"<\n" +
+	"\bWatchDir\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\"1\n" +
 	"\aTtySize\x12\x12\n" +
 	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
 	"\x04cols\x18\x02 \x01(\rR\x04cols\"\x8c\x03\n" +
@@ -4073,7 +4142,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 57)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
 var file_stockade_proto_goTypes = []any{
 	(StreamKind)(0),                   // 0: stockade.v1.StreamKind
 	(FileKind)(0),                     // 1: stockade.v1.FileKind
@@ -4092,141 +4161,143 @@ var file_stockade_proto_goTypes = []any{
 	(*CreateFromSnapshotRequest)(nil), // 14: stockade.v1.CreateFromSnapshotRequest
 	(*SandboxInfo)(nil),               // 15: stockade.v1.SandboxInfo
 	(*ExecRequest)(nil),               // 16: stockade.v1.ExecRequest
-	(*TtySize)(nil),                   // 17: stockade.v1.TtySize
-	(*ExecOutcome)(nil),               // 18: stockade.v1.ExecOutcome
-	(*EgressDenial)(nil),              // 19: stockade.v1.EgressDenial
-	(*SetNetworkRequest)(nil),         // 20: stockade.v1.SetNetworkRequest
-	(*EgressDeniedRequest)(nil),       // 21: stockade.v1.EgressDeniedRequest
-	(*EgressDeniedReply)(nil),         // 22: stockade.v1.EgressDeniedReply
-	(*OutputChunk)(nil),               // 23: stockade.v1.OutputChunk
-	(*ExecEvent)(nil),                 // 24: stockade.v1.ExecEvent
-	(*ExecInputRequest)(nil),          // 25: stockade.v1.ExecInputRequest
-	(*CancelExecRequest)(nil),         // 26: stockade.v1.CancelExecRequest
-	(*FileRequest)(nil),               // 27: stockade.v1.FileRequest
-	(*WriteOp)(nil),                   // 28: stockade.v1.WriteOp
-	(*ReadOp)(nil),                    // 29: stockade.v1.ReadOp
-	(*EditOp)(nil),                    // 30: stockade.v1.EditOp
-	(*PathOp)(nil),                    // 31: stockade.v1.PathOp
-	(*GlobOp)(nil),                    // 32: stockade.v1.GlobOp
-	(*GrepOp)(nil),                    // 33: stockade.v1.GrepOp
-	(*MkdirOp)(nil),                   // 34: stockade.v1.MkdirOp
-	(*RmOp)(nil),                      // 35: stockade.v1.RmOp
-	(*UploadOp)(nil),                  // 36: stockade.v1.UploadOp
-	(*FileEntry)(nil),                 // 37: stockade.v1.FileEntry
-	(*GrepMatch)(nil),                 // 38: stockade.v1.GrepMatch
-	(*FileReply)(nil),                 // 39: stockade.v1.FileReply
-	(*DataResult)(nil),                // 40: stockade.v1.DataResult
-	(*Entries)(nil),                   // 41: stockade.v1.Entries
-	(*Paths)(nil),                     // 42: stockade.v1.Paths
-	(*Matches)(nil),                   // 43: stockade.v1.Matches
-	(*ListRequest)(nil),               // 44: stockade.v1.ListRequest
-	(*ListReply)(nil),                 // 45: stockade.v1.ListReply
-	(*GcRequest)(nil),                 // 46: stockade.v1.GcRequest
-	(*GcReply)(nil),                   // 47: stockade.v1.GcReply
-	(*SessionRef)(nil),                // 48: stockade.v1.SessionRef
-	(*SessionListRequest)(nil),        // 49: stockade.v1.SessionListRequest
-	(*SessionInfo)(nil),               // 50: stockade.v1.SessionInfo
-	(*SessionListReply)(nil),          // 51: stockade.v1.SessionListReply
-	(*PoolWarmRequest)(nil),           // 52: stockade.v1.PoolWarmRequest
-	(*PoolInfo)(nil),                  // 53: stockade.v1.PoolInfo
-	(*PoolListRequest)(nil),           // 54: stockade.v1.PoolListRequest
-	(*PoolListReply)(nil),             // 55: stockade.v1.PoolListReply
-	(*PoolDrainRequest)(nil),          // 56: stockade.v1.PoolDrainRequest
-	(*PoolDrainReply)(nil),            // 57: stockade.v1.PoolDrainReply
-	nil,                               // 58: stockade.v1.ExecRequest.EnvEntry
+	(*WatchDir)(nil),                  // 17: stockade.v1.WatchDir
+	(*TtySize)(nil),                   // 18: stockade.v1.TtySize
+	(*ExecOutcome)(nil),               // 19: stockade.v1.ExecOutcome
+	(*EgressDenial)(nil),              // 20: stockade.v1.EgressDenial
+	(*SetNetworkRequest)(nil),         // 21: stockade.v1.SetNetworkRequest
+	(*EgressDeniedRequest)(nil),       // 22: stockade.v1.EgressDeniedRequest
+	(*EgressDeniedReply)(nil),         // 23: stockade.v1.EgressDeniedReply
+	(*OutputChunk)(nil),               // 24: stockade.v1.OutputChunk
+	(*ExecEvent)(nil),                 // 25: stockade.v1.ExecEvent
+	(*ExecInputRequest)(nil),          // 26: stockade.v1.ExecInputRequest
+	(*CancelExecRequest)(nil),         // 27: stockade.v1.CancelExecRequest
+	(*FileRequest)(nil),               // 28: stockade.v1.FileRequest
+	(*WriteOp)(nil),                   // 29: stockade.v1.WriteOp
+	(*ReadOp)(nil),                    // 30: stockade.v1.ReadOp
+	(*EditOp)(nil),                    // 31: stockade.v1.EditOp
+	(*PathOp)(nil),                    // 32: stockade.v1.PathOp
+	(*GlobOp)(nil),                    // 33: stockade.v1.GlobOp
+	(*GrepOp)(nil),                    // 34: stockade.v1.GrepOp
+	(*MkdirOp)(nil),                   // 35: stockade.v1.MkdirOp
+	(*RmOp)(nil),                      // 36: stockade.v1.RmOp
+	(*UploadOp)(nil),                  // 37: stockade.v1.UploadOp
+	(*FileEntry)(nil),                 // 38: stockade.v1.FileEntry
+	(*GrepMatch)(nil),                 // 39: stockade.v1.GrepMatch
+	(*FileReply)(nil),                 // 40: stockade.v1.FileReply
+	(*DataResult)(nil),                // 41: stockade.v1.DataResult
+	(*Entries)(nil),                   // 42: stockade.v1.Entries
+	(*Paths)(nil),                     // 43: stockade.v1.Paths
+	(*Matches)(nil),                   // 44: stockade.v1.Matches
+	(*ListRequest)(nil),               // 45: stockade.v1.ListRequest
+	(*ListReply)(nil),                 // 46: stockade.v1.ListReply
+	(*GcRequest)(nil),                 // 47: stockade.v1.GcRequest
+	(*GcReply)(nil),                   // 48: stockade.v1.GcReply
+	(*SessionRef)(nil),                // 49: stockade.v1.SessionRef
+	(*SessionListRequest)(nil),        // 50: stockade.v1.SessionListRequest
+	(*SessionInfo)(nil),               // 51: stockade.v1.SessionInfo
+	(*SessionListReply)(nil),          // 52: stockade.v1.SessionListReply
+	(*PoolWarmRequest)(nil),           // 53: stockade.v1.PoolWarmRequest
+	(*PoolInfo)(nil),                  // 54: stockade.v1.PoolInfo
+	(*PoolListRequest)(nil),           // 55: stockade.v1.PoolListRequest
+	(*PoolListReply)(nil),             // 56: stockade.v1.PoolListReply
+	(*PoolDrainRequest)(nil),          // 57: stockade.v1.PoolDrainRequest
+	(*PoolDrainReply)(nil),            // 58: stockade.v1.PoolDrainReply
+	nil,                               // 59: stockade.v1.ExecRequest.EnvEntry
 }
 var file_stockade_proto_depIdxs = []int32{
 	15, // 0: stockade.v1.ForkReply.sandboxes:type_name -> stockade.v1.SandboxInfo
 	13, // 1: stockade.v1.SnapshotListReply.snapshots:type_name -> stockade.v1.SnapshotInfo
-	58, // 2: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
-	17, // 3: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
-	19, // 4: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
-	19, // 5: stockade.v1.EgressDeniedReply.denied:type_name -> stockade.v1.EgressDenial
-	0,  // 6: stockade.v1.OutputChunk.stream:type_name -> stockade.v1.StreamKind
-	23, // 7: stockade.v1.ExecEvent.output:type_name -> stockade.v1.OutputChunk
-	18, // 8: stockade.v1.ExecEvent.outcome:type_name -> stockade.v1.ExecOutcome
-	17, // 9: stockade.v1.ExecInputRequest.resize:type_name -> stockade.v1.TtySize
-	28, // 10: stockade.v1.FileRequest.write:type_name -> stockade.v1.WriteOp
-	29, // 11: stockade.v1.FileRequest.read:type_name -> stockade.v1.ReadOp
-	30, // 12: stockade.v1.FileRequest.edit:type_name -> stockade.v1.EditOp
-	31, // 13: stockade.v1.FileRequest.ls:type_name -> stockade.v1.PathOp
-	31, // 14: stockade.v1.FileRequest.stat:type_name -> stockade.v1.PathOp
-	32, // 15: stockade.v1.FileRequest.glob:type_name -> stockade.v1.GlobOp
-	33, // 16: stockade.v1.FileRequest.grep:type_name -> stockade.v1.GrepOp
-	34, // 17: stockade.v1.FileRequest.mkdir:type_name -> stockade.v1.MkdirOp
-	35, // 18: stockade.v1.FileRequest.rm:type_name -> stockade.v1.RmOp
-	36, // 19: stockade.v1.FileRequest.upload:type_name -> stockade.v1.UploadOp
-	31, // 20: stockade.v1.FileRequest.download:type_name -> stockade.v1.PathOp
-	1,  // 21: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
-	2,  // 22: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
-	40, // 23: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
-	41, // 24: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
-	42, // 25: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
-	43, // 26: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
-	37, // 27: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
-	38, // 28: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
-	15, // 29: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
-	50, // 30: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
-	53, // 31: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
-	3,  // 32: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
-	5,  // 33: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
-	16, // 34: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
-	16, // 35: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
-	25, // 36: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
-	26, // 37: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
-	27, // 38: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
-	6,  // 39: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
-	44, // 40: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
-	6,  // 41: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
-	6,  // 42: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
-	6,  // 43: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
-	7,  // 44: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
-	9,  // 45: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
-	11, // 46: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
-	10, // 47: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
-	14, // 48: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
-	46, // 49: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
-	20, // 50: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
-	21, // 51: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
-	48, // 52: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
-	48, // 53: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
-	48, // 54: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
-	49, // 55: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
-	52, // 56: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
-	54, // 57: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
-	56, // 58: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
-	4,  // 59: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
-	15, // 60: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
-	18, // 61: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
-	24, // 62: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
-	2,  // 63: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
-	2,  // 64: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
-	39, // 65: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
-	2,  // 66: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
-	45, // 67: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
-	15, // 68: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
-	2,  // 69: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
-	2,  // 70: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
-	8,  // 71: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
-	13, // 72: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
-	12, // 73: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
-	2,  // 74: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
-	15, // 75: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
-	47, // 76: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
-	2,  // 77: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
-	22, // 78: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
-	15, // 79: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
-	2,  // 80: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
-	2,  // 81: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
-	51, // 82: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
-	53, // 83: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
-	55, // 84: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
-	57, // 85: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
-	59, // [59:86] is the sub-list for method output_type
-	32, // [32:59] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	59, // 2: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
+	18, // 3: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
+	17, // 4: stockade.v1.ExecRequest.watch:type_name -> stockade.v1.WatchDir
+	20, // 5: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
+	20, // 6: stockade.v1.EgressDeniedReply.denied:type_name -> stockade.v1.EgressDenial
+	0,  // 7: stockade.v1.OutputChunk.stream:type_name -> stockade.v1.StreamKind
+	24, // 8: stockade.v1.ExecEvent.output:type_name -> stockade.v1.OutputChunk
+	19, // 9: stockade.v1.ExecEvent.outcome:type_name -> stockade.v1.ExecOutcome
+	18, // 10: stockade.v1.ExecInputRequest.resize:type_name -> stockade.v1.TtySize
+	29, // 11: stockade.v1.FileRequest.write:type_name -> stockade.v1.WriteOp
+	30, // 12: stockade.v1.FileRequest.read:type_name -> stockade.v1.ReadOp
+	31, // 13: stockade.v1.FileRequest.edit:type_name -> stockade.v1.EditOp
+	32, // 14: stockade.v1.FileRequest.ls:type_name -> stockade.v1.PathOp
+	32, // 15: stockade.v1.FileRequest.stat:type_name -> stockade.v1.PathOp
+	33, // 16: stockade.v1.FileRequest.glob:type_name -> stockade.v1.GlobOp
+	34, // 17: stockade.v1.FileRequest.grep:type_name -> stockade.v1.GrepOp
+	35, // 18: stockade.v1.FileRequest.mkdir:type_name -> stockade.v1.MkdirOp
+	36, // 19: stockade.v1.FileRequest.rm:type_name -> stockade.v1.RmOp
+	37, // 20: stockade.v1.FileRequest.upload:type_name -> stockade.v1.UploadOp
+	32, // 21: stockade.v1.FileRequest.download:type_name -> stockade.v1.PathOp
+	1,  // 22: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
+	2,  // 23: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
+	41, // 24: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
+	42, // 25: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
+	43, // 26: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
+	44, // 27: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
+	38, // 28: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
+	39, // 29: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
+	15, // 30: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
+	51, // 31: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
+	54, // 32: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
+	3,  // 33: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
+	5,  // 34: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
+	16, // 35: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
+	16, // 36: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
+	26, // 37: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
+	27, // 38: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
+	28, // 39: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
+	6,  // 40: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
+	45, // 41: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
+	6,  // 42: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
+	6,  // 43: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
+	6,  // 44: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
+	7,  // 45: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
+	9,  // 46: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
+	11, // 47: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
+	10, // 48: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
+	14, // 49: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
+	47, // 50: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
+	21, // 51: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
+	22, // 52: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
+	49, // 53: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
+	49, // 54: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
+	49, // 55: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
+	50, // 56: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
+	53, // 57: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
+	55, // 58: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
+	57, // 59: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
+	4,  // 60: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
+	15, // 61: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
+	19, // 62: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
+	25, // 63: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
+	2,  // 64: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
+	2,  // 65: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
+	40, // 66: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
+	2,  // 67: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
+	46, // 68: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
+	15, // 69: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
+	2,  // 70: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
+	2,  // 71: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
+	8,  // 72: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
+	13, // 73: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
+	12, // 74: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
+	2,  // 75: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
+	15, // 76: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
+	48, // 77: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
+	2,  // 78: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
+	23, // 79: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
+	15, // 80: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
+	2,  // 81: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
+	2,  // 82: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
+	52, // 83: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
+	54, // 84: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
+	56, // 85: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
+	58, // 86: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
+	60, // [60:87] is the sub-list for method output_type
+	33, // [33:60] is the sub-list for method input_type
+	33, // [33:33] is the sub-list for extension type_name
+	33, // [33:33] is the sub-list for extension extendee
+	0,  // [0:33] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -4235,15 +4306,15 @@ func file_stockade_proto_init() {
 		return
 	}
 	file_stockade_proto_msgTypes[14].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[16].OneofWrappers = []any{}
 	file_stockade_proto_msgTypes[17].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[22].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[18].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[23].OneofWrappers = []any{
 		(*ExecEvent_Started)(nil),
 		(*ExecEvent_Output)(nil),
 		(*ExecEvent_Outcome)(nil),
 	}
-	file_stockade_proto_msgTypes[23].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[25].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[24].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[26].OneofWrappers = []any{
 		(*FileRequest_Write)(nil),
 		(*FileRequest_Read)(nil),
 		(*FileRequest_Edit)(nil),
@@ -4256,10 +4327,10 @@ func file_stockade_proto_init() {
 		(*FileRequest_Upload)(nil),
 		(*FileRequest_Download)(nil),
 	}
-	file_stockade_proto_msgTypes[26].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[31].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[35].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[37].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[27].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[32].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[36].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[38].OneofWrappers = []any{
 		(*FileReply_Done)(nil),
 		(*FileReply_Data)(nil),
 		(*FileReply_Edited)(nil),
@@ -4268,14 +4339,14 @@ func file_stockade_proto_init() {
 		(*FileReply_Matches)(nil),
 		(*FileReply_Archive)(nil),
 	}
-	file_stockade_proto_msgTypes[48].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[49].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   57,
+			NumMessages:   58,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

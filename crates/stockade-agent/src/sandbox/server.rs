@@ -413,6 +413,7 @@ fn run_exec(
             DetachedOutput::Log
         }),
         tty: req.tty.is_some(),
+        watch: req.watch.clone(),
     };
     let tty = match req.tty {
         Some(size) => Some(crate::tty::open(

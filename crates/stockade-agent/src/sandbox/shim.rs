@@ -25,6 +25,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{Gid, Pid, Uid};
 use serde::{Deserialize, Serialize};
+use stockade_agent_proto::WatchDir;
 use stockade_agent_proto::launch::ExecPolicy;
 use stockade_sys::process::{Forked, exit_now, fork};
 
@@ -49,6 +50,10 @@ pub struct ShimConfig {
     /// controlling terminal (so Ctrl-C typed there interrupts it, and job control works).
     #[serde(default)]
     pub tty: bool,
+    /// Run the agent's directory watcher in the program's place
+    /// ([`stockade_agent_proto::ExecRequest::watch`]).
+    #[serde(default)]
+    pub watch: Option<WatchDir>,
 }
 
 /// Where a detached command's stdout and stderr go.
@@ -537,6 +542,18 @@ fn prepare_and_exec(
             nix::unistd::getgid()
         )
     })?;
+    if let Some(w) = &config.watch {
+        // The agent's own watcher, under the same policy the program would have had.
+        // It holds stdio only: nothing exec closes is left open (the error pipe's end
+        // among them, whose close tells the shim the exec started). Nothing here owns
+        // a descriptor above stdio that is used again: this process ends in `run`.
+        enter_landlock(&config.policy)?;
+        stockade_sys::process::close_fds_from(3);
+        if let Some(f) = filters {
+            f.apply().map_err(|e| e.to_string())?;
+        }
+        exit_now(crate::dirwatch::run(w));
+    }
     let program = resolve(
         &config.argv[0],
         config

@@ -26,6 +26,7 @@ pub mod session;
 pub mod setup;
 pub mod snapshot;
 pub mod terminal;
+pub mod watch;
 
 use std::sync::Arc;
 

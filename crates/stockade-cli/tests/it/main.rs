@@ -760,3 +760,42 @@ both_ways! {
         assert!(shown.contains("ran-5"), "{shown}");
     }
 }
+
+both_ways! {
+    fn watch_prints_each_change_until_the_directory_goes(via) {
+        use std::io::{BufRead, BufReader};
+        if !require_root("watch_prints_each_change_until_the_directory_goes") {
+            return;
+        }
+        let id = json(&via.run(&["create", "--json"]))["id"].as_str().unwrap().to_string();
+        let mk = via.run(&["exec", "--json", &id, "--", "mkdir", "-p", "/tmp/w/sub"]);
+        assert_eq!(json(&mk)["exit_code"], 0, "{}", json(&mk));
+        let mut child = via
+            .cmd(&["watch", "-r", &id, "/tmp/w"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // It says on stderr once it watches.
+        let mut err = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        err.read_line(&mut line).unwrap();
+        assert!(line.starts_with("watching /tmp/w and below"), "{line:?}");
+        let ch = via.run(&["exec", "--json", &id, "--", "sh", "-c", "echo a > /tmp/w/sub/f && rm -r /tmp/w"]);
+        assert_eq!(json(&ch)["exit_code"], 0, "{}", json(&ch));
+        // The directory gone, the watch ends by itself, having printed each change.
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{:?}", out.status);
+        let text = String::from_utf8_lossy(&out.stdout);
+        for want in ["create sub/f", "write  sub/f", "remove sub/f", "remove sub"] {
+            assert!(text.lines().any(|l| l == want), "no {want:?} in {text:?}");
+        }
+        // What cannot be watched is refused by name with its exit code.
+        let none = via.run(&["watch", "--json", &id, "/nope"]);
+        assert_eq!(none.status.code(), Some(65), "{}", String::from_utf8_lossy(&none.stdout));
+        assert!(String::from_utf8_lossy(&none.stdout).contains("/nope"));
+        let rel = via.run(&["watch", &id, "relative"]);
+        assert_eq!(rel.status.code(), Some(64), "{}", String::from_utf8_lossy(&rel.stderr));
+        assert!(via.run(&["rm", &id]).status.success());
+    }
+}

@@ -17,7 +17,23 @@ impl Handler {
         at: &tools::TargetFields,
         op: FileOp,
     ) -> Result<FileResult, ToolError> {
-        let (provider, id) = match (&at.sandbox_id, &at.session) {
+        let (provider, id) = self.target(tenant, at).await?;
+        if op.writes() {
+            self.shared()
+                .policy
+                .approval
+                .check(&id, &Action::FileWrite(&op))?;
+        }
+        Ok(provider.file(&id, op).await?)
+    }
+
+    /// The sandbox `at` names: one of this connection's, or a session's.
+    pub(super) async fn target(
+        &self,
+        tenant: &str,
+        at: &tools::TargetFields,
+    ) -> Result<(std::sync::Arc<dyn stockade::Provider>, String), ToolError> {
+        Ok(match (&at.sandbox_id, &at.session) {
             (Some(id), None) => {
                 let (p, info) = self.shared().lookup(self.conn.id, id)?;
                 (p, info.id)
@@ -29,14 +45,7 @@ impl Handler {
                     "pass sandbox_id (from sandbox_create) or session (a session name)",
                 ));
             }
-        };
-        if op.writes() {
-            self.shared()
-                .policy
-                .approval
-                .check(&id, &Action::FileWrite(&op))?;
-        }
-        Ok(provider.file(&id, op).await?)
+        })
     }
 
     pub(super) async fn read_file(&self, tenant: &str, a: tools::ReadFile) -> ToolResult {

@@ -40,6 +40,9 @@ impl Handler {
             "list_dir" => self.list_dir(tenant, parse(name, args)?).await,
             "glob" => self.glob(tenant, parse(name, args)?).await,
             "grep" => self.grep(tenant, parse(name, args)?).await,
+            "terminal_open" => self.terminal_open(tenant, parse(name, args)?).await,
+            "terminal_send" => self.terminal_send(parse(name, args)?).await,
+            "terminal_close" => self.terminal_close(parse(name, args)?).await,
             other => Err(ToolError::invalid(
                 format!("unknown tool {other:?}"),
                 "call tools/list for the tools of this server",
@@ -61,7 +64,8 @@ impl ServerHandler for Handler {
                 "Stockade runs code in isolated, secure-by-default sandboxes (no network, \
                  read-only root, memory/CPU limits). Use run_code for one-off snippets; \
                  sandbox_create + sandbox_exec + the file tools for multi-step work in one \
-                 sandbox; session_exec for a workspace that persists across conversations. \
+                 sandbox; terminal_open + terminal_send for interactive programs (a shell, a \
+                 REPL); session_exec for a workspace that persists across conversations. \
                  Failed calls say what went wrong and what to try.",
             )
     }

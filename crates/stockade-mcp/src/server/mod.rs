@@ -23,6 +23,7 @@ mod handler;
 mod resources;
 mod sandbox;
 mod session;
+mod terminal;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -94,6 +95,8 @@ pub struct Shared {
     rt: tokio::runtime::Handle,
     /// Destroys started by dropped connections; [`Shared::release_all`] waits for them.
     pending: Mutex<Vec<tokio::task::JoinHandle<()>>>,
+    /// Every connection's open terminals.
+    terminals: terminal::Terminals,
 }
 
 impl Shared {
@@ -114,6 +117,7 @@ impl Shared {
             next_conn: AtomicU64::new(1),
             rt: tokio::runtime::Handle::current(),
             pending: Mutex::new(Vec::new()),
+            terminals: Mutex::new(HashMap::new()),
         })
     }
 
@@ -221,6 +225,7 @@ impl Shared {
     /// Destroys every sandbox any connection created, waits for the destroys
     /// dropped connections started, and stops the embedded daemon (server exit).
     pub async fn release_all(&self) {
+        lock(&self.terminals).clear();
         destroy_all(self.take(|_| true)).await;
         let pending = std::mem::take(&mut *lock(&self.pending));
         for h in pending {
@@ -269,6 +274,7 @@ impl Drop for Conn {
         // path also awaits `release` before exiting).
         let shared = self.shared.clone();
         let conn = self.id;
+        terminal::close_all(&shared.terminals, conn);
         let list = shared.take(|o| o.conn == conn);
         if !list.is_empty() {
             let h = shared.rt.spawn(destroy_all(list));

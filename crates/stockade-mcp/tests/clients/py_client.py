@@ -34,6 +34,9 @@ EXPECTED_TOOLS = [
     "list_dir",
     "glob",
     "grep",
+    "terminal_open",
+    "terminal_send",
+    "terminal_close",
 ]
 
 
@@ -123,6 +126,38 @@ async def scenario_all(args: argparse.Namespace) -> None:
         assert len(r["matches"]) == 1 and r["matches"][0]["line_number"] == 1, r
         r = await call_ok(c, "sandbox_list", {})
         assert [s["sandbox_id"] for s in r["sandboxes"]] == [sid], r
+
+        # A terminal: a shell kept between calls, its keys, Ctrl-C and size.
+        t = await call_ok(c, "terminal_open", {"sandbox_id": sid, "rows": 30, "cols": 100, "wait": 10})
+        tid = t["terminal_id"]
+        assert t["exited"] is False and t["sandbox_id"] == sid, t
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "cd /tmp/proj; stty size; echo dir-$((1+1))\n", "until": "dir-2"})
+        assert t["found"] is True and "30 100" in t["output"], t
+        assert "\x1b" not in t["output"] and "\r" not in t["output"], t
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "pwd\n", "until": "/tmp/proj\n"})
+        assert t["found"] is True, t
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "sleep 60; echo slept-$((4+4))\n", "wait": 1})
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "\u0003"})
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "\necho after-$((3+4))\n", "until": "after-7"})
+        assert t["found"] is True and "slept-8" not in t["output"], t
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "rows": 40, "cols": 120, "input": "stty size\n", "until": "40 120"})
+        assert t["found"] is True, t
+        # Typed lines go through the approval rules as sandbox_exec's commands do.
+        err = await call_err(c, "terminal_send", {"terminal_id": tid, "input": "curl http://example.com\n"})
+        assert err["rule"] == "no-curl", err
+        t = await call_ok(c, "terminal_send", {"terminal_id": tid, "input": "exit 3\n", "wait": 10})
+        for _ in range(20):
+            if t["exited"]:
+                break
+            t = await call_ok(c, "terminal_send", {"terminal_id": tid, "wait": 1})
+        assert t["exited"] is True and t["exit_code"] == 3, t
+        err = await call_err(c, "terminal_send", {"terminal_id": tid, "input": "x"})
+        assert err["code"] == "not_found", err
+        t = await call_ok(c, "terminal_open", {"sandbox_id": sid, "command": "cat"})
+        r = await call_ok(c, "terminal_close", {"terminal_id": t["terminal_id"]})
+        assert r["closed"] is True, r
+        err = await call_err(c, "terminal_open", {"sandbox_id": sid, "rows": 0})
+        assert err["code"] == "invalid_arguments", err
 
         # Resources: the sandbox's files.
         res = (await c.list_resources()).resources

@@ -15,7 +15,8 @@ const { StdioClientTransport } = await sdk('client/stdio.js');
 const { StreamableHTTPClientTransport } = await sdk('client/streamableHttp.js');
 
 const EXPECTED = ['run_code', 'sandbox_create', 'sandbox_exec', 'sandbox_destroy', 'sandbox_list',
-  'session_exec', 'read_file', 'write_file', 'edit_file', 'list_dir', 'glob', 'grep'];
+  'session_exec', 'read_file', 'write_file', 'edit_file', 'list_dir', 'glob', 'grep',
+  'terminal_open', 'terminal_send', 'terminal_close'];
 
 const argv = process.argv.slice(2);
 const scenario = argv.shift();
@@ -71,13 +72,26 @@ async function all() {
   assert.deepEqual((await ok('glob', { sandbox_id: sid, pattern: '**/*.txt' })).paths, ['a/b.txt']);
   assert.equal((await ok('grep', { sandbox_id: sid, pattern: 'one' })).matches.length, 1);
   assert.deepEqual((await ok('sandbox_list', {})).sandboxes.map((s) => s.sandbox_id), [sid]);
+  // A terminal keeps its program between calls.
+  let e;
+  const term = await ok('terminal_open', { sandbox_id: sid, command: 'python3 -i -q', wait: 10 });
+  let t = await ok('terminal_send', { terminal_id: term.terminal_id, input: 'x = 6 * 7\n', until: '>>>' });
+  t = await ok('terminal_send', { terminal_id: term.terminal_id, input: 'print(x)\n', until: '42' });
+  assert.equal(t.found, true, JSON.stringify(t));
+  t = await ok('terminal_send', { terminal_id: term.terminal_id, input: 'exit()\n', wait: 10 });
+  for (let i = 0; i < 20 && !t.exited; i++) {
+    t = await ok('terminal_send', { terminal_id: term.terminal_id, wait: 1 });
+  }
+  assert.equal(t.exited, true, JSON.stringify(t));
+  e = await err('terminal_send', { terminal_id: term.terminal_id, input: 'x' });
+  assert.equal(e.code, 'not_found');
   const res = await client.readResource({ uri: `sandbox://${sid}/tmp/a/b.txt` });
   assert.equal(res.contents[0].text, 'one 2');
   const session = `ts-${process.pid}`;
   await ok('session_exec', { name: session, command: 'echo ts > f' });
   assert.equal((await ok('session_exec', { name: session, command: 'cat f' })).stdout, 'ts\n');
   console.log('RESULT ' + JSON.stringify({ kind: 'session', value: session }));
-  let e = await err('sandbox_create', { network: 'egress' });
+  e = await err('sandbox_create', { network: 'egress' });
   assert.equal(e.rule, 'allow_network');
   e = await err('run_code', { language: 'python', code: 'x', colour: 'red' });
   assert.equal(e.code, 'invalid_arguments');

@@ -16,6 +16,8 @@ use super::{
     Daemon, GONE_EVERY_PASSES, HEALTH_EVERY_MS, HEALTH_SWEEP_EVERY, HEALTH_TIMEOUT, REAP_EVERY,
     now_ms,
 };
+use stockade::ErrorCode;
+
 use crate::store::SandboxRecord;
 
 impl Daemon {
@@ -112,7 +114,10 @@ impl Daemon {
     async fn claim_gone(&self) -> Vec<(SandboxRecord, ReapReason)> {
         let mut by_provider: BTreeMap<String, Vec<(String, State)>> = BTreeMap::new();
         for e in self.lock().entries.values() {
-            if matches!(e.state, State::Warm | State::InUse) {
+            // One that runs an exec or a file operation is not judged by a listing:
+            // if it died, that call fails, and the next pass (with nothing running)
+            // finds it gone.
+            if matches!(e.state, State::Warm | State::InUse) && e.ops == 0 {
                 by_provider
                     .entry(e.record.provider.clone())
                     .or_default()
@@ -128,14 +133,19 @@ impl Daemon {
                 continue;
             };
             let live: HashSet<String> = live.into_iter().collect();
-            let mut g = self.lock();
             for (id, state) in seen {
                 if live.contains(&id) {
                     continue;
                 }
+                // A listing is a scan of many entries, any of which a busy host may
+                // fail to read for a moment: one missing is asked about by itself
+                // before it is taken for gone.
+                if !matches!(p.inspect(&id).await, Err(e) if e.code() == ErrorCode::NotFound) {
+                    continue;
+                }
                 // Still as it was before the listing: not destroyed, not being
-                // destroyed, not handed over meanwhile.
-                if let Some(r) = g.claim(&id, |e| e.state == state) {
+                // destroyed, not handed over, not in use meanwhile.
+                if let Some(r) = self.lock().claim(&id, |e| e.state == state && e.ops == 0) {
                     gone.push((r, ReapReason::Gone));
                 }
             }

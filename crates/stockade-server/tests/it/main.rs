@@ -940,19 +940,20 @@ async fn a_sandbox_in_use_is_never_reaped_as_idle() {
     }
     let d = TestDaemon::start(&[]);
     let c = d.client(None).await;
-    // Idle after 1 s without use. A plain exec runs for 2 s; a streamed one starts
-    // while it runs and goes on 3 s after it ends, alone: in use all along, with no
-    // gap between the two calls for a loaded host to stretch past the idle timeout.
+    // Idle after 2 s without use. A plain exec and a streamed one start together;
+    // the plain one runs for 4 s, the streamed one 3 s longer, alone: in use all
+    // along, both longer than the idle timeout, with no gap between calls for a
+    // loaded host to stretch past it.
     let s = SandboxSpec {
-        idle_timeout_secs: Some(1),
+        idle_timeout_secs: Some(2),
         ..spec(120)
     };
     let sb = create(&c, s).await;
     let (tx, _rx) = mpsc::channel(16);
-    let (plain, streamed) = tokio::join!(sb.exec(sh("sleep 2; echo still-here")), async {
-        tokio::time::sleep(std::time::Duration::from_millis(1000)).await;
-        sb.exec_streaming(sh("sleep 4; echo streamed"), tx).await
-    });
+    let (plain, streamed) = tokio::join!(
+        sb.exec(sh("sleep 4; echo still-here")),
+        sb.exec_streaming(sh("sleep 7; echo streamed"), tx)
+    );
     let o = plain.expect("a sandbox running an exec is in use, not idle");
     assert_eq!((o.exit_code, &o.stdout[..]), (0, &b"still-here\n"[..]));
     let o = streamed.expect("a streamed exec keeps its sandbox in use too");

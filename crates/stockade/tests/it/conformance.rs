@@ -807,3 +807,148 @@ async fn conformance_an_exec_on_a_terminal_takes_keys_signals_and_sizes() {
         sb.destroy().await.unwrap();
     }
 }
+
+/// The stdout lines of a watch seen so far, parsed; waits (up to `secs`) until one
+/// satisfies `until`.
+async fn watch_lines_until(
+    rx: &mut tokio::sync::mpsc::Receiver<stockade::OutputChunk>,
+    buf: &mut Vec<u8>,
+    seen: &mut Vec<stockade::WatchLine>,
+    secs: u64,
+    until: impl Fn(&stockade::WatchLine) -> bool,
+) -> bool {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(secs);
+    loop {
+        while let Some(n) = buf.iter().position(|b| *b == b'\n') {
+            let line: Vec<u8> = buf.drain(..=n).collect();
+            let parsed = stockade::WatchLine::parse(&line[..n]).unwrap_or_else(|| {
+                panic!("not a watch line: {:?}", String::from_utf8_lossy(&line))
+            });
+            let done = until(&parsed);
+            seen.push(parsed);
+            if done {
+                return true;
+            }
+        }
+        match tokio::time::timeout_at(deadline, rx.recv()).await {
+            Ok(Some(c)) if c.stream == stockade::Stream::Stdout => buf.extend_from_slice(&c.data),
+            Ok(Some(_)) => {}
+            Ok(None) | Err(_) => return false,
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conformance_a_directory_watch_reports_changes_without_an_interpreter() {
+    use stockade::{ExecInput, ExecIo, WatchError, WatchKind, WatchLine};
+    use tokio::sync::mpsc;
+    for t in targets("conformance_a_directory_watch_reports_changes_without_an_interpreter") {
+        let name = t.name;
+        let sb = t.sandbox(t.spec()).await;
+        let mut req = ExecRequest::watch_dir("/tmp/watched", true);
+        req.keep_stdin_open = true;
+        req.timeout_ms = Some(120_000);
+        // No program is looked up: the watcher is the agent's own.
+        req.env.insert("PATH".into(), "/nonexistent".into());
+        if name == "wasm" {
+            let e = sb.exec(req).await.unwrap_err();
+            assert_eq!(e.code(), ErrorCode::Unavailable, "wasm: {e}");
+            sb.destroy().await.unwrap();
+            continue;
+        }
+        let sh = |script: &str| {
+            let mut r = ExecRequest::new(["/bin/sh", "-c", script]);
+            r.timeout_ms = Some(60_000);
+            r
+        };
+        let o = sb
+            .exec(sh(
+                "mkdir -p /tmp/watched/old/deep && echo x > /tmp/watched/old/deep/was",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(o.exit_code, 0, "{name}: {o:?}");
+        let (out_tx, mut out_rx) = mpsc::channel(256);
+        let (in_tx, in_rx) = mpsc::channel(16);
+        let io = ExecIo {
+            output: Some(out_tx),
+            input: Some(in_rx),
+        };
+        let sb2 = sb.clone();
+        let watch = tokio::spawn(async move { sb2.exec_with(req, io).await });
+        let (mut buf, mut seen) = (Vec::new(), Vec::new());
+        assert!(
+            watch_lines_until(&mut out_rx, &mut buf, &mut seen, 60, |l| *l
+                == WatchLine::Ready)
+            .await,
+            "{name}: the watch never said it was ready: {seen:?}"
+        );
+        let o = sb
+            .exec(sh(
+                "cd /tmp/watched && echo a > f && mkdir d && echo b > d/g && chmod 600 f \
+                 && mv f h && rm d/g && echo more >> old/deep/was",
+            ))
+            .await
+            .unwrap();
+        assert_eq!(o.exit_code, 0, "{name}: {o:?}");
+        // Everything the exec did is queued before it returned: one sync has it all.
+        in_tx
+            .send(ExecInput::Stdin(b"sync 1\n".to_vec()))
+            .await
+            .unwrap();
+        assert!(
+            watch_lines_until(&mut out_rx, &mut buf, &mut seen, 30, |l| *l
+                == WatchLine::Synced(1))
+            .await,
+            "{name}: no answer to sync 1: {seen:?}"
+        );
+        let has = |n: &str, k: WatchKind| {
+            seen.iter()
+                .any(|l| matches!(l, WatchLine::Event { name, kind } if name == n && *kind == k))
+        };
+        for (n, k) in [
+            ("f", WatchKind::Create),
+            ("f", WatchKind::Write),
+            ("d", WatchKind::Create),
+            ("d/g", WatchKind::Create),
+            ("f", WatchKind::Chmod),
+            ("f", WatchKind::Rename),
+            ("h", WatchKind::Create),
+            ("d/g", WatchKind::Remove),
+            // Recursive: a directory that was there before the watch is watched too.
+            ("old/deep/was", WatchKind::Write),
+        ] {
+            assert!(has(n, k), "{name}: no {k:?} of {n}: {seen:?}");
+        }
+        // The watched directory gone, the watch ends by itself.
+        let o = sb.exec(sh("rm -rf /tmp/watched")).await.unwrap();
+        assert_eq!(o.exit_code, 0, "{name}: {o:?}");
+        let ended = tokio::time::timeout(Duration::from_secs(30), watch)
+            .await
+            .unwrap_or_else(|_| panic!("{name}: the watch outlived its directory"))
+            .unwrap()
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        assert_eq!(ended.exit_code, 0, "{name}: {ended:?}");
+        drop(in_tx);
+        // What cannot be watched says why, with the exec's exit 2.
+        for (path, error) in [
+            ("/nonexistent/dir", WatchError::NotFound),
+            ("/bin/sh", WatchError::NotADirectory),
+        ] {
+            let o = sb.exec(ExecRequest::watch_dir(path, false)).await.unwrap();
+            let first =
+                WatchLine::parse(o.stdout.split(|b| *b == b'\n').next().unwrap_or_default());
+            assert!(
+                matches!(&first, Some(WatchLine::Failed { error: e, message }) if *e == error && message.contains(path)),
+                "{name}: {path}: {o:?}"
+            );
+            assert_eq!(o.exit_code, 2, "{name}: {path}: {o:?}");
+        }
+        let e = sb
+            .exec(ExecRequest::watch_dir("relative", false))
+            .await
+            .unwrap_err();
+        assert_eq!(e.code(), ErrorCode::InvalidSpec, "{name}: {e}");
+        sb.destroy().await.unwrap();
+    }
+}
