@@ -5,7 +5,9 @@
 # cluster runs on. Skips what is already there; checks each piece at the end.
 #   cluster/build.sh            build what is missing, install packages, check
 #   cluster/build.sh --check    only check, build nothing
-#   cluster/build.sh --packages only the Debian packages (test.sh, beside its build)
+#   cluster/build.sh --packages only the Debian packages
+#   cluster/build.sh --binaries only the binaries (no apt: test.sh runs them beside
+#                               its own build, and apt beside it one at a time)
 set -euo pipefail
 # shellcheck source=env.sh
 . "$(dirname "$0")/env.sh"
@@ -14,6 +16,8 @@ check_only=false
 [ "${1:-}" = --check ] && check_only=true
 packages_only=false
 [ "${1:-}" = --packages ] && packages_only=true
+binaries_only=false
+[ "${1:-}" = --binaries ] && binaries_only=true
 
 install_packages() {
   local missing=() p
@@ -103,16 +107,23 @@ check() {
 file_is_static() { ! ldd "$1" >/dev/null 2>&1; }
 
 if ! $check_only; then
+  $binaries_only || install_packages
+  $packages_only && exit 0
   # One build at a time per cache (a CI run and a shell may both start one).
   mkdir -p "$K8S_CACHE"
   exec 9>"$K8S_CACHE/.build.lock"
   flock -n 9 || { say "another build.sh holds $K8S_CACHE/.build.lock: waiting"; flock 9; }
-  install_packages
-  $packages_only && exit 0
   if have_binaries; then
     say "binaries $K8S_VERSION present in $K8S_BIN, not rebuilding"
   else
     build_binaries
   fi
+fi
+if $binaries_only; then
+  # The packages are checked where they are installed (cluster/build.sh --packages).
+  for b in "${K8S_BINARIES[@]}"; do
+    [ -x "$K8S_BIN/$b" ] || die "$b was not built (messages above)"
+  done
+  exit 0
 fi
 check || die "some parts are missing or broken (messages above)"

@@ -448,14 +448,51 @@ impl Provider for RemoteProvider {
     }
 
     async fn connect_port(&self, id: &str, port: u16) -> Result<stockade_core::PortStream> {
-        Err(Error::Unavailable {
-            what: format!("port {port} of sandbox {id} through the daemon's gRPC API"),
-            reason: "the daemon serves a sandbox's ports on its E2B endpoint only".into(),
-            fix:
-                "start the daemon with --e2b-listen and use the E2B origin (get_host(port), or the \
-                  E2b-Sandbox-Id and E2b-Sandbox-Port headers), or run the CLI with --direct"
-                    .into(),
-        })
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (out_tx, out_rx) = tokio::sync::mpsc::channel::<pb::PortData>(16);
+        let first = pb::PortData {
+            sandbox_id: id.to_string(),
+            port: port.into(),
+            data: Vec::new(),
+        };
+        let _ = out_tx.send(first).await;
+        let mut incoming = self
+            .client()
+            .connect_port(self.req(tokio_stream::wrappers::ReceiverStream::new(out_rx)))
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner();
+        // The caller's end, and ours, whose bytes go to the daemon and back.
+        let (caller, ours) = tokio::io::duplex(64 << 10);
+        let (mut from_caller, mut to_caller) = tokio::io::split(ours);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                match from_caller.read(&mut buf).await {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => {
+                        let m = pb::PortData {
+                            data: buf[..n].to_vec(),
+                            ..Default::default()
+                        };
+                        if out_tx.send(m).await.is_err() {
+                            break;
+                        }
+                    }
+                }
+            }
+            // Dropping the sender ends the request stream: the daemon closes the
+            // connection's sending side.
+        });
+        tokio::spawn(async move {
+            while let Ok(Some(m)) = incoming.message().await {
+                if to_caller.write_all(&m.data).await.is_err() {
+                    break;
+                }
+            }
+            let _ = to_caller.shutdown().await;
+        });
+        Ok(Box::new(caller))
     }
 
     async fn create(&self, spec: CheckedSpec, opts: CreateOptions) -> Result<SandboxInfo> {

@@ -7,6 +7,7 @@
 
 mod caps;
 mod error;
+mod forward;
 pub mod host;
 mod policy;
 mod provider;
@@ -21,6 +22,7 @@ use tokio::sync::mpsc;
 
 pub use caps::{Capabilities, Verb, Verbs};
 pub use error::{Error, ErrorCode, Result};
+pub use forward::{Forward, OnError};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
 pub use provider::*;
 pub use sandbox::*;

@@ -279,6 +279,18 @@ impl Sandbox {
         self.provider.warm(&self.info.id).await
     }
 
+    /// A connection to port `port` on the sandbox's own loopback (a server its code
+    /// started; see [`Provider::connect_port`]).
+    pub async fn connect_port(&self, port: u16) -> Result<PortStream> {
+        self.provider.connect_port(&self.info.id, port).await
+    }
+
+    /// Port `port` of the sandbox on this host's 127.0.0.1:`local` (0: a free port),
+    /// until the [`Forward`] is dropped or closed.
+    pub async fn forward(&self, port: u16, local: u16) -> Result<Forward> {
+        Forward::start(self.provider.clone(), &self.info.id, port, local, None).await
+    }
+
     /// Pauses the sandbox, keeping its state (see [`Provider::pause`]).
     pub async fn pause(&self) -> Result<()> {
         self.provider.pause(&self.info.id).await

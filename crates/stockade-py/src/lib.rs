@@ -50,6 +50,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<client::Client>()?;
     m.add_class::<client::PreparedCode>()?;
     m.add_class::<sandbox::SandboxHandle>()?;
+    m.add_class::<sandbox::ForwardHandle>()?;
     m.add_class::<files::Files>()?;
     m.add_class::<exec::ExecStream>()?;
     m.add_class::<exec::Outcome>()?;

@@ -13,6 +13,32 @@ use crate::files::Files;
 use crate::policy::Approval;
 use crate::runtime::{drive, runtime};
 
+/// A port of a sandbox on this host's 127.0.0.1 (`Sandbox.forward`).
+#[pyclass(frozen, module = "stockade._native")]
+pub struct ForwardHandle {
+    fwd: stockade::Forward,
+}
+
+#[pymethods]
+impl ForwardHandle {
+    /// The address it listens on (127.0.0.1).
+    #[getter]
+    fn host(&self) -> String {
+        self.fwd.local_addr().ip().to_string()
+    }
+
+    /// The port it listens on.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.fwd.local_addr().port()
+    }
+
+    /// Stops listening and ends the connections it carries.
+    fn close(&self) {
+        self.fwd.close();
+    }
+}
+
 /// A live sandbox.
 #[pyclass(frozen, module = "stockade._native")]
 pub struct SandboxHandle {
@@ -70,6 +96,23 @@ impl SandboxHandle {
         let sb = self.sb.clone();
         drive(py, asynchronous, async move {
             Ok(Outcome::from(sb.exec(req).await.map_err(to_py)?))
+        })
+    }
+
+    /// Port `port` of the sandbox on this host's 127.0.0.1:`local_port` (0: a free
+    /// port), until the handle is closed or dropped.
+    #[pyo3(signature = (port, local_port=0, asynchronous=false))]
+    fn forward(
+        &self,
+        py: Python<'_>,
+        port: u16,
+        local_port: u16,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            let fwd = sb.forward(port, local_port).await.map_err(to_py)?;
+            Ok(ForwardHandle { fwd })
         })
     }
 

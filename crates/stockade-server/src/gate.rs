@@ -43,10 +43,14 @@ pub struct Tenant(pub String);
 
 /// The largest body each RPC may send: `File` carries file contents and upload
 /// archives (one unary message of up to the 32 MiB transfer limit: uploads do not
-/// stream yet), every other RPC a spec, an argv, or some stdin.
+/// stream yet), `ConnectPort` a connection's bytes (no total), every other RPC a
+/// spec, an argv, or some stdin.
 pub fn body_limit(path: &str) -> usize {
     match path.rsplit('/').next() {
         Some("File") => MAX_FILE_MESSAGE_BYTES,
+        // A port connection's bytes, for as long as it lives (each message is still
+        // capped by the message limit; nothing of it is kept).
+        Some("ConnectPort") => usize::MAX,
         _ => MAX_REQUEST_BYTES,
     }
 }

@@ -125,6 +125,73 @@ impl pb::stockade_server::Stockade for Service {
         Ok(Response::new(Box::pin(stream)))
     }
 
+    type ConnectPortStream =
+        Pin<Box<dyn tokio_stream::Stream<Item = Result<pb::PortData, Status>> + Send>>;
+
+    async fn connect_port(
+        &self,
+        r: Request<tonic::Streaming<pb::PortData>>,
+    ) -> Reply<Self::ConnectPortStream> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let tenant = self.tenant(&r)?;
+        let mut incoming = r.into_inner();
+        let first = incoming.message().await?.ok_or_else(|| {
+            Status::invalid_argument(
+                "ConnectPort: the request stream ended before its first message, which names \
+                 the sandbox and the port",
+            )
+        })?;
+        let port = u16::try_from(first.port)
+            .ok()
+            .filter(|p| *p > 0)
+            .ok_or_else(|| {
+                Status::invalid_argument(format!(
+                    "port {} is not a TCP port: give 1 to 65535",
+                    first.port
+                ))
+            })?;
+        let conn = self
+            .daemon
+            .connect_port(&tenant, &first.sandbox_id, port)
+            .await
+            .map_err(st)?;
+        let (mut from_port, mut to_port) = tokio::io::split(conn);
+        // The caller's bytes to the port; the end of its stream closes the sending side.
+        tokio::spawn(async move {
+            if to_port.write_all(&first.data).await.is_err() {
+                return;
+            }
+            while let Ok(Some(m)) = incoming.message().await {
+                if to_port.write_all(&m.data).await.is_err() {
+                    return;
+                }
+            }
+            let _ = to_port.shutdown().await;
+        });
+        // The port's bytes back, until it closes or the caller goes.
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; 64 << 10];
+            loop {
+                let n = tokio::select! {
+                    r = from_port.read(&mut buf) => match r {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    },
+                    () = tx.closed() => break,
+                };
+                let m = pb::PortData {
+                    data: buf[..n].to_vec(),
+                    ..Default::default()
+                };
+                if tx.send(Ok(m)).await.is_err() {
+                    break;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
     async fn exec_input(&self, r: Request<pb::ExecInputRequest>) -> Reply<pb::Empty> {
         let tenant = self.tenant(&r)?;
         let r = r.into_inner();

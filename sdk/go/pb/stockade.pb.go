@@ -3807,6 +3807,68 @@ func (x *PoolDrainReply) GetDestroyed() []string {
 	return nil
 }
 
+// Bytes of a port connection (ConnectPort); sandbox_id and port in the first
+// request only.
+type PortData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SandboxId     string                 `protobuf:"bytes,1,opt,name=sandbox_id,json=sandboxId,proto3" json:"sandbox_id,omitempty"`
+	Port          uint32                 `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Data          []byte                 `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PortData) Reset() {
+	*x = PortData{}
+	mi := &file_stockade_proto_msgTypes[57]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PortData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PortData) ProtoMessage() {}
+
+func (x *PortData) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[57]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PortData.ProtoReflect.Descriptor instead.
+func (*PortData) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{57}
+}
+
+func (x *PortData) GetSandboxId() string {
+	if x != nil {
+		return x.SandboxId
+	}
+	return ""
+}
+
+func (x *PortData) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *PortData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 var File_stockade_proto protoreflect.FileDescriptor
 
 const file_stockade_proto_rawDesc = "" +
@@ -4084,7 +4146,12 @@ const file_stockade_proto_rawDesc = "" +
 	"\vtemplate_id\x18\x01 \x01(\tR\n" +
 	"templateId\".\n" +
 	"\x0ePoolDrainReply\x12\x1c\n" +
-	"\tdestroyed\x18\x01 \x03(\tR\tdestroyed*$\n" +
+	"\tdestroyed\x18\x01 \x03(\tR\tdestroyed\"Q\n" +
+	"\bPortData\x12\x1d\n" +
+	"\n" +
+	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\rR\x04port\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data*$\n" +
 	"\n" +
 	"StreamKind\x12\n" +
 	"\n" +
@@ -4095,7 +4162,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04FILE\x10\x00\x12\a\n" +
 	"\x03DIR\x10\x01\x12\v\n" +
 	"\aSYMLINK\x10\x02\x12\t\n" +
-	"\x05OTHER\x10\x032\xef\r\n" +
+	"\x05OTHER\x10\x032\xb0\x0e\n" +
 	"\bStockade\x12>\n" +
 	"\x06Health\x12\x1a.stockade.v1.HealthRequest\x1a\x18.stockade.v1.HealthReply\x12>\n" +
 	"\x06Create\x12\x1a.stockade.v1.CreateRequest\x1a\x18.stockade.v1.SandboxInfo\x12:\n" +
@@ -4118,7 +4185,8 @@ const file_stockade_proto_rawDesc = "" +
 	"\x12CreateFromSnapshot\x12&.stockade.v1.CreateFromSnapshotRequest\x1a\x18.stockade.v1.SandboxInfo\x122\n" +
 	"\x02Gc\x12\x16.stockade.v1.GcRequest\x1a\x14.stockade.v1.GcReply\x12@\n" +
 	"\n" +
-	"SetNetwork\x12\x1e.stockade.v1.SetNetworkRequest\x1a\x12.stockade.v1.Empty\x12P\n" +
+	"SetNetwork\x12\x1e.stockade.v1.SetNetworkRequest\x1a\x12.stockade.v1.Empty\x12?\n" +
+	"\vConnectPort\x12\x15.stockade.v1.PortData\x1a\x15.stockade.v1.PortData(\x010\x01\x12P\n" +
 	"\fEgressDenied\x12 .stockade.v1.EgressDeniedRequest\x1a\x1e.stockade.v1.EgressDeniedReply\x12?\n" +
 	"\n" +
 	"SessionGet\x12\x17.stockade.v1.SessionRef\x1a\x18.stockade.v1.SandboxInfo\x12=\n" +
@@ -4142,7 +4210,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 58)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
 var file_stockade_proto_goTypes = []any{
 	(StreamKind)(0),                   // 0: stockade.v1.StreamKind
 	(FileKind)(0),                     // 1: stockade.v1.FileKind
@@ -4203,12 +4271,13 @@ var file_stockade_proto_goTypes = []any{
 	(*PoolListReply)(nil),             // 56: stockade.v1.PoolListReply
 	(*PoolDrainRequest)(nil),          // 57: stockade.v1.PoolDrainRequest
 	(*PoolDrainReply)(nil),            // 58: stockade.v1.PoolDrainReply
-	nil,                               // 59: stockade.v1.ExecRequest.EnvEntry
+	(*PortData)(nil),                  // 59: stockade.v1.PortData
+	nil,                               // 60: stockade.v1.ExecRequest.EnvEntry
 }
 var file_stockade_proto_depIdxs = []int32{
 	15, // 0: stockade.v1.ForkReply.sandboxes:type_name -> stockade.v1.SandboxInfo
 	13, // 1: stockade.v1.SnapshotListReply.snapshots:type_name -> stockade.v1.SnapshotInfo
-	59, // 2: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
+	60, // 2: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
 	18, // 3: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
 	17, // 4: stockade.v1.ExecRequest.watch:type_name -> stockade.v1.WatchDir
 	20, // 5: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
@@ -4258,43 +4327,45 @@ var file_stockade_proto_depIdxs = []int32{
 	14, // 49: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
 	47, // 50: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
 	21, // 51: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
-	22, // 52: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
-	49, // 53: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
-	49, // 54: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
-	49, // 55: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
-	50, // 56: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
-	53, // 57: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
-	55, // 58: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
-	57, // 59: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
-	4,  // 60: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
-	15, // 61: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
-	19, // 62: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
-	25, // 63: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
-	2,  // 64: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
-	2,  // 65: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
-	40, // 66: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
-	2,  // 67: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
-	46, // 68: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
-	15, // 69: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
-	2,  // 70: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
-	2,  // 71: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
-	8,  // 72: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
-	13, // 73: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
-	12, // 74: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
-	2,  // 75: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
-	15, // 76: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
-	48, // 77: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
-	2,  // 78: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
-	23, // 79: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
-	15, // 80: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
-	2,  // 81: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
-	2,  // 82: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
-	52, // 83: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
-	54, // 84: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
-	56, // 85: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
-	58, // 86: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
-	60, // [60:87] is the sub-list for method output_type
-	33, // [33:60] is the sub-list for method input_type
+	59, // 52: stockade.v1.Stockade.ConnectPort:input_type -> stockade.v1.PortData
+	22, // 53: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
+	49, // 54: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
+	49, // 55: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
+	49, // 56: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
+	50, // 57: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
+	53, // 58: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
+	55, // 59: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
+	57, // 60: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
+	4,  // 61: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
+	15, // 62: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
+	19, // 63: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
+	25, // 64: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
+	2,  // 65: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
+	2,  // 66: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
+	40, // 67: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
+	2,  // 68: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
+	46, // 69: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
+	15, // 70: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
+	2,  // 71: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
+	2,  // 72: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
+	8,  // 73: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
+	13, // 74: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
+	12, // 75: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
+	2,  // 76: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
+	15, // 77: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
+	48, // 78: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
+	2,  // 79: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
+	59, // 80: stockade.v1.Stockade.ConnectPort:output_type -> stockade.v1.PortData
+	23, // 81: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
+	15, // 82: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
+	2,  // 83: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
+	2,  // 84: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
+	52, // 85: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
+	54, // 86: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
+	56, // 87: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
+	58, // 88: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
+	61, // [61:89] is the sub-list for method output_type
+	33, // [33:61] is the sub-list for method input_type
 	33, // [33:33] is the sub-list for extension type_name
 	33, // [33:33] is the sub-list for extension extendee
 	0,  // [0:33] is the sub-list for field type_name
@@ -4346,7 +4417,7 @@ func file_stockade_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   58,
+			NumMessages:   59,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

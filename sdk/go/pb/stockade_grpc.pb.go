@@ -48,6 +48,7 @@ const (
 	Stockade_CreateFromSnapshot_FullMethodName = "/stockade.v1.Stockade/CreateFromSnapshot"
 	Stockade_Gc_FullMethodName                 = "/stockade.v1.Stockade/Gc"
 	Stockade_SetNetwork_FullMethodName         = "/stockade.v1.Stockade/SetNetwork"
+	Stockade_ConnectPort_FullMethodName        = "/stockade.v1.Stockade/ConnectPort"
 	Stockade_EgressDenied_FullMethodName       = "/stockade.v1.Stockade/EgressDenied"
 	Stockade_SessionGet_FullMethodName         = "/stockade.v1.Stockade/SessionGet"
 	Stockade_SessionRelease_FullMethodName     = "/stockade.v1.Stockade/SessionRelease"
@@ -101,6 +102,12 @@ type StockadeClient interface {
 	Gc(ctx context.Context, in *GcRequest, opts ...grpc.CallOption) (*GcReply, error)
 	// Replaces the egress policy of a sandbox created with one.
 	SetNetwork(ctx context.Context, in *SetNetworkRequest, opts ...grpc.CallOption) (*Empty, error)
+	// A TCP connection to a port of the sandbox, on the sandbox's own loopback (a
+	// server its code started): the first message names the sandbox and the port,
+	// each message's data is written to the connection, and what the server inside
+	// sends comes back; the call ends with the connection (closing the request stream
+	// closes the connection's sending side).
+	ConnectPort(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortData, PortData], error)
 	// What a sandbox's egress policy refused.
 	EgressDenied(ctx context.Context, in *EgressDeniedRequest, opts ...grpc.CallOption) (*EgressDeniedReply, error)
 	// Named persistent workspaces (per tenant).
@@ -321,6 +328,19 @@ func (c *stockadeClient) SetNetwork(ctx context.Context, in *SetNetworkRequest, 
 	return out, nil
 }
 
+func (c *stockadeClient) ConnectPort(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[PortData, PortData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Stockade_ServiceDesc.Streams[1], Stockade_ConnectPort_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PortData, PortData]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stockade_ConnectPortClient = grpc.BidiStreamingClient[PortData, PortData]
+
 func (c *stockadeClient) EgressDenied(ctx context.Context, in *EgressDeniedRequest, opts ...grpc.CallOption) (*EgressDeniedReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(EgressDeniedReply)
@@ -444,6 +464,12 @@ type StockadeServer interface {
 	Gc(context.Context, *GcRequest) (*GcReply, error)
 	// Replaces the egress policy of a sandbox created with one.
 	SetNetwork(context.Context, *SetNetworkRequest) (*Empty, error)
+	// A TCP connection to a port of the sandbox, on the sandbox's own loopback (a
+	// server its code started): the first message names the sandbox and the port,
+	// each message's data is written to the connection, and what the server inside
+	// sends comes back; the call ends with the connection (closing the request stream
+	// closes the connection's sending side).
+	ConnectPort(grpc.BidiStreamingServer[PortData, PortData]) error
 	// What a sandbox's egress policy refused.
 	EgressDenied(context.Context, *EgressDeniedRequest) (*EgressDeniedReply, error)
 	// Named persistent workspaces (per tenant).
@@ -521,6 +547,9 @@ func (UnimplementedStockadeServer) Gc(context.Context, *GcRequest) (*GcReply, er
 }
 func (UnimplementedStockadeServer) SetNetwork(context.Context, *SetNetworkRequest) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetNetwork not implemented")
+}
+func (UnimplementedStockadeServer) ConnectPort(grpc.BidiStreamingServer[PortData, PortData]) error {
+	return status.Error(codes.Unimplemented, "method ConnectPort not implemented")
 }
 func (UnimplementedStockadeServer) EgressDenied(context.Context, *EgressDeniedRequest) (*EgressDeniedReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method EgressDenied not implemented")
@@ -902,6 +931,13 @@ func _Stockade_SetNetwork_Handler(srv interface{}, ctx context.Context, dec func
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Stockade_ConnectPort_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StockadeServer).ConnectPort(&grpc.GenericServerStream[PortData, PortData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Stockade_ConnectPortServer = grpc.BidiStreamingServer[PortData, PortData]
+
 func _Stockade_EgressDenied_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(EgressDeniedRequest)
 	if err := dec(in); err != nil {
@@ -1163,6 +1199,12 @@ var Stockade_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "ExecStream",
 			Handler:       _Stockade_ExecStream_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ConnectPort",
+			Handler:       _Stockade_ConnectPort_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "stockade.proto",

@@ -108,6 +108,21 @@ def test_async_cancellation_kills_the_exec(aclient: stockade.AsyncStockade) -> N
     assert asyncio.run(main()) == "0"
 
 
+def test_async_forward_reaches_a_port_inside(aclient: stockade.AsyncStockade) -> None:
+    from test_sync import WEB_SERVER, fetch, refused
+
+    async def main() -> tuple[bytes, tuple[str, int]]:
+        async with (await aclient.create()) as sb:
+            await sb.start(["python3", "-c", WEB_SERVER])
+            async with await sb.forward(8000) as fwd:
+                body = await asyncio.to_thread(fetch, fwd.url)
+            return body, fwd.address
+
+    body, address = asyncio.run(main())
+    assert body == b"hello from inside"
+    assert refused(address)
+
+
 def test_async_terminal_types_and_resizes(aclient: stockade.AsyncStockade) -> None:
     async def main() -> tuple[int, str]:
         async with (await aclient.create()) as sb:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import socket
 import time
+import urllib.request
 
 import pytest
 
@@ -127,6 +129,53 @@ def test_a_terminal_takes_keys_a_size_and_ctrl_c(client: stockade.Stockade) -> N
         assert "slept-8" not in "".join(seen)
         with pytest.raises(stockade.InvalidSpecError):
             sb.terminal(rows=0)
+
+
+# A web server the code starts inside: answers each connection, then closes it.
+WEB_SERVER = (
+    "import socket\n"
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "s.bind(('127.0.0.1', 8000)); s.listen()\n"
+    "while True:\n"
+    "    c, _ = s.accept(); c.recv(65536)\n"
+    "    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello from inside'); c.close()\n"
+)
+
+
+def fetch(url: str) -> bytes:
+    """The body at ``url``, once the server behind it answers (it may be starting)."""
+    for _ in range(100):
+        try:
+            with urllib.request.urlopen(url, timeout=10) as r:
+                body: bytes = r.read()
+                return body
+        except OSError:
+            time.sleep(0.1)
+    pytest.fail(f"nothing answered at {url}")
+
+
+def refused(address: tuple[str, int]) -> bool:
+    """Whether connections to ``address`` are refused (soon: a close takes a moment)."""
+    for _ in range(50):
+        try:
+            socket.create_connection(address, timeout=2).close()
+        except ConnectionRefusedError:
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_a_port_inside_is_reached_through_a_forward(client: stockade.Stockade) -> None:
+    with client.create() as sb:
+        sb.start(["python3", "-c", WEB_SERVER])
+        with sb.forward(8000) as fwd:
+            assert fwd.host == "127.0.0.1" and fwd.port > 0 and fwd.url.endswith(f":{fwd.port}")
+            assert fetch(fwd.url) == b"hello from inside"
+            # Another connection, the same way.
+            assert fetch(fwd.url) == b"hello from inside"
+        assert refused(fwd.address), "the forward still listens after its close"
+        with pytest.raises(InvalidSpecError):
+            sb.forward(0)
 
 
 def test_run_code_one_shot_and_in_a_sandbox(client: stockade.Stockade) -> None:

@@ -39,12 +39,10 @@ pub async fn run(ctx: &Ctx, a: ForwardArgs) -> Result<i32> {
     let provider = ctx.provider_for(&a.id).await?;
     // Asked once before listening: a sandbox that cannot be reached is said now.
     provider.inspect(&a.id).await?;
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", local))
-        .await
-        .map_err(|e| Error::io(format!("cannot listen on 127.0.0.1:{local}"), e))?;
-    let at = listener
-        .local_addr()
-        .map_err(|e| Error::io("cannot read the listening address", e))?;
+    let on_error: stockade::OnError = std::sync::Arc::new(|e| eprintln!("stockade: {e}"));
+    let fwd =
+        stockade::Forward::start(provider.clone(), &a.id, port, local, Some(on_error)).await?;
+    let at = fwd.local_addr();
     if ctx.json {
         println!(
             "{}",
@@ -57,26 +55,10 @@ pub async fn run(ctx: &Ctx, a: ForwardArgs) -> Result<i32> {
             a.id
         );
     }
+    // The sandbox gone, the forward ends too.
     loop {
-        let accepted = tokio::select! {
-            a = listener.accept() => a,
-            // The sandbox gone, the forward ends too.
-            () = tokio::time::sleep(std::time::Duration::from_secs(2)) => {
-                provider.inspect(&a.id).await?;
-                continue;
-            }
-        };
-        let (mut client, _) = accepted.map_err(|e| Error::io("cannot accept a connection", e))?;
-        let provider = provider.clone();
-        let id = a.id.clone();
-        tokio::spawn(async move {
-            match provider.connect_port(&id, port).await {
-                Ok(mut inside) => {
-                    let _ = tokio::io::copy_bidirectional(&mut client, &mut inside).await;
-                }
-                Err(e) => eprintln!("stockade: {e}"),
-            }
-        });
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        provider.inspect(&a.id).await?;
     }
 }
 

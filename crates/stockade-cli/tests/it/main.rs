@@ -260,71 +260,71 @@ both_ways! {
     }
 }
 
-#[test]
-fn forward_carries_a_hosts_connections_to_a_port_inside() {
-    use std::io::{BufRead, Read, Write};
-    if !require_root("forward_carries_a_hosts_connections_to_a_port_inside") {
-        return;
-    }
-    let id = json(
-        &stockade(&["create", "--direct", "--json"])
-            .output()
-            .unwrap(),
-    )["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let serve = "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 8000)); s.listen()\nwhile True:\n    c, _ = s.accept(); c.sendall(b'hello ' + c.recv(100)); c.close()";
-    let d = stockade(&["exec", "--direct", "-d", &id, "--", "python3", "-c", serve])
-        .output()
-        .unwrap();
-    assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
-    let mut fwd = stockade(&["forward", "--direct", "--json", &id, "0:8000"])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    // Kept open to the end: the forward's last word (an error, in JSON) goes there.
-    let mut out = std::io::BufReader::new(fwd.stdout.take().unwrap());
-    out.read_line(&mut line).unwrap();
-    let at: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
-    let addr = at["listen"].as_str().unwrap().to_string();
-    let mut got = String::new();
-    for _ in 0..100 {
-        let mut c = std::net::TcpStream::connect(&addr).unwrap();
-        c.write_all(b"there").unwrap();
-        got.clear();
-        let _ = c.read_to_string(&mut got);
-        if !got.is_empty() {
-            break;
+both_ways! {
+    fn forward_carries_a_hosts_connections_to_a_port_inside(via) {
+        use std::io::{BufRead, Read, Write};
+        if !require_root("forward_carries_a_hosts_connections_to_a_port_inside") {
+            return;
         }
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
-    assert_eq!(got, "hello there");
-    // A port with nothing behind it: the connection closes, the forward lives on.
-    let bad = stockade(&["forward", "--direct", &id, "70000"])
-        .output()
-        .unwrap();
-    assert_eq!(
-        bad.status.code(),
-        Some(64),
-        "{}",
-        String::from_utf8_lossy(&bad.stderr)
-    );
-    assert!(
-        stockade(&["rm", "--direct", &id])
-            .output()
+        let id = json(&via.run(&["create", "--json"]))["id"]
+            .as_str()
             .unwrap()
-            .status
-            .success()
-    );
-    // The sandbox gone, the forward ends, saying so.
-    let ended = fwd.wait_timeout_or_kill(std::time::Duration::from_secs(10));
-    let mut last = String::new();
-    let _ = out.read_to_string(&mut last);
-    assert_eq!(ended, Some(65), "the forward outlived its sandbox: {last}");
-    assert!(last.contains("not_found"), "{last}");
+            .to_string();
+        // Echoes what it reads, after "hello ", until its client closes its side.
+        let serve = "import socket\ns = socket.socket()\ns.bind(('127.0.0.1', 8000)); s.listen()\nwhile True:\n    c, _ = s.accept(); c.sendall(b'hello ')\n    while True:\n        b = c.recv(65536)\n        if not b: break\n        c.sendall(b)\n    c.close()";
+        let d = via.run(&["exec", "-d", &id, "--", "python3", "-c", serve]);
+        assert!(d.status.success(), "{}", String::from_utf8_lossy(&d.stderr));
+        let mut fwd = via
+            .cmd(&["forward", "--json", &id, "0:8000"])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        // Kept open to the end: the forward's last word (an error, in JSON) goes there.
+        let mut out = std::io::BufReader::new(fwd.stdout.take().unwrap());
+        out.read_line(&mut line).unwrap();
+        let at: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let addr = at["listen"].as_str().unwrap().to_string();
+        // 1 MiB each way through one connection (more than one message of any layer),
+        // and the close of our sending side reaches the server inside.
+        let payload: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251) as u8).collect();
+        let mut got = Vec::new();
+        for _ in 0..100 {
+            let mut c = std::net::TcpStream::connect(&addr).unwrap();
+            let mut r = c.try_clone().unwrap();
+            let reader = std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let _ = r.read_to_end(&mut got);
+                got
+            });
+            let _ = c.write_all(&payload);
+            let _ = c.shutdown(std::net::Shutdown::Write);
+            got = reader.join().unwrap();
+            if !got.is_empty() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert_eq!(got.len(), payload.len() + 6, "what came back through the forward");
+        assert_eq!(&got[..6], b"hello ");
+        assert!(got[6..] == payload[..], "the bytes came back changed");
+        // A port that is no port is refused by name.
+        let bad = via.run(&["forward", &id, "70000"]);
+        assert_eq!(
+            bad.status.code(),
+            Some(64),
+            "{}",
+            String::from_utf8_lossy(&bad.stderr)
+        );
+        assert!(via.run(&["rm", &id]).status.success());
+        // The sandbox gone, the forward ends, saying so.
+        let ended = fwd.wait_timeout_or_kill(std::time::Duration::from_secs(10));
+        let mut last = String::new();
+        let _ = out.read_to_string(&mut last);
+        assert_eq!(ended, Some(65), "the forward outlived its sandbox: {last}");
+        assert!(last.contains("not_found"), "{last}");
+    }
 }
 
 trait WaitOrKill {

@@ -384,8 +384,21 @@ async fn tcp_needs_a_token_and_tenants_see_only_their_own() {
         b.file(sa.id(), FileOp::Ls { path: "/".into() })
             .await
             .unwrap_err(),
+        // Nor reach a port inside it (ConnectPort).
+        match b.connect_port(sa.id(), 8000).await {
+            Ok(_) => panic!("tenant B reached a port of tenant A's sandbox"),
+            Err(e) => e,
+        },
     ] {
         assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
+    }
+    // A's own: a port nothing listens on is refused by name, not as missing.
+    match a.connect_port(sa.id(), 8000).await {
+        Ok(_) => panic!("a connection to a port nothing listens on"),
+        Err(e) => {
+            assert_ne!(e.code(), ErrorCode::NotFound, "{e}");
+            assert!(e.to_string().contains("8000"), "{e}");
+        }
     }
     // B's destroy of it is a no-op, as of any id that does not exist (destroy is
     // idempotent): A's sandbox lives on.

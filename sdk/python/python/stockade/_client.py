@@ -254,6 +254,13 @@ class Sandbox(_Handle):
         kw = _exec_kwargs(timeout, None, env, cwd, None)
         return Terminal(self._h.terminal(_argv(argv), kw, rows, cols))
 
+    def forward(self, port: int, *, local_port: int = 0) -> Forward:
+        """Makes port ``port`` of the sandbox (a server its code started) reachable on
+        this host at ``127.0.0.1:local_port`` (0: a free port; see ``Forward.url``)
+        until the result is closed (or its ``with`` block ends). Nothing of the
+        sandbox's network is opened: each connection is carried by Stockade."""
+        return Forward(self._h.forward(port, local_port))
+
     def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         """Runs ``code`` in ``language`` (default: the sandbox's language, else python)."""
         lang = language or self._language or "python"
@@ -461,6 +468,44 @@ class AsyncProcess:
         if self.log is None:
             raise InvalidSpecError(f"process {self.pid} was started with discard_output=True")
         return (await self.sandbox.read(self.log)).decode("utf-8", "replace")
+
+class Forward:
+    """A port of a sandbox on this host's loopback (:meth:`Sandbox.forward`): connect
+    to ``host``:``port`` (or open ``url``). ``close()`` (or the end of its ``with``
+    block) stops it and ends its connections."""
+
+    def __init__(self, handle: Any) -> None:
+        self._h = handle
+        self.host: str = handle.host
+        self.port: int = handle.port
+
+    @property
+    def address(self) -> tuple[str, int]:
+        return (self.host, self.port)
+
+    @property
+    def url(self) -> str:
+        """``http://127.0.0.1:PORT``, for a web server inside."""
+        return f"http://{self.host}:{self.port}"
+
+    def close(self) -> None:
+        self._h.close()
+
+    def __enter__(self) -> Forward:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Forward:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Forward({self.host}:{self.port})"
+
 
 class ExecStream:
     """Live output of a running command."""
@@ -729,6 +774,10 @@ class AsyncSandbox(_Handle):
         the terminal shows."""
         kw = _exec_kwargs(timeout, None, env, cwd, None)
         return AsyncTerminal(self._h.terminal(_argv(argv), kw, rows, cols))
+
+    async def forward(self, port: int, *, local_port: int = 0) -> Forward:
+        """The async :meth:`Sandbox.forward`."""
+        return Forward(await self._h.forward(port, local_port, asynchronous=True))
 
     async def run_code(self, code: str, language: str | None = None, *, timeout: float | None = None) -> ExecResult:
         lang = language or self._language or "python"
