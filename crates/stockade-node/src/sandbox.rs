@@ -8,42 +8,6 @@ use stockade::Sandbox;
 use crate::errors::{json, to_js};
 use crate::exec::{ExecHandle, ExecOptions};
 
-/// A port of a sandbox on this host's 127.0.0.1 (`sb.forward`).
-#[napi]
-pub struct ForwardHandle {
-    fwd: stockade::Forward,
-}
-
-#[napi]
-impl ForwardHandle {
-    /// The address it listens on (127.0.0.1).
-    #[napi(getter)]
-    pub fn host(&self) -> String {
-        self.fwd.local_addr().ip().to_string()
-    }
-
-    /// The port it listens on.
-    #[napi(getter)]
-    pub fn port(&self) -> u32 {
-        self.fwd.local_addr().port().into()
-    }
-
-    /// Stops listening and ends the connections it carries.
-    #[napi]
-    pub fn close(&self) {
-        self.fwd.close();
-    }
-}
-
-/// A TCP port from JavaScript's number, or the error naming it.
-fn tcp_port(what: &str, n: u32) -> Result<u16> {
-    u16::try_from(n).map_err(|_| {
-        to_js(stockade::Error::InvalidRequest(format!(
-            "{what} {n} is not a TCP port: give 0 to 65535"
-        )))
-    })
-}
-
 /// A live sandbox.
 #[napi]
 pub struct SandboxHandle {
@@ -88,16 +52,6 @@ impl SandboxHandle {
         let size = crate::exec::tty_size(rows, cols)?;
         let req = opts.request(argv)?;
         Ok(ExecHandle::terminal(self.sb.clone(), req, size))
-    }
-
-    /// Port `port` of the sandbox on this host's 127.0.0.1:`local_port` (0: a free
-    /// port), until the handle is closed.
-    #[napi]
-    pub async fn forward(&self, port: u32, local_port: u32) -> Result<ForwardHandle> {
-        let port = tcp_port("port", port)?;
-        let local = tcp_port("localPort", local_port)?;
-        let fwd = self.sb.forward(port, local).await.map_err(to_js)?;
-        Ok(ForwardHandle { fwd })
     }
 
     /// What the provider says of the sandbox now (state, expiry), as JSON.

@@ -156,11 +156,14 @@ def fetch(url: str) -> bytes:
 
 def refused(address: tuple[str, int]) -> bool:
     """Whether connections to ``address`` are refused (soon: a close takes a moment)."""
-    for _ in range(50):
+    for _ in range(100):
         try:
             socket.create_connection(address, timeout=2).close()
         except ConnectionRefusedError:
             return True
+        except OSError:
+            # Accepted into the listener's queue just before it closed, then reset.
+            pass
         time.sleep(0.05)
     return False
 

@@ -30,7 +30,6 @@ export {
 } from "./spec";
 export {
   ExecStream,
-  Forward,
   Process,
   Sandbox,
   SessionSandbox,

@@ -1,15 +1,7 @@
 /** A live sandbox: exec (waited for or streamed), runCode, files, destroy. */
 
 import { abortError, call, InvalidSpecError, NotFoundError, PolicyDeniedError, translate, UnavailableError } from "./errors";
-import {
-  native,
-  type NativeClient,
-  type NativeExec,
-  type NativeExecOptions,
-  type NativeForward,
-  type NativeOutcome,
-  type NativeSandbox,
-} from "./native";
+import { native, type NativeClient, type NativeExec, type NativeExecOptions, type NativeOutcome, type NativeSandbox } from "./native";
 import { networkValue, type NetworkOption } from "./spec";
 
 /** A command: a list of arguments, or a string run by `/bin/sh -c`. */
@@ -202,35 +194,6 @@ export class ExecStream implements AsyncIterable<OutputChunk>, AsyncDisposable {
 
   async [Symbol.asyncDispose](): Promise<void> {
     this.close();
-  }
-}
-
-/**
- * A port of a sandbox on this host's loopback ({@link Sandbox.forward}): connect to
- * `host`:`port` (or fetch `url`); `close()` stops it and ends its connections.
- */
-export class Forward {
-  readonly host: string;
-  readonly port: number;
-
-  /** @internal */
-  constructor(private readonly h: NativeForward) {
-    this.host = h.host;
-    this.port = h.port;
-  }
-
-  /** `http://127.0.0.1:PORT`, for a web server inside. */
-  get url(): string {
-    return `http://${this.host}:${this.port}`;
-  }
-
-  close(): void {
-    this.h.close();
-  }
-
-  [Symbol.asyncDispose](): Promise<void> {
-    this.close();
-    return Promise.resolve();
   }
 }
 
@@ -434,17 +397,6 @@ export class Sandbox implements AsyncDisposable {
       throw translate(e);
     }
     return new Terminal(handle, signal, hook(handle, signal));
-  }
-
-  /**
-   * Makes port `port` of the sandbox (a server its code started) reachable on this
-   * host at `127.0.0.1:localPort` (0, the default: a free port; see {@link Forward.url})
-   * until the result is closed. Nothing of the sandbox's network is opened: each
-   * connection is carried by Stockade.
-   */
-  async forward(port: number, opts: { localPort?: number } = {}): Promise<Forward> {
-    const h = await call(() => this.h.forward(port, opts.localPort ?? 0));
-    return new Forward(h);
   }
 
   /** Runs `code` in `language` (default: the sandbox's language, else python). */

@@ -167,44 +167,6 @@ test("a terminal takes keys, a size and Ctrl-C", async () => {
   assert.throws(() => sb.terminal(["/bin/sh"], { rows: 0 }), InvalidSpecError);
 });
 
-test("a port inside is reached through a forward", async () => {
-  await using sb = await stockade.create();
-  const server = [
-    "import socket",
-    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
-    "s.bind(('127.0.0.1', 8000)); s.listen()",
-    "while True:",
-    "    c, _ = s.accept(); c.recv(65536)",
-    "    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello from inside'); c.close()",
-  ].join("\n");
-  await sb.start(["python3", "-c", server]);
-  const fwd = await sb.forward(8000);
-  assert.equal(fwd.host, "127.0.0.1");
-  assert.ok(fwd.port > 0);
-  let body = "";
-  for (let i = 0; i < 100 && body === ""; i++) {
-    try {
-      body = await (await fetch(fwd.url)).text();
-    } catch {
-      await new Promise((r) => setTimeout(r, 100));
-    }
-  }
-  assert.equal(body, "hello from inside");
-  fwd.close();
-  // Closed: nothing listens there any more (a close takes a moment).
-  let refused = false;
-  for (let i = 0; i < 50 && !refused; i++) {
-    try {
-      await fetch(fwd.url);
-      await new Promise((r) => setTimeout(r, 50));
-    } catch {
-      refused = true;
-    }
-  }
-  assert.ok(refused, "the forward still listens after its close");
-  await assert.rejects(sb.forward(0), InvalidSpecError);
-});
-
 test("aborting an exec kills the command inside the sandbox", async () => {
   await using sb = await stockade.create();
   const ac = new AbortController();
