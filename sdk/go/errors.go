@@ -167,6 +167,11 @@ func (c *Client) fail(ctx context.Context, err error) error {
 		return newError(CodeInternal, err.Error())
 	}
 	if s.Code() == codes.Canceled && ctx.Err() == nil {
+		if _, has := ctx.Deadline(); has && s.Message() == "Timeout expired" {
+			// The daemon's end of our own deadline (grpc-timeout), which it can see
+			// pass a moment before this process does.
+			return context.DeadlineExceeded
+		}
 		// Not our cancellation: the connection went away under the call.
 		return c.unreachable(s.Message())
 	}
