@@ -32,12 +32,33 @@ type Info struct {
 	OwnerPID int
 	// Spec is the spec as requested, in the daemon's JSON.
 	Spec json.RawMessage
-	// Applied lists the hardening actually applied.
-	Applied []string
+	// Applied is the hardening report, wall by wall.
+	Applied []Wall
 	// Pooled says it came warm from a pool.
 	Pooled bool
 	// State is "running" or "paused".
 	State string
+}
+
+// Wall is one wall of a sandbox as its provider built it.
+type Wall struct {
+	// Kind says which wall: "isolation", "root", "tmp", "network", "limits", "user",
+	// "user_namespace", "lifetime", "capabilities", "no_new_privs", "seccomp",
+	// "landlock", "agent_channel", "platform", "mount" or "state".
+	Kind string
+	// Enforced says whether it stands (false: opted out, or not had on this provider
+	// or host).
+	Enforced bool
+	// Detail says what it is, in words.
+	Detail string
+}
+
+// String is "kind: detail", with "(not enforced)" after a wall that does not stand.
+func (w Wall) String() string {
+	if w.Enforced {
+		return w.Kind + ": " + w.Detail
+	}
+	return w.Kind + ": " + w.Detail + " (not enforced)"
 }
 
 func infoOf(i *pb.SandboxInfo) Info {
@@ -45,10 +66,14 @@ func infoOf(i *pb.SandboxInfo) Info {
 	if state == "" {
 		state = "running"
 	}
+	walls := make([]Wall, 0, len(i.Applied))
+	for _, w := range i.Applied {
+		walls = append(walls, Wall{Kind: w.Kind, Enforced: w.Enforced, Detail: w.Detail})
+	}
 	return Info{
 		ID: i.Id, Provider: i.Provider,
 		CreatedAt: time.UnixMilli(int64(i.CreatedAtMs)), ExpiresAt: time.UnixMilli(int64(i.ExpiresAtMs)),
-		OwnerPID: int(i.OwnerPid), Spec: json.RawMessage(i.SpecJson), Applied: i.Applied,
+		OwnerPID: int(i.OwnerPid), Spec: json.RawMessage(i.SpecJson), Applied: walls,
 		Pooled: i.Pooled, State: state,
 	}
 }

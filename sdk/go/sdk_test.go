@@ -37,6 +37,13 @@ func TestCreateExecInspectListDestroy(t *testing.T) {
 		!info.ExpiresAt.After(info.CreatedAt) || info.OwnerPID != os.Getpid() {
 		t.Errorf("info %+v", info)
 	}
+	seccomp := false
+	for _, w := range info.Applied {
+		seccomp = seccomp || (w.Kind == "seccomp" && w.Enforced && w.Detail != "")
+	}
+	if !seccomp {
+		t.Errorf("no enforced seccomp wall in %v", info.Applied)
+	}
 	var spec map[string]any
 	if err := json.Unmarshal(info.Spec, &spec); err != nil || spec["network"] != "none" {
 		t.Errorf("spec %s (%v)", info.Spec, err)

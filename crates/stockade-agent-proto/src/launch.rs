@@ -47,8 +47,8 @@ pub struct LaunchPlan {
     pub exec: ExecPolicy,
     /// The user's spec, stored as given for `inspect`.
     pub spec: serde_json::Value,
-    /// Hardening this plan applies, one line each, reported by `inspect`.
-    pub applied: Vec<String>,
+    /// Hardening this plan applies, reported by `inspect`.
+    pub applied: Vec<crate::Wall>,
     /// Files the monitor holds a shared `flock` on for the sandbox's life, so that
     /// what they guard (an image's root filesystem) is not removed under it.
     #[serde(default)]

@@ -12,6 +12,7 @@ pub mod codec;
 pub mod files;
 pub mod launch;
 pub mod mux;
+pub mod wall;
 pub mod watch;
 
 use std::collections::BTreeMap;
@@ -19,6 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use capture::BoundedCapture;
+pub use wall::{Wall, WallKind};
 pub use watch::{WatchDir, WatchError, WatchKind, WatchLine};
 
 /// Version of this protocol. Bumped on any incompatible change.

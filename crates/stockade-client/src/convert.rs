@@ -4,6 +4,7 @@
 use stockade_core::{
     EgressDenial, Error, ErrorCode, ExecOutcome, ExecRequest, FileEntry, FileKind, FileOp,
     FileResult, GcReport, GrepMatch, RunState, SandboxInfo, SessionInfo, SnapshotInfo, TtySize,
+    Wall, WallKind,
 };
 use tonic::{Code, Status};
 
@@ -186,7 +187,15 @@ pub fn sandbox_info(i: &SandboxInfo, pooled: bool) -> pb::SandboxInfo {
         expires_at_ms: i.expires_at_ms,
         owner_pid: i.owner_pid.unwrap_or(0),
         spec_json: i.spec.to_string(),
-        applied: i.applied.clone(),
+        applied: i
+            .applied
+            .iter()
+            .map(|w| pb::Wall {
+                kind: w.kind.name().to_string(),
+                enforced: w.enforced,
+                detail: w.detail.clone(),
+            })
+            .collect(),
         pooled,
         state: i.state.as_str().to_string(),
     }
@@ -236,7 +245,17 @@ pub fn from_sandbox_info(i: pb::SandboxInfo) -> Result<SandboxInfo, Error> {
         expires_at_ms: i.expires_at_ms,
         owner_pid: (i.owner_pid != 0).then_some(i.owner_pid),
         spec,
-        applied: i.applied,
+        applied: i
+            .applied
+            .into_iter()
+            .map(|w| Wall {
+                // A kind this client does not know (a newer daemon's) reads as
+                // isolation, its words kept.
+                kind: WallKind::from_name(&w.kind).unwrap_or(WallKind::Isolation),
+                enforced: w.enforced,
+                detail: w.detail,
+            })
+            .collect(),
         state: RunState::parse(&i.state),
         steps: Vec::new(),
     })

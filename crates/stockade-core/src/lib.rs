@@ -32,7 +32,7 @@ pub use session::{
 pub use stockade_agent_proto::files::{self, FileEntry, FileKind, FileOp, FileResult, GrepMatch};
 pub use stockade_agent_proto::{
     BoundedCapture, DETACHED_LOG_DIR, EgressDenial, ExecOutcome, ExecRequest, Stream, TtySize,
-    WatchDir, WatchError, WatchKind, WatchLine, detached_log, now_ms,
+    Wall, WallKind, WatchDir, WatchError, WatchKind, WatchLine, detached_log, now_ms,
 };
 pub use stockade_spec::{self as spec, SandboxSpec, ValidatedSpec};
 
@@ -252,8 +252,8 @@ pub struct SandboxInfo {
     pub owner_pid: Option<u32>,
     /// The spec as requested.
     pub spec: serde_json::Value,
-    /// Hardening actually applied, one line each.
-    pub applied: Vec<String>,
+    /// Hardening actually applied, wall by wall.
+    pub applied: Vec<Wall>,
     /// Running or paused (see [`Provider::pause`]); `running` when absent.
     #[serde(default)]
     pub state: RunState,

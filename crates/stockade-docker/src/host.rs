@@ -71,7 +71,12 @@ impl DockerLauncher {
             ));
         }
         let env = setup.env;
-        let applied = setup.policy_applied.unwrap_or_else(|| "network: egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string());
+        let applied = setup.policy_applied.unwrap_or_else(|| {
+            stockade_core::Wall::on(
+                stockade_core::WallKind::Network,
+                "egress through slirp4netns in the container's own namespace (no docker bridge, no port forwards); host, private, link-local and metadata addresses rejected by nftables",
+            )
+        });
         let monitor_input = setup.monitor_input;
         Ok(Some(NetSetup {
             input: plan::NetInput {

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use stockade_agent_proto::launch::{CONTAINER_DIR, ContainerConfig, ExecPolicy};
+use stockade_core::{Wall, WallKind};
 use stockade_spec::{Network, ValidatedSpec, format_size};
 
 /// Label keys on every Stockade container.
@@ -29,7 +30,7 @@ pub mod labels {
     pub const OWNER_TICKS: &str = "io.stockade.owner-ticks";
     /// The spec as requested (JSON).
     pub const SPEC: &str = "io.stockade.spec";
-    /// Hardening applied (JSON array of lines).
+    /// Hardening applied (JSON array of walls).
     pub const APPLIED: &str = "io.stockade.applied";
     /// Prefix of the caller's own labels.
     pub const USER_PREFIX: &str = "io.stockade.label.";
@@ -100,13 +101,13 @@ pub struct PlanInput {
 }
 
 /// See [`PlanInput::net`].
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct NetInput {
     /// Host files bound read-only at the given paths in the container.
     pub files: Vec<(PathBuf, String)>,
     pub env: BTreeMap<String, String>,
-    /// The applied line describing the network (the native planner's words).
-    pub applied: String,
+    /// The network wall (the native planner's words).
+    pub applied: Wall,
 }
 
 /// A container to create.
@@ -114,7 +115,7 @@ pub struct NetInput {
 pub struct Plan {
     pub body: ContainerCreateBody,
     pub config: ContainerConfig,
-    pub applied: Vec<String>,
+    pub applied: Vec<Wall>,
     pub expires_at_ms: u64,
     /// See [`PlanInput::userns`].
     pub userns: Option<(u32, u32)>,
@@ -314,78 +315,113 @@ fn applied(
     user: stockade_spec::User,
     workdir: &str,
     input: &PlanInput,
-) -> Vec<String> {
+) -> Vec<Wall> {
+    use WallKind as K;
     let net = input.net.as_ref();
     let l = &spec.limits;
     let h = spec.hardening;
     let mut v = vec![
-        "container: docker, the stockade agent as PID 1 (static, bind-mounted read-only); no docker exec".to_string(),
+        Wall::on(
+            K::Isolation,
+            "a docker container, the stockade agent as PID 1 (static, bind-mounted read-only); no docker exec",
+        ),
         if spec.writable {
-            "root: the image under the container's writable layer (discarded at destroy)".to_string()
+            Wall::on(
+                K::Root,
+                "the image under the container's writable layer (discarded at destroy)",
+            )
         } else {
-            "root: the image, read-only".to_string()
+            Wall::on(K::Root, "the image, read-only")
         },
-        format!(
-            "/tmp: tmpfs {} (nosuid, nodev)",
-            format_size(l.tmp_bytes)
+        Wall::on(
+            K::Tmp,
+            format!("tmpfs {} (nosuid, nodev)", format_size(l.tmp_bytes)),
         ),
         match (&spec.network, net) {
             (Network::None, _) | (_, None) => {
-                "network: none (docker network mode none, loopback only)".to_string()
+                Wall::on(K::Network, "none (docker network mode none, loopback only)")
             }
             (_, Some(n)) => n.applied.clone(),
         },
-        format!(
-            "cgroups: memory {} (swap = memory: no swap), cpu {} CPUs, pids {}",
-            format_size(l.memory_bytes),
-            l.cpus,
-            l.pids
-        ),
-        format!("user: uid {} gid {}, workdir {workdir}", user.uid, user.gid),
-        match input.userns {
-            Some((u, g)) => format!(
-                "user namespace: dockerd's userns-remap; uid 0 inside is host uid {u}, the code's uid {} host uid {} (gid {}), no host account",
-                user.uid,
-                u + user.uid,
-                g + user.gid
+        Wall::on(
+            K::Limits,
+            format!(
+                "cgroups: memory {} (swap = memory: no swap), cpu {} CPUs, pids {}",
+                format_size(l.memory_bytes),
+                l.cpus,
+                l.pids
             ),
-            None => format!(
-                "user namespace: NONE (dockerd without userns-remap, allowed by {}=1): the code's uid {} is the host's uid {}",
-                crate::HOST_IDS_ENV,
-                user.uid,
-                user.uid
+        ),
+        Wall::on(
+            K::User,
+            format!("uid {} gid {}, workdir {workdir}", user.uid, user.gid),
+        ),
+        match input.userns {
+            Some((u, g)) => Wall::on(
+                K::UserNamespace,
+                format!(
+                    "dockerd's userns-remap; uid 0 inside is host uid {u}, the code's uid {} host uid {} (gid {}), no host account",
+                    user.uid,
+                    u + user.uid,
+                    g + user.gid
+                ),
+            ),
+            None => Wall::off(
+                K::UserNamespace,
+                format!(
+                    "NONE (dockerd without userns-remap, allowed by {}=1): the code's uid {} is the host's uid {}",
+                    crate::HOST_IDS_ENV,
+                    user.uid,
+                    user.uid
+                ),
             ),
         },
-        format!("lifetime: {} s", spec.timeout_secs),
+        Wall::on(K::Lifetime, format!("{} s", spec.timeout_secs)),
     ];
     v.push(if h.drop_capabilities {
-        format!(
-            "capabilities: the code has none; the container keeps only {} for the agent (CHOWN until its socket's directory is handed from uid 0 to 65534), all others dropped",
-            AGENT_CAPS.join(", ")
+        Wall::on(
+            K::Capabilities,
+            format!(
+                "the code has none; the container keeps only {} for the agent (CHOWN until its socket's directory is handed from uid 0 to 65534), all others dropped",
+                AGENT_CAPS.join(", ")
+            ),
         )
     } else {
-        "capabilities: NOT dropped (opt-out; docker's default set)".into()
+        Wall::off(
+            K::Capabilities,
+            "NOT dropped (opt-out; docker's default set)",
+        )
     });
     v.push(if h.no_new_privileges {
-        "no_new_privs: set (container and every exec)".into()
+        Wall::on(K::NoNewPrivs, "set (container and every exec)")
     } else {
-        "no_new_privs: NOT set (opt-out)".into()
+        Wall::off(K::NoNewPrivs, "NOT set (opt-out)")
     });
     v.push(if h.seccomp {
-        format!(
-            "seccomp: docker's default profile on the container, plus on every exec: {}",
-            stockade_sys::seccomp::describe()
+        Wall::on(
+            K::Seccomp,
+            format!(
+                "docker's default profile on the container, plus on every exec: {}",
+                stockade_sys::seccomp::describe()
+            ),
         )
     } else {
-        "seccomp: docker's default profile only (stockade allowlist OFF, opt-out)".into()
+        Wall::off(
+            K::Seccomp,
+            "docker's default profile only (stockade allowlist OFF, opt-out)",
+        )
     });
     v.push(if h.landlock {
-        "landlock: read-only except /tmp, /dev/shm and writable mounts".into()
+        Wall::on(
+            K::Landlock,
+            "read-only except /tmp, /dev/shm and writable mounts",
+        )
     } else {
-        "landlock: OFF (opt-out)".into()
+        Wall::off(K::Landlock, "OFF (opt-out)")
     });
-    v.push(format!(
-        "agent socket: {CONTAINER_DIR}/agent.sock in a root-only (0700) directory the code cannot enter"
+    v.push(Wall::on(
+        K::AgentChannel,
+        format!("{CONTAINER_DIR}/agent.sock in a root-only (0700) directory the code cannot enter"),
     ));
     v
 }
@@ -508,7 +544,11 @@ mod tests {
         assert_eq!(e.env["A"], "b", "the spec's env wins");
         assert_eq!(e.env["IMG"], "1");
         assert_eq!(e.landlock_writable.as_deref(), Some(&["/".to_string()][..]));
-        assert!(p.applied.iter().any(|l| l.contains("NOT dropped")));
+        assert!(
+            p.applied
+                .iter()
+                .any(|w| w.kind == WallKind::Capabilities && !w.enforced)
+        );
     }
 
     #[test]

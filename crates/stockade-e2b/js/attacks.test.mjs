@@ -43,6 +43,22 @@ test('writes outside /tmp and the home are refused', async () => {
   assert.equal((await run('echo ok > /tmp/t && echo ok > /home/user/t')).exitCode, 0)
 })
 
+test('a refused write of many bytes gets its answer, not a broken connection', async () => {
+  // Refused after its first part is read (a path the user cannot write), and before
+  // any of it is read (no such user): the client, still sending, hears the refusal.
+  const big = 'x'.repeat(8 << 20)
+  for (const [p, opts, want] of [
+    ['/etc/owned-big', {}, SandboxError],
+    ['/home/user/big', { user: 'nobody' }, AuthenticationError],
+  ]) {
+    const e = await sbx.files.write(p, big, opts).then(() => null, (e) => e)
+    assert.ok(e instanceof want, `${p}: ${e} (${e?.cause})`)
+    assert.doesNotMatch(`${e} ${e?.cause}`, /fetch failed|EPIPE|ECONNRESET|socket/, p)
+  }
+  await sbx.files.write('/home/user/big', big)
+  assert.equal((await run('wc -c < /home/user/big')).stdout.trim(), String(8 << 20))
+})
+
 test("host secrets under /root are invisible", async () => {
   const name = `/root/.stockade-e2b-js-secret-${randomBytes(6).toString('hex')}`
   const secret = `host-secret-${randomBytes(8).toString('hex')}`

@@ -157,9 +157,11 @@ pub fn router(e2b: Arc<E2b>) -> Router {
 
 async fn dispatch(State(e2b): State<Arc<E2b>>, req: Request) -> Response {
     let mut r = route(e2b, req).await;
-    // An error may come before the request's body was read: close the connection
-    // after it, so the client does not write its next request into a closed one.
-    if r.status().is_client_error() || r.status().is_server_error() {
+    // An error may come before the request's body was read: unless what was left of
+    // it was read before the answer ([`answered`]), close the connection after it, so
+    // the client does not write its next request into a closed one.
+    let drained = r.extensions().get::<Drained>().is_some();
+    if !drained && (r.status().is_client_error() || r.status().is_server_error()) {
         r.headers_mut().insert(
             axum::http::header::CONNECTION,
             axum::http::HeaderValue::from_static("close"),
@@ -200,19 +202,71 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
     };
     match (id, port) {
         // A signed file URL on one origin names no sandbox: its signature does.
-        (None, None) if envd::is_signed_files(&req) => envd::handle_signed_anywhere(e2b, req).await,
-        (None, None) => api::handle(e2b, req).await,
+        (None, None) if envd::is_signed_files(&req) => {
+            answered(req, |r| envd::handle_signed_anywhere(e2b, r)).await
+        }
+        (None, None) => answered(req, |r| api::handle(e2b, r)).await,
         (Some(id), Some(port)) => match port.as_str() {
-            "49983" => envd::handle(e2b, &id, req).await,
-            "49999" => interp::handle(e2b, &id, req).await,
-            other => ports::handle(e2b, &id, other, req).await,
+            "49983" => answered(req, |r| envd::handle(e2b, &id, r)).await,
+            "49999" => answered(req, |r| interp::handle(e2b, &id, r)).await,
+            // A sandbox's own server answers as it likes, reading the body as it goes.
+            other => ports::handle(e2b, &id, other, req).await.into_response(),
         },
         _ => api::error(
             400,
             "send both E2b-Sandbox-Id and E2b-Sandbox-Port (or neither, for the control plane)",
-        ),
+        )
+        .into_response(),
     }
-    .into_response()
+}
+
+/// What a refused request's body may still carry that is read before the answer.
+const DRAIN_BYTES: usize = 64 << 20;
+/// How long reading it may take.
+const DRAIN_TIME: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Marks an answer after which the request's body was read to its end.
+#[derive(Clone, Copy)]
+struct Drained;
+
+/// Answers `req` with `handler`; when that answer is a refusal, reads what is left of
+/// the request's body first (up to [`DRAIN_BYTES`], within [`DRAIN_TIME`]). A client
+/// still sending its body then hears the refusal: closing a connection with unread
+/// bytes resets it under the client's write, and Node's fetch reports that as `EPIPE`
+/// and loses the answer.
+async fn answered<F, Fut, R>(req: Request, handler: F) -> Response
+where
+    F: FnOnce(Request) -> Fut,
+    Fut: std::future::Future<Output = R>,
+    R: IntoResponse,
+{
+    use futures_util::StreamExt;
+    let (parts, body) = req.into_parts();
+    let rest = Arc::new(tokio::sync::Mutex::new(body.into_data_stream()));
+    let feed = futures_util::stream::unfold(rest.clone(), |s| async move {
+        let item = s.lock().await.next().await?;
+        Some((item, s))
+    });
+    let req = Request::from_parts(parts, axum::body::Body::from_stream(feed));
+    let mut r = handler(req).await.into_response();
+    if r.status().is_client_error() || r.status().is_server_error() {
+        let read_all = tokio::time::timeout(DRAIN_TIME, async {
+            let mut s = rest.lock().await;
+            let mut left = DRAIN_BYTES;
+            while let Some(chunk) = s.next().await {
+                match chunk {
+                    Ok(c) if c.len() <= left => left -= c.len(),
+                    _ => return false,
+                }
+            }
+            true
+        })
+        .await;
+        if read_all == Ok(true) {
+            r.extensions_mut().insert(Drained);
+        }
+    }
+    r
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 use stockade_agent_proto::launch::{CONTAINER_DIR, ExecPolicy, LaunchPlan, MountFlags, MountOp};
-use stockade_core::{Error, ValidatedSpec};
+use stockade_core::{Error, ValidatedSpec, Wall, WallKind};
 use stockade_spec::format_size;
 
 use crate::runsc::Platform;
@@ -98,8 +98,8 @@ pub struct Bundle {
     pub root_ops: Vec<RootOp>,
     /// The policy the agent applies to every exec.
     pub exec: ExecPolicy,
-    /// Hardening applied, one line each.
-    pub applied: Vec<String>,
+    /// Hardening applied.
+    pub applied: Vec<Wall>,
 }
 
 fn rel(p: &Path) -> PathBuf {
@@ -381,62 +381,108 @@ fn applied(
     input: &BundleInput,
     host_memory: u64,
     host_tasks: u64,
-) -> Vec<String> {
+) -> Vec<Wall> {
+    use WallKind as K;
     let l = &spec.limits;
     let h = spec.hardening;
     let mut v = vec![
-        format!(
-            "kernel: gVisor ({}, platform {}): the code's system calls are served by gVisor's user-space kernel, not the host's",
-            input.runsc_version,
-            input.platform.as_str()
+        Wall::on(
+            K::Isolation,
+            format!(
+                "gVisor ({}, platform {}): the code's system calls are served by gVisor's user-space kernel, not the host's",
+                input.runsc_version,
+                input.platform.as_str()
+            ),
         ),
-        format!("platform: {}", input.platform.as_str()),
+        Wall::on(K::Platform, input.platform.as_str()),
         match &spec.image {
-            Some(i) => format!("root: image {i} (its flattened rootfs), read-only; synthetic /etc files"),
-            None => "root: read-only host view (/usr, /bin, /lib*, public /etc entries, synthetic passwd/group/hosts)".to_string(),
+            Some(i) => Wall::on(
+                K::Root,
+                format!("image {i} (its flattened rootfs), read-only; synthetic /etc files"),
+            ),
+            None => Wall::on(
+                K::Root,
+                "read-only host view (/usr, /bin, /lib*, public /etc entries, synthetic passwd/group/hosts)",
+            ),
         },
-        format!("/tmp: tmpfs {} inside gVisor (nosuid, nodev)", format_size(l.tmp_bytes)),
-        "network: none (runsc --network=none: loopback inside gVisor only)".to_string(),
-        format!(
-            "memory: {} per process (RLIMIT_AS: an allocation past it fails inside); the sandbox's host cgroup {} with gVisor's own kernel (exceeding it ends the sandbox)",
-            format_size(l.memory_bytes),
-            format_size(host_memory)
+        Wall::on(
+            K::Tmp,
+            format!(
+                "tmpfs {} inside gVisor (nosuid, nodev)",
+                format_size(l.tmp_bytes)
+            ),
         ),
-        format!("cpu: {} CPUs (host cgroup quota)", l.cpus),
-        format!(
-            "pids: {} processes and threads of the code's uid (RLIMIT_NPROC, enforced by gVisor); the host cgroup allows {host_tasks} host tasks",
-            l.pids
+        Wall::on(
+            K::Network,
+            "none (runsc --network=none: loopback inside gVisor only)",
         ),
-        format!("user: uid {} gid {}, workdir {}", exec.uid, exec.gid, exec.workdir),
-        format!("lifetime: {} s", spec.timeout_secs),
+        Wall::on(
+            K::Limits,
+            format!(
+                "memory {} per process (RLIMIT_AS: an allocation past it fails inside); the sandbox's host cgroup {} with gVisor's own kernel (exceeding it ends the sandbox)",
+                format_size(l.memory_bytes),
+                format_size(host_memory)
+            ),
+        ),
+        Wall::on(
+            K::Limits,
+            format!("cpu {} CPUs (host cgroup quota)", l.cpus),
+        ),
+        Wall::on(
+            K::Limits,
+            format!(
+                "pids {} processes and threads of the code's uid (RLIMIT_NPROC, enforced by gVisor); the host cgroup allows {host_tasks} host tasks",
+                l.pids
+            ),
+        ),
+        Wall::on(
+            K::User,
+            format!(
+                "uid {} gid {}, workdir {}",
+                exec.uid, exec.gid, exec.workdir
+            ),
+        ),
+        Wall::on(K::Lifetime, format!("{} s", spec.timeout_secs)),
     ];
     v.push(if h.drop_capabilities {
-        format!(
-            "capabilities: the code has none; PID 1 (the agent) keeps only {}",
-            AGENT_CAPS.join(", ")
+        Wall::on(
+            K::Capabilities,
+            format!(
+                "the code has none; PID 1 (the agent) keeps only {}",
+                AGENT_CAPS.join(", ")
+            ),
         )
     } else {
-        "capabilities: NOT dropped (opt-out)".into()
+        Wall::off(K::Capabilities, "NOT dropped (opt-out)")
     });
     v.push(if h.no_new_privileges {
-        "no_new_privs: set (PID 1 and every exec)".into()
+        Wall::on(K::NoNewPrivs, "set (PID 1 and every exec)")
     } else {
-        "no_new_privs: NOT set (opt-out)".into()
+        Wall::off(K::NoNewPrivs, "NOT set (opt-out)")
     });
     v.push(if h.seccomp {
-        format!(
-            "seccomp: inside gVisor on every exec: {}; gVisor's own filter on the sentry",
-            stockade_sys::seccomp::describe()
+        Wall::on(
+            K::Seccomp,
+            format!(
+                "inside gVisor on every exec: {}; gVisor's own filter on the sentry",
+                stockade_sys::seccomp::describe()
+            ),
         )
     } else {
-        "seccomp: gVisor's own filter on the sentry only (stockade allowlist OFF, opt-out)".into()
+        Wall::off(
+            K::Seccomp,
+            "gVisor's own filter on the sentry only (stockade allowlist OFF, opt-out)",
+        )
     });
-    v.push(
-        "landlock: not in gVisor; writes are confined by read-only mounts (root, /usr, /etc) the code cannot remount"
-            .into(),
-    );
-    v.push(format!(
-        "agent socket: {CONTAINER_DIR}/agent.sock, a host socket made through runsc --host-uds=create in a directory the agent hands from root to uid 65534 (mode 0711) once it listens"
+    v.push(Wall::off(
+        K::Landlock,
+        "not in gVisor; writes are confined by read-only mounts (root, /usr, /etc) the code cannot remount",
+    ));
+    v.push(Wall::on(
+        K::AgentChannel,
+        format!(
+            "{CONTAINER_DIR}/agent.sock, a host socket made through runsc --host-uds=create in a directory the agent hands from root to uid 65534 (mode 0711) once it listens"
+        ),
     ));
     v
 }
@@ -584,7 +630,11 @@ mod tests {
             "gVisor ignores the shim's subreaper mark"
         );
         assert_eq!((b.exec.uid, b.exec.gid), (1000, 1000));
-        assert!(b.applied.iter().any(|l| l == "platform: ptrace"));
+        assert!(
+            b.applied
+                .iter()
+                .any(|w| w.kind == WallKind::Platform && w.detail == "ptrace")
+        );
     }
 
     #[test]

@@ -333,10 +333,10 @@ pub fn upstreams_from(nameservers: &[String]) -> Vec<String> {
         .collect()
 }
 
-/// A one-line description of a policy, for `inspect`'s applied list.
-pub fn describe(policy: &EgressPolicy) -> String {
+/// The network wall of a policy, for `inspect`.
+pub fn describe(policy: &EgressPolicy) -> stockade_core::Wall {
     let mut s = format!(
-        "network: egress policy through slirp4netns; names resolve only through Stockade's resolver; allow [{}]",
+        "egress policy through slirp4netns; names resolve only through Stockade's resolver; allow [{}]",
         policy.allow.join(", ")
     );
     if !policy.deny.is_empty() {
@@ -345,7 +345,7 @@ pub fn describe(policy: &EgressPolicy) -> String {
     s.push_str(
         "; host, private, link-local and metadata addresses rejected unless a CIDR names them",
     );
-    s
+    stockade_core::Wall::on(stockade_core::WallKind::Network, s)
 }
 
 #[cfg(test)]

@@ -52,7 +52,7 @@ pub struct NetworkSetup {
     pub env: std::collections::BTreeMap<String, String>,
     /// The applied line of a policy; `None` for plain egress, which each provider
     /// describes itself.
-    pub policy_applied: Option<String>,
+    pub policy_applied: Option<stockade_core::Wall>,
 }
 
 /// The error of a sandbox whose host-side network monitor (docker's watcher, the

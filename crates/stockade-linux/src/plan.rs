@@ -9,7 +9,7 @@ use stockade_agent_proto::launch::{
     CgroupDir, CgroupPlan, ExecPolicy, IdMap, LaunchPlan, MountFlags, MountOp, NetworkPlan,
     OomCounter, UsernsPlan,
 };
-use stockade_core::{Error, ValidatedSpec};
+use stockade_core::{Error, ValidatedSpec, Wall, WallKind};
 use stockade_spec::{Network, format_size};
 
 use crate::layout::{DEVICES, Entry, HostLayout};
@@ -798,73 +798,107 @@ fn applied(
     ctx: &PlanContext,
     cg: &CgroupPlan,
     net: &NetworkPlan,
-) -> Vec<String> {
+) -> Vec<Wall> {
+    use WallKind as K;
     let user = effective_user(spec, ctx);
     let l = &spec.limits;
     let mut v = vec![
         if has_userns(ctx) {
-            "namespaces: user, mount, pid, network, uts, ipc, cgroup".to_string()
+            Wall::on(
+                K::Isolation,
+                "namespaces: user, mount, pid, network, uts, ipc, cgroup",
+            )
         } else {
-            "namespaces: mount, pid, network, uts, ipc, cgroup (no user namespace)".to_string()
+            Wall::on(
+                K::Isolation,
+                "namespaces: mount, pid, network, uts, ipc, cgroup (no user namespace)",
+            )
         },
         if spec.writable {
-            "root: host /usr etc. under a discarded tmpfs overlay (writable)".to_string()
+            Wall::on(
+                K::Root,
+                "host /usr etc. under a discarded tmpfs overlay (writable)",
+            )
         } else {
-            "root: read-only, pivot_root onto host /usr, /bin, /lib (ro, nosuid, nodev) and a synthetic /etc".to_string()
+            Wall::on(
+                K::Root,
+                "read-only, pivot_root onto host /usr, /bin, /lib (ro, nosuid, nodev) and a synthetic /etc",
+            )
         },
-        format!("/tmp: tmpfs {} (nosuid, nodev)", format_size(l.tmp_bytes)),
-        match net {
-            NetworkPlan::LoopbackOnly => "network: none (own namespace, loopback only)".to_string(),
-            NetworkPlan::UserModeNat { policy: Some(_), .. } => match spec.network.policy() {
-                Some(p) => crate::egress::describe(p),
-                None => "network: egress policy".to_string(),
-            },
-            NetworkPlan::UserModeNat { .. } => {
-                "network: egress through slirp4netns (no port forwards); host, private, link-local and metadata addresses rejected by nftables".to_string()
-            }
-        },
-        format!(
-            "cgroups: memory {} (no swap), cpu {} CPUs, pids {}{}",
-            format_size(l.memory_bytes),
-            l.cpus,
-            l.pids,
-            if cg.kill_file.is_some() {
-                ", cgroup.kill"
-            } else {
-                ""
-            }
+        Wall::on(
+            K::Tmp,
+            format!("tmpfs {} (nosuid, nodev)", format_size(l.tmp_bytes)),
         ),
-        format!("user: uid {} gid {}", user.uid, user.gid),
-        format!("lifetime: {} s", spec.timeout_secs),
+        match net {
+            NetworkPlan::LoopbackOnly => {
+                Wall::on(K::Network, "none (own namespace, loopback only)")
+            }
+            NetworkPlan::UserModeNat {
+                policy: Some(_), ..
+            } => match spec.network.policy() {
+                Some(p) => crate::egress::describe(p),
+                None => Wall::on(K::Network, "egress policy"),
+            },
+            NetworkPlan::UserModeNat { .. } => Wall::on(
+                K::Network,
+                "egress through slirp4netns (no port forwards); host, private, link-local and metadata addresses rejected by nftables",
+            ),
+        },
+        Wall::on(
+            K::Limits,
+            format!(
+                "cgroups: memory {} (no swap), cpu {} CPUs, pids {}{}",
+                format_size(l.memory_bytes),
+                l.cpus,
+                l.pids,
+                if cg.kill_file.is_some() {
+                    ", cgroup.kill"
+                } else {
+                    ""
+                }
+            ),
+        ),
+        Wall::on(K::User, format!("uid {} gid {}", user.uid, user.gid)),
+        Wall::on(K::Lifetime, format!("{} s", spec.timeout_secs)),
     ];
     let h = spec.hardening;
     if let Some(r) = &ctx.rootless {
         v.push(r.describe(user.uid));
     }
     v.push(if h.drop_capabilities && has_userns(ctx) && user.uid == 0 {
-        format!(
-            "capabilities: root inside keeps {} over its own user namespace only; all others dropped",
-            stockade_agent_proto::launch::ROOT_CAPS.join(", ")
+        Wall::on(
+            K::Capabilities,
+            format!(
+                "root inside keeps {} over its own user namespace only; all others dropped",
+                stockade_agent_proto::launch::ROOT_CAPS.join(", ")
+            ),
         )
     } else if h.drop_capabilities {
-        "capabilities: all dropped".into()
+        Wall::on(K::Capabilities, "all dropped")
     } else {
-        "capabilities: NOT dropped (opt-out)".into()
+        Wall::off(K::Capabilities, "NOT dropped (opt-out)")
     });
-    v.push(if h.no_new_privileges {
-        "no_new_privs: set".into()
-    } else {
-        "no_new_privs: NOT set (opt-out)".into()
-    });
+    v.push(Wall::new(
+        K::NoNewPrivs,
+        h.no_new_privileges,
+        if h.no_new_privileges {
+            "set"
+        } else {
+            "NOT set (opt-out)"
+        },
+    ));
     v.push(if h.seccomp {
-        format!("seccomp: {}", stockade_sys::seccomp::describe())
+        Wall::on(K::Seccomp, stockade_sys::seccomp::describe())
     } else {
-        "seccomp: OFF (opt-out)".into()
+        Wall::off(K::Seccomp, "OFF (opt-out)")
     });
     v.push(if h.landlock {
-        "landlock: read-only except /tmp, /dev/shm and writable mounts".into()
+        Wall::on(
+            K::Landlock,
+            "read-only except /tmp, /dev/shm and writable mounts",
+        )
     } else {
-        "landlock: OFF (opt-out)".into()
+        Wall::off(K::Landlock, "OFF (opt-out)")
     });
     v
 }

@@ -87,19 +87,20 @@ impl RootlessHost {
         }
     }
 
-    /// A line for `inspect`.
-    pub fn describe(&self, uid: u32) -> String {
-        match (&self.helpers, self.subuid) {
+    /// The user-namespace wall, for `inspect`.
+    pub fn describe(&self, uid: u32) -> stockade_core::Wall {
+        let detail = match (&self.helpers, self.subuid) {
             (Some(_), Some((s, n))) => format!(
-                "user namespace: rootless; uid {uid} inside is your uid {}, the other ids inside are your subordinate ids {s}-{}",
+                "rootless; uid {uid} inside is your uid {}, the other ids inside are your subordinate ids {s}-{}",
                 self.uid,
                 u64::from(s) + u64::from(n) - 1
             ),
             _ => format!(
-                "user namespace: rootless; uid {uid} inside is your uid {} and no other id is mapped (no /etc/subuid range, or no newuidmap); your supplementary groups stay",
+                "rootless; uid {uid} inside is your uid {} and no other id is mapped (no /etc/subuid range, or no newuidmap); your supplementary groups stay",
                 self.uid
             ),
-        }
+        };
+        stockade_core::Wall::on(stockade_core::WallKind::UserNamespace, detail)
     }
 }
 

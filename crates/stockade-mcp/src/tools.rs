@@ -365,7 +365,15 @@ pub fn definitions(policy: Option<&OperatorPolicy>) -> Vec<Value> {
                     "sandbox_id": {"type": "string"},
                     "provider": {"type": "string"},
                     "expires_at_ms": {"type": "integer"},
-                    "applied": {"type": "array", "items": {"type": "string"}}
+                    "applied": {"type": "array", "items": {
+                        "type": "object",
+                        "properties": {
+                            "kind": {"type": "string"},
+                            "enforced": {"type": "boolean"},
+                            "detail": {"type": "string"}
+                        },
+                        "required": ["kind", "enforced", "detail"]
+                    }}
                 },
                 "required": ["sandbox_id", "provider", "expires_at_ms"]
             }))

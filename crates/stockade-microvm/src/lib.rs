@@ -47,7 +47,7 @@ use stockade_agent_proto::now_ms;
 use stockade_core::host::check_sandbox_id;
 use stockade_core::{
     Capabilities, Check, CheckedSpec, CreateOptions, Error, GcReport, Result, RunState,
-    SandboxInfo, SnapshotInfo,
+    SandboxInfo, SnapshotInfo, Wall, WallKind,
 };
 use tokio::sync::OnceCell;
 
@@ -98,7 +98,7 @@ struct Restore {
     /// copy); `None`: the plan's.
     kernel: Option<PathBuf>,
     spec: serde_json::Value,
-    applied: Vec<String>,
+    applied: Vec<Wall>,
     lifetime_ms: u64,
     /// Whether the saved VM ran in host cgroups (the copies do too).
     cgroups: bool,
@@ -640,15 +640,16 @@ impl Launcher for MicrovmLauncher {
         let state = if self.is_paused(id) {
             let snap = self.dir(id).join("snapshot/vm.state");
             let bytes = std::fs::metadata(&snap).map(|m| m.len()).unwrap_or(0);
-            format!("state: paused (memory and device state on disk, {bytes} bytes)")
+            format!("paused (memory and device state on disk, {bytes} bytes)")
         } else if self.supervisor(id).is_some() {
-            "state: running".to_string()
+            "running".to_string()
         } else {
             match std::fs::read_to_string(self.dir(id).join("exit")) {
-                Ok(why) => format!("state: dead ({why})"),
-                Err(_) => "state: dead (its VM host is gone)".into(),
+                Ok(why) => format!("dead ({why})"),
+                Err(_) => "dead (its VM host is gone)".into(),
             }
         };
+        let state = Wall::on(WallKind::State, state);
         info.applied.push(state);
         Ok(info)
     }

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::net::Ipv4Addr;
 
 use stockade_agent_proto::launch::{ExecPolicy, GuestNetwork, GuestShare, VmConfig};
-use stockade_core::ValidatedSpec;
+use stockade_core::{ValidatedSpec, Wall, WallKind};
 
 use crate::vmm::{Accel, PORT_NAME};
 
@@ -44,8 +44,8 @@ pub struct NetInput {
     pub ca: Option<(String, String)>,
     /// The credentials' environment.
     pub env: std::collections::BTreeMap<String, String>,
-    /// A policy's applied line; `None`: plain egress.
-    pub policy_applied: Option<String>,
+    /// A policy's network wall; `None`: plain egress.
+    pub policy_applied: Option<Wall>,
 }
 
 impl NetInput {
@@ -84,7 +84,7 @@ pub struct Plan {
     pub vcpus: u32,
     pub guest: VmConfig,
     pub expires_at_ms: u64,
-    pub applied: Vec<String>,
+    pub applied: Vec<Wall>,
 }
 
 /// The virtiofs tag of the `i`th shared directory.
@@ -197,63 +197,121 @@ pub fn plan(
             .collect(),
         network: net.map(NetInput::guest),
     };
-    let applied = vec![
-        format!(
-            "vm: QEMU microvm under {} ({}), {} MiB RAM, {vcpus} vCPU(s), {}",
-            accel.as_str(),
-            match accel {
-                Accel::Kvm => "hardware virtualisation",
-                Accel::Tcg => "software emulation: KVM is unusable here",
-            },
-            memory_mib,
-            if net.is_some() {
-                "one virtio-net device on the VMM's user-mode network"
-            } else {
-                "no network device"
-            }
+    use WallKind as K;
+    let mut applied = vec![
+        Wall::on(
+            K::Isolation,
+            format!(
+                "a QEMU microvm under {} ({}), {} MiB RAM, {vcpus} vCPU(s), {}; a Debian cloud kernel, the static stockade agent as PID 1 (initramfs)",
+                accel.as_str(),
+                match accel {
+                    Accel::Kvm => "hardware virtualisation",
+                    Accel::Tcg => "software emulation: KVM is unusable here",
+                },
+                memory_mib,
+                if net.is_some() {
+                    "one virtio-net device on the VMM's user-mode network"
+                } else {
+                    "no network device"
+                }
+            ),
         ),
         match net {
-            None => "network: none (the VM has no network device)".to_string(),
-            Some(n) => format!(
-                "{}; the guest ({GUEST_ADDRESS}/24, gateway and DNS {GUEST_GATEWAY}, {GUEST_DNS}) reaches out only through QEMU's user-mode network, which opens each connection as a socket in the VMM's own network namespace behind that firewall, its DNS forwarder asking that namespace's resolver",
-                n.policy_applied.clone().unwrap_or_else(|| {
-                    "network: egress through slirp4netns from the VMM's own network namespace; host, private, link-local and metadata addresses rejected by nftables there".into()
-                })
-            ),
+            None => Wall::on(K::Network, "none (the VM has no network device)"),
+            Some(n) => {
+                let outer = n.policy_applied.clone().unwrap_or_else(|| {
+                    Wall::on(
+                        K::Network,
+                        "egress through slirp4netns from the VMM's own network namespace; host, private, link-local and metadata addresses rejected by nftables there",
+                    )
+                });
+                Wall::on(
+                    K::Network,
+                    format!(
+                        "{}; the guest ({GUEST_ADDRESS}/24, gateway and DNS {GUEST_GATEWAY}, {GUEST_DNS}) reaches out only through QEMU's user-mode network, which opens each connection as a socket in the VMM's own network namespace behind that firewall, its DNS forwarder asking that namespace's resolver",
+                        outer.detail
+                    ),
+                )
+            }
         },
-        "guest: Debian cloud kernel; the static stockade agent as PID 1 (initramfs)".into(),
-        match (image, spec.writable) {
-            (Some(img), true) => format!(
-                "root: image {} (erofs image of its flattened rootfs, read-only) under a writable overlay in guest RAM (discarded at destroy)",
-                img.reference
-            ),
-            (Some(img), false) => format!(
-                "root: image {} (erofs image of its flattened rootfs), read-only",
-                img.reference
-            ),
-            (None, true) => "root: the host-rootfs view (erofs image, read-only) under a writable overlay in guest RAM (discarded at destroy)".into(),
-            (None, false) => "root: the host-rootfs view (erofs image of /usr and selected /etc), read-only".into(),
-        },
-        format!("/tmp: tmpfs {} bytes in the guest", l.tmp_bytes),
-        format!(
-            "guest cgroup: memory {} bytes (no swap); pids {} for the execs (their own cgroup), +{AGENT_PIDS} for the agent",
-            l.memory_bytes, l.pids
+        Wall::on(
+            K::Root,
+            match (image, spec.writable) {
+                (Some(img), true) => format!(
+                    "image {} (erofs image of its flattened rootfs, read-only) under a writable overlay in guest RAM (discarded at destroy)",
+                    img.reference
+                ),
+                (Some(img), false) => format!(
+                    "image {} (erofs image of its flattened rootfs), read-only",
+                    img.reference
+                ),
+                (None, true) => "the host-rootfs view (erofs image, read-only) under a writable overlay in guest RAM (discarded at destroy)".into(),
+                (None, false) => "the host-rootfs view (erofs image of /usr and selected /etc), read-only".into(),
+            },
         ),
-        "agent channel: a virtio-serial port on a host unix socket in a root-only directory, multiplexed".into(),
-        format!(
-            "user: uid {} gid {}, workdir {workdir}; seccomp {}, landlock {}, no_new_privs {}",
-            user.uid, user.gid, h.seccomp, h.landlock, h.no_new_privileges
+        Wall::on(K::Tmp, format!("tmpfs {} bytes in the guest", l.tmp_bytes)),
+        Wall::on(
+            K::Limits,
+            format!(
+                "guest cgroup: memory {} bytes (no swap); pids {} for the execs (their own cgroup), +{AGENT_PIDS} for the agent",
+                l.memory_bytes, l.pids
+            ),
         ),
-        format!("lifetime: {} s", spec.timeout_secs),
+        Wall::on(
+            K::AgentChannel,
+            "a virtio-serial port on a host unix socket in a root-only directory, multiplexed",
+        ),
+        Wall::on(
+            K::User,
+            format!("uid {} gid {}, workdir {workdir}", user.uid, user.gid),
+        ),
+        Wall::new(
+            K::Seccomp,
+            h.seccomp,
+            if h.seccomp {
+                "on every exec in the guest"
+            } else {
+                "OFF (opt-out)"
+            },
+        ),
+        Wall::new(
+            K::Landlock,
+            h.landlock,
+            if h.landlock {
+                "on every exec in the guest"
+            } else {
+                "OFF (opt-out)"
+            },
+        ),
+        Wall::new(
+            K::NoNewPrivs,
+            h.no_new_privileges,
+            if h.no_new_privileges {
+                "set on every exec in the guest"
+            } else {
+                "NOT set (opt-out)"
+            },
+        ),
+        Wall::on(K::Lifetime, format!("{} s", spec.timeout_secs)),
     ];
-    let mut applied = applied;
     for m in &spec.mounts {
-        applied.push(format!(
-            "workspace: {} at {} (virtiofs, {}; the host side served {} by a virtiofsd confined to it)",
-            m.host.display(),
-            m.target.display(),
-            if m.writable { "read-write" } else { "read-only" },
-            if m.writable { "read-write" } else { "read-only" },
+        applied.push(Wall::on(
+            K::Mount,
+            format!(
+                "{} at {} (virtiofs, {}; the host side served {} by a virtiofsd confined to it)",
+                m.host.display(),
+                m.target.display(),
+                if m.writable {
+                    "read-write"
+                } else {
+                    "read-only"
+                },
+                if m.writable {
+                    "read-write"
+                } else {
+                    "read-only"
+                },
+            ),
         ));
     }
     Plan {
@@ -355,7 +413,8 @@ mod tests {
             Some(&["/tmp".to_string(), "/dev/shm".to_string()][..])
         );
         assert!(
-            p.applied[0].contains("software emulation"),
+            p.applied[0].kind == WallKind::Isolation
+                && p.applied[0].detail.contains("software emulation"),
             "{:?}",
             p.applied
         );
@@ -364,7 +423,7 @@ mod tests {
         assert!(
             p.applied
                 .iter()
-                .any(|l| l == "network: none (the VM has no network device)"),
+                .any(|w| w.to_string() == "network: none (the VM has no network device)"),
             "{:?}",
             p.applied
         );
@@ -377,7 +436,7 @@ mod tests {
             resolv_conf: "nameserver 127.0.0.1\noptions attempts:1 timeout:2\n".into(),
             ca: Some(("CA".into(), "ROOTS\nCA".into())),
             env: [("TOKEN".to_string(), "placeholder".to_string())].into(),
-            policy_applied: Some("network: egress policy".into()),
+            policy_applied: Some(Wall::on(WallKind::Network, "egress policy")),
         };
         let p = plan(&spec, None, Some(&net), Vec::new(), 0, Accel::Tcg);
         let g = p.guest.network.expect("a network interface");
@@ -404,12 +463,14 @@ mod tests {
             Some("placeholder")
         );
         assert!(
-            p.applied[0].contains("one virtio-net device"),
+            p.applied[0].detail.contains("one virtio-net device"),
             "{:?}",
             p.applied
         );
         assert!(
-            p.applied[1].starts_with("network: egress policy; the guest (10.0.2.15/24"),
+            p.applied[1]
+                .to_string()
+                .starts_with("network: egress policy; the guest (10.0.2.15/24"),
             "{:?}",
             p.applied
         );

@@ -21,7 +21,8 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use stockade_core::host::hex;
 use stockade_core::{
-    CreateOptions, Error, Result, SandboxInfo, SnapshotInfo, check_snapshot_key, now_ms,
+    CreateOptions, Error, Result, SandboxInfo, SnapshotInfo, Wall, WallKind, check_snapshot_key,
+    now_ms,
 };
 
 use crate::vmm::VmPlan;
@@ -35,7 +36,7 @@ struct Meta {
     info: SnapshotInfo,
     /// The saved VM's plan; its files are this directory's when restored.
     plan: VmPlan,
-    applied: Vec<String>,
+    applied: Vec<Wall>,
     lifetime_ms: u64,
     cgroups: bool,
     kernel_sha256: String,
@@ -260,15 +261,19 @@ impl MicrovmLauncher {
             sha256,
             spec: self.live_spec(id, &record.info.spec),
         };
-        let mut applied: Vec<String> = record
+        // A copy's own origin, not its source's.
+        let mut applied: Vec<Wall> = record
             .info
             .applied
             .iter()
-            .filter(|l| !l.starts_with("forked from") && !l.starts_with("started from snapshot"))
+            .filter(|w| w.kind != WallKind::State)
             .cloned()
             .collect();
-        applied.push(format!(
-            "started from snapshot {name} (taken of sandbox {id}): own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+        applied.push(Wall::on(
+            WallKind::State,
+            format!(
+                "started from snapshot {name} (taken of sandbox {id}): own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+            ),
         ));
         let meta = Meta {
             info: info.clone(),

@@ -271,17 +271,17 @@ impl MicrovmLauncher {
                 })
                 .collect();
             let mut applied = p.applied.clone();
-            applied.push(vmm::CONFINEMENT.into());
+            applied.push(Wall::on(WallKind::Isolation, vmm::CONFINEMENT));
             let cgroups = plan::host_cgroups(Path::new("/sys/fs/cgroup"), &id, p.memory_mib, spec.limits.cpus);
             applied.push(if cgroups.is_empty() {
-                "host cgroup: none (no cgroup hierarchy found); the VM's size bounds it".into()
+                Wall::off(WallKind::Limits, "host cgroup: none (no cgroup hierarchy found); the VM's size bounds it")
             } else {
-                format!(
+                Wall::on(WallKind::Limits, format!(
                     "host cgroup around the VMM: {} (memory = guest RAM + {} MiB, CPU quota {} CPUs)",
                     cgroups.iter().map(|c| c.0.as_str()).collect::<Vec<_>>().join(", "),
                     plan::VMM_OVERHEAD_MIB,
                     spec.limits.cpus
-                )
+                ))
             });
             let host = VmHostConfig {
                 id: id.clone(),

@@ -181,9 +181,18 @@ impl MicrovmLauncher {
         let _hold = self.hold(id).await?;
         let mem = self.snapshot_of(id).await?;
         let source = self.read_record(id)?;
-        let mut applied = source.info.applied.clone();
-        applied.push(format!(
-            "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+        let mut applied: Vec<Wall> = source
+            .info
+            .applied
+            .iter()
+            .filter(|w| w.kind != WallKind::State)
+            .cloned()
+            .collect();
+        applied.push(Wall::on(
+            WallKind::State,
+            format!(
+                "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+            ),
         ));
         let restore = Restore {
             mem,

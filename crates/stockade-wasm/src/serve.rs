@@ -170,7 +170,10 @@ async fn serve(launch: Launch, confined: String) -> i32 {
         }
     };
     let id = info.id.clone();
-    info.applied.push(confined);
+    info.applied.push(stockade_core::Wall::on(
+        stockade_core::WallKind::Isolation,
+        confined,
+    ));
     answer(&Ready::Ok {
         info: Box::new(info),
         socket,

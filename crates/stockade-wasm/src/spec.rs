@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use stockade_core::{Error, Result, ValidatedSpec};
+use stockade_core::{Error, Result, ValidatedSpec, Wall, WallKind};
 use stockade_spec::{SpecError, SpecErrors, format_size};
 
 use crate::module::ModuleEntry;
@@ -116,47 +116,72 @@ impl WasmProvider {
             .find(|d| d.starts_with(&host) || host.starts_with(d))
     }
 
-    pub(crate) fn applied(&self, spec: &ValidatedSpec, module: &ModuleEntry) -> Vec<String> {
+    pub(crate) fn applied(&self, spec: &ValidatedSpec, module: &ModuleEntry) -> Vec<Wall> {
+        use WallKind as K;
         let fuel = self.inner.config.fuel_per_exec;
         let mut a = vec![
-            format!(
-                "module {} (sha256 {}), WASI preview 1",
-                module.source.display(),
-                module.sha256
+            Wall::on(
+                K::Isolation,
+                format!(
+                    "module {} (sha256 {}), WASI preview 1",
+                    module.source.display(),
+                    module.sha256
+                ),
             ),
-            "network: none (no sockets granted)".to_string(),
-            format!(
-                "memory: {} for all execs together (linear memory growth past it fails in the guest)",
-                format_size(spec.limits.memory_bytes)
+            Wall::on(K::Network, "none (no sockets granted)"),
+            Wall::on(
+                K::Limits,
+                format!(
+                    "memory {} for all execs together (linear memory growth past it fails in the guest)",
+                    format_size(spec.limits.memory_bytes)
+                ),
             ),
-            format!(
-                "/tmp: private host directory capped at {} and {} entries, removed at destroy",
-                format_size(spec.limits.tmp_bytes),
-                self.inner.config.tmp_max_entries
+            Wall::on(
+                K::Tmp,
+                format!(
+                    "private host directory capped at {} and {} entries, removed at destroy",
+                    format_size(spec.limits.tmp_bytes),
+                    self.inner.config.tmp_max_entries
+                ),
             ),
-            format!("pids: at most {} execs at once, one thread each", spec.limits.pids),
-            "cpu: one host thread per exec".to_string(),
-            format!(
-                "lifetime {} s and exec deadlines: epoch interruption",
-                spec.timeout_secs
+            Wall::on(
+                K::Limits,
+                format!(
+                    "pids: at most {} execs at once, one thread each",
+                    spec.limits.pids
+                ),
             ),
-            "seccomp, landlock, no_new_privileges, capabilities: by construction (a module has no syscalls, reaches files only through preopens, holds no privileges)".to_string(),
-            "user, hostname: not applicable in WASI".to_string(),
+            Wall::on(K::Limits, "cpu: one host thread per exec"),
+            Wall::on(
+                K::Lifetime,
+                format!(
+                    "{} s and exec deadlines: epoch interruption",
+                    spec.timeout_secs
+                ),
+            ),
+            Wall::on(
+                K::Isolation,
+                "seccomp, landlock, no_new_privileges, capabilities: by construction (a module has no syscalls, reaches files only through preopens, holds no privileges)",
+            ),
+            Wall::on(K::User, "not applicable in WASI (nor is a hostname)"),
         ];
         for m in &spec.mounts {
-            a.push(format!(
-                "mount {} -> {} ({})",
-                m.host.display(),
-                m.target.display(),
-                if m.writable {
-                    "read-write"
-                } else {
-                    "read-only"
-                }
+            a.push(Wall::on(
+                K::Mount,
+                format!(
+                    "{} -> {} ({})",
+                    m.host.display(),
+                    m.target.display(),
+                    if m.writable {
+                        "read-write"
+                    } else {
+                        "read-only"
+                    }
+                ),
             ));
         }
         if let Some(f) = fuel {
-            a.push(format!("fuel: {f} per exec"));
+            a.push(Wall::on(K::Limits, format!("fuel: {f} per exec")));
         }
         a
     }

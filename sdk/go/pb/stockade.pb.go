@@ -828,8 +828,9 @@ type SandboxInfo struct {
 	ExpiresAtMs uint64                 `protobuf:"varint,4,opt,name=expires_at_ms,json=expiresAtMs,proto3" json:"expires_at_ms,omitempty"`
 	OwnerPid    uint32                 `protobuf:"varint,5,opt,name=owner_pid,json=ownerPid,proto3" json:"owner_pid,omitempty"`
 	// The spec as requested, JSON.
-	SpecJson string   `protobuf:"bytes,6,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
-	Applied  []string `protobuf:"bytes,7,rep,name=applied,proto3" json:"applied,omitempty"`
+	SpecJson string `protobuf:"bytes,6,opt,name=spec_json,json=specJson,proto3" json:"spec_json,omitempty"`
+	// The hardening report, wall by wall.
+	Applied []*Wall `protobuf:"bytes,10,rep,name=applied,proto3" json:"applied,omitempty"`
 	// Whether it came warm from a pool.
 	Pooled bool `protobuf:"varint,8,opt,name=pooled,proto3" json:"pooled,omitempty"`
 	// "running" or "paused" (empty from an older daemon: running).
@@ -910,7 +911,7 @@ func (x *SandboxInfo) GetSpecJson() string {
 	return ""
 }
 
-func (x *SandboxInfo) GetApplied() []string {
+func (x *SandboxInfo) GetApplied() []*Wall {
 	if x != nil {
 		return x.Applied
 	}
@@ -927,6 +928,72 @@ func (x *SandboxInfo) GetPooled() bool {
 func (x *SandboxInfo) GetState() string {
 	if x != nil {
 		return x.State
+	}
+	return ""
+}
+
+// One wall of a sandbox as its provider built it.
+type Wall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Which wall: isolation, root, tmp, network, limits, user, user_namespace,
+	// lifetime, capabilities, no_new_privs, seccomp, landlock, agent_channel,
+	// platform, mount or state.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// Whether it stands (false: opted out, or not had on this provider or host).
+	Enforced bool `protobuf:"varint,2,opt,name=enforced,proto3" json:"enforced,omitempty"`
+	// What it is, in words.
+	Detail        string `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Wall) Reset() {
+	*x = Wall{}
+	mi := &file_stockade_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Wall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Wall) ProtoMessage() {}
+
+func (x *Wall) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Wall.ProtoReflect.Descriptor instead.
+func (*Wall) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *Wall) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *Wall) GetEnforced() bool {
+	if x != nil {
+		return x.Enforced
+	}
+	return false
+}
+
+func (x *Wall) GetDetail() string {
+	if x != nil {
+		return x.Detail
 	}
 	return ""
 }
@@ -962,7 +1029,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -974,7 +1041,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[14]
+	mi := &file_stockade_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -987,7 +1054,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{14}
+	return file_stockade_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ExecRequest) GetSandboxId() string {
@@ -1093,7 +1160,7 @@ type WatchDir struct {
 
 func (x *WatchDir) Reset() {
 	*x = WatchDir{}
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1172,7 @@ func (x *WatchDir) String() string {
 func (*WatchDir) ProtoMessage() {}
 
 func (x *WatchDir) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[15]
+	mi := &file_stockade_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1185,7 @@ func (x *WatchDir) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchDir.ProtoReflect.Descriptor instead.
 func (*WatchDir) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{15}
+	return file_stockade_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchDir) GetPath() string {
@@ -1146,7 +1213,7 @@ type TtySize struct {
 
 func (x *TtySize) Reset() {
 	*x = TtySize{}
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1158,7 +1225,7 @@ func (x *TtySize) String() string {
 func (*TtySize) ProtoMessage() {}
 
 func (x *TtySize) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[16]
+	mi := &file_stockade_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1171,7 +1238,7 @@ func (x *TtySize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TtySize.ProtoReflect.Descriptor instead.
 func (*TtySize) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{16}
+	return file_stockade_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *TtySize) GetRows() uint32 {
@@ -1209,7 +1276,7 @@ type ExecOutcome struct {
 
 func (x *ExecOutcome) Reset() {
 	*x = ExecOutcome{}
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1221,7 +1288,7 @@ func (x *ExecOutcome) String() string {
 func (*ExecOutcome) ProtoMessage() {}
 
 func (x *ExecOutcome) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[17]
+	mi := &file_stockade_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1234,7 +1301,7 @@ func (x *ExecOutcome) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutcome.ProtoReflect.Descriptor instead.
 func (*ExecOutcome) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{17}
+	return file_stockade_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecOutcome) GetExitCode() int32 {
@@ -1330,7 +1397,7 @@ type EgressDenial struct {
 
 func (x *EgressDenial) Reset() {
 	*x = EgressDenial{}
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1409,7 @@ func (x *EgressDenial) String() string {
 func (*EgressDenial) ProtoMessage() {}
 
 func (x *EgressDenial) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[18]
+	mi := &file_stockade_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1422,7 @@ func (x *EgressDenial) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDenial.ProtoReflect.Descriptor instead.
 func (*EgressDenial) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{18}
+	return file_stockade_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *EgressDenial) GetAtMs() uint64 {
@@ -1412,7 +1479,7 @@ type SetNetworkRequest struct {
 
 func (x *SetNetworkRequest) Reset() {
 	*x = SetNetworkRequest{}
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1424,7 +1491,7 @@ func (x *SetNetworkRequest) String() string {
 func (*SetNetworkRequest) ProtoMessage() {}
 
 func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[19]
+	mi := &file_stockade_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1437,7 +1504,7 @@ func (x *SetNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{19}
+	return file_stockade_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *SetNetworkRequest) GetSandboxId() string {
@@ -1465,7 +1532,7 @@ type EgressDeniedRequest struct {
 
 func (x *EgressDeniedRequest) Reset() {
 	*x = EgressDeniedRequest{}
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1477,7 +1544,7 @@ func (x *EgressDeniedRequest) String() string {
 func (*EgressDeniedRequest) ProtoMessage() {}
 
 func (x *EgressDeniedRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[20]
+	mi := &file_stockade_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1490,7 +1557,7 @@ func (x *EgressDeniedRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDeniedRequest.ProtoReflect.Descriptor instead.
 func (*EgressDeniedRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{20}
+	return file_stockade_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *EgressDeniedRequest) GetSandboxId() string {
@@ -1516,7 +1583,7 @@ type EgressDeniedReply struct {
 
 func (x *EgressDeniedReply) Reset() {
 	*x = EgressDeniedReply{}
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1528,7 +1595,7 @@ func (x *EgressDeniedReply) String() string {
 func (*EgressDeniedReply) ProtoMessage() {}
 
 func (x *EgressDeniedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[21]
+	mi := &file_stockade_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1541,7 +1608,7 @@ func (x *EgressDeniedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EgressDeniedReply.ProtoReflect.Descriptor instead.
 func (*EgressDeniedReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{21}
+	return file_stockade_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *EgressDeniedReply) GetDenied() []*EgressDenial {
@@ -1561,7 +1628,7 @@ type OutputChunk struct {
 
 func (x *OutputChunk) Reset() {
 	*x = OutputChunk{}
-	mi := &file_stockade_proto_msgTypes[22]
+	mi := &file_stockade_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1573,7 +1640,7 @@ func (x *OutputChunk) String() string {
 func (*OutputChunk) ProtoMessage() {}
 
 func (x *OutputChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[22]
+	mi := &file_stockade_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1586,7 +1653,7 @@ func (x *OutputChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use OutputChunk.ProtoReflect.Descriptor instead.
 func (*OutputChunk) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{22}
+	return file_stockade_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *OutputChunk) GetStream() StreamKind {
@@ -1617,7 +1684,7 @@ type ExecEvent struct {
 
 func (x *ExecEvent) Reset() {
 	*x = ExecEvent{}
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1629,7 +1696,7 @@ func (x *ExecEvent) String() string {
 func (*ExecEvent) ProtoMessage() {}
 
 func (x *ExecEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[23]
+	mi := &file_stockade_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1642,7 +1709,7 @@ func (x *ExecEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecEvent.ProtoReflect.Descriptor instead.
 func (*ExecEvent) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{23}
+	return file_stockade_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ExecEvent) GetEvent() isExecEvent_Event {
@@ -1716,7 +1783,7 @@ type ExecInputRequest struct {
 
 func (x *ExecInputRequest) Reset() {
 	*x = ExecInputRequest{}
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1728,7 +1795,7 @@ func (x *ExecInputRequest) String() string {
 func (*ExecInputRequest) ProtoMessage() {}
 
 func (x *ExecInputRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[24]
+	mi := &file_stockade_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1741,7 +1808,7 @@ func (x *ExecInputRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecInputRequest.ProtoReflect.Descriptor instead.
 func (*ExecInputRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{24}
+	return file_stockade_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ExecInputRequest) GetExecId() string {
@@ -1781,7 +1848,7 @@ type CancelExecRequest struct {
 
 func (x *CancelExecRequest) Reset() {
 	*x = CancelExecRequest{}
-	mi := &file_stockade_proto_msgTypes[25]
+	mi := &file_stockade_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1793,7 +1860,7 @@ func (x *CancelExecRequest) String() string {
 func (*CancelExecRequest) ProtoMessage() {}
 
 func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[25]
+	mi := &file_stockade_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1806,7 +1873,7 @@ func (x *CancelExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelExecRequest.ProtoReflect.Descriptor instead.
 func (*CancelExecRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{25}
+	return file_stockade_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CancelExecRequest) GetExecId() string {
@@ -1839,7 +1906,7 @@ type FileRequest struct {
 
 func (x *FileRequest) Reset() {
 	*x = FileRequest{}
-	mi := &file_stockade_proto_msgTypes[26]
+	mi := &file_stockade_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1851,7 +1918,7 @@ func (x *FileRequest) String() string {
 func (*FileRequest) ProtoMessage() {}
 
 func (x *FileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[26]
+	mi := &file_stockade_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1864,7 +1931,7 @@ func (x *FileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileRequest.ProtoReflect.Descriptor instead.
 func (*FileRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{26}
+	return file_stockade_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *FileRequest) GetSandboxId() string {
@@ -2061,7 +2128,7 @@ type WriteOp struct {
 
 func (x *WriteOp) Reset() {
 	*x = WriteOp{}
-	mi := &file_stockade_proto_msgTypes[27]
+	mi := &file_stockade_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2140,7 @@ func (x *WriteOp) String() string {
 func (*WriteOp) ProtoMessage() {}
 
 func (x *WriteOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[27]
+	mi := &file_stockade_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2153,7 @@ func (x *WriteOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteOp.ProtoReflect.Descriptor instead.
 func (*WriteOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{27}
+	return file_stockade_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WriteOp) GetPath() string {
@@ -2121,7 +2188,7 @@ type ReadOp struct {
 
 func (x *ReadOp) Reset() {
 	*x = ReadOp{}
-	mi := &file_stockade_proto_msgTypes[28]
+	mi := &file_stockade_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2133,7 +2200,7 @@ func (x *ReadOp) String() string {
 func (*ReadOp) ProtoMessage() {}
 
 func (x *ReadOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[28]
+	mi := &file_stockade_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2146,7 +2213,7 @@ func (x *ReadOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadOp.ProtoReflect.Descriptor instead.
 func (*ReadOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{28}
+	return file_stockade_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadOp) GetPath() string {
@@ -2182,7 +2249,7 @@ type EditOp struct {
 
 func (x *EditOp) Reset() {
 	*x = EditOp{}
-	mi := &file_stockade_proto_msgTypes[29]
+	mi := &file_stockade_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2261,7 @@ func (x *EditOp) String() string {
 func (*EditOp) ProtoMessage() {}
 
 func (x *EditOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[29]
+	mi := &file_stockade_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2274,7 @@ func (x *EditOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EditOp.ProtoReflect.Descriptor instead.
 func (*EditOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{29}
+	return file_stockade_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *EditOp) GetPath() string {
@@ -2247,7 +2314,7 @@ type PathOp struct {
 
 func (x *PathOp) Reset() {
 	*x = PathOp{}
-	mi := &file_stockade_proto_msgTypes[30]
+	mi := &file_stockade_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2259,7 +2326,7 @@ func (x *PathOp) String() string {
 func (*PathOp) ProtoMessage() {}
 
 func (x *PathOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[30]
+	mi := &file_stockade_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2272,7 +2339,7 @@ func (x *PathOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PathOp.ProtoReflect.Descriptor instead.
 func (*PathOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{30}
+	return file_stockade_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *PathOp) GetPath() string {
@@ -2292,7 +2359,7 @@ type GlobOp struct {
 
 func (x *GlobOp) Reset() {
 	*x = GlobOp{}
-	mi := &file_stockade_proto_msgTypes[31]
+	mi := &file_stockade_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2304,7 +2371,7 @@ func (x *GlobOp) String() string {
 func (*GlobOp) ProtoMessage() {}
 
 func (x *GlobOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[31]
+	mi := &file_stockade_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2317,7 +2384,7 @@ func (x *GlobOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GlobOp.ProtoReflect.Descriptor instead.
 func (*GlobOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{31}
+	return file_stockade_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *GlobOp) GetPattern() string {
@@ -2346,7 +2413,7 @@ type GrepOp struct {
 
 func (x *GrepOp) Reset() {
 	*x = GrepOp{}
-	mi := &file_stockade_proto_msgTypes[32]
+	mi := &file_stockade_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2358,7 +2425,7 @@ func (x *GrepOp) String() string {
 func (*GrepOp) ProtoMessage() {}
 
 func (x *GrepOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[32]
+	mi := &file_stockade_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2371,7 +2438,7 @@ func (x *GrepOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepOp.ProtoReflect.Descriptor instead.
 func (*GrepOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{32}
+	return file_stockade_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GrepOp) GetRegex() string {
@@ -2412,7 +2479,7 @@ type MkdirOp struct {
 
 func (x *MkdirOp) Reset() {
 	*x = MkdirOp{}
-	mi := &file_stockade_proto_msgTypes[33]
+	mi := &file_stockade_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2424,7 +2491,7 @@ func (x *MkdirOp) String() string {
 func (*MkdirOp) ProtoMessage() {}
 
 func (x *MkdirOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[33]
+	mi := &file_stockade_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2437,7 +2504,7 @@ func (x *MkdirOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MkdirOp.ProtoReflect.Descriptor instead.
 func (*MkdirOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{33}
+	return file_stockade_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *MkdirOp) GetPath() string {
@@ -2464,7 +2531,7 @@ type RmOp struct {
 
 func (x *RmOp) Reset() {
 	*x = RmOp{}
-	mi := &file_stockade_proto_msgTypes[34]
+	mi := &file_stockade_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2476,7 +2543,7 @@ func (x *RmOp) String() string {
 func (*RmOp) ProtoMessage() {}
 
 func (x *RmOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[34]
+	mi := &file_stockade_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2489,7 +2556,7 @@ func (x *RmOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RmOp.ProtoReflect.Descriptor instead.
 func (*RmOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{34}
+	return file_stockade_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RmOp) GetPath() string {
@@ -2516,7 +2583,7 @@ type UploadOp struct {
 
 func (x *UploadOp) Reset() {
 	*x = UploadOp{}
-	mi := &file_stockade_proto_msgTypes[35]
+	mi := &file_stockade_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2528,7 +2595,7 @@ func (x *UploadOp) String() string {
 func (*UploadOp) ProtoMessage() {}
 
 func (x *UploadOp) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[35]
+	mi := &file_stockade_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2541,7 +2608,7 @@ func (x *UploadOp) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UploadOp.ProtoReflect.Descriptor instead.
 func (*UploadOp) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{35}
+	return file_stockade_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *UploadOp) GetDest() string {
@@ -2573,7 +2640,7 @@ type FileEntry struct {
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_stockade_proto_msgTypes[36]
+	mi := &file_stockade_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2585,7 +2652,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[36]
+	mi := &file_stockade_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2598,7 +2665,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{36}
+	return file_stockade_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *FileEntry) GetName() string {
@@ -2654,7 +2721,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2666,7 +2733,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2679,7 +2746,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{37}
+	return file_stockade_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -2721,7 +2788,7 @@ type FileReply struct {
 
 func (x *FileReply) Reset() {
 	*x = FileReply{}
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2800,7 @@ func (x *FileReply) String() string {
 func (*FileReply) ProtoMessage() {}
 
 func (x *FileReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2813,7 @@ func (x *FileReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileReply.ProtoReflect.Descriptor instead.
 func (*FileReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{38}
+	return file_stockade_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileReply) GetResult() isFileReply_Result {
@@ -2876,7 +2943,7 @@ type DataResult struct {
 
 func (x *DataResult) Reset() {
 	*x = DataResult{}
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +2955,7 @@ func (x *DataResult) String() string {
 func (*DataResult) ProtoMessage() {}
 
 func (x *DataResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +2968,7 @@ func (x *DataResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataResult.ProtoReflect.Descriptor instead.
 func (*DataResult) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{39}
+	return file_stockade_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *DataResult) GetData() []byte {
@@ -2934,7 +3001,7 @@ type Entries struct {
 
 func (x *Entries) Reset() {
 	*x = Entries{}
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2946,7 +3013,7 @@ func (x *Entries) String() string {
 func (*Entries) ProtoMessage() {}
 
 func (x *Entries) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2959,7 +3026,7 @@ func (x *Entries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entries.ProtoReflect.Descriptor instead.
 func (*Entries) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{40}
+	return file_stockade_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *Entries) GetEntries() []*FileEntry {
@@ -2979,7 +3046,7 @@ type Paths struct {
 
 func (x *Paths) Reset() {
 	*x = Paths{}
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2991,7 +3058,7 @@ func (x *Paths) String() string {
 func (*Paths) ProtoMessage() {}
 
 func (x *Paths) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3004,7 +3071,7 @@ func (x *Paths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Paths.ProtoReflect.Descriptor instead.
 func (*Paths) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{41}
+	return file_stockade_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *Paths) GetPaths() []string {
@@ -3031,7 +3098,7 @@ type Matches struct {
 
 func (x *Matches) Reset() {
 	*x = Matches{}
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3043,7 +3110,7 @@ func (x *Matches) String() string {
 func (*Matches) ProtoMessage() {}
 
 func (x *Matches) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3056,7 +3123,7 @@ func (x *Matches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Matches.ProtoReflect.Descriptor instead.
 func (*Matches) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{42}
+	return file_stockade_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Matches) GetMatches() []*GrepMatch {
@@ -3081,7 +3148,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3093,7 +3160,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3106,7 +3173,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{43}
+	return file_stockade_proto_rawDescGZIP(), []int{44}
 }
 
 type ListReply struct {
@@ -3118,7 +3185,7 @@ type ListReply struct {
 
 func (x *ListReply) Reset() {
 	*x = ListReply{}
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3130,7 +3197,7 @@ func (x *ListReply) String() string {
 func (*ListReply) ProtoMessage() {}
 
 func (x *ListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3143,7 +3210,7 @@ func (x *ListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReply.ProtoReflect.Descriptor instead.
 func (*ListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{44}
+	return file_stockade_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListReply) GetSandboxes() []*SandboxInfo {
@@ -3161,7 +3228,7 @@ type GcRequest struct {
 
 func (x *GcRequest) Reset() {
 	*x = GcRequest{}
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3173,7 +3240,7 @@ func (x *GcRequest) String() string {
 func (*GcRequest) ProtoMessage() {}
 
 func (x *GcRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3186,7 +3253,7 @@ func (x *GcRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
 func (*GcRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{45}
+	return file_stockade_proto_rawDescGZIP(), []int{46}
 }
 
 type GcReply struct {
@@ -3199,7 +3266,7 @@ type GcReply struct {
 
 func (x *GcReply) Reset() {
 	*x = GcReply{}
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3211,7 +3278,7 @@ func (x *GcReply) String() string {
 func (*GcReply) ProtoMessage() {}
 
 func (x *GcReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3224,7 +3291,7 @@ func (x *GcReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcReply.ProtoReflect.Descriptor instead.
 func (*GcReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{46}
+	return file_stockade_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *GcReply) GetReaped() []string {
@@ -3250,7 +3317,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3262,7 +3329,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3275,7 +3342,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{47}
+	return file_stockade_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *SessionRef) GetName() string {
@@ -3293,7 +3360,7 @@ type SessionListRequest struct {
 
 func (x *SessionListRequest) Reset() {
 	*x = SessionListRequest{}
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3305,7 +3372,7 @@ func (x *SessionListRequest) String() string {
 func (*SessionListRequest) ProtoMessage() {}
 
 func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3318,7 +3385,7 @@ func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListRequest.ProtoReflect.Descriptor instead.
 func (*SessionListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{48}
+	return file_stockade_proto_rawDescGZIP(), []int{49}
 }
 
 type SessionInfo struct {
@@ -3333,7 +3400,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3345,7 +3412,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3358,7 +3425,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{49}
+	return file_stockade_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionInfo) GetName() string {
@@ -3398,7 +3465,7 @@ type SessionListReply struct {
 
 func (x *SessionListReply) Reset() {
 	*x = SessionListReply{}
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3410,7 +3477,7 @@ func (x *SessionListReply) String() string {
 func (*SessionListReply) ProtoMessage() {}
 
 func (x *SessionListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3423,7 +3490,7 @@ func (x *SessionListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListReply.ProtoReflect.Descriptor instead.
 func (*SessionListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{50}
+	return file_stockade_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *SessionListReply) GetSessions() []*SessionInfo {
@@ -3448,7 +3515,7 @@ type PoolWarmRequest struct {
 
 func (x *PoolWarmRequest) Reset() {
 	*x = PoolWarmRequest{}
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3460,7 +3527,7 @@ func (x *PoolWarmRequest) String() string {
 func (*PoolWarmRequest) ProtoMessage() {}
 
 func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3473,7 +3540,7 @@ func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWarmRequest.ProtoReflect.Descriptor instead.
 func (*PoolWarmRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{51}
+	return file_stockade_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *PoolWarmRequest) GetProvider() string {
@@ -3526,7 +3593,7 @@ type PoolInfo struct {
 
 func (x *PoolInfo) Reset() {
 	*x = PoolInfo{}
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3538,7 +3605,7 @@ func (x *PoolInfo) String() string {
 func (*PoolInfo) ProtoMessage() {}
 
 func (x *PoolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3551,7 +3618,7 @@ func (x *PoolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
 func (*PoolInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{52}
+	return file_stockade_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *PoolInfo) GetTemplateId() string {
@@ -3646,7 +3713,7 @@ type PoolListRequest struct {
 
 func (x *PoolListRequest) Reset() {
 	*x = PoolListRequest{}
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3658,7 +3725,7 @@ func (x *PoolListRequest) String() string {
 func (*PoolListRequest) ProtoMessage() {}
 
 func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3671,7 +3738,7 @@ func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListRequest.ProtoReflect.Descriptor instead.
 func (*PoolListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{53}
+	return file_stockade_proto_rawDescGZIP(), []int{54}
 }
 
 type PoolListReply struct {
@@ -3683,7 +3750,7 @@ type PoolListReply struct {
 
 func (x *PoolListReply) Reset() {
 	*x = PoolListReply{}
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3695,7 +3762,7 @@ func (x *PoolListReply) String() string {
 func (*PoolListReply) ProtoMessage() {}
 
 func (x *PoolListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3708,7 +3775,7 @@ func (x *PoolListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListReply.ProtoReflect.Descriptor instead.
 func (*PoolListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{54}
+	return file_stockade_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PoolListReply) GetPools() []*PoolInfo {
@@ -3728,7 +3795,7 @@ type PoolDrainRequest struct {
 
 func (x *PoolDrainRequest) Reset() {
 	*x = PoolDrainRequest{}
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3740,7 +3807,7 @@ func (x *PoolDrainRequest) String() string {
 func (*PoolDrainRequest) ProtoMessage() {}
 
 func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3753,7 +3820,7 @@ func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainRequest.ProtoReflect.Descriptor instead.
 func (*PoolDrainRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{55}
+	return file_stockade_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *PoolDrainRequest) GetTemplateId() string {
@@ -3772,7 +3839,7 @@ type PoolDrainReply struct {
 
 func (x *PoolDrainReply) Reset() {
 	*x = PoolDrainReply{}
-	mi := &file_stockade_proto_msgTypes[56]
+	mi := &file_stockade_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3784,7 +3851,7 @@ func (x *PoolDrainReply) String() string {
 func (*PoolDrainReply) ProtoMessage() {}
 
 func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[56]
+	mi := &file_stockade_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3797,7 +3864,7 @@ func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainReply.ProtoReflect.Descriptor instead.
 func (*PoolDrainReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{56}
+	return file_stockade_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PoolDrainReply) GetDestroyed() []string {
@@ -3820,7 +3887,7 @@ type PortData struct {
 
 func (x *PortData) Reset() {
 	*x = PortData{}
-	mi := &file_stockade_proto_msgTypes[57]
+	mi := &file_stockade_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3832,7 +3899,7 @@ func (x *PortData) String() string {
 func (*PortData) ProtoMessage() {}
 
 func (x *PortData) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[57]
+	mi := &file_stockade_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3845,7 +3912,7 @@ func (x *PortData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortData.ProtoReflect.Descriptor instead.
 func (*PortData) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{57}
+	return file_stockade_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PortData) GetSandboxId() string {
@@ -3913,17 +3980,22 @@ const file_stockade_proto_rawDesc = "" +
 	"\x19CreateFromSnapshotRequest\x12\x1a\n" +
 	"\bprovider\x18\x01 \x01(\tR\bprovider\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1b\n" +
-	"\towner_pid\x18\x03 \x01(\rR\bownerPid\"\x83\x02\n" +
+	"\towner_pid\x18\x03 \x01(\rR\bownerPid\"\x9c\x02\n" +
 	"\vSandboxInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1a\n" +
 	"\bprovider\x18\x02 \x01(\tR\bprovider\x12\"\n" +
 	"\rcreated_at_ms\x18\x03 \x01(\x04R\vcreatedAtMs\x12\"\n" +
 	"\rexpires_at_ms\x18\x04 \x01(\x04R\vexpiresAtMs\x12\x1b\n" +
 	"\towner_pid\x18\x05 \x01(\rR\bownerPid\x12\x1b\n" +
-	"\tspec_json\x18\x06 \x01(\tR\bspecJson\x12\x18\n" +
-	"\aapplied\x18\a \x03(\tR\aapplied\x12\x16\n" +
+	"\tspec_json\x18\x06 \x01(\tR\bspecJson\x12+\n" +
+	"\aapplied\x18\n" +
+	" \x03(\v2\x11.stockade.v1.WallR\aapplied\x12\x16\n" +
 	"\x06pooled\x18\b \x01(\bR\x06pooled\x12\x14\n" +
-	"\x05state\x18\t \x01(\tR\x05state\"\xbb\x04\n" +
+	"\x05state\x18\t \x01(\tR\x05stateJ\x04\b\a\x10\b\"N\n" +
+	"\x04Wall\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x1a\n" +
+	"\benforced\x18\x02 \x01(\bR\benforced\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"\xbb\x04\n" +
 	"\vExecRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12\x12\n" +
@@ -4210,7 +4282,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 59)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_stockade_proto_goTypes = []any{
 	(StreamKind)(0),                   // 0: stockade.v1.StreamKind
 	(FileKind)(0),                     // 1: stockade.v1.FileKind
@@ -4228,147 +4300,149 @@ var file_stockade_proto_goTypes = []any{
 	(*SnapshotInfo)(nil),              // 13: stockade.v1.SnapshotInfo
 	(*CreateFromSnapshotRequest)(nil), // 14: stockade.v1.CreateFromSnapshotRequest
 	(*SandboxInfo)(nil),               // 15: stockade.v1.SandboxInfo
-	(*ExecRequest)(nil),               // 16: stockade.v1.ExecRequest
-	(*WatchDir)(nil),                  // 17: stockade.v1.WatchDir
-	(*TtySize)(nil),                   // 18: stockade.v1.TtySize
-	(*ExecOutcome)(nil),               // 19: stockade.v1.ExecOutcome
-	(*EgressDenial)(nil),              // 20: stockade.v1.EgressDenial
-	(*SetNetworkRequest)(nil),         // 21: stockade.v1.SetNetworkRequest
-	(*EgressDeniedRequest)(nil),       // 22: stockade.v1.EgressDeniedRequest
-	(*EgressDeniedReply)(nil),         // 23: stockade.v1.EgressDeniedReply
-	(*OutputChunk)(nil),               // 24: stockade.v1.OutputChunk
-	(*ExecEvent)(nil),                 // 25: stockade.v1.ExecEvent
-	(*ExecInputRequest)(nil),          // 26: stockade.v1.ExecInputRequest
-	(*CancelExecRequest)(nil),         // 27: stockade.v1.CancelExecRequest
-	(*FileRequest)(nil),               // 28: stockade.v1.FileRequest
-	(*WriteOp)(nil),                   // 29: stockade.v1.WriteOp
-	(*ReadOp)(nil),                    // 30: stockade.v1.ReadOp
-	(*EditOp)(nil),                    // 31: stockade.v1.EditOp
-	(*PathOp)(nil),                    // 32: stockade.v1.PathOp
-	(*GlobOp)(nil),                    // 33: stockade.v1.GlobOp
-	(*GrepOp)(nil),                    // 34: stockade.v1.GrepOp
-	(*MkdirOp)(nil),                   // 35: stockade.v1.MkdirOp
-	(*RmOp)(nil),                      // 36: stockade.v1.RmOp
-	(*UploadOp)(nil),                  // 37: stockade.v1.UploadOp
-	(*FileEntry)(nil),                 // 38: stockade.v1.FileEntry
-	(*GrepMatch)(nil),                 // 39: stockade.v1.GrepMatch
-	(*FileReply)(nil),                 // 40: stockade.v1.FileReply
-	(*DataResult)(nil),                // 41: stockade.v1.DataResult
-	(*Entries)(nil),                   // 42: stockade.v1.Entries
-	(*Paths)(nil),                     // 43: stockade.v1.Paths
-	(*Matches)(nil),                   // 44: stockade.v1.Matches
-	(*ListRequest)(nil),               // 45: stockade.v1.ListRequest
-	(*ListReply)(nil),                 // 46: stockade.v1.ListReply
-	(*GcRequest)(nil),                 // 47: stockade.v1.GcRequest
-	(*GcReply)(nil),                   // 48: stockade.v1.GcReply
-	(*SessionRef)(nil),                // 49: stockade.v1.SessionRef
-	(*SessionListRequest)(nil),        // 50: stockade.v1.SessionListRequest
-	(*SessionInfo)(nil),               // 51: stockade.v1.SessionInfo
-	(*SessionListReply)(nil),          // 52: stockade.v1.SessionListReply
-	(*PoolWarmRequest)(nil),           // 53: stockade.v1.PoolWarmRequest
-	(*PoolInfo)(nil),                  // 54: stockade.v1.PoolInfo
-	(*PoolListRequest)(nil),           // 55: stockade.v1.PoolListRequest
-	(*PoolListReply)(nil),             // 56: stockade.v1.PoolListReply
-	(*PoolDrainRequest)(nil),          // 57: stockade.v1.PoolDrainRequest
-	(*PoolDrainReply)(nil),            // 58: stockade.v1.PoolDrainReply
-	(*PortData)(nil),                  // 59: stockade.v1.PortData
-	nil,                               // 60: stockade.v1.ExecRequest.EnvEntry
+	(*Wall)(nil),                      // 16: stockade.v1.Wall
+	(*ExecRequest)(nil),               // 17: stockade.v1.ExecRequest
+	(*WatchDir)(nil),                  // 18: stockade.v1.WatchDir
+	(*TtySize)(nil),                   // 19: stockade.v1.TtySize
+	(*ExecOutcome)(nil),               // 20: stockade.v1.ExecOutcome
+	(*EgressDenial)(nil),              // 21: stockade.v1.EgressDenial
+	(*SetNetworkRequest)(nil),         // 22: stockade.v1.SetNetworkRequest
+	(*EgressDeniedRequest)(nil),       // 23: stockade.v1.EgressDeniedRequest
+	(*EgressDeniedReply)(nil),         // 24: stockade.v1.EgressDeniedReply
+	(*OutputChunk)(nil),               // 25: stockade.v1.OutputChunk
+	(*ExecEvent)(nil),                 // 26: stockade.v1.ExecEvent
+	(*ExecInputRequest)(nil),          // 27: stockade.v1.ExecInputRequest
+	(*CancelExecRequest)(nil),         // 28: stockade.v1.CancelExecRequest
+	(*FileRequest)(nil),               // 29: stockade.v1.FileRequest
+	(*WriteOp)(nil),                   // 30: stockade.v1.WriteOp
+	(*ReadOp)(nil),                    // 31: stockade.v1.ReadOp
+	(*EditOp)(nil),                    // 32: stockade.v1.EditOp
+	(*PathOp)(nil),                    // 33: stockade.v1.PathOp
+	(*GlobOp)(nil),                    // 34: stockade.v1.GlobOp
+	(*GrepOp)(nil),                    // 35: stockade.v1.GrepOp
+	(*MkdirOp)(nil),                   // 36: stockade.v1.MkdirOp
+	(*RmOp)(nil),                      // 37: stockade.v1.RmOp
+	(*UploadOp)(nil),                  // 38: stockade.v1.UploadOp
+	(*FileEntry)(nil),                 // 39: stockade.v1.FileEntry
+	(*GrepMatch)(nil),                 // 40: stockade.v1.GrepMatch
+	(*FileReply)(nil),                 // 41: stockade.v1.FileReply
+	(*DataResult)(nil),                // 42: stockade.v1.DataResult
+	(*Entries)(nil),                   // 43: stockade.v1.Entries
+	(*Paths)(nil),                     // 44: stockade.v1.Paths
+	(*Matches)(nil),                   // 45: stockade.v1.Matches
+	(*ListRequest)(nil),               // 46: stockade.v1.ListRequest
+	(*ListReply)(nil),                 // 47: stockade.v1.ListReply
+	(*GcRequest)(nil),                 // 48: stockade.v1.GcRequest
+	(*GcReply)(nil),                   // 49: stockade.v1.GcReply
+	(*SessionRef)(nil),                // 50: stockade.v1.SessionRef
+	(*SessionListRequest)(nil),        // 51: stockade.v1.SessionListRequest
+	(*SessionInfo)(nil),               // 52: stockade.v1.SessionInfo
+	(*SessionListReply)(nil),          // 53: stockade.v1.SessionListReply
+	(*PoolWarmRequest)(nil),           // 54: stockade.v1.PoolWarmRequest
+	(*PoolInfo)(nil),                  // 55: stockade.v1.PoolInfo
+	(*PoolListRequest)(nil),           // 56: stockade.v1.PoolListRequest
+	(*PoolListReply)(nil),             // 57: stockade.v1.PoolListReply
+	(*PoolDrainRequest)(nil),          // 58: stockade.v1.PoolDrainRequest
+	(*PoolDrainReply)(nil),            // 59: stockade.v1.PoolDrainReply
+	(*PortData)(nil),                  // 60: stockade.v1.PortData
+	nil,                               // 61: stockade.v1.ExecRequest.EnvEntry
 }
 var file_stockade_proto_depIdxs = []int32{
 	15, // 0: stockade.v1.ForkReply.sandboxes:type_name -> stockade.v1.SandboxInfo
 	13, // 1: stockade.v1.SnapshotListReply.snapshots:type_name -> stockade.v1.SnapshotInfo
-	60, // 2: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
-	18, // 3: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
-	17, // 4: stockade.v1.ExecRequest.watch:type_name -> stockade.v1.WatchDir
-	20, // 5: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
-	20, // 6: stockade.v1.EgressDeniedReply.denied:type_name -> stockade.v1.EgressDenial
-	0,  // 7: stockade.v1.OutputChunk.stream:type_name -> stockade.v1.StreamKind
-	24, // 8: stockade.v1.ExecEvent.output:type_name -> stockade.v1.OutputChunk
-	19, // 9: stockade.v1.ExecEvent.outcome:type_name -> stockade.v1.ExecOutcome
-	18, // 10: stockade.v1.ExecInputRequest.resize:type_name -> stockade.v1.TtySize
-	29, // 11: stockade.v1.FileRequest.write:type_name -> stockade.v1.WriteOp
-	30, // 12: stockade.v1.FileRequest.read:type_name -> stockade.v1.ReadOp
-	31, // 13: stockade.v1.FileRequest.edit:type_name -> stockade.v1.EditOp
-	32, // 14: stockade.v1.FileRequest.ls:type_name -> stockade.v1.PathOp
-	32, // 15: stockade.v1.FileRequest.stat:type_name -> stockade.v1.PathOp
-	33, // 16: stockade.v1.FileRequest.glob:type_name -> stockade.v1.GlobOp
-	34, // 17: stockade.v1.FileRequest.grep:type_name -> stockade.v1.GrepOp
-	35, // 18: stockade.v1.FileRequest.mkdir:type_name -> stockade.v1.MkdirOp
-	36, // 19: stockade.v1.FileRequest.rm:type_name -> stockade.v1.RmOp
-	37, // 20: stockade.v1.FileRequest.upload:type_name -> stockade.v1.UploadOp
-	32, // 21: stockade.v1.FileRequest.download:type_name -> stockade.v1.PathOp
-	1,  // 22: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
-	2,  // 23: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
-	41, // 24: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
-	42, // 25: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
-	43, // 26: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
-	44, // 27: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
-	38, // 28: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
-	39, // 29: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
-	15, // 30: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
-	51, // 31: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
-	54, // 32: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
-	3,  // 33: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
-	5,  // 34: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
-	16, // 35: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
-	16, // 36: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
-	26, // 37: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
-	27, // 38: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
-	28, // 39: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
-	6,  // 40: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
-	45, // 41: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
-	6,  // 42: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
-	6,  // 43: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
-	6,  // 44: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
-	7,  // 45: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
-	9,  // 46: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
-	11, // 47: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
-	10, // 48: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
-	14, // 49: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
-	47, // 50: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
-	21, // 51: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
-	59, // 52: stockade.v1.Stockade.ConnectPort:input_type -> stockade.v1.PortData
-	22, // 53: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
-	49, // 54: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
-	49, // 55: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
-	49, // 56: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
-	50, // 57: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
-	53, // 58: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
-	55, // 59: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
-	57, // 60: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
-	4,  // 61: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
-	15, // 62: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
-	19, // 63: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
-	25, // 64: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
-	2,  // 65: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
-	2,  // 66: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
-	40, // 67: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
-	2,  // 68: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
-	46, // 69: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
-	15, // 70: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
-	2,  // 71: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
-	2,  // 72: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
-	8,  // 73: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
-	13, // 74: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
-	12, // 75: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
-	2,  // 76: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
-	15, // 77: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
-	48, // 78: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
-	2,  // 79: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
-	59, // 80: stockade.v1.Stockade.ConnectPort:output_type -> stockade.v1.PortData
-	23, // 81: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
-	15, // 82: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
-	2,  // 83: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
-	2,  // 84: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
-	52, // 85: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
-	54, // 86: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
-	56, // 87: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
-	58, // 88: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
-	61, // [61:89] is the sub-list for method output_type
-	33, // [33:61] is the sub-list for method input_type
-	33, // [33:33] is the sub-list for extension type_name
-	33, // [33:33] is the sub-list for extension extendee
-	0,  // [0:33] is the sub-list for field type_name
+	16, // 2: stockade.v1.SandboxInfo.applied:type_name -> stockade.v1.Wall
+	61, // 3: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
+	19, // 4: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
+	18, // 5: stockade.v1.ExecRequest.watch:type_name -> stockade.v1.WatchDir
+	21, // 6: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
+	21, // 7: stockade.v1.EgressDeniedReply.denied:type_name -> stockade.v1.EgressDenial
+	0,  // 8: stockade.v1.OutputChunk.stream:type_name -> stockade.v1.StreamKind
+	25, // 9: stockade.v1.ExecEvent.output:type_name -> stockade.v1.OutputChunk
+	20, // 10: stockade.v1.ExecEvent.outcome:type_name -> stockade.v1.ExecOutcome
+	19, // 11: stockade.v1.ExecInputRequest.resize:type_name -> stockade.v1.TtySize
+	30, // 12: stockade.v1.FileRequest.write:type_name -> stockade.v1.WriteOp
+	31, // 13: stockade.v1.FileRequest.read:type_name -> stockade.v1.ReadOp
+	32, // 14: stockade.v1.FileRequest.edit:type_name -> stockade.v1.EditOp
+	33, // 15: stockade.v1.FileRequest.ls:type_name -> stockade.v1.PathOp
+	33, // 16: stockade.v1.FileRequest.stat:type_name -> stockade.v1.PathOp
+	34, // 17: stockade.v1.FileRequest.glob:type_name -> stockade.v1.GlobOp
+	35, // 18: stockade.v1.FileRequest.grep:type_name -> stockade.v1.GrepOp
+	36, // 19: stockade.v1.FileRequest.mkdir:type_name -> stockade.v1.MkdirOp
+	37, // 20: stockade.v1.FileRequest.rm:type_name -> stockade.v1.RmOp
+	38, // 21: stockade.v1.FileRequest.upload:type_name -> stockade.v1.UploadOp
+	33, // 22: stockade.v1.FileRequest.download:type_name -> stockade.v1.PathOp
+	1,  // 23: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
+	2,  // 24: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
+	42, // 25: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
+	43, // 26: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
+	44, // 27: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
+	45, // 28: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
+	39, // 29: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
+	40, // 30: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
+	15, // 31: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
+	52, // 32: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
+	55, // 33: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
+	3,  // 34: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
+	5,  // 35: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
+	17, // 36: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
+	17, // 37: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
+	27, // 38: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
+	28, // 39: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
+	29, // 40: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
+	6,  // 41: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
+	46, // 42: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
+	6,  // 43: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
+	6,  // 44: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
+	6,  // 45: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
+	7,  // 46: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
+	9,  // 47: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
+	11, // 48: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
+	10, // 49: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
+	14, // 50: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
+	48, // 51: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
+	22, // 52: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
+	60, // 53: stockade.v1.Stockade.ConnectPort:input_type -> stockade.v1.PortData
+	23, // 54: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
+	50, // 55: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
+	50, // 56: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
+	50, // 57: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
+	51, // 58: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
+	54, // 59: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
+	56, // 60: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
+	58, // 61: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
+	4,  // 62: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
+	15, // 63: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
+	20, // 64: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
+	26, // 65: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
+	2,  // 66: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
+	2,  // 67: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
+	41, // 68: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
+	2,  // 69: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
+	47, // 70: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
+	15, // 71: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
+	2,  // 72: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
+	2,  // 73: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
+	8,  // 74: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
+	13, // 75: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
+	12, // 76: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
+	2,  // 77: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
+	15, // 78: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
+	49, // 79: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
+	2,  // 80: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
+	60, // 81: stockade.v1.Stockade.ConnectPort:output_type -> stockade.v1.PortData
+	24, // 82: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
+	15, // 83: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
+	2,  // 84: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
+	2,  // 85: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
+	53, // 86: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
+	55, // 87: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
+	57, // 88: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
+	59, // 89: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
+	62, // [62:90] is the sub-list for method output_type
+	34, // [34:62] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -4376,16 +4450,16 @@ func file_stockade_proto_init() {
 	if File_stockade_proto != nil {
 		return
 	}
-	file_stockade_proto_msgTypes[14].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[17].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[15].OneofWrappers = []any{}
 	file_stockade_proto_msgTypes[18].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[23].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[19].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[24].OneofWrappers = []any{
 		(*ExecEvent_Started)(nil),
 		(*ExecEvent_Output)(nil),
 		(*ExecEvent_Outcome)(nil),
 	}
-	file_stockade_proto_msgTypes[24].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[26].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[25].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[27].OneofWrappers = []any{
 		(*FileRequest_Write)(nil),
 		(*FileRequest_Read)(nil),
 		(*FileRequest_Edit)(nil),
@@ -4398,10 +4472,10 @@ func file_stockade_proto_init() {
 		(*FileRequest_Upload)(nil),
 		(*FileRequest_Download)(nil),
 	}
-	file_stockade_proto_msgTypes[27].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[32].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[36].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[38].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[28].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[33].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[37].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[39].OneofWrappers = []any{
 		(*FileReply_Done)(nil),
 		(*FileReply_Data)(nil),
 		(*FileReply_Edited)(nil),
@@ -4410,14 +4484,14 @@ func file_stockade_proto_init() {
 		(*FileReply_Matches)(nil),
 		(*FileReply_Archive)(nil),
 	}
-	file_stockade_proto_msgTypes[49].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[50].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   59,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,8 +22,10 @@ def test_hello_and_secure_defaults(client: stockade.Stockade) -> None:
         assert info.provider == "native" and info.id == sb.id
         assert info.spec["network"] == "none" and info.spec["writable"] is False
         assert info.spec["limits"]["pids"] == 64 and info.spec["limits"]["memory_bytes"] == 512 << 20
-        applied = " ".join(info.applied)
-        assert "seccomp" in applied and "landlock" in applied, applied
+        walls = {w.kind: w for w in info.applied}
+        assert isinstance(walls["seccomp"], stockade.Wall), info.applied
+        assert walls["seccomp"].enforced and walls["landlock"].enforced, info.applied
+        assert "memory 512MiB" in str(walls["limits"]), info.applied
 
 
 def test_context_manager_destroys_on_exception(client: stockade.Stockade) -> None:

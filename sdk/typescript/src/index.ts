@@ -13,7 +13,7 @@
 
 import { call, InvalidSpecError } from "./errors";
 import { native, type NativeClient } from "./native";
-import { Sandbox, SessionSandbox, type ExecResult, type SnapshotInfo } from "./sandbox";
+import { Sandbox, SessionSandbox, type ExecResult, type SandboxInfo, type SnapshotInfo } from "./sandbox";
 import { buildSpec, type SpecOptions } from "./spec";
 
 export * from "./errors";
@@ -42,7 +42,9 @@ export {
   type FileEntry,
   type GrepMatch,
   type OutputChunk,
+  type SandboxInfo,
   type SnapshotInfo,
+  type Wall,
 } from "./sandbox";
 
 /** Seconds of lifetime beyond a one-shot `runCode`'s deadline, so the deadline is
@@ -78,12 +80,6 @@ export interface SessionInfo {
   sandboxId: string | null;
   /** When the session was last used, unix milliseconds. */
   lastUsedMs: number;
-}
-
-/** What is known about a live sandbox. */
-export interface SandboxInfo {
-  id: string;
-  [field: string]: unknown;
 }
 
 function env(name: string): string | undefined {

@@ -81,6 +81,34 @@ export interface FileEntry {
 }
 
 /** One `grep` match. */
+/** One wall of a sandbox as its provider built it ({@link SandboxInfo.applied}). */
+export interface Wall {
+  /** Which wall: `isolation`, `root`, `tmp`, `network`, `limits`, `user`,
+   * `user_namespace`, `lifetime`, `capabilities`, `no_new_privs`, `seccomp`,
+   * `landlock`, `agent_channel`, `platform`, `mount` or `state`. */
+  kind: string;
+  /** Whether it stands (false: opted out, or not had on this provider or host). */
+  enforced: boolean;
+  /** What it is, in words. */
+  detail: string;
+}
+
+/** What is known about a live sandbox. */
+export interface SandboxInfo {
+  id: string;
+  provider: string;
+  created_at_ms: number;
+  expires_at_ms: number;
+  owner_pid?: number | null;
+  /** The spec as requested. */
+  spec: Record<string, unknown>;
+  /** The hardening report, wall by wall. */
+  applied: Wall[];
+  /** `running` or `paused`. */
+  state?: string;
+  [field: string]: unknown;
+}
+
 /** A named snapshot: a sandbox's saved state that new sandboxes start from. */
 export interface SnapshotInfo {
   name: string;
@@ -297,7 +325,7 @@ export class Process {
  * `finally`; sandboxes also die with the Node process that created them.
  */
 export class Sandbox implements AsyncDisposable {
-  #info: Record<string, unknown> | undefined;
+  #info: SandboxInfo | undefined;
 
   /** @internal */
   constructor(
@@ -312,8 +340,8 @@ export class Sandbox implements AsyncDisposable {
   }
 
   /** The spec as requested, the hardening actually applied, the expiry. */
-  get info(): Record<string, unknown> {
-    this.#info ??= JSON.parse(this.h.infoJson()) as Record<string, unknown>;
+  get info(): SandboxInfo {
+    this.#info ??= JSON.parse(this.h.infoJson()) as SandboxInfo;
     return this.#info;
   }
 
@@ -402,7 +430,7 @@ export class Sandbox implements AsyncDisposable {
   /** Runs `code` in `language` (default: the sandbox's language, else python). */
   async runCode(code: string, language?: string, opts: Omit<ExecOptions, "stdin"> = {}): Promise<ExecResult> {
     const lang = language ?? this.language ?? "python";
-    const spec = (this.info["spec"] ?? {}) as Record<string, unknown>;
+    const spec = this.info.spec ?? {};
     const prepared = await call(() => this.client.prepareCode(lang, code, JSON.stringify(spec)));
     const image = (JSON.parse(prepared.specJson) as Record<string, unknown>)["image"] ?? null;
     if (image !== (spec["image"] ?? null)) {

@@ -23,6 +23,11 @@ test("create, exec with stdin/env/cwd/timeout, destroy with await using", async 
     assert.equal(failed.exitCode, 3);
     assert.equal(failed.ok, false);
     assert.ok((await (await stockade.client()).list()).some((s) => s.id === id));
+    // The hardening report is typed, wall by wall.
+    const walls: stockade.Wall[] = sb.info.applied;
+    const seccomp = walls.find((w) => w.kind === "seccomp");
+    assert.equal(seccomp?.enforced, true, JSON.stringify(walls));
+    assert.ok(walls.some((w) => w.kind === "limits" && w.detail.includes("memory")), JSON.stringify(walls));
   }
   // Gone after the block: attaching fails with the class of its code.
   await assert.rejects((await stockade.client()).attach(id), stockade.NotFoundError);

@@ -28,8 +28,8 @@ pub struct SandboxState {
     pub owner_pid: Option<u32>,
     /// Cgroup directories to remove at destroy.
     pub cgroups: Vec<PathBuf>,
-    /// Hardening actually applied, e.g. `seccomp: allowlist (301 syscalls)`.
-    pub applied: Vec<String>,
+    /// Hardening actually applied (`inspect`).
+    pub applied: Vec<crate::Wall>,
     /// The user's spec.
     pub spec: serde_json::Value,
     /// The host ids the sandbox's ids 0 to `count - 1` are, when it has a user

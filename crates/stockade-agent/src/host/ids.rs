@@ -47,16 +47,17 @@ impl Ids {
         }
     }
 
-    /// A line for `inspect`.
-    pub fn describe(&self, uid: u32, gid: u32) -> String {
+    /// The user-namespace wall, for `inspect`.
+    pub fn describe(&self, uid: u32, gid: u32) -> stockade_agent_proto::Wall {
         let HostIds { first, count } = self.range;
-        format!(
-            "user namespace: ids 0-{} inside are host ids {first}-{} (uid {uid} is host uid {}, gid {gid} host gid {}); mounts idmapped",
+        let detail = format!(
+            "ids 0-{} inside are host ids {first}-{} (uid {uid} is host uid {}, gid {gid} host gid {}); mounts idmapped",
             count - 1,
             u64::from(first) + u64::from(count) - 1,
             u64::from(first) + u64::from(uid),
             u64::from(first) + u64::from(gid),
-        )
+        );
+        stockade_agent_proto::Wall::on(stockade_agent_proto::WallKind::UserNamespace, detail)
     }
 }
 

@@ -47,9 +47,9 @@ fn the_gvisor_platform_can_be_chosen_and_a_bad_choice_is_named() {
     );
     let v = json(&info);
     assert!(
-        v["applied"]
-            .as_array()
-            .is_some_and(|a| a.iter().any(|l| l == "platform: ptrace")),
+        v["applied"].as_array().is_some_and(|a| a
+            .iter()
+            .any(|w| w["kind"] == "platform" && w["detail"] == "ptrace")),
         "{v}"
     );
     // Asked for by the config file; a value that is no platform names the file, the

@@ -195,14 +195,18 @@ both_ways! {
         );
         let info = json(&via.run(&["inspect", "--json", &id]));
         assert_eq!(info["spec"]["limits"]["memory_bytes"], 256u64 << 20);
-        let applied: Vec<String> = info["applied"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap().to_string())
-            .collect();
+        // The report is typed: each wall a kind, whether it stands, and its words.
+        let applied = info["applied"].as_array().unwrap();
         assert!(
-            applied.iter().any(|a| a.contains("memory 256MiB")),
+            applied.iter().any(|w| w["kind"] == "limits"
+                && w["enforced"] == true
+                && w["detail"].as_str().unwrap().contains("memory 256MiB")),
+            "{applied:?}"
+        );
+        assert!(
+            applied
+                .iter()
+                .any(|w| w["kind"] == "seccomp" && w["enforced"] == true),
             "{applied:?}"
         );
         assert!(via.run(&["rm", &id]).status.success());

@@ -40,7 +40,9 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
         sb.info()
             .applied
             .iter()
-            .any(|l| l.contains("slirp4netns") && l.contains("no docker bridge")),
+            .any(|w| w.kind == stockade_core::WallKind::Network
+                && w.detail.contains("slirp4netns")
+                && w.detail.contains("no docker bridge")),
         "{:?}",
         sb.info().applied
     );

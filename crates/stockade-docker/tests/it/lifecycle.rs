@@ -10,7 +10,13 @@ async fn create_exec_destroy_and_report() {
     let out = sh(&sb, "id -u; id -g; echo $HOME; pwd; hostname", 30_000).await;
     assert_eq!(out.exit_code, 0, "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "1000\n1000\n/tmp\n/tmp\nsandbox\n");
-    let applied = sb.info().applied.join("\n");
+    let walls = &sb.info().applied;
+    assert!(walls.iter().all(|w| w.enforced), "{walls:?}");
+    let applied = walls
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     for want in [
         "read-only",
         "network: none",

@@ -78,12 +78,16 @@ async fn the_kernel_is_gvisors_and_host_kernel_interfaces_are_absent() {
     // The applied list names the platform.
     let info = provider().inspect(sb.id()).await.unwrap();
     assert!(
-        info.applied.iter().any(|l| l.starts_with("platform: ")),
+        info.applied
+            .iter()
+            .any(|w| w.kind == stockade_core::WallKind::Platform && !w.detail.is_empty()),
         "{:?}",
         info.applied
     );
     assert!(
-        info.applied.iter().any(|l| l.starts_with("kernel: gVisor")),
+        info.applied
+            .iter()
+            .any(|w| w.kind == stockade_core::WallKind::Isolation && w.detail.starts_with("gVisor")),
         "{:?}",
         info.applied
     );

@@ -206,7 +206,7 @@ async fn qemu_runs_unprivileged_under_seccomp_and_its_uid_reaches_nothing_else()
     assert!(
         info.applied
             .iter()
-            .any(|l| l.starts_with("VMM confinement:") && l.contains("seccomp")),
+            .any(|w| w.detail.starts_with("VMM confinement:") && w.detail.contains("seccomp")),
         "{:?}",
         info.applied
     );

@@ -108,7 +108,13 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
     s.network = Network::Egress;
     let sb = vm(&p, s).await;
     let id = sb.id().to_string();
-    let applied = sb.info().applied.join("\n");
+    let applied = sb
+        .info()
+        .applied
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("\n");
     assert!(
         applied.contains("one virtio-net device")
             && applied.contains(

@@ -115,7 +115,9 @@ async fn pause_resume_and_fork_keep_a_python_process_and_a_corrupt_snapshot_is_r
     let info = p.inspect(&id).await.unwrap();
     assert_eq!(info.state, stockade_core::RunState::Paused);
     assert!(
-        info.applied.iter().any(|l| l.starts_with("state: paused")),
+        info.applied
+            .iter()
+            .any(|w| w.to_string().starts_with("state: paused")),
         "{:?}",
         info.applied
     );
@@ -308,7 +310,7 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
         copy.info()
             .applied
             .iter()
-            .any(|l| l.starts_with("started from snapshot base")),
+            .any(|w| w.detail.starts_with("started from snapshot base")),
         "{:?}",
         copy.info().applied
     );
@@ -385,7 +387,7 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
                 !info
                     .applied
                     .iter()
-                    .any(|l| l.starts_with("started from snapshot base")),
+                    .any(|w| w.detail.starts_with("started from snapshot base")),
                 "{id} was started from a corrupt snapshot"
             );
         }

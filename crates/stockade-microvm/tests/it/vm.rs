@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use stockade_core::{CreateOptions, Error, ExecRequest, Provider};
+use stockade_core::{CreateOptions, Error, ExecRequest, Provider, WallKind};
 
 use super::*;
 
@@ -33,12 +33,14 @@ async fn a_vm_boots_runs_code_and_holds_the_attacks() {
     assert!(
         info.applied
             .iter()
-            .any(|l| l.contains("QEMU microvm under")),
+            .any(|w| w.detail.contains("QEMU microvm under")),
         "{:?}",
         info.applied
     );
     assert!(
-        info.applied.iter().any(|l| l == "state: running"),
+        info.applied
+            .iter()
+            .any(|w| w.to_string() == "state: running"),
         "{:?}",
         info.applied
     );
@@ -333,9 +335,9 @@ async fn an_oci_image_is_the_vm_root() {
     assert!(o.contains("read-only"), "the image's root is writable: {o}");
     let info = p.inspect(&id).await.unwrap();
     assert!(
-        info.applied
-            .iter()
-            .any(|l| l.contains("root: image localhost/stockade-test/vm-image:1")),
+        info.applied.iter().any(|w| w
+            .to_string()
+            .contains("root: image localhost/stockade-test/vm-image:1")),
         "{:?}",
         info.applied
     );
@@ -417,9 +419,9 @@ async fn workspaces_are_shared_directories_and_hold_their_walls() {
     assert_eq!(std::fs::metadata(rw.join("out.txt")).unwrap().uid(), 1000);
     let info = p.inspect(&id).await.unwrap();
     assert!(
-        info.applied.iter().any(|l| l.starts_with("workspace:")
-            && l.contains("/work/ro")
-            && l.contains("read-only")),
+        info.applied.iter().any(|w| w.kind == WallKind::Mount
+            && w.detail.contains("/work/ro")
+            && w.detail.contains("read-only")),
         "{:?}",
         info.applied
     );

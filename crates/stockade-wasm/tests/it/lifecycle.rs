@@ -41,7 +41,10 @@ async fn destroy_removes_everything_and_is_idempotent() {
     let info = p.inspect(&id).await.unwrap();
     assert_eq!(info.provider, "wasm");
     assert!(
-        info.applied.iter().any(|a| a.contains("by construction")),
+        info.applied
+            .iter()
+            .any(|w| w.kind == stockade_core::WallKind::Isolation
+                && w.detail.contains("by construction")),
         "{:?}",
         info.applied
     );

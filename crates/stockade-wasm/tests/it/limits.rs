@@ -181,7 +181,9 @@ async fn the_entry_cap_is_configurable() {
     );
     let info = p.inspect(&id).await.unwrap();
     assert!(
-        info.applied.iter().any(|a| a.contains("50 entries")),
+        info.applied
+            .iter()
+            .any(|w| w.kind == stockade_core::WallKind::Tmp && w.detail.contains("50 entries")),
         "{:?}",
         info.applied
     );

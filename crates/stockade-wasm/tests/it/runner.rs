@@ -317,7 +317,7 @@ async fn the_runner_holds_no_privileges() {
     assert!(
         info.applied
             .iter()
-            .any(|a| a.starts_with("runner:") && a.contains("landlock")),
+            .any(|w| w.detail.starts_with("runner:") && w.detail.contains("landlock")),
         "{:?}",
         info.applied
     );

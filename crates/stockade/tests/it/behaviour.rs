@@ -31,12 +31,16 @@ async fn defaults_inside_the_sandbox() {
     assert!(
         info.applied
             .iter()
-            .any(|a| a.starts_with("seccomp: allowlist")),
+            .any(|w| w.kind == stockade::WallKind::Seccomp
+                && w.enforced
+                && w.detail.starts_with("allowlist")),
         "{:?}",
         info.applied
     );
     assert!(
-        info.applied.iter().any(|a| a.contains("memory 512MiB")),
+        info.applied
+            .iter()
+            .any(|w| w.kind == stockade::WallKind::Limits && w.detail.contains("memory 512MiB")),
         "{:?}",
         info.applied
     );

@@ -139,10 +139,10 @@ async fn sandboxed_code_runs_as_host_ids_of_no_account_and_of_no_other_sandbox()
         let line = info
             .applied
             .iter()
-            .find(|l| l.starts_with("user namespace:"))
+            .find(|w| w.kind == stockade::WallKind::UserNamespace)
             .unwrap();
         assert!(
-            line.contains(&format!("uid 1000 is host uid {uid}")),
+            line.enforced && line.detail.contains(&format!("uid 1000 is host uid {uid}")),
             "{line}"
         );
     }

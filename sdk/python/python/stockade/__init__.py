@@ -29,7 +29,7 @@ from ._client import (
 )
 from ._native import PROVIDERS, VERSION
 from ._spec import Mount, build_spec
-from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo, SnapshotInfo
+from ._types import ExecResult, FileEntry, GrepMatch, OutputChunk, SandboxInfo, SessionInfo, SnapshotInfo, Wall
 from .errors import (
     FileExists,
     FileNotFound,
@@ -80,6 +80,7 @@ __all__ = [
     "SandboxInfo",
     "SnapshotInfo",
     "Terminal",
+    "Wall",
     "SandboxTimeoutError",
     "SessionInfo",
     "SessionSandbox",

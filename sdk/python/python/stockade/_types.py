@@ -129,6 +129,27 @@ class GrepMatch:
 
 
 @dataclass(frozen=True)
+class Wall:
+    """One wall of a sandbox as its provider built it (``SandboxInfo.applied``)."""
+
+    #: Which wall: ``isolation``, ``root``, ``tmp``, ``network``, ``limits``, ``user``,
+    #: ``user_namespace``, ``lifetime``, ``capabilities``, ``no_new_privs``,
+    #: ``seccomp``, ``landlock``, ``agent_channel``, ``platform``, ``mount`` or ``state``.
+    kind: str
+    #: Whether it stands (False: opted out, or not had on this provider or host).
+    enforced: bool
+    #: What it is, in words.
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}" + ("" if self.enforced else " (not enforced)")
+
+    @classmethod
+    def _from_json(cls, d: dict[str, Any]) -> Wall:
+        return cls(d["kind"], bool(d["enforced"]), d["detail"])
+
+
+@dataclass(frozen=True)
 class SandboxInfo:
     """What is known about a sandbox: its spec and the hardening actually applied."""
 
@@ -138,7 +159,8 @@ class SandboxInfo:
     expires_at_ms: int
     owner_pid: int | None
     spec: dict[str, Any]
-    applied: list[str] = field(default_factory=list)
+    #: The hardening report, wall by wall.
+    applied: list[Wall] = field(default_factory=list)
     #: ``"running"`` or ``"paused"`` (see ``Sandbox.pause``).
     state: str = "running"
 
@@ -151,7 +173,7 @@ class SandboxInfo:
             expires_at_ms=d["expires_at_ms"],
             owner_pid=d.get("owner_pid"),
             spec=d.get("spec", {}),
-            applied=list(d.get("applied", [])),
+            applied=[Wall._from_json(w) for w in d.get("applied", [])],
             state=d.get("state", "running"),
         )
 
