@@ -304,6 +304,7 @@ e2b_gvisor_gaps=(
   test_e2b.py::test_root_commands_run_as_root_of_the_sandbox
   test_e2b.py::test_watch_dir_as_root_sees_what_only_root_may_enter
   test_e2b.py::test_templates_come_from_the_configuration_file
+  test_e2b.py::test_network_allow_out_is_an_egress_policy_and_update_network_replaces_it
 )
 deselect=()
 for t in "${e2b_gvisor_gaps[@]}"; do deselect+=(--deselect "$t"); done

@@ -4,8 +4,8 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CheckedSpec, CreateOptions, EgressDenial, Error, GcReport, Result,
-    SNAPSHOT_REASON, SandboxInfo, SnapshotInfo, Usage,
+    Capabilities, Check, CheckedSpec, CreateOptions, EgressControl, Error, Forking, GcReport,
+    Pausing, Result, SandboxInfo, Snapshotting, UsageCounters, Verb,
 };
 
 use crate::transport::Transport;
@@ -65,103 +65,46 @@ pub trait Launcher: Send + Sync + 'static {
         Ok((uid, gid))
     }
 
-    /// See `Provider::usage`; the default refuses, naming the provider.
-    async fn usage(&self, id: &str) -> Result<Usage> {
-        let _ = id;
-        Err(Error::Unavailable {
-            what: format!("resource usage on the {} provider", self.name()),
-            reason: "this provider does not read its sandboxes' counters".into(),
-            fix: "use the native provider".into(),
-        })
+    /// See `Provider::pausing`; the default: none.
+    fn pausing(&self) -> Option<&dyn Pausing> {
+        None
     }
 
-    /// See `Provider::pause`; the default refuses, naming the provider.
-    async fn pause(&self, id: &str) -> Result<()> {
-        let _ = id;
-        Err(stockade_core::unsupported(
-            self.name(),
-            "pause",
-            "this provider cannot keep a stopped sandbox's state",
-        ))
+    /// See `Provider::forking`; the default: none.
+    fn forking(&self) -> Option<&dyn Forking> {
+        None
     }
 
-    /// See `Provider::resume`; the default refuses, naming the provider.
-    async fn resume(&self, id: &str) -> Result<()> {
-        let _ = id;
-        Err(stockade_core::unsupported(
-            self.name(),
-            "resume",
-            "this provider cannot keep a stopped sandbox's state",
-        ))
+    /// See `Provider::snapshotting`; the default: none.
+    fn snapshotting(&self) -> Option<&dyn Snapshotting> {
+        None
     }
 
-    /// See `Provider::fork`; the default refuses, naming the provider.
-    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
-        let _ = (id, count, opts);
-        Err(stockade_core::unsupported(
-            self.name(),
-            "fork",
-            "this provider cannot copy a running sandbox's state",
-        ))
+    /// See `Provider::egress_control`; the default: none.
+    fn egress_control(&self) -> Option<&dyn EgressControl> {
+        None
     }
 
-    /// See `Provider::snapshot`; the default refuses, naming the provider.
-    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
-        let _ = (id, name);
-        Err(stockade_core::unsupported(
-            self.name(),
-            "snapshot",
-            SNAPSHOT_REASON,
-        ))
+    /// See `Provider::usage_counters`; the default: none.
+    fn usage_counters(&self) -> Option<&dyn UsageCounters> {
+        None
     }
 
-    /// See `Provider::snapshots`; the default refuses, naming the provider.
-    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        Err(stockade_core::unsupported(
-            self.name(),
-            "listing snapshots",
-            SNAPSHOT_REASON,
-        ))
+    /// Whether the agent of this launcher's sandboxes runs file operations as another
+    /// uid of the sandbox (`Provider::files_as_user`, which the agent serves); the
+    /// default: no.
+    fn files_as_user(&self) -> bool {
+        false
     }
 
-    /// See `Provider::remove_snapshot`; the default refuses, naming the provider.
-    async fn remove_snapshot(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Err(stockade_core::unsupported(
-            self.name(),
-            "removing a snapshot",
-            SNAPSHOT_REASON,
-        ))
+    /// Whether its execs may have terminals (`Provider::terminals`); the default: no.
+    fn terminals(&self) -> bool {
+        false
     }
 
-    /// See `Provider::create_from_snapshot`; the default refuses, naming the provider.
-    async fn create_from_snapshot(&self, name: &str, opts: &CreateOptions) -> Result<SandboxInfo> {
-        let _ = (name, opts);
-        Err(stockade_core::unsupported(
-            self.name(),
-            "starting from a snapshot",
-            SNAPSHOT_REASON,
-        ))
-    }
-
-    /// What the egress policy of `id` refused at or after `since_ms`; the default:
-    /// nothing.
-    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        let _ = (id, since_ms);
-        Ok(Vec::new())
-    }
-
-    /// Replaces the egress policy of `id`; the default: not supported.
-    async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
-        let _ = (id, network);
-        Err(Error::Unavailable {
-            what: format!(
-                "changing the network policy live on the {} provider",
-                self.name()
-            ),
-            reason: "this provider does not implement it".into(),
-            fix: "use the native provider, or create a new sandbox with the policy".into(),
-        })
+    /// See `Provider::why_not`.
+    fn why_not(&self, verb: Verb) -> &'static str {
+        stockade_core::default_reason(verb)
     }
 
     /// Explains a failure to talk to the agent of `id` (its connection was lost, it did

@@ -2,8 +2,9 @@
 
 use async_trait::async_trait;
 use stockade_core::{
-    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, EgressDenial, Error, ExecIo,
-    ExecOutcome, FileOp, FileResult, GcReport, Provider, Result, SandboxInfo, SnapshotInfo, Usage,
+    Capabilities, Check, CheckedRequest, CheckedSpec, CreateOptions, EgressControl, Error, ExecIo,
+    ExecOutcome, FileOp, FileResult, FilesAsUser, Forking, GcReport, Pausing, Provider, Result,
+    SandboxInfo, Snapshotting, UsageCounters, Verb,
 };
 
 use crate::client;
@@ -85,19 +86,13 @@ impl<L: Launcher> Provider for AgentProvider<L> {
             Ok(mut o) => {
                 // A denial is recorded by the time the code sees its refusal; one
                 // that ended the exec is therefore already here.
-                o.egress_denied = self.launcher.egress_denied(id, started_ms).await?;
+                if let Some(e) = self.launcher.egress_control() {
+                    o.egress_denied = e.egress_denied(id, started_ms).await?;
+                }
                 Ok(o)
             }
             Err(e) => Err(self.launcher.explain(id, e).await),
         }
-    }
-
-    async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
-        self.launcher.set_network(id, network).await
-    }
-
-    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        self.launcher.egress_denied(id, since_ms).await
     }
 
     async fn health(&self, id: &str) -> Result<()> {
@@ -149,46 +144,51 @@ impl<L: Launcher> Provider for AgentProvider<L> {
         self.launcher.gc().await
     }
 
-    async fn usage(&self, id: &str) -> Result<Usage> {
-        self.launcher.usage(id).await
-    }
-
     async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
         self.launcher.host_ids(uid, gid).await
-    }
-
-    async fn pause(&self, id: &str) -> Result<()> {
-        self.launcher.pause(id).await
-    }
-
-    async fn resume(&self, id: &str) -> Result<()> {
-        self.launcher.resume(id).await
-    }
-
-    async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
-        self.launcher.fork(id, count, &opts).await
-    }
-
-    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
-        self.launcher.snapshot(id, name).await
-    }
-
-    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        self.launcher.snapshots().await
-    }
-
-    async fn remove_snapshot(&self, name: &str) -> Result<()> {
-        self.launcher.remove_snapshot(name).await
-    }
-
-    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
-        self.launcher.create_from_snapshot(name, &opts).await
     }
 
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
         self.file_by(id, None, op).await
     }
 
+    fn pausing(&self) -> Option<&dyn Pausing> {
+        self.launcher.pausing()
+    }
+
+    fn forking(&self) -> Option<&dyn Forking> {
+        self.launcher.forking()
+    }
+
+    fn snapshotting(&self) -> Option<&dyn Snapshotting> {
+        self.launcher.snapshotting()
+    }
+
+    fn egress_control(&self) -> Option<&dyn EgressControl> {
+        self.launcher.egress_control()
+    }
+
+    fn usage_counters(&self) -> Option<&dyn UsageCounters> {
+        self.launcher.usage_counters()
+    }
+
+    fn files_as_user(&self) -> Option<&dyn FilesAsUser> {
+        self.launcher
+            .files_as_user()
+            .then_some(self as &dyn FilesAsUser)
+    }
+
+    fn terminals(&self) -> bool {
+        self.launcher.terminals()
+    }
+
+    fn why_not(&self, verb: Verb) -> &'static str {
+        self.launcher.why_not(verb)
+    }
+}
+
+#[async_trait]
+impl<L: Launcher> FilesAsUser for AgentProvider<L> {
     async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
         self.file_by(id, Some(uid), op).await
     }

@@ -556,6 +556,56 @@ impl Provider for RemoteProvider {
         convert::from_sandbox_info(r.into_inner())
     }
 
+    async fn gc(&self) -> Result<GcReport> {
+        let r = self
+            .client()
+            .gc(self.req(pb::GcRequest {}))
+            .await
+            .map_err(|s| self.fail(s))?
+            .into_inner();
+        Ok(GcReport {
+            reaped: r.reaped,
+            errors: r.errors,
+        })
+    }
+
+    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
+        let r = self
+            .client()
+            .file(self.req(pb::FileRequest {
+                sandbox_id: id.into(),
+                op: Some(convert::file_op(op)),
+            }))
+            .await
+            .map_err(|s| self.fail(s))?;
+        convert::from_file_result(r.into_inner())
+    }
+
+    // The daemon's provider decides what it serves: every facet the API carries goes
+    // to it, and its refusals come back as they are.
+    fn pausing(&self) -> Option<&dyn stockade_core::Pausing> {
+        Some(self)
+    }
+
+    fn forking(&self) -> Option<&dyn stockade_core::Forking> {
+        Some(self)
+    }
+
+    fn snapshotting(&self) -> Option<&dyn stockade_core::Snapshotting> {
+        Some(self)
+    }
+
+    fn egress_control(&self) -> Option<&dyn stockade_core::EgressControl> {
+        Some(self)
+    }
+
+    fn terminals(&self) -> bool {
+        true
+    }
+}
+
+#[async_trait]
+impl stockade_core::Pausing for RemoteProvider {
     async fn pause(&self, id: &str) -> Result<()> {
         self.client()
             .pause(self.req(pb::SandboxRef { id: id.into() }))
@@ -571,7 +621,10 @@ impl Provider for RemoteProvider {
             .map_err(|s| self.fail(s))?;
         Ok(())
     }
+}
 
+#[async_trait]
+impl stockade_core::Forking for RemoteProvider {
     /// The copies belong to the daemon's tenant (the daemon owns them; `opts` has
     /// no owner pid to give across hosts).
     async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
@@ -590,7 +643,10 @@ impl Provider for RemoteProvider {
             .map(convert::from_sandbox_info)
             .collect()
     }
+}
 
+#[async_trait]
+impl stockade_core::Snapshotting for RemoteProvider {
     async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
         let r = self
             .client()
@@ -640,7 +696,10 @@ impl Provider for RemoteProvider {
             .map_err(|s| self.fail(s))?;
         convert::from_sandbox_info(r.into_inner())
     }
+}
 
+#[async_trait]
+impl stockade_core::EgressControl for RemoteProvider {
     async fn set_network(&self, id: &str, network: &stockade_core::spec::Network) -> Result<()> {
         self.client()
             .set_network(self.req(pb::SetNetworkRequest {
@@ -670,30 +729,5 @@ impl Provider for RemoteProvider {
             .into_iter()
             .map(convert::from_denial)
             .collect())
-    }
-
-    async fn gc(&self) -> Result<GcReport> {
-        let r = self
-            .client()
-            .gc(self.req(pb::GcRequest {}))
-            .await
-            .map_err(|s| self.fail(s))?
-            .into_inner();
-        Ok(GcReport {
-            reaped: r.reaped,
-            errors: r.errors,
-        })
-    }
-
-    async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
-        let r = self
-            .client()
-            .file(self.req(pb::FileRequest {
-                sandbox_id: id.into(),
-                op: Some(convert::file_op(op)),
-            }))
-            .await
-            .map_err(|s| self.fail(s))?;
-        convert::from_file_result(r.into_inner())
     }
 }

@@ -7,6 +7,7 @@
 
 mod caps;
 mod error;
+mod facets;
 mod forward;
 pub mod host;
 mod policy;
@@ -22,6 +23,9 @@ use tokio::sync::mpsc;
 
 pub use caps::{Capabilities, Verb, Verbs};
 pub use error::{Error, ErrorCode, Result};
+pub use facets::{
+    EgressControl, FilesAsUser, Forking, Pausing, Snapshotting, UsageCounters, default_reason,
+};
 pub use forward::{Forward, OnError};
 pub use policy::{Action, Policy, Rule, RuleTarget, Verdict};
 pub use provider::*;

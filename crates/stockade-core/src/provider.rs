@@ -62,27 +62,6 @@ pub trait Provider: Send + Sync + 'static {
     /// Reaps what expired, lost its owner, or was left half-made by a crash.
     async fn gc(&self) -> Result<GcReport>;
 
-    /// Replaces the egress policy of a running sandbox that has one, effective for new
-    /// connections and lookups at once. The default: not supported.
-    async fn set_network(&self, id: &str, network: &spec::Network) -> Result<()> {
-        let _ = (id, network);
-        Err(Error::Unavailable {
-            what: format!(
-                "changing the network policy live on the {} provider",
-                self.name()
-            ),
-            reason: "this provider does not implement it".into(),
-            fix: "use the native provider, or create a new sandbox with the policy".into(),
-        })
-    }
-
-    /// What the egress policy of sandbox `id` refused at or after `since_ms` (unix
-    /// ms), oldest first. The default: nothing (no policy to refuse anything).
-    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        let _ = (id, since_ms);
-        Ok(Vec::new())
-    }
-
     /// Runs one file operation inside the sandbox as the sandbox user, so it can touch
     /// only what the code itself could. Providers without file operations say so.
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
@@ -118,21 +97,6 @@ pub trait Provider: Send + Sync + 'static {
         })
     }
 
-    /// A file operation as `uid` of the sandbox (uid 0: root of its own user
-    /// namespace, as an exec with [`ExecRequest::uid`]); the agent refuses a uid the
-    /// sandbox cannot have. The default refuses.
-    async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
-        let _ = (id, op);
-        Err(Error::Unavailable {
-            what: format!(
-                "file operations as uid {uid} on the {} provider",
-                self.name()
-            ),
-            reason: "this provider runs file operations as the sandbox user only".into(),
-            fix: "run them as the sandbox user, or use a command as that uid".into(),
-        })
-    }
-
     /// The host ids that files made by the sandbox user `uid`:`gid` get on a writable
     /// mount (what a host directory shared with it, such as a session's workspace,
     /// must be owned by for it to write there). The default: the same ids, as on
@@ -141,89 +105,57 @@ pub trait Provider: Send + Sync + 'static {
         Ok((uid, gid))
     }
 
-    /// CPU time and memory use of sandbox `id`, from its cgroups. The default
-    /// refuses.
-    async fn usage(&self, id: &str) -> Result<Usage> {
-        let _ = id;
-        Err(Error::Unavailable {
-            what: format!("resource usage on the {} provider", self.name()),
-            reason: "this provider does not read its sandboxes' counters".into(),
-            fix: "use the native provider".into(),
-        })
+    /// Pause and resume, where this provider has them.
+    fn pausing(&self) -> Option<&dyn Pausing> {
+        None
     }
 
-    /// Stops the sandbox where it is, keeping its state (processes, memory, open
-    /// files) for [`Provider::resume`]: the microVM writes its memory and device
-    /// state to disk; the native provider freezes its cgroup. The default refuses.
-    async fn pause(&self, id: &str) -> Result<()> {
-        let _ = id;
-        Err(unsupported(
-            self.name(),
-            "pause",
-            "this provider cannot keep a stopped sandbox's state",
-        ))
+    /// Copies of a paused sandbox, where this provider makes them.
+    fn forking(&self) -> Option<&dyn Forking> {
+        None
     }
 
-    /// Starts a paused sandbox again where it stopped. The default refuses.
-    async fn resume(&self, id: &str) -> Result<()> {
-        let _ = id;
-        Err(unsupported(
-            self.name(),
-            "resume",
-            "this provider cannot keep a stopped sandbox's state",
-        ))
+    /// Named snapshots, where this provider keeps them.
+    fn snapshotting(&self) -> Option<&dyn Snapshotting> {
+        None
     }
 
-    /// Starts `count` independent copies of the paused sandbox `id` (its processes,
-    /// memory and files as they were), each with its own id and identity. The
-    /// default refuses.
-    async fn fork(&self, id: &str, count: u32, opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
-        let _ = (id, count, opts);
-        Err(unsupported(
-            self.name(),
-            "fork",
-            "this provider cannot copy a running sandbox's state",
-        ))
+    /// A live egress policy, where this provider has one.
+    fn egress_control(&self) -> Option<&dyn EgressControl> {
+        None
     }
 
-    /// Keeps the state of sandbox `id` (its processes, memory and files as they are)
-    /// as the named snapshot `name` ([`check_snapshot_name`]) to start new sandboxes
-    /// from; the sandbox itself stays as it was (running or paused). A name taken is
-    /// refused. The default refuses.
-    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
-        let _ = (id, name);
-        Err(unsupported(self.name(), "snapshot", SNAPSHOT_REASON))
+    /// Resource counters, where this provider reads them.
+    fn usage_counters(&self) -> Option<&dyn UsageCounters> {
+        None
     }
 
-    /// The named snapshots this provider keeps. The default refuses.
-    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        Err(unsupported(
-            self.name(),
-            "listing snapshots",
-            SNAPSHOT_REASON,
-        ))
+    /// File operations as another uid of the sandbox, where this provider has them.
+    fn files_as_user(&self) -> Option<&dyn FilesAsUser> {
+        None
     }
 
-    /// Removes the named snapshot `name` (sandboxes started from it live on). The
-    /// default refuses.
-    async fn remove_snapshot(&self, name: &str) -> Result<()> {
-        let _ = name;
-        Err(unsupported(
-            self.name(),
-            "removing a snapshot",
-            SNAPSHOT_REASON,
-        ))
+    /// Whether an exec may ask for a terminal ([`ExecRequest::tty`]).
+    fn terminals(&self) -> bool {
+        false
     }
 
-    /// Starts a new sandbox from the named snapshot `name`, after checking its digest
-    /// (a changed file is refused, nothing is started). The default refuses.
-    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
-        let _ = (name, opts);
-        Err(unsupported(
-            self.name(),
-            "starting from a snapshot",
-            SNAPSHOT_REASON,
-        ))
+    /// Why this provider lacks `verb` (said in its refusal).
+    fn why_not(&self, verb: Verb) -> &'static str {
+        default_reason(verb)
+    }
+
+    /// The optional verbs this provider serves, from its facets.
+    fn verbs(&self) -> Verbs {
+        Verbs {
+            pause: self.pausing().is_some(),
+            fork: self.forking().is_some(),
+            snapshots: self.snapshotting().is_some(),
+            egress_control: self.egress_control().is_some(),
+            usage: self.usage_counters().is_some(),
+            files_as_user: self.files_as_user().is_some(),
+            terminals: self.terminals(),
+        }
     }
 }
 

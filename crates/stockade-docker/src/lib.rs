@@ -687,29 +687,6 @@ impl Launcher for DockerLauncher {
         self.reap().await
     }
 
-    /// From the sandbox's network monitor alone, not dockerd: an exec that ran to its
-    /// end while dockerd went away keeps its outcome (this is asked after every exec).
-    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        check_sandbox_id(id)?;
-        if !self.dir(id).exists() {
-            return Err(not_found(id));
-        }
-        stockade_linux::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await
-    }
-
-    async fn set_network(&self, id: &str, network: &Network) -> Result<()> {
-        check_sandbox_id(id)?;
-        let info = self.inspect(id).await?;
-        stockade_linux::set_network_via(
-            &self.net_dir(id).join("net.sock"),
-            id,
-            network,
-            info.spec.get("network").cloned().unwrap_or_default(),
-            &self.dns_upstreams,
-        )
-        .await
-    }
-
     async fn explain(&self, id: &str, error: Error) -> Error {
         self.gone(id, error).await
     }
@@ -725,6 +702,40 @@ impl Launcher for DockerLauncher {
         })
     }
 
+    fn pausing(&self) -> Option<&dyn stockade_core::Pausing> {
+        Some(self)
+    }
+
+    /// As root only: the host side enters the container's network namespace.
+    fn egress_control(&self) -> Option<&dyn stockade_core::EgressControl> {
+        stockade_core::host::is_root().then_some(self as &dyn stockade_core::EgressControl)
+    }
+
+    fn files_as_user(&self) -> bool {
+        true
+    }
+
+    fn terminals(&self) -> bool {
+        true
+    }
+
+    fn why_not(&self, verb: stockade_core::Verb) -> &'static str {
+        match verb {
+            stockade_core::Verb::Fork => {
+                "docker cannot copy a running container's processes into new containers (its \
+                 CRIU checkpoint is experimental and not used here); pause and resume work \
+                 (docker pause)"
+            }
+            stockade_core::Verb::EgressControl => {
+                "changing a container's egress policy enters its network namespace, which needs root"
+            }
+            v => stockade_core::default_reason(v),
+        }
+    }
+}
+
+#[async_trait]
+impl stockade_core::Pausing for DockerLauncher {
     async fn pause(&self, id: &str) -> Result<()> {
         let docker_paused = self.live(id).await?;
         let mark = PauseMark::begin(id, &self.dir(id), docker_paused, now_ms())?;
@@ -748,17 +759,31 @@ impl Launcher for DockerLauncher {
         }
         mark.finish(now_ms())
     }
+}
 
-    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
-        let _ = (count, opts);
-        self.live(id).await?;
-        Err(stockade_core::unsupported(
-            "docker",
-            "fork",
-            "docker cannot copy a running container's processes into new containers (its \
-             CRIU checkpoint is experimental and not used here); pause and resume work \
-             (docker pause)",
-        ))
+#[async_trait]
+impl stockade_core::EgressControl for DockerLauncher {
+    /// From the sandbox's network monitor alone, not dockerd: an exec that ran to its
+    /// end while dockerd went away keeps its outcome (this is asked after every exec).
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        check_sandbox_id(id)?;
+        if !self.dir(id).exists() {
+            return Err(not_found(id));
+        }
+        stockade_linux::egress_denied_via(&self.net_dir(id).join("net.sock"), since_ms).await
+    }
+
+    async fn set_network(&self, id: &str, network: &Network) -> Result<()> {
+        check_sandbox_id(id)?;
+        let info = self.inspect(id).await?;
+        stockade_linux::set_network_via(
+            &self.net_dir(id).join("net.sock"),
+            id,
+            network,
+            info.spec.get("network").cloned().unwrap_or_default(),
+            &self.dns_upstreams,
+        )
+        .await
     }
 }
 

@@ -118,6 +118,31 @@ test('files: write, read, list, watch, remove', () =>
     await assert.rejects(sbx.files.read('/home/user/nope.txt'), NotFoundError)
   }))
 
+test('network: allowOut with all traffic denied is a policy; updateNetwork replaces it', async () => {
+  const all = '0.0.0.0/0'
+  const probe = [
+    'import socket, sys',
+    'for n in sys.argv[1:]:',
+    '    try:',
+    "        socket.gethostbyname(n); print(n, 'resolved')",
+    '    except OSError:',
+    "        print(n, 'refused')",
+  ].join('\n')
+  await withSandbox(
+    async (sbx) => {
+      await sbx.files.write('/tmp/probe.py', probe)
+      const seen = async () => (await sbx.commands.run('python3 /tmp/probe.py pypi.org registry.npmjs.org')).stdout
+      let out = await seen()
+      assert.ok(out.includes('pypi.org resolved') && out.includes('registry.npmjs.org refused'), out)
+      await sbx.updateNetwork({ allowOut: ['registry.npmjs.org'], denyOut: [all] })
+      out = await seen()
+      assert.ok(out.includes('pypi.org refused') && out.includes('registry.npmjs.org resolved'), out)
+      await assert.rejects(sbx.updateNetwork({ denyOut: ['8.8.8.8'] }), /allowlist/)
+    },
+    { network: { allowOut: ['pypi.org'], denyOut: [all] } },
+  )
+})
+
 test('upload and download through the signed URLs', () =>
   withSandbox(async (sbx) => {
     // With E2B_SANDBOX_URL the URLs name no sandbox: the routing headers E2B's edge

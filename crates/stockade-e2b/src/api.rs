@@ -10,6 +10,7 @@ use axum::http::{Method, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use stockade::spec::Network;
 
 use crate::state::{DEFAULT_TIMEOUT_SECS, E2b, ENVD_VERSION, MAX_TIMEOUT_SECS, Sbx, TEMPLATES};
 
@@ -78,6 +79,8 @@ struct CreateBody {
     env_vars: Option<BTreeMap<String, String>>,
     #[serde(rename = "allow_internet_access")]
     allow_internet_access: Option<bool>,
+    /// `allow_out` and `deny_out` (see [`crate::network`]).
+    network: Option<crate::network::EgressOpts>,
     /// Pause at the timeout instead of killing.
     auto_pause: Option<bool>,
     /// `{"enabled": bool}`: a request to the paused sandbox resumes it.
@@ -252,6 +255,36 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             Some(s) => metrics_between(&e2b, &s, &query).await,
             None => not_found(id),
         },
+        (Method::PUT, ["sandboxes", id, "network"]) => {
+            let o: crate::network::EgressOpts = match parse(&body) {
+                Ok(o) => o,
+                Err(r) => return *r,
+            };
+            let Some(s) = e2b.get(&tenant, id) else {
+                return not_found(id);
+            };
+            let network = match crate::network::network_of(&o, None) {
+                // A policy is replaced by a policy: denying everything is an empty one.
+                Ok(Network::None) => Network::Policy(Default::default()),
+                Ok(Network::Egress) => {
+                    return error(
+                        400,
+                        "a sandbox whose egress is a policy keeps one: list what may be \
+                         reached in allow_out, with deny_out [\"0.0.0.0/0\"]",
+                    );
+                }
+                Ok(n) => n,
+                Err(m) => return error(400, &m),
+            };
+            match e2b
+                .daemon
+                .set_network(&tenant, &s.daemon_id, &network)
+                .await
+            {
+                Ok(()) => StatusCode::NO_CONTENT.into_response(),
+                Err(e) => failed(&e),
+            }
+        }
         (Method::POST, ["sandboxes", id, "pause"]) => {
             let Some(s) = e2b.get(&tenant, id) else {
                 return not_found(id);
@@ -265,7 +298,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network)"
             ),
         ),
     }
@@ -480,6 +513,23 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             "autoResume needs autoPause: only a sandbox paused at its timeout is resumed by a request",
         );
     }
+    let network = match &b.network {
+        None if b.allow_internet_access == Some(true) => Network::Egress,
+        None => Network::None,
+        Some(_) if custom.as_ref().is_some_and(|t| !t.allow.is_empty()) => {
+            return error(
+                400,
+                &format!(
+                    "template {template:?} has its operator's allowlist (the configuration \
+                     file's [templates.{template}] allow); create it without network options"
+                ),
+            );
+        }
+        Some(n) => match crate::network::network_of(n, b.allow_internet_access) {
+            Ok(n) => n,
+            Err(m) => return error(400, &m),
+        },
+    };
     match e2b
         .create(
             tenant,
@@ -488,7 +538,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             timeout,
             b.metadata.unwrap_or_default(),
             b.env_vars.unwrap_or_default(),
-            b.allow_internet_access.unwrap_or(false),
+            network,
             lifecycle,
         )
         .await

@@ -15,6 +15,7 @@ pub mod connect;
 mod envd;
 mod files;
 mod interp;
+mod network;
 mod ports;
 mod process;
 mod state;

@@ -283,7 +283,7 @@ impl E2b {
         let want: Option<Result<String, String>> = if size == 0 {
             None
         } else {
-            let spec = template_spec(template, custom, false);
+            let spec = template_spec(template, custom, Network::None);
             let maker = self.maker(&spec);
             Some(
                 self.daemon
@@ -426,12 +426,12 @@ impl E2b {
         timeout_secs: u64,
         metadata: BTreeMap<String, String>,
         env_vars: BTreeMap<String, String>,
-        internet: bool,
+        network: Network,
         lifecycle: Lifecycle,
     ) -> stockade::Result<Arc<Sbx>> {
         let id = format!("i{}", stockade::host::random_hex(10));
         self.ensure_pool(tenant, template, custom);
-        let mut spec = template_spec(template, custom, internet);
+        let mut spec = template_spec(template, custom, network);
         // Bound per create (a warm sandbox gets them at hand-over, as late-bound env).
         spec.env.insert("E2B_SANDBOX_ID".into(), id.clone());
         spec.env.extend(env_vars);
@@ -583,16 +583,14 @@ impl E2b {
 fn template_spec(
     template: &str,
     custom: Option<&stockade_image::TemplateConfig>,
-    internet: bool,
+    network: Network,
 ) -> SandboxSpec {
     let mut spec = SandboxSpec {
         timeout_secs: MAX_TIMEOUT_SECS,
         workdir: Some("/home/user".into()),
+        network,
         ..SandboxSpec::default()
     };
-    if internet {
-        spec.network = Network::Egress;
-    }
     if let Some(t) = custom {
         spec.image.clone_from(&t.image);
         if let Some(m) = t.memory {

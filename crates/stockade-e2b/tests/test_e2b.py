@@ -540,6 +540,58 @@ def test_templates_come_from_the_configuration_file(server):
     assert "tiny" in str(e.value) and "code-interpreter-v1" in str(e.value)
 
 
+RESOLVES = (
+    "import socket, sys\n"
+    "for n in sys.argv[1:]:\n"
+    "    try:\n"
+    "        socket.gethostbyname(n); print(n, 'resolved')\n"
+    "    except OSError:\n"
+    "        print(n, 'refused')\n"
+)
+
+
+def test_network_allow_out_is_an_egress_policy_and_update_network_replaces_it(server):
+    everything = "0.0.0.0/0"
+
+    def resolves(sb):
+        sb.files.write("/tmp/resolves.py", RESOLVES)
+        r = sb.commands.run("python3 /tmp/resolves.py pypi.org registry.npmjs.org")
+        return r.stdout
+
+    with Sandbox.create(network={"allow_out": ["pypi.org"], "deny_out": [everything]}) as sb:
+        out = resolves(sb)
+        assert "pypi.org resolved" in out and "registry.npmjs.org refused" in out, out
+        # Replaced whole and at once, as E2B's update does.
+        sb.update_network({"allow_out": ["registry.npmjs.org"], "deny_out": [everything]})
+        out = resolves(sb)
+        assert "pypi.org refused" in out and "registry.npmjs.org resolved" in out, out
+        # Denying everything is an empty allowlist.
+        sb.update_network({"allow_internet_access": False})
+        out = resolves(sb)
+        assert "pypi.org refused" in out and "registry.npmjs.org refused" in out, out
+        # What has no Stockade form is refused by name, and the policy stays.
+        with pytest.raises(SandboxException) as e:
+            sb.update_network({"deny_out": ["8.8.8.8"]})
+        assert "allowlist" in str(e.value) and everything in str(e.value), str(e.value)
+        with pytest.raises(SandboxException) as e:
+            sb.update_network({"allow_out": ["x.example.com"], "deny_out": [everything], "rules": {"x.example.com": [{"transform": {"headers": {"A": "b"}}}]}})
+        assert "network.rules" in str(e.value), str(e.value)
+    # Deny everything with nothing allowed is no network at all.
+    with Sandbox.create(network={"deny_out": [everything]}) as sb:
+        out = resolves(sb)
+        assert "pypi.org refused" in out and "registry.npmjs.org refused" in out, out
+        with pytest.raises(SandboxException) as e:
+            sb.update_network({"allow_out": ["pypi.org"], "deny_out": [everything]})
+        assert "only a sandbox created with an egress policy" in str(e.value), str(e.value)
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(network={"deny_out": ["10.0.0.1"]})
+    assert "deny_out" in str(e.value), str(e.value)
+    # The operator's allowlist is not the caller's to change.
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(template="pypi-only", network={"allow_out": ["registry.npmjs.org"], "deny_out": [everything]})
+    assert "operator's allowlist" in str(e.value), str(e.value)
+
+
 def test_a_bad_configuration_file_is_named_and_nothing_starts(server):
     path = os.environ["STOCKADE_TEST_E2B_CONFIG"]
     good = open(path).read()

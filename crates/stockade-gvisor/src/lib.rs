@@ -663,22 +663,36 @@ impl Launcher for GvisorLauncher {
         self.gone(id, error)
     }
 
-    /// `runsc pause`: gVisor's kernel stops every task of the sandbox where it is
-    /// (their memory stays in RAM); the sentry itself keeps running, so a `runsc
-    /// delete` (the watcher's, at the owner's death or the lifetime's end) and a
-    /// destroy still end it. Chosen over freezing the sandbox's host cgroup (as
-    /// native does), which also stops the sentry: a frozen sentry cannot be killed
-    /// by runsc (a v1-frozen task dies only once thawed), so the watcher would leave
-    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`,
-    /// here in the agent directory: [`Self::pause_dir`]): execs and file operations
-    /// are refused on them without asking the stopped agent.
-    /// From the sandbox's host cgroups, which hold the whole of it (the sentry serving
-    /// its kernel, the gofer): CPU time and memory as the host charges them.
-    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
-        self.live_dir(id)?;
-        stockade_linux::usage::read(id, &cgroup::dirs(stockade_linux::plan::CGROUP_PARENT, id))
+    fn pausing(&self) -> Option<&dyn stockade_core::Pausing> {
+        Some(self)
     }
 
+    fn usage_counters(&self) -> Option<&dyn stockade_core::UsageCounters> {
+        Some(self)
+    }
+
+    fn files_as_user(&self) -> bool {
+        true
+    }
+
+    fn terminals(&self) -> bool {
+        true
+    }
+
+    fn why_not(&self, verb: stockade_core::Verb) -> &'static str {
+        match verb {
+            stockade_core::Verb::Fork => {
+                "copying a running gVisor sandbox into new ones would take runsc checkpoint and \
+                 restore, which this provider does not do; pause and resume work (runsc \
+                 pause)"
+            }
+            v => stockade_core::default_reason(v),
+        }
+    }
+}
+
+#[async_trait]
+impl stockade_core::Pausing for GvisorLauncher {
     async fn pause(&self, id: &str) -> Result<()> {
         let dir = self.live_dir(id)?;
         let mark = freezer::PauseMark::begin(id, &dir, false, now_ms())?;
@@ -701,17 +715,24 @@ impl Launcher for GvisorLauncher {
         }
         mark.finish(now_ms())
     }
+}
 
-    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
-        let _ = (count, opts);
+#[async_trait]
+impl stockade_core::UsageCounters for GvisorLauncher {
+    /// `runsc pause`: gVisor's kernel stops every task of the sandbox where it is
+    /// (their memory stays in RAM); the sentry itself keeps running, so a `runsc
+    /// delete` (the watcher's, at the owner's death or the lifetime's end) and a
+    /// destroy still end it. Chosen over freezing the sandbox's host cgroup (as
+    /// native does), which also stops the sentry: a frozen sentry cannot be killed
+    /// by runsc (a v1-frozen task dies only once thawed), so the watcher would leave
+    /// a paused sandbox behind. The pause files are native's (`paused`, `paused-ms`,
+    /// here in the agent directory: [`Self::pause_dir`]): execs and file operations
+    /// are refused on them without asking the stopped agent.
+    /// From the sandbox's host cgroups, which hold the whole of it (the sentry serving
+    /// its kernel, the gofer): CPU time and memory as the host charges them.
+    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
         self.live_dir(id)?;
-        Err(stockade_core::unsupported(
-            "gvisor",
-            "fork",
-            "copying a running gVisor sandbox into new ones would take runsc checkpoint and \
-             restore, which this provider does not do; pause and resume work (runsc \
-             pause)",
-        ))
+        stockade_linux::usage::read(id, &cgroup::dirs(stockade_linux::plan::CGROUP_PARENT, id))
     }
 }
 

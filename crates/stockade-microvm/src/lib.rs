@@ -22,6 +22,7 @@
 //! socket of the VMM behind the native firewall, resolver and proxy.
 
 pub mod assets;
+mod facets;
 mod host;
 pub mod plan;
 mod snapshots;
@@ -714,59 +715,28 @@ impl Launcher for MicrovmLauncher {
         error
     }
 
-    async fn pause(&self, id: &str) -> Result<()> {
-        self.pause_vm(id).await
+    fn pausing(&self) -> Option<&dyn stockade_core::Pausing> {
+        Some(self)
     }
 
-    async fn egress_denied(
-        &self,
-        id: &str,
-        since_ms: u64,
-    ) -> Result<Vec<stockade_agent_proto::EgressDenial>> {
-        check_sandbox_id(id)?;
-        self.read_record(id)?;
-        stockade_linux::egress_denied_via(&self.dir(id).join(NET_DIR).join("net.sock"), since_ms)
-            .await
+    fn forking(&self) -> Option<&dyn stockade_core::Forking> {
+        Some(self)
     }
 
-    async fn set_network(&self, id: &str, network: &stockade_spec::Network) -> Result<()> {
-        check_sandbox_id(id)?;
-        let record = self.read_record(id)?;
-        if self.is_paused(id) {
-            return Err(stockade_core::paused_error(id));
-        }
-        stockade_linux::set_network_via(
-            &self.dir(id).join(NET_DIR).join("net.sock"),
-            id,
-            network,
-            self.live_network(id, &record.info.spec),
-            &[],
-        )
-        .await
+    fn snapshotting(&self) -> Option<&dyn stockade_core::Snapshotting> {
+        Some(self)
     }
 
-    async fn resume(&self, id: &str) -> Result<()> {
-        self.resume_vm(id).await
+    fn egress_control(&self) -> Option<&dyn stockade_core::EgressControl> {
+        Some(self)
     }
 
-    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
-        self.fork_vm(id, count, opts).await
+    fn files_as_user(&self) -> bool {
+        true
     }
 
-    async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
-        self.snapshot_vm(id, name).await
-    }
-
-    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
-        self.list_snapshots()
-    }
-
-    async fn remove_snapshot(&self, name: &str) -> Result<()> {
-        self.remove_snapshot_dir(name)
-    }
-
-    async fn create_from_snapshot(&self, name: &str, opts: &CreateOptions) -> Result<SandboxInfo> {
-        self.start_from_snapshot(name, opts).await
+    fn terminals(&self) -> bool {
+        true
     }
 }
 

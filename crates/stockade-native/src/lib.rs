@@ -579,11 +579,47 @@ impl Launcher for NativeLauncher {
         Ok(Self::info(&dir, &st))
     }
 
-    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
-        let (_, st) = self.live(id)?;
-        usage::read(id, &st.cgroups)
+    async fn gc(&self) -> Result<GcReport> {
+        let root = self.state_root.clone();
+        tokio::task::spawn_blocking(move || state::gc(&root))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))
     }
 
+    fn pausing(&self) -> Option<&dyn stockade_core::Pausing> {
+        Some(self)
+    }
+
+    fn egress_control(&self) -> Option<&dyn stockade_core::EgressControl> {
+        Some(self)
+    }
+
+    fn usage_counters(&self) -> Option<&dyn stockade_core::UsageCounters> {
+        Some(self)
+    }
+
+    fn files_as_user(&self) -> bool {
+        true
+    }
+
+    fn terminals(&self) -> bool {
+        true
+    }
+
+    fn why_not(&self, verb: stockade_core::Verb) -> &'static str {
+        match verb {
+            stockade_core::Verb::Fork => {
+                "a native sandbox's processes live in the host's kernel, which cannot copy a \
+                 running process tree (its memory, namespaces and open files) into new sandboxes; \
+                 pause and resume work (the cgroup freezer)"
+            }
+            v => stockade_core::default_reason(v),
+        }
+    }
+}
+
+#[async_trait]
+impl stockade_core::Pausing for NativeLauncher {
     /// Freezes the sandbox's cgroup (see [`freezer`]): memory stays in RAM.
     async fn pause(&self, id: &str) -> Result<()> {
         let (dir, st) = self.live(id)?;
@@ -600,26 +636,18 @@ impl Launcher for NativeLauncher {
             .await
             .map_err(|e| Error::Internal(format!("resume task failed: {e}")))?
     }
+}
 
-    async fn fork(&self, id: &str, count: u32, opts: &CreateOptions) -> Result<Vec<SandboxInfo>> {
-        let _ = (count, opts);
-        self.live(id)?;
-        Err(stockade_core::unsupported(
-            "native",
-            "fork",
-            "a native sandbox's processes live in the host's kernel, which cannot copy a \
-             running process tree (its memory, namespaces and open files) into new sandboxes; \
-             pause and resume work (the cgroup freezer)",
-        ))
+#[async_trait]
+impl stockade_core::UsageCounters for NativeLauncher {
+    async fn usage(&self, id: &str) -> Result<stockade_core::Usage> {
+        let (_, st) = self.live(id)?;
+        usage::read(id, &st.cgroups)
     }
+}
 
-    async fn gc(&self) -> Result<GcReport> {
-        let root = self.state_root.clone();
-        tokio::task::spawn_blocking(move || state::gc(&root))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))
-    }
-
+#[async_trait]
+impl stockade_core::EgressControl for NativeLauncher {
     async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
         let dir = self.dir(id)?;
         if state::read_live(&dir).is_none() {

@@ -224,30 +224,64 @@ impl Provider for TenantProvider {
         ))
     }
 
-    async fn set_network(&self, id: &str, network: &stockade::spec::Network) -> Result<()> {
-        self.daemon.set_network(&self.tenant, id, network).await
-    }
-
-    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
-        self.daemon.egress_denied(&self.tenant, id, since_ms).await
-    }
-
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
         self.daemon.file(&self.tenant, id, op).await
-    }
-
-    async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
-        self.daemon.file_as(&self.tenant, id, uid, op).await
-    }
-
-    async fn usage(&self, id: &str) -> Result<Usage> {
-        self.daemon.usage(&self.tenant, id).await
     }
 
     async fn host_ids(&self, uid: u32, gid: u32) -> Result<(u32, u32)> {
         self.backend.host_ids(uid, gid).await
     }
 
+    fn pausing(&self) -> Option<&dyn stockade::Pausing> {
+        self.backend
+            .pausing()
+            .map(|_| self as &dyn stockade::Pausing)
+    }
+
+    fn forking(&self) -> Option<&dyn stockade::Forking> {
+        self.backend
+            .forking()
+            .map(|_| self as &dyn stockade::Forking)
+    }
+
+    fn snapshotting(&self) -> Option<&dyn stockade::Snapshotting> {
+        self.backend
+            .snapshotting()
+            .map(|_| self as &dyn stockade::Snapshotting)
+    }
+
+    fn egress_control(&self) -> Option<&dyn stockade::EgressControl> {
+        self.backend
+            .egress_control()
+            .map(|_| self as &dyn stockade::EgressControl)
+    }
+
+    fn usage_counters(&self) -> Option<&dyn stockade::UsageCounters> {
+        self.backend
+            .usage_counters()
+            .map(|_| self as &dyn stockade::UsageCounters)
+    }
+
+    fn files_as_user(&self) -> Option<&dyn stockade::FilesAsUser> {
+        self.backend
+            .files_as_user()
+            .map(|_| self as &dyn stockade::FilesAsUser)
+    }
+
+    fn terminals(&self) -> bool {
+        self.backend.terminals()
+    }
+
+    fn why_not(&self, verb: stockade::Verb) -> &'static str {
+        self.backend.why_not(verb)
+    }
+}
+
+// A tenant's view of each facet its backend has: every call through the daemon, which
+// holds the tenant to its own sandboxes.
+
+#[async_trait]
+impl stockade::Pausing for TenantProvider {
     async fn pause(&self, id: &str) -> Result<()> {
         self.daemon.pause(&self.tenant, id).await
     }
@@ -255,12 +289,57 @@ impl Provider for TenantProvider {
     async fn resume(&self, id: &str) -> Result<()> {
         self.daemon.resume(&self.tenant, id).await
     }
+}
 
+#[async_trait]
+impl stockade::Forking for TenantProvider {
     async fn fork(&self, id: &str, count: u32, _opts: CreateOptions) -> Result<Vec<SandboxInfo>> {
         self.daemon.fork(&self.tenant, id, count).await
     }
+}
 
+#[async_trait]
+impl stockade::Snapshotting for TenantProvider {
     async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
         self.daemon.snapshot(&self.tenant, id, name).await
+    }
+
+    async fn snapshots(&self) -> Result<Vec<SnapshotInfo>> {
+        self.daemon.snapshots(&self.tenant).await
+    }
+
+    async fn remove_snapshot(&self, name: &str) -> Result<()> {
+        self.daemon.remove_snapshot(&self.tenant, name).await
+    }
+
+    async fn create_from_snapshot(&self, name: &str, opts: CreateOptions) -> Result<SandboxInfo> {
+        self.daemon
+            .create_from_snapshot(&self.tenant, self.name, name, opts.owner_pid)
+            .await
+    }
+}
+
+#[async_trait]
+impl stockade::EgressControl for TenantProvider {
+    async fn set_network(&self, id: &str, network: &stockade::spec::Network) -> Result<()> {
+        self.daemon.set_network(&self.tenant, id, network).await
+    }
+
+    async fn egress_denied(&self, id: &str, since_ms: u64) -> Result<Vec<EgressDenial>> {
+        self.daemon.egress_denied(&self.tenant, id, since_ms).await
+    }
+}
+
+#[async_trait]
+impl stockade::UsageCounters for TenantProvider {
+    async fn usage(&self, id: &str) -> Result<Usage> {
+        self.daemon.usage(&self.tenant, id).await
+    }
+}
+
+#[async_trait]
+impl stockade::FilesAsUser for TenantProvider {
+    async fn file_as(&self, id: &str, uid: u32, op: FileOp) -> Result<FileResult> {
+        self.daemon.file_as(&self.tenant, id, uid, op).await
     }
 }

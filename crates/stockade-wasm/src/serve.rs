@@ -273,7 +273,8 @@ async fn connection(provider: WasmProvider, id: String, mut s: UnixStream) -> Co
             send(&mut s, &answer).await
         }
         Some(ClientMsg::FileAs { uid, op }) => {
-            let answer = match provider.file_as(&id, uid, op).await {
+            let p: &dyn stockade_core::Provider = &provider;
+            let answer = match p.file_as(&id, uid, op).await {
                 Ok(r) => AgentMsg::FileDone(r),
                 Err(e) => error_msg(&e),
             };

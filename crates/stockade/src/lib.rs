@@ -247,6 +247,26 @@ mod tests {
     }
 
     #[test]
+    fn each_providers_declared_verbs_are_the_facets_it_implements() {
+        for (name, declared) in PROVIDER_VERBS {
+            let p = provider(Some(name)).unwrap();
+            // What callers are told (capabilities) is what the facets serve...
+            assert_eq!(
+                p.verbs(),
+                p.capabilities().verbs,
+                "{name}: its facets and its capabilities disagree"
+            );
+            // ...and what tables and help texts say, but docker's live egress policy,
+            // which needs root.
+            let mut want = *declared;
+            if *name == "docker" {
+                want.egress_control &= stockade_core::host::is_root();
+            }
+            assert_eq!(p.verbs(), want, "{name}: its facets and its VERBS disagree");
+        }
+    }
+
+    #[test]
     fn the_documents_provider_table_is_the_declared_one() {
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/providers.md");
         let doc = std::fs::read_to_string(path).unwrap();

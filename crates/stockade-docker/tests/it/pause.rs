@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use stockade_core::{ErrorCode, ExecRequest, RunState};
+use stockade_core::{ErrorCode, ExecRequest, Pausing, RunState};
 
 use crate::*;
 
@@ -152,11 +152,11 @@ async fn pause_stops_every_process_resume_continues_and_a_paused_one_is_destroye
 async fn pause_and_resume_of_an_unknown_or_bad_id_are_refused_clearly() {
     let Some(_image) = image() else { return };
     let p = provider();
-    let e = p.pause("sb-000000000000").await.unwrap_err();
+    let e = p.launcher().pause("sb-000000000000").await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
-    let e = p.resume("sb-000000000000").await.unwrap_err();
+    let e = p.launcher().resume("sb-000000000000").await.unwrap_err();
     assert_eq!(e.code(), ErrorCode::NotFound, "{e}");
-    let e = p.pause("../etc").await.unwrap_err();
+    let e = p.launcher().pause("../etc").await.unwrap_err();
     assert!(e.to_string().contains("is not valid"), "{e}");
 }
 

@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use stockade_core::spec::{Credential, EgressPolicy, Network};
-use stockade_core::{Error, Provider};
+use stockade_core::{EgressControl, Error, Provider, Snapshotting};
 
 use super::*;
 
@@ -196,7 +196,7 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
     let p2 = std::sync::Arc::new(stockade_microvm::MicrovmProvider::from(
         stockade_microvm::MicrovmLauncher::new().with_home(home.path()),
     ));
-    p2.snapshot(&id, "net").await.unwrap();
+    p2.launcher().snapshot(&id, "net").await.unwrap();
     // (It paused and resumed the source: a new monitor, whose namespace may have
     // the old one's number.)
     let (resumed_helper, _) = net_parts(&id);
@@ -228,7 +228,7 @@ async fn network_all_reaches_out_but_never_the_host_or_its_networks() {
     let copy_id = copy.id().to_string();
     copy.destroy().await.unwrap();
     assert_net_gone(&copy_id, copy_helper, &copy_ns).await;
-    p2.remove_snapshot("net").await.unwrap();
+    p2.launcher().remove_snapshot("net").await.unwrap();
 
     // The source resumed after its snapshot, behind a new monitor.
     let (helper, ns) = net_parts(&id);
@@ -289,7 +289,7 @@ async fn an_allowlist_opens_its_names_refuses_the_rest_changes_live_and_survives
         Vec::<String>::new(),
         "a paused VM keeps its network helper"
     );
-    let e = p.egress_denied(&id, 0).await.unwrap();
+    let e = p.launcher().egress_denied(&id, 0).await.unwrap();
     assert!(e.is_empty(), "a paused VM's monitor answered: {e:?}");
     sb.resume().await.unwrap();
     let code = format!(

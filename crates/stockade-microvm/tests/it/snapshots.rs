@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use stockade_core::{CreateOptions, Error, ExecRequest, Provider, Sandbox};
+use stockade_core::{CreateOptions, Error, ExecRequest, Provider, Sandbox, Snapshotting};
 
 use super::*;
 
@@ -255,7 +255,7 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
         assert!(matches!(e, Error::InvalidRequest(_)), "{bad:?}: {e:?}");
         assert!(e.to_string().contains("is not valid"), "{e}");
     }
-    let e = p.snapshot(&id, "../escape").await.unwrap_err();
+    let e = p.launcher().snapshot(&id, "../escape").await.unwrap_err();
     assert!(e.to_string().contains("is not valid"), "{e}");
     assert!(!home.path().join("snapshots/escape").exists());
     assert!(!store.exists() || std::fs::read_dir(&store).unwrap().count() == 0);
@@ -278,7 +278,7 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
     assert_eq!(x_of(&after), x, "{after}");
     let e = sb.snapshot("base").await.unwrap_err();
     assert!(e.to_string().contains("already exists"), "{e}");
-    let listed = p.snapshots().await.unwrap();
+    let listed = p.launcher().snapshots().await.unwrap();
     assert_eq!(listed, vec![snap.clone()]);
 
     // A new sandbox from it: the process and its open file as they were at the
@@ -335,7 +335,7 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
     assert!(!partial.exists(), "{report:?}");
     assert!(!copy_state.exists());
     assert_eq!(leftovers(copy.id()), Vec::<String>::new());
-    assert_eq!(p.snapshots().await.unwrap(), vec![snap.clone()]);
+    assert_eq!(p.launcher().snapshots().await.unwrap(), vec![snap.clone()]);
     assert!(store.join("base/vm.state").exists());
 
     // A changed snapshot is refused and nothing is started, also when its record's
@@ -394,10 +394,10 @@ async fn a_named_snapshot_starts_new_sandboxes_is_digest_checked_and_outlives_gc
     }
 
     // rm removes it; then it is not found.
-    p.remove_snapshot("base").await.unwrap();
+    p.launcher().remove_snapshot("base").await.unwrap();
     assert!(!store.join("base").exists());
-    assert_eq!(p.snapshots().await.unwrap(), Vec::new());
-    let e = p.remove_snapshot("base").await.unwrap_err();
+    assert_eq!(p.launcher().snapshots().await.unwrap(), Vec::new());
+    let e = p.launcher().remove_snapshot("base").await.unwrap_err();
     assert!(matches!(e, Error::NotFound { .. }), "{e:?}");
     let e = Sandbox::from_snapshot(
         p.clone() as std::sync::Arc<dyn Provider>,

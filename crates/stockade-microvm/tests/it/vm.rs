@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use stockade_core::{CreateOptions, Error, ExecRequest, Provider, WallKind};
+use stockade_core::{CreateOptions, Error, ExecRequest, Forking, Provider, WallKind};
 
 use super::*;
 
@@ -110,7 +110,11 @@ async fn a_vm_boots_runs_code_and_holds_the_attacks() {
     assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 
     // Native-only verbs are refused with the reason; fork needs a paused sandbox.
-    let e = p.fork(&id, 1, CreateOptions::default()).await.unwrap_err();
+    let e = p
+        .launcher()
+        .fork(&id, 1, CreateOptions::default())
+        .await
+        .unwrap_err();
     assert!(e.to_string().contains("is not paused"), "{e}");
 
     // The VM killed from the host is reported as such.

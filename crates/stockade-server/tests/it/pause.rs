@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use stockade::{ErrorCode, Provider, RunState};
+use stockade::{ErrorCode, Forking, Pausing, Provider, RunState};
 
 use crate::harness::{TestDaemon, require_root};
 use crate::{TOKEN_A, TOKEN_B, create, sh, spec, token_file};

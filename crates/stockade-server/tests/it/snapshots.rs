@@ -21,13 +21,13 @@ use stockade_server::{Daemon, Limits};
 use crate::harness::require_root;
 
 /// A native provider that keeps "snapshots" as records under the name it is given.
-struct Snapshotting {
+struct WithSnapshots {
     inner: NativeProvider,
     kept: Mutex<BTreeMap<String, SnapshotInfo>>,
 }
 
 #[async_trait]
-impl Provider for Snapshotting {
+impl Provider for WithSnapshots {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -58,6 +58,13 @@ impl Provider for Snapshotting {
     async fn file(&self, id: &str, op: FileOp) -> Result<FileResult> {
         self.inner.file(id, op).await
     }
+    fn snapshotting(&self) -> Option<&dyn stockade::Snapshotting> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl stockade::Snapshotting for WithSnapshots {
     async fn snapshot(&self, id: &str, name: &str) -> Result<SnapshotInfo> {
         stockade::check_snapshot_key(name)?;
         let info = self.inner.inspect(id).await?;
@@ -109,7 +116,7 @@ impl Provider for Snapshotting {
     }
 }
 
-fn daemon(dir: &Path, provider: Arc<Snapshotting>) -> Arc<Daemon> {
+fn daemon(dir: &Path, provider: Arc<WithSnapshots>) -> Arc<Daemon> {
     let store = Store::open(&dir.join("state.redb")).unwrap();
     let limits = Limits {
         sandboxes_per_tenant: 2,
@@ -149,7 +156,7 @@ async fn a_tenant_sees_starts_and_removes_only_its_own_snapshots() {
         .prefix("stockade-it-snap-")
         .tempdir_in("/tmp")
         .unwrap();
-    let provider = Arc::new(Snapshotting {
+    let provider = Arc::new(WithSnapshots {
         inner: NativeProvider::from(stockade::NativeLauncher::with_state_root(
             dir.path().join("state"),
         )),
