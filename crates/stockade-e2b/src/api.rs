@@ -263,7 +263,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             let Some(s) = e2b.get(&tenant, id) else {
                 return not_found(id);
             };
-            let network = match crate::network::network_of(&o, None) {
+            let network = match crate::network::network_of(&o, None, crate::network::At::Update) {
                 // A policy is replaced by a policy: denying everything is an empty one.
                 Ok(Network::None) => Network::Policy(Default::default()),
                 Ok(Network::Egress) => {
@@ -525,10 +525,13 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
                 ),
             );
         }
-        Some(n) => match crate::network::network_of(n, b.allow_internet_access) {
-            Ok(n) => n,
-            Err(m) => return error(400, &m),
-        },
+        Some(n) => {
+            match crate::network::network_of(n, b.allow_internet_access, crate::network::At::Create)
+            {
+                Ok(n) => n,
+                Err(m) => return error(400, &m),
+            }
+        }
     };
     match e2b
         .create(

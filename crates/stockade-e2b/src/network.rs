@@ -10,13 +10,17 @@
 //!   allowing those entries on every port and protocol (names and `*.suffix` as well
 //!   as addresses and CIDRs); without entries it is no network at all;
 //! - nothing denied is the public internet (`egress`);
+//! - `rules` whose transform sets headers on a host's requests are Stockade
+//!   credentials: the egress proxy, outside the sandbox, sets each header on the
+//!   HTTPS requests to that host, and the values never enter the sandbox (so the host
+//!   must be a plain name `allow_out` opens; set at create only, as E2B's
+//!   placeholders for workload identity tokens have no Stockade form);
 //! - `deny_out` of some addresses only ("all but these") has no Stockade form and is
-//!   refused with what to write instead, as are `rules`, `egress_proxy` and
-//!   `dns_servers`.
+//!   refused with what to write instead, as are `egress_proxy` and `dns_servers`.
 
 use serde::Deserialize;
 use serde_json::Value;
-use stockade::spec::{EgressPolicy, Network};
+use stockade::spec::{Credential, EgressPolicy, Network};
 
 /// What E2B calls all traffic.
 const ALL_V4: &str = "0.0.0.0/0";
@@ -42,28 +46,35 @@ pub struct EgressOpts {
     dns_servers: Option<Value>,
 }
 
+/// Whether the network `o` asks for comes with a create or replaces a sandbox's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum At {
+    Create,
+    Update,
+}
+
 /// The network `o` asks for, or what is wrong with it (a 400's message).
 /// `internet`: the create's `allow_internet_access` (an update's is in `o`).
-pub fn network_of(o: &EgressOpts, internet: Option<bool>) -> Result<Network, String> {
+pub fn network_of(o: &EgressOpts, internet: Option<bool>, at: At) -> Result<Network, String> {
     for (name, v) in [
-        ("rules", &o.rules),
-        ("egress_proxy (egressProxy)", &o.egress_proxy),
-        ("dns_servers (dnsServers)", &o.dns_servers),
+        ("egress_proxy (egressProxy)", o.egress_proxy.as_ref()),
+        ("dns_servers (dnsServers)", o.dns_servers.as_ref()),
     ] {
-        let given = match v {
-            None | Some(Value::Null) => false,
-            Some(Value::Object(m)) => !m.is_empty(),
-            Some(Value::Array(a)) => !a.is_empty(),
-            Some(_) => true,
-        };
-        if given {
+        if given(v) {
             return Err(format!(
-                "network.{name} is not supported by Stockade's E2B API: a credential for a \
-                 host is set by the operator (a template's allowlist and credentials in the \
-                 configuration file), and names resolve through Stockade's own resolver; \
-                 send allow_out and deny_out only"
+                "network.{name} is not supported by Stockade's E2B API: egress leaves through \
+                 Stockade's own proxy and resolver; send allow_out, deny_out and rules"
             ));
         }
+    }
+    let credentials = credentials_of(o.rules.as_ref())?;
+    if !credentials.is_empty() && at == At::Update {
+        return Err(
+            "network.rules are fixed when the sandbox is created (the egress proxy holds \
+             their values); an update replaces allow_out and deny_out only: send it without \
+             rules"
+                .into(),
+        );
     }
     let internet = o.allow_internet_access.or(internet);
     let deny = o.deny_out.clone().unwrap_or_default();
@@ -77,9 +88,16 @@ pub fn network_of(o: &EgressOpts, internet: Option<bool>) -> Result<Network, Str
                  allow_out and set deny_out to [\"{ALL_V4}\"]"
             ));
         }
+        if !credentials.is_empty() {
+            return Err(format!(
+                "network.rules need an allowlist: the headers are set by Stockade's egress \
+                 proxy, which only an egress policy has; list the hosts in allow_out and set \
+                 deny_out to [\"{ALL_V4}\"]"
+            ));
+        }
         return Ok(Network::Egress);
     }
-    if allow.is_empty() {
+    if allow.is_empty() && credentials.is_empty() {
         return Ok(Network::None);
     }
     if let Some(a) = allow.iter().find(|a| is_all(a)) {
@@ -90,8 +108,74 @@ pub fn network_of(o: &EgressOpts, internet: Option<bool>) -> Result<Network, Str
     }
     Ok(Network::Policy(EgressPolicy {
         allow: allow.iter().map(|a| every_port(a)).collect(),
-        ..EgressPolicy::default()
+        deny: Vec::new(),
+        credentials,
     }))
+}
+
+/// Whether an optional field holds anything (an empty object or list is nothing).
+fn given(v: Option<&Value>) -> bool {
+    match v {
+        None | Some(Value::Null) => false,
+        Some(Value::Object(m)) => !m.is_empty(),
+        Some(Value::Array(a)) => !a.is_empty(),
+        Some(_) => true,
+    }
+}
+
+/// E2B's `rules` (`{HOST: [{"transform": {"headers": {NAME: VALUE}}}]}`) as Stockade
+/// credentials, one per header; what they cannot be is named.
+fn credentials_of(rules: Option<&Value>) -> Result<Vec<Credential>, String> {
+    let Some(rules) = rules.filter(|r| given(Some(r))) else {
+        return Ok(Vec::new());
+    };
+    let Value::Object(rules) = rules else {
+        return Err("network.rules is an object of host names to lists of rules".into());
+    };
+    let mut out = Vec::new();
+    for (host, list) in rules {
+        if host.contains('*') {
+            return Err(format!(
+                "network.rules for {host:?}: a rule names one host (api.example.com); \
+                 Stockade sets a credential on the requests to a plain name only"
+            ));
+        }
+        let Value::Array(list) = list else {
+            return Err(format!("network.rules.{host} is a list of rules"));
+        };
+        for rule in list {
+            let headers = rule
+                .get("transform")
+                .and_then(|t| t.get("headers"))
+                .and_then(Value::as_object);
+            let Some(headers) = headers else {
+                return Err(format!(
+                    "network.rules.{host}: each rule needs transform.headers (the headers set \
+                     on its requests)"
+                ));
+            };
+            for (name, value) in headers {
+                let Some(value) = value.as_str() else {
+                    return Err(format!(
+                        "network.rules.{host}: header {name:?} needs a string value"
+                    ));
+                };
+                if value.contains("${e2b.") {
+                    return Err(format!(
+                        "network.rules.{host}: header {name:?} asks for a workload identity \
+                         token, which Stockade does not mint: set the header's value itself"
+                    ));
+                }
+                out.push(Credential {
+                    host: host.clone(),
+                    header: name.clone(),
+                    value: value.to_string(),
+                    env: None,
+                });
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn is_all(entry: &str) -> bool {
@@ -151,7 +235,11 @@ mod tests {
             ),
         ];
         for (v, internet, want) in cases {
-            assert_eq!(network_of(&opts(v.clone()), internet), want, "{v}");
+            assert_eq!(
+                network_of(&opts(v.clone()), internet, At::Create),
+                want,
+                "{v}"
+            );
         }
         for (v, words) in [
             (
@@ -163,22 +251,66 @@ mod tests {
                 "leave both out",
             ),
             (
-                serde_json::json!({"rules": {"api.x.com": [{"transform": {}}]}}),
-                "network.rules",
+                serde_json::json!({"rules": {"api.x.com": [{"transform": {}}]}, "denyOut": ["0.0.0.0/0"]}),
+                "transform.headers",
+            ),
+            (
+                serde_json::json!({"rules": {"*.x.com": [{"transform": {"headers": {"A": "b"}}}]}, "denyOut": ["0.0.0.0/0"]}),
+                "one host",
+            ),
+            (
+                serde_json::json!({"rules": {"api.x.com": [{"transform": {"headers": {"A": "${e2b.identity.tokens.aws}"}}}]}, "denyOut": ["0.0.0.0/0"]}),
+                "workload identity",
+            ),
+            (
+                serde_json::json!({"rules": {"api.x.com": [{"transform": {"headers": {"A": "b"}}}]}}),
+                "need an allowlist",
             ),
             (
                 serde_json::json!({"egressProxy": {"address": "p:1"}}),
                 "network.egress_proxy",
             ),
         ] {
-            let e = network_of(&opts(v.clone()), None).unwrap_err();
+            let e = network_of(&opts(v.clone()), None, At::Create).unwrap_err();
             assert!(e.contains(words), "{v}: {e}");
         }
+        // Header rules are credentials, one per header, set at create only.
+        let with_rules = opts(serde_json::json!({
+            "allowOut": ["api.x.com"],
+            "denyOut": ["0.0.0.0/0"],
+            "rules": {"api.x.com": [{"transform": {"headers": {"Authorization": "Bearer s", "X-Org": "o"}}}]},
+        }));
+        let Ok(Network::Policy(p)) = network_of(&with_rules, None, At::Create) else {
+            panic!("rules make a policy");
+        };
+        assert_eq!(p.allow, vec!["api.x.com:*/any".to_string()]);
+        let creds: Vec<_> = p
+            .credentials
+            .iter()
+            .map(|c| {
+                (
+                    c.host.as_str(),
+                    c.header.as_str(),
+                    c.value.as_str(),
+                    c.env.clone(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            creds,
+            vec![
+                ("api.x.com", "Authorization", "Bearer s", None),
+                ("api.x.com", "X-Org", "o", None)
+            ]
+        );
+        let e = network_of(&with_rules, None, At::Update).unwrap_err();
+        assert!(e.contains("fixed when the sandbox is created"), "{e}");
         // Empty rules and no proxy are no request for them.
         assert_eq!(
             network_of(
                 &opts(serde_json::json!({"rules": {}, "egressProxy": null})),
-                None
+                None,
+                At::Create
             ),
             Ok(Network::Egress)
         );

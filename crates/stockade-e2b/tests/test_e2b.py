@@ -574,8 +574,26 @@ def test_network_allow_out_is_an_egress_policy_and_update_network_replaces_it(se
             sb.update_network({"deny_out": ["8.8.8.8"]})
         assert "allowlist" in str(e.value) and everything in str(e.value), str(e.value)
         with pytest.raises(SandboxException) as e:
-            sb.update_network({"allow_out": ["x.example.com"], "deny_out": [everything], "rules": {"x.example.com": [{"transform": {"headers": {"A": "b"}}}]}})
-        assert "network.rules" in str(e.value), str(e.value)
+            sb.update_network({"deny_out": [everything], "egress_proxy": {"address": "127.0.0.1:1080"}})
+        assert "egress_proxy" in str(e.value), str(e.value)
+    # A rule's headers are a credential: the egress proxy sets them on the host's
+    # HTTPS requests; their value never enters the sandbox.
+    token = "sk-e2b-" + os.urandom(8).hex()
+    rules = {"pypi.org": [{"transform": {"headers": {"Authorization": f"Bearer {token}"}}}]}
+    with Sandbox.create(network={"allow_out": ["pypi.org"], "deny_out": [everything], "rules": rules}) as sb:
+        out = resolves(sb)
+        assert "pypi.org resolved" in out, out
+        r = sb.commands.run(
+            f"env; cat /proc/*/environ 2>/dev/null | tr '\\0' '\\n'; grep -rs {token} /tmp /home /etc; true"
+        )
+        assert token not in r.stdout and token not in r.stderr, r.stdout
+        # Rules are fixed at create.
+        with pytest.raises(SandboxException) as e:
+            sb.update_network({"allow_out": ["pypi.org"], "deny_out": [everything], "rules": rules})
+        assert "fixed when the sandbox is created" in str(e.value), str(e.value)
+    with pytest.raises(SandboxException) as e:
+        Sandbox.create(network={"deny_out": [everything], "rules": {"*.x.com": [{"transform": {"headers": {"A": "b"}}}]}})
+    assert "one host" in str(e.value), str(e.value)
     # Deny everything with nothing allowed is no network at all.
     with Sandbox.create(network={"deny_out": [everything]}) as sb:
         out = resolves(sb)

@@ -131,3 +131,27 @@ export function aiSdkTool(z: typeof Zod, opts: ToolOptions = {}) {
     execute: (input: RunCodeInput): Promise<RunCodeResult> => runCodeTool(input.language, input.code, opts),
   };
 }
+
+/** What LangChain.js' `DynamicStructuredTool` is made of. */
+export interface LangChainToolFields {
+  name: string;
+  description: string;
+  schema: Record<string, unknown>;
+  func: (input: RunCodeInput) => Promise<string>;
+}
+
+/**
+ * The tool for LangChain.js: `langchainTool(DynamicStructuredTool)` with the class from
+ * `@langchain/core/tools` (an optional peer dependency: the caller's copy is used),
+ * named `run_code`, with {@link runCodeSchema}'s JSON schema. It answers
+ * {@link handleToolCall}'s result as JSON text, failures included, so a model sees why
+ * a run failed instead of an exception ending the agent's turn.
+ */
+export function langchainTool<T>(Tool: new (fields: LangChainToolFields) => T, opts: ToolOptions = {}): T {
+  return new Tool({
+    name: "run_code",
+    description: DESCRIPTION,
+    schema: runCodeSchema(opts.provider),
+    func: async (input: RunCodeInput) => JSON.stringify(await handleToolCall({ ...input }, opts)),
+  });
+}

@@ -7,9 +7,13 @@ import { generateText, tool } from "ai";
 import { MockLanguageModelV2 } from "ai/test";
 import { z } from "zod";
 
+import type { ToolMessage } from "@langchain/core/messages";
+import { DynamicStructuredTool } from "@langchain/core/tools";
+
 import {
   aiSdkTool,
   anthropicTool,
+  langchainTool,
   DESCRIPTION,
   handleToolCall,
   openaiTool,
@@ -66,4 +70,24 @@ test("the Vercel AI SDK runs the tool through generateText", async () => {
   const result = await generateText({ model, prompt: "compute", tools: { run_code: tool(aiSdkTool(z)) } });
   const out = result.toolResults[0]?.output as { ok: boolean; stdout: string } | undefined;
   assert.deepEqual({ ok: out?.ok, stdout: out?.stdout }, { ok: true, stdout: "42\n" });
+});
+
+test("a LangChain.js tool runs code, as a call and as a model's tool call", async () => {
+  const t = langchainTool(DynamicStructuredTool);
+  assert.equal(t.name, "run_code");
+  const direct = JSON.parse(await t.invoke({ language: "bash", code: "echo $((6 * 7))" })) as { ok: boolean; stdout: string };
+  assert.deepEqual({ ok: direct.ok, stdout: direct.stdout }, { ok: true, stdout: "42\n" });
+  // Given a model's tool call, LangChain answers a ToolMessage for it.
+  const msg = (await t.invoke({
+    id: "call_1",
+    name: "run_code",
+    type: "tool_call",
+    args: { language: "python", code: "print(6 * 7)" },
+  })) as unknown as ToolMessage;
+  assert.equal(msg.tool_call_id, "call_1");
+  const out = JSON.parse(String(msg.content)) as { ok: boolean; stdout: string };
+  assert.deepEqual({ ok: out.ok, stdout: out.stdout }, { ok: true, stdout: "42\n" });
+  // A run that fails is an answer the model reads, not an exception.
+  const failed = JSON.parse(await t.invoke({ language: "bash", code: "echo no >&2; exit 3" })) as { ok: boolean; exit_code: number; stderr: string };
+  assert.deepEqual({ ok: failed.ok, exit_code: failed.exit_code, stderr: failed.stderr }, { ok: false, exit_code: 3, stderr: "no\n" });
 });

@@ -55,15 +55,19 @@ pub fn open(size: TtySize, uid: u32, gid: u32) -> Result<Tty, String> {
 }
 
 /// Sets the terminal's size; the command's foreground process group gets `SIGWINCH`.
+/// A signal to PID 1 (a child's end) in the middle of it is no failure: it is asked
+/// again.
 pub fn resize(master: impl AsFd, size: TtySize) -> Result<(), String> {
-    tcsetwinsize(
-        master,
-        Winsize {
-            ws_row: size.rows,
-            ws_col: size.cols,
-            ws_xpixel: 0,
-            ws_ypixel: 0,
-        },
-    )
-    .map_err(|e| format!("cannot set the terminal's size: {e}"))
+    let ws = Winsize {
+        ws_row: size.rows,
+        ws_col: size.cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    loop {
+        match tcsetwinsize(&master, ws) {
+            Err(rustix::io::Errno::INTR) => continue,
+            r => return r.map_err(|e| format!("cannot set the terminal's size: {e}")),
+        }
+    }
 }
