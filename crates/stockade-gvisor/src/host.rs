@@ -78,17 +78,24 @@ pub(crate) fn remove_tree(dir: &Path) -> std::io::Result<()> {
 }
 
 /// runsc's files of sandbox `id` in its state root (`ID_sandbox:ID.state` and
-/// `.lock`).
+/// `.lock`, and the sandbox's control socket `runsc-ID.sock`, which runsc leaves
+/// behind when its sandbox is killed).
 pub(crate) fn runsc_files(runsc_root: &Path, id: &str) -> Vec<PathBuf> {
-    let prefix = format!("{id}_sandbox:");
     std::fs::read_dir(runsc_root)
         .map(|d| {
             d.flatten()
-                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .filter(|e| runsc_file_id(&e.file_name().to_string_lossy()) == Some(id))
                 .map(|e| e.path())
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The sandbox id a file of runsc's state root belongs to.
+fn runsc_file_id(name: &str) -> Option<&str> {
+    name.split_once("_sandbox:")
+        .map(|(id, _)| id)
+        .or_else(|| name.strip_prefix("runsc-")?.strip_suffix(".sock"))
 }
 
 /// Removes runsc's state of sandbox `id`: from then on runsc does not know it.
@@ -112,7 +119,7 @@ pub(crate) fn runsc_ids(runsc_root: &Path) -> Vec<(String, Duration)> {
         .flatten()
     {
         let name = e.file_name().to_string_lossy().into_owned();
-        let Some((id, _)) = name.split_once("_sandbox:") else {
+        let Some(id) = runsc_file_id(&name) else {
             continue;
         };
         let age = e
@@ -241,4 +248,42 @@ pub(crate) fn write_root(base: &Path, ops: &[bundle::RootOp]) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_runsc_file_of_a_sandbox_is_found_its_socket_too() {
+        let root = tempfile::tempdir().unwrap();
+        let id = "sb-0123456789ab";
+        for name in [
+            format!("{id}_sandbox:{id}.state"),
+            format!("{id}_sandbox:{id}.lock"),
+            format!("runsc-{id}.sock"),
+            "runsc-sb-ffffffffffff.sock".to_string(),
+            "unrelated".to_string(),
+        ] {
+            std::fs::write(root.path().join(name), "").unwrap();
+        }
+        let mut mine: Vec<String> = runsc_files(root.path(), id)
+            .iter()
+            .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        mine.sort();
+        assert_eq!(
+            mine,
+            [
+                "runsc-sb-0123456789ab.sock",
+                "sb-0123456789ab_sandbox:sb-0123456789ab.lock",
+                "sb-0123456789ab_sandbox:sb-0123456789ab.state"
+            ]
+        );
+        let mut ids: Vec<String> = runsc_ids(root.path()).into_iter().map(|(i, _)| i).collect();
+        ids.sort();
+        assert_eq!(ids, ["sb-0123456789ab", "sb-ffffffffffff"]);
+        remove_runsc_state(root.path(), id).unwrap();
+        assert!(runsc_files(root.path(), id).is_empty());
+    }
 }

@@ -73,7 +73,7 @@ pub fn assert_no_trace(id: &str) {
         .map(|d| {
             d.flatten()
                 .map(|e| e.file_name().to_string_lossy().into_owned())
-                .filter(|n| n.starts_with(id))
+                .filter(|n| n.starts_with(id) || *n == format!("runsc-{id}.sock"))
                 .collect()
         })
         .unwrap_or_default();
