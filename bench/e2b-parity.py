@@ -9,7 +9,10 @@ serve --e2b-listen`, each beside its same-run anchor:
   against `commands.run` on a running sandbox;
 - a WebSocket round trip through the origin to a server in the sandbox against the same
   server on the host's loopback;
-- a sandbox killed under `commands.run`: the kill to the SDK's exception.
+- a sandbox killed under `commands.run`: the kill to the SDK's exception;
+- `Sandbox.create(network={"allow_out": [...], "deny_out": ["0.0.0.0/0"]})` (an egress
+  policy) against a create without network, and `update_network` (the policy replaced
+  live) against `commands.run("true")` on the same sandbox.
 
     sudo STOCKADE_BIN=$CARGO_TARGET_DIR/debug/stockade \
         /var/cache/stockade/venv-e2b/bin/python bench/e2b-parity.py [N]
@@ -168,6 +171,32 @@ def main():
             th.join(30)
             gone.append((done.get("at", float("nan")) - t) * 1000)
         row("a sandbox killed under `commands.run`: the kill to the SDK's exception", gone)
+
+        # Egress policies: a create with one, and one replaced live.
+        everything = "0.0.0.0/0"
+        plain, policed, updates, runs = [], [], [], []
+        for i in range(max(3, n // 4)):
+            t = time.perf_counter()
+            a = Sandbox.create(timeout=60)
+            a.commands.run("true")
+            plain.append((time.perf_counter() - t) * 1000)
+            a.kill()
+            t = time.perf_counter()
+            b = Sandbox.create(timeout=60, network={"allow_out": ["pypi.org"], "deny_out": [everything]})
+            b.commands.run("true")
+            policed.append((time.perf_counter() - t) * 1000)
+            for j in range(4):
+                t = time.perf_counter()
+                b.update_network({"allow_out": [f"h{i}-{j}.example.com", "pypi.org"], "deny_out": [everything]})
+                updates.append((time.perf_counter() - t) * 1000)
+                t = time.perf_counter()
+                b.commands.run("true")
+                runs.append((time.perf_counter() - t) * 1000)
+            b.kill()
+        row("create to first `commands.run` with `network` allow_out (an egress policy)", policed,
+            "without network", plain)
+        row("`update_network` (the policy replaced live)", updates,
+            "`commands.run(\"true\")` on the same sandbox", runs)
     finally:
         proc.terminate()
         proc.wait(30)

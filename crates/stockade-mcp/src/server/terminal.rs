@@ -209,19 +209,19 @@ impl Handler {
         text
     }
 
+    /// How many terminals this client has open in `terminals`.
+    fn open_terminals(&self, terminals: &HashMap<String, Terminal>) -> usize {
+        terminals
+            .values()
+            .filter(|t| t.conn == self.conn.id)
+            .count()
+    }
+
     /// `terminal_open`.
     pub(super) async fn terminal_open(&self, tenant: &str, a: tools::TerminalOpen) -> ToolResult {
         let (provider, sandbox) = self.target(tenant, &a.at).await?;
-        let open = lock(&self.shared().terminals)
-            .values()
-            .filter(|t| t.conn == self.conn.id)
-            .count();
-        if open >= MAX_TERMINALS {
-            return Err(ToolError::new(
-                "limit_exceeded",
-                format!("this client has {MAX_TERMINALS} terminals open, the most it may"),
-                "close one with terminal_close first",
-            ));
+        if self.open_terminals(&lock(&self.shared().terminals)) >= MAX_TERMINALS {
+            return Err(too_many_terminals());
         }
         let command = a.command.unwrap_or_else(|| "/bin/sh".to_string());
         let max = self.shared().policy.max_exec_timeout_secs as f64;
@@ -276,17 +276,32 @@ impl Handler {
             c2.notify_waiters();
         });
         let id = format!("term-{}", stockade::host::random_hex(6));
-        lock(&self.shared().terminals).insert(
-            id.clone(),
-            Terminal {
-                conn: self.conn.id,
-                sandbox: sandbox.clone(),
-                input: in_tx,
-                screen,
-                changed,
-                task,
-            },
-        );
+        // Counted again under the lock it is added under: calls made at once cannot
+        // open more than the limit between them (the late one's command is ended).
+        let refused = {
+            let mut terminals = lock(&self.shared().terminals);
+            let room = self.open_terminals(&terminals) < MAX_TERMINALS;
+            if room {
+                terminals.insert(
+                    id.clone(),
+                    Terminal {
+                        conn: self.conn.id,
+                        sandbox: sandbox.clone(),
+                        input: in_tx,
+                        screen,
+                        changed,
+                        task,
+                    },
+                );
+                None
+            } else {
+                Some(task)
+            }
+        };
+        if let Some(task) = refused {
+            task.abort();
+            return Err(too_many_terminals());
+        }
         let mut v = self
             .read_terminal(&id, wait_for(a.wait, 1.0)?, None)
             .await?;
@@ -352,6 +367,15 @@ pub(super) fn close_all(terminals: &Terminals, conn: u64) {
         ids.iter().filter_map(|id| all.remove(id)).collect()
     };
     drop(gone);
+}
+
+/// The refusal of a terminal past [`MAX_TERMINALS`].
+fn too_many_terminals() -> ToolError {
+    ToolError::new(
+        "limit_exceeded",
+        format!("this client has {MAX_TERMINALS} terminals open, the most it may"),
+        "close one with terminal_close first",
+    )
 }
 
 #[cfg(test)]

@@ -158,6 +158,23 @@ async def scenario_all(args: argparse.Namespace) -> None:
         assert r["closed"] is True, r
         err = await call_err(c, "terminal_open", {"sandbox_id": sid, "rows": 0})
         assert err["code"] == "invalid_arguments", err
+        # Twelve opened at once: eight stand (the most a client may have), the rest
+        # are refused, and closing them leaves room again.
+        opened: list[Any] = []
+
+        async def open_one() -> None:
+            opened.append(await c.call_tool("terminal_open", {"sandbox_id": sid, "command": "cat"}))
+
+        async with anyio.create_task_group() as tg:
+            for _ in range(12):
+                tg.start_soon(open_one)
+        good = [structured(r)["terminal_id"] for r in opened if not r.is_error]
+        refused = [structured(r)["error"]["code"] for r in opened if r.is_error]
+        assert len(good) == 8 and refused == ["limit_exceeded"] * 4, (good, refused)
+        for tid in good:
+            await call_ok(c, "terminal_close", {"terminal_id": tid})
+        t = await call_ok(c, "terminal_open", {"sandbox_id": sid, "command": "cat"})
+        await call_ok(c, "terminal_close", {"terminal_id": t["terminal_id"]})
 
         # Resources: the sandbox's files.
         res = (await c.list_resources()).resources
