@@ -255,6 +255,14 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             Some(s) => metrics_between(&e2b, &s, &query).await,
             None => not_found(id),
         },
+        (Method::POST, ["sandboxes", id, "fork"]) => {
+            copy_refused(&e2b, &tenant, id, stockade::Verb::Fork, "fork").await
+        }
+        (Method::POST, ["sandboxes", id, "snapshots"]) => {
+            copy_refused(&e2b, &tenant, id, stockade::Verb::Snapshots, "a snapshot").await
+        }
+        // None is ever taken (see `copy_refused`).
+        (Method::GET, ["snapshots"]) => ok(StatusCode::OK, &json!([])),
         (Method::PUT, ["sandboxes", id, "network"]) => {
             let o: crate::network::EgressOpts = match parse(&body) {
                 Ok(o) => o,
@@ -298,10 +306,44 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network; /sandboxes/ID/fork and /sandboxes/ID/snapshots refuse with the reason)"
             ),
         ),
     }
+}
+
+/// `fork()` and `create_snapshot()`: copies of a running sandbox's memory and
+/// processes, which no E2B sandbox here can give: the native, docker and gVisor
+/// providers cannot copy one at all, and a microVM copy cannot take the home each E2B
+/// sandbox has shared from the host. Refused with the provider's own reason (409).
+async fn copy_refused(
+    e2b: &E2b,
+    tenant: &str,
+    id: &str,
+    verb: stockade::Verb,
+    what: &str,
+) -> Response {
+    let Some(s) = e2b.get(tenant, id) else {
+        return not_found(id);
+    };
+    let provider = match e2b.daemon.inspect(tenant, &s.daemon_id).await {
+        Ok((info, _)) => info.provider,
+        Err(e) => return failed(&e),
+    };
+    let reason = match e2b.daemon.provider(&provider) {
+        Ok((_, p)) if p.verbs().has(verb) => "its home /home/user is a directory shared from the \
+             host, which a copy of its memory cannot take"
+            .to_string(),
+        Ok((_, p)) => format!("the {provider} provider: {}", p.why_not(verb)),
+        Err(e) => return failed(&e),
+    };
+    error(
+        409,
+        &format!(
+            "{what} of sandbox {id} is not possible here: {reason}; start a new sandbox and \
+             bring its state with files.write or commands instead"
+        ),
+    )
 }
 
 /// Lists the tenant's sandboxes: metadata filter, `order`, and pages of `limit`
