@@ -46,6 +46,7 @@ impl Peer {
     fn make() -> Result<Peer, String> {
         // A /30 picked at random, again while this host already has it.
         let mut raw = [0u8; 3];
+        let mut last = "no free /30 in 198.18.0.0/15".to_string();
         for _ in 0..16 {
             std::io::Read::read_exact(&mut std::fs::File::open("/dev/urandom").unwrap(), &mut raw)
                 .unwrap();
@@ -57,6 +58,7 @@ impl Peer {
                 .map(|o| String::from_utf8_lossy(&o.stdout).contains(&format!(" {host_end}/")))
                 .unwrap_or(true);
             if taken {
+                last = "no free /30 in 198.18.0.0/15".into();
                 continue;
             }
             let tag: String = raw.iter().map(|b| format!("{b:02x}")).collect();
@@ -68,27 +70,35 @@ impl Peer {
                 addr: Ipv4Addr::from(u32::from(base) + 2),
                 link: link.clone(),
             };
-            ip(&["netns", "add", &name])?;
-            ip(&[
-                "link", "add", &link, "type", "veth", "peer", "name", &peer_end,
-            ])?;
-            ip(&["link", "set", &peer_end, "netns", &name])?;
-            ip(&["addr", "add", &format!("{host_end}/30"), "dev", &link])?;
-            ip(&["link", "set", &link, "up"])?;
-            ip(&[
-                "-n",
-                &name,
-                "addr",
-                "add",
-                &format!("{}/30", p.addr),
-                "dev",
-                &peer_end,
-            ])?;
-            ip(&["-n", &name, "link", "set", &peer_end, "up"])?;
-            ip(&["-n", &name, "link", "set", "lo", "up"])?;
-            return Ok(p);
+            let made = (|| {
+                ip(&["netns", "add", &name])?;
+                ip(&[
+                    "link", "add", &link, "type", "veth", "peer", "name", &peer_end,
+                ])?;
+                ip(&["link", "set", &peer_end, "netns", &name])?;
+                ip(&["addr", "add", &format!("{host_end}/30"), "dev", &link])?;
+                ip(&["link", "set", &link, "up"])?;
+                ip(&[
+                    "-n",
+                    &name,
+                    "addr",
+                    "add",
+                    &format!("{}/30", p.addr),
+                    "dev",
+                    &peer_end,
+                ])?;
+                ip(&["-n", &name, "link", "set", &peer_end, "up"])?;
+                ip(&["-n", &name, "link", "set", "lo", "up"])
+            })();
+            match made {
+                Ok(()) => return Ok(p),
+                // Another process on the host re-mounting /run/netns can take the new
+                // namespace (and the veth pair with it) away mid-way: made again under
+                // another name, a few times. `p`'s drop removes what was made.
+                Err(e) => last = e,
+            }
         }
-        Err("no free /30 in 198.18.0.0/15 after 16 tries".into())
+        Err(format!("no peer after 16 tries; the last: {last}"))
     }
 
     /// `program` to run inside the peer.
