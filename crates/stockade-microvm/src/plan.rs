@@ -386,6 +386,23 @@ pub fn host_cgroups(
     v
 }
 
+/// The walls of a copy of a VM (a fork, a start from a snapshot): its source's, with
+/// the copy's own origin in place of the source's state.
+pub fn copy_walls(source: &[Wall], origin: String) -> Vec<Wall> {
+    let mut walls: Vec<Wall> = source
+        .iter()
+        .filter(|w| w.kind != WallKind::State)
+        .cloned()
+        .collect();
+    walls.push(Wall::on(
+        WallKind::State,
+        format!(
+            "{origin}: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
+        ),
+    ));
+    walls
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,8 +21,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use stockade_core::host::hex;
 use stockade_core::{
-    CreateOptions, Error, Result, SandboxInfo, SnapshotInfo, Wall, WallKind, check_snapshot_key,
-    now_ms,
+    CreateOptions, Error, Result, SandboxInfo, SnapshotInfo, Wall, check_snapshot_key, now_ms,
 };
 
 use crate::vmm::VmPlan;
@@ -261,20 +260,10 @@ impl MicrovmLauncher {
             sha256,
             spec: self.live_spec(id, &record.info.spec),
         };
-        // A copy's own origin, not its source's.
-        let mut applied: Vec<Wall> = record
-            .info
-            .applied
-            .iter()
-            .filter(|w| w.kind != WallKind::State)
-            .cloned()
-            .collect();
-        applied.push(Wall::on(
-            WallKind::State,
-            format!(
-                "started from snapshot {name} (taken of sandbox {id}): own hostname, clock and random seed; own copy of memory, /tmp and overlay"
-            ),
-        ));
+        let applied = crate::plan::copy_walls(
+            &record.info.applied,
+            format!("started from snapshot {name} (taken of sandbox {id})"),
+        );
         let meta = Meta {
             info: info.clone(),
             plan: VmPlan {

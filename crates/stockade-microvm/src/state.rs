@@ -181,19 +181,10 @@ impl MicrovmLauncher {
         let _hold = self.hold(id).await?;
         let mem = self.snapshot_of(id).await?;
         let source = self.read_record(id)?;
-        let mut applied: Vec<Wall> = source
-            .info
-            .applied
-            .iter()
-            .filter(|w| w.kind != WallKind::State)
-            .cloned()
-            .collect();
-        applied.push(Wall::on(
-            WallKind::State,
-            format!(
-                "forked from sandbox {id}'s snapshot: own hostname, clock and random seed; own copy of memory, /tmp and overlay"
-            ),
-        ));
+        let applied = plan::copy_walls(
+            &source.info.applied,
+            format!("forked from sandbox {id}'s snapshot"),
+        );
         let restore = Restore {
             mem,
             plan: source.plan.clone(),
