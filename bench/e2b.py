@@ -80,13 +80,14 @@ def cleanup(tmp):
     shutil.rmtree(tmp, ignore_errors=True)
 
 
-def start_server(tmp, pool=0):
+def start_server(tmp, pool=0, config_toml=""):
     with open(os.path.join(tmp, "tokens"), "w") as f:
         f.write(KEY + "\n")
     config = os.path.join(tmp, "config.toml")
     with open(config, "w") as f:
         if pool:
             f.write(f"[templates.warm]\npool = {pool}\n")
+        f.write(config_toml)
     env = dict(os.environ, STOCKADE_CONFIG=config)
     port = free_port()
     proc = subprocess.Popen(

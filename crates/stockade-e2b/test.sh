@@ -49,5 +49,5 @@ run=$npmdir/tests
 rm -rf "$run"
 mkdir -p "$run"
 cp "$here"/js/*.mjs "$run/"
-(cd "$run" && node --test --test-concurrency=2 ./*.test.mjs)
+(cd "$run" && STOCKADE_E2B_SRC="$here" node --test --test-concurrency=2 ./*.test.mjs)
 rm -rf "$run"

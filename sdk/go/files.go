@@ -24,6 +24,9 @@ type FileEntry struct {
 	// LinkTarget is where a symbolic link points: a listed link, or a Stat of a
 	// path that is one (whose other fields describe the file it leads to).
 	LinkTarget string
+	// Xattrs are its extended attributes in the "user." namespace (names in full)
+	// whose values are text; set them with SetXattrs.
+	Xattrs map[string]string
 }
 
 // IsDir reports whether the entry is a directory.
@@ -103,7 +106,7 @@ func entryOf(e *pb.FileEntry) FileEntry {
 		kind = "other"
 	}
 	return FileEntry{Name: e.Name, Kind: kind, Size: e.Size, Mode: fs.FileMode(e.Mode & 0o7777), MTime: time.Unix(e.Mtime, 0),
-		LinkTarget: e.GetLinkTarget()}
+		LinkTarget: e.GetLinkTarget(), Xattrs: e.GetXattrs()}
 }
 
 // List is the entries of the directory at path.
@@ -187,6 +190,13 @@ func (s *Sandbox) Grep(ctx context.Context, regex, root string, opts ...GrepOpti
 // Mkdir creates the directory path and its parents.
 func (s *Sandbox) Mkdir(ctx context.Context, path string) error {
 	_, err := s.file(ctx, &pb.FileRequest{Op: &pb.FileRequest_Mkdir{Mkdir: &pb.MkdirOp{Path: path, Parents: true}}})
+	return err
+}
+
+// SetXattrs sets extended attributes of path, names in the "user." namespace and in
+// full ("user.owner"); the others it has are kept.
+func (s *Sandbox) SetXattrs(ctx context.Context, path string, xattrs map[string]string) error {
+	_, err := s.file(ctx, &pb.FileRequest{Op: &pb.FileRequest_SetXattrs{SetXattrs: &pb.SetXattrsOp{Path: path, Xattrs: xattrs}}})
 	return err
 }
 

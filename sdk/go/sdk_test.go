@@ -286,8 +286,16 @@ func TestFiles(t *testing.T) {
 		}
 	}
 	st, err := sb.Stat(ctx, "/tmp/proj/src/main.py")
-	if err != nil || st.Kind != "file" || st.Size == 0 || st.MTime.IsZero() {
+	if err != nil || st.Kind != "file" || st.Size == 0 || st.MTime.IsZero() || len(st.Xattrs) != 0 {
 		t.Fatalf("stat %+v %v", st, err)
+	}
+	must(sb.SetXattrs(ctx, "/tmp/proj/src/main.py", map[string]string{"user.owner": "team-a"}))
+	if st, err := sb.Stat(ctx, "/tmp/proj/src/main.py"); err != nil || st.Xattrs["user.owner"] != "team-a" || len(st.Xattrs) != 1 {
+		t.Fatalf("xattrs %+v %v", st, err)
+	}
+	if err := sb.SetXattrs(ctx, "/tmp/proj/src/main.py", map[string]string{"trusted.x": "1"}); !errors.Is(err, ErrInvalidSpec) ||
+		!strings.Contains(err.Error(), "user namespace") {
+		t.Fatalf("trusted xattr: %v", err)
 	}
 	paths, _, err := sb.Glob(ctx, "**/*.py", "/tmp/proj")
 	if err != nil || len(paths) != 1 || !strings.HasSuffix(paths[0], "src/main.py") {

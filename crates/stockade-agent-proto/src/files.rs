@@ -1,5 +1,6 @@
 //! File operations: requests and results, shared by every provider.
 
+use std::collections::BTreeMap;
 use std::path::{Component, Path};
 
 use serde::{Deserialize, Serialize};
@@ -14,6 +15,14 @@ pub const MAX_ENTRIES: u32 = 10_000;
 pub const DEFAULT_GREP_MATCHES: u32 = 1_000;
 /// Default number of bytes one `read` returns.
 pub const DEFAULT_READ_BYTES: u64 = 1 << 20;
+/// Most extended attributes one `set_xattrs` sets.
+pub const MAX_XATTRS: usize = 64;
+/// Longest extended attribute value `set_xattrs` takes (the kernel allows 64 KiB, but
+/// most file systems keep every attribute of a file in one block).
+pub const MAX_XATTR_VALUE_BYTES: usize = 4096;
+/// The namespace of the extended attributes file operations set and return: the
+/// user's own (`trusted.`, `security.` and `system.` are not the caller's).
+pub const XATTR_PREFIX: &str = "user.";
 
 /// One file operation. Paths are inside the sandbox; relative paths are relative to
 /// the sandbox's working directory.
@@ -65,6 +74,24 @@ pub enum FileOp {
     },
     /// Pack `path` (a file or a directory) into a tar archive.
     Download { path: String },
+    /// Set extended attributes of `path` (following links), each name in the `user.`
+    /// namespace ([`check_xattrs`]); others it has are kept.
+    SetXattrs {
+        path: String,
+        xattrs: BTreeMap<String, String>,
+    },
+    /// Writes to `out` (a new file) an OCI image layer (a tar; `.wh.NAME` marks a
+    /// removal) of what differs under `/` from `base`, a read-only view of the same
+    /// tree as it was before: entries that are new, or whose type, mode, size, mtime,
+    /// ctime (a chown or chmod changes it) or link target differ; at most `max_bytes`
+    /// of it. `exclude` (absolute paths), `base` and `out` are left out, as are
+    /// devices, sockets and FIFOs.
+    Changes {
+        base: String,
+        out: String,
+        exclude: Vec<String>,
+        max_bytes: u64,
+    },
 }
 
 impl FileOp {
@@ -77,6 +104,8 @@ impl FileOp {
                 | FileOp::Mkdir { .. }
                 | FileOp::Rm { .. }
                 | FileOp::Upload { .. }
+                | FileOp::SetXattrs { .. }
+                | FileOp::Changes { .. }
         )
     }
 
@@ -90,9 +119,11 @@ impl FileOp {
             | FileOp::Stat { path }
             | FileOp::Mkdir { path, .. }
             | FileOp::Rm { path, .. }
+            | FileOp::SetXattrs { path, .. }
             | FileOp::Download { path } => path,
             FileOp::Glob { root, .. } | FileOp::Grep { root, .. } => root,
             FileOp::Upload { dest, .. } => dest,
+            FileOp::Changes { out, .. } => out,
         }
     }
 
@@ -107,9 +138,11 @@ impl FileOp {
             | FileOp::Stat { path }
             | FileOp::Mkdir { path, .. }
             | FileOp::Rm { path, .. }
+            | FileOp::SetXattrs { path, .. }
             | FileOp::Download { path } => path,
             FileOp::Glob { root, .. } | FileOp::Grep { root, .. } => root,
             FileOp::Upload { dest, .. } => dest,
+            FileOp::Changes { out, .. } => out,
         };
         *p = f(std::mem::take(p));
         self
@@ -140,6 +173,11 @@ pub struct FileEntry {
     /// it leads to).
     #[serde(default)]
     pub link_target: Option<String>,
+    /// Its extended attributes in the `user.` namespace (names in full), those whose
+    /// values are text. (Never skipped when serializing: the agent's messages travel
+    /// as postcard, which has no field names.)
+    #[serde(default)]
+    pub xattrs: BTreeMap<String, String>,
 }
 
 /// One `grep` match.
@@ -175,6 +213,38 @@ pub enum FileResult {
     },
     /// A tar archive.
     Archive(#[serde(with = "serde_bytes")] Vec<u8>),
+}
+
+/// Checks the extended attributes of a `set_xattrs`: at most [`MAX_XATTRS`], each name
+/// `user.` and something (at most 255 bytes, no NUL), each value at most
+/// [`MAX_XATTR_VALUE_BYTES`] without NUL.
+pub fn check_xattrs(xattrs: &BTreeMap<String, String>) -> Result<(), String> {
+    if xattrs.len() > MAX_XATTRS {
+        return Err(format!(
+            "{} extended attributes in one call; at most {MAX_XATTRS}",
+            xattrs.len()
+        ));
+    }
+    for (name, value) in xattrs {
+        if !name.starts_with(XATTR_PREFIX) || name.len() == XATTR_PREFIX.len() {
+            return Err(format!(
+                "extended attribute {name:?} is not in the user namespace: name it \
+                 {XATTR_PREFIX}SOMETHING"
+            ));
+        }
+        if name.len() > 255 || name.contains('\0') {
+            return Err(format!(
+                "extended attribute name {name:?} is over 255 bytes or holds a NUL"
+            ));
+        }
+        if value.len() > MAX_XATTR_VALUE_BYTES || value.contains('\0') {
+            return Err(format!(
+                "extended attribute {name:?}: its value is over {MAX_XATTR_VALUE_BYTES} bytes \
+                 or holds a NUL"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Checks an archive entry's path: relative, without `..` or root components, not
@@ -227,5 +297,30 @@ mod tests {
                 archive: vec![1, 2]
             }
         );
+    }
+
+    #[test]
+    fn xattrs_are_the_users_own_and_bounded() {
+        let one = |k: &str, v: &str| BTreeMap::from([(k.to_string(), v.to_string())]);
+        assert!(check_xattrs(&one("user.e2b.owner", "team-a")).is_ok());
+        assert!(check_xattrs(&BTreeMap::new()).is_ok());
+        for bad in [
+            "trusted.x",
+            "security.capability",
+            "system.posix_acl_access",
+            "user.",
+            "x",
+        ] {
+            let e = check_xattrs(&one(bad, "v")).unwrap_err();
+            assert!(e.contains("user namespace"), "{bad}: {e}");
+        }
+        assert!(check_xattrs(&one(&format!("user.{}", "n".repeat(251)), "v")).is_err());
+        assert!(check_xattrs(&one("user.a\0b", "v")).is_err());
+        assert!(check_xattrs(&one("user.a", "v\0")).is_err());
+        assert!(check_xattrs(&one("user.a", &"v".repeat(MAX_XATTR_VALUE_BYTES + 1))).is_err());
+        let many: BTreeMap<String, String> = (0..=MAX_XATTRS)
+            .map(|i| (format!("user.k{i}"), "v".to_string()))
+            .collect();
+        assert!(check_xattrs(&many).unwrap_err().contains("at most"));
     }
 }

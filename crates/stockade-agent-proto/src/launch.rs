@@ -243,6 +243,15 @@ pub enum MountOp {
         contents: String,
         mode: u32,
     },
+    /// A copy of the regular file `source` (`within` as for `Bind`) at `path`, with
+    /// its mode (no setuid or setgid bits): a writable root's files that its code may
+    /// change or remove, where a bind would be a mount point.
+    Copy {
+        source: PathBuf,
+        path: PathBuf,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        within: Option<PathBuf>,
+    },
     /// Make an already mounted path read-only (bind onto itself, remount ro).
     ReadOnly { target: PathBuf },
     /// Hide a file or directory (`/dev/null` over files, an empty read-only tmpfs over

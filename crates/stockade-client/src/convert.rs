@@ -303,6 +303,21 @@ pub fn file_op(op: FileOp) -> pb::file_request::Op {
         FileOp::Rm { path, recursive } => Op::Rm(pb::RmOp { path, recursive }),
         FileOp::Upload { dest, archive } => Op::Upload(pb::UploadOp { dest, archive }),
         FileOp::Download { path } => Op::Download(pb::PathOp { path }),
+        FileOp::SetXattrs { path, xattrs } => Op::SetXattrs(pb::SetXattrsOp {
+            path,
+            xattrs: xattrs.into_iter().collect(),
+        }),
+        FileOp::Changes {
+            base,
+            out,
+            exclude,
+            max_bytes,
+        } => Op::Changes(pb::ChangesOp {
+            base,
+            out,
+            exclude,
+            max_bytes,
+        }),
     }
 }
 
@@ -355,6 +370,16 @@ pub fn from_file_op(op: Option<pb::file_request::Op>) -> Result<FileOp, Error> {
             archive: o.archive,
         },
         Some(Op::Download(o)) => FileOp::Download { path: o.path },
+        Some(Op::SetXattrs(o)) => FileOp::SetXattrs {
+            path: o.path,
+            xattrs: o.xattrs.into_iter().collect(),
+        },
+        Some(Op::Changes(o)) => FileOp::Changes {
+            base: o.base,
+            out: o.out,
+            exclude: o.exclude,
+            max_bytes: o.max_bytes,
+        },
     })
 }
 
@@ -372,6 +397,7 @@ fn entry(e: FileEntry) -> pb::FileEntry {
         mode: e.mode,
         mtime: e.mtime,
         link_target: e.link_target,
+        xattrs: e.xattrs.into_iter().collect(),
     }
 }
 
@@ -389,6 +415,7 @@ fn from_entry(e: pb::FileEntry) -> FileEntry {
         mode: e.mode,
         mtime: e.mtime,
         link_target: e.link_target,
+        xattrs: e.xattrs.into_iter().collect(),
     }
 }
 
@@ -565,6 +592,16 @@ mod tests {
             FileOp::Download {
                 path: "/tmp".into(),
             },
+            FileOp::SetXattrs {
+                path: "a".into(),
+                xattrs: [("user.k".to_string(), "v".to_string())].into(),
+            },
+            FileOp::Changes {
+                base: "/b".into(),
+                out: "/o/layer.tar".into(),
+                exclude: vec!["/proc".into()],
+                max_bytes: 9,
+            },
         ];
         for op in ops {
             assert_eq!(from_file_op(Some(file_op(op.clone()))).unwrap(), op);
@@ -584,6 +621,7 @@ mod tests {
                 mode: 0o777,
                 mtime: -1,
                 link_target: Some("../t".into()),
+                xattrs: [("user.k".to_string(), "v".to_string())].into(),
             }]),
             FileResult::Paths {
                 paths: vec!["a".into()],

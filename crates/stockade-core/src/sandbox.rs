@@ -234,6 +234,21 @@ impl Sandbox {
         .map(drop)
     }
 
+    /// Sets extended attributes of `path` (names in the `user.` namespace, in full:
+    /// `user.owner`); the others it has are kept. [`FileEntry::xattrs`] returns them.
+    pub async fn set_xattrs(
+        &self,
+        path: &str,
+        xattrs: std::collections::BTreeMap<String, String>,
+    ) -> Result<()> {
+        self.file(FileOp::SetXattrs {
+            path: path.into(),
+            xattrs,
+        })
+        .await
+        .map(drop)
+    }
+
     /// Removes a file or a directory tree.
     pub async fn rm(&self, path: &str) -> Result<()> {
         self.file(FileOp::Rm {

@@ -21,7 +21,7 @@ function freePort() {
   })
 }
 
-export async function startServer() {
+export async function startServer({ config } = {}) {
   const bin = process.env.STOCKADE_BIN
   if (!bin || !existsSync(bin)) {
     throw new Error(
@@ -34,6 +34,11 @@ export async function startServer() {
   const port = await freePort()
   const logPath = join(tmp, 'serve.log')
   const log = openSync(logPath, 'w')
+  const env = { ...process.env }
+  if (config !== undefined) {
+    writeFileSync(join(tmp, 'config.toml'), config)
+    env.STOCKADE_CONFIG = join(tmp, 'config.toml')
+  }
   const child = spawn(
     bin,
     [
@@ -43,7 +48,7 @@ export async function startServer() {
       '--state-dir', join(tmp, 'state'),
       '--e2b-listen', `127.0.0.1:${port}`,
     ],
-    { stdio: ['ignore', log, log] },
+    { stdio: ['ignore', log, log], env },
   )
   let exited = false
   child.on('exit', () => (exited = true))

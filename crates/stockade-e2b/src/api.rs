@@ -61,7 +61,7 @@ fn ok(status: StatusCode, v: &Value) -> Response {
         .into_response()
 }
 
-fn rfc3339(ms: u64) -> String {
+pub fn rfc3339(ms: u64) -> String {
     chrono::DateTime::from_timestamp_millis(ms as i64)
         .unwrap_or_default()
         .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -155,6 +155,14 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let method = req.method().clone();
+    let origin = format!(
+        "{}://{}",
+        if e2b.tls { "https" } else { "http" },
+        req.headers()
+            .get(header::HOST)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("localhost")
+    );
     let path = req.uri().path().trim_end_matches('/').to_string();
     let query = req.uri().query().unwrap_or("").to_string();
     let Some(tenant) = e2b.tenant(key.as_deref()) else {
@@ -172,6 +180,11 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         return error(413, "the request body is over 1 MiB");
     };
     let parts: Vec<&str> = path.split('/').filter(|p| !p.is_empty()).collect();
+    if let Some(r) =
+        crate::templates::handle(&e2b, &tenant, &method, &parts, &query, &origin, &body).await
+    {
+        return r;
+    }
     match (method, parts.as_slice()) {
         (Method::POST, ["v2" | "", "sandboxes"] | ["sandboxes"]) => {
             create(&e2b, &tenant, &body).await
@@ -306,7 +319,7 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network; /sandboxes/ID/fork and /sandboxes/ID/snapshots refuse with the reason)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /v3/templates and the template build routes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network; /sandboxes/ID/fork and /sandboxes/ID/snapshots refuse with the reason)"
             ),
         ),
     }
@@ -523,7 +536,15 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             );
         }
     };
-    let custom = config.templates.get(&template).cloned();
+    let mut custom = config.templates.get(&template).cloned();
+    let built = if custom.is_none() && !TEMPLATES.contains(&template.as_str()) {
+        e2b.templates.find(tenant, &template)
+    } else {
+        None
+    };
+    if let Some(b) = &built {
+        custom = Some(b.config());
+    }
     if custom.is_none() && !TEMPLATES.contains(&template.as_str()) {
         let mut names: Vec<&str> = TEMPLATES.to_vec();
         names.extend(config.templates.keys().map(String::as_str));
@@ -533,7 +554,8 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             404,
             &format!(
                 "template {template:?} not found: this server has {} (templates come from \
-                 the [templates] tables of Stockade's configuration file)",
+                 the [templates] tables of Stockade's configuration file, and from your own \
+                 builds with the SDK's Template.build)",
                 names.join(", ")
             ),
         );
@@ -585,6 +607,7 @@ async fn create(e2b: &E2b, tenant: &str, body: &[u8]) -> Response {
             b.env_vars.unwrap_or_default(),
             network,
             lifecycle,
+            built.as_ref(),
         )
         .await
     {

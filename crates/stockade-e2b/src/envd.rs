@@ -349,6 +349,17 @@ pub fn entry_info(path: &str, e: &FileEntry) -> Value {
         v["symlinkTarget"] = json!(t);
         v["isSymlink"] = json!(true);
     }
+    let metadata: serde_json::Map<String, Value> = e
+        .xattrs
+        .iter()
+        .filter_map(|(k, val)| {
+            k.strip_prefix(crate::files::METADATA_XATTR)
+                .map(|k| (k.to_string(), json!(val)))
+        })
+        .collect();
+    if !metadata.is_empty() {
+        v["metadata"] = Value::Object(metadata);
+    }
     v
 }
 

@@ -2,6 +2,8 @@
 //! each part's filename the full target path, or a raw body with `?path=`), through
 //! the agent's file operations (the same caps and path safety as everywhere).
 
+use std::collections::BTreeMap;
+
 use axum::body::to_bytes;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::{Method, StatusCode, header};
@@ -134,12 +136,42 @@ async fn download(e2b: &E2b, s: &Sbx, uid: Option<u32>, path: &str) -> Response 
     }
 }
 
+/// Where E2B keeps a file's metadata: extended attributes `user.e2b.KEY`.
+pub const METADATA_XATTR: &str = "user.e2b.";
+
+/// An upload's `X-Metadata-KEY: VALUE` headers (keys lowercased), checked as the
+/// extended attributes they become.
+fn metadata_of(headers: &axum::http::HeaderMap) -> Result<BTreeMap<String, String>, Box<Response>> {
+    let mut out = BTreeMap::new();
+    for (name, value) in headers {
+        let Some(key) = name.as_str().strip_prefix("x-metadata-") else {
+            continue;
+        };
+        let Ok(value) = value.to_str() else {
+            return Err(Box::new(error(
+                400,
+                &format!("metadata {key:?}: its value is not visible ASCII text"),
+            )));
+        };
+        if key.is_empty() {
+            return Err(Box::new(error(
+                400,
+                "an X-Metadata- header names no key: send X-Metadata-KEY: VALUE",
+            )));
+        }
+        out.insert(format!("{METADATA_XATTR}{key}"), value.to_string());
+    }
+    stockade::files::check_xattrs(&out).map_err(|e| Box::new(error(400, &e)))?;
+    Ok(out)
+}
+
 async fn write(
     e2b: &E2b,
     s: &Sbx,
     uid: Option<u32>,
     path: &str,
     data: Vec<u8>,
+    metadata: &BTreeMap<String, String>,
 ) -> Result<Value, Box<Response>> {
     let op = FileOp::Write {
         path: path.into(),
@@ -150,7 +182,22 @@ async fn write(
         .await
         .map_err(|e| Box::new(file_error(path, &e)))?;
     let name = path.rsplit('/').next().unwrap_or("").to_string();
-    Ok(json!({"path": path, "name": name, "type": "file"}))
+    let mut v = json!({"path": path, "name": name, "type": "file"});
+    if !metadata.is_empty() {
+        let op = FileOp::SetXattrs {
+            path: path.into(),
+            xattrs: metadata.clone(),
+        };
+        crate::envd::file_op(e2b, s, uid, op)
+            .await
+            .map_err(|e| Box::new(file_error(path, &e)))?;
+        v["metadata"] = metadata
+            .iter()
+            .map(|(k, val)| (k[METADATA_XATTR.len()..].to_string(), json!(val)))
+            .collect::<serde_json::Map<_, _>>()
+            .into();
+    }
+    Ok(v)
 }
 
 async fn upload(
@@ -160,6 +207,10 @@ async fn upload(
     path: Option<String>,
     req: Request,
 ) -> Response {
+    let metadata = match metadata_of(req.headers()) {
+        Ok(m) => m,
+        Err(r) => return *r,
+    };
     let ctype = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -206,7 +257,7 @@ async fn upload(
                     );
                 }
             };
-            match write(e2b, s, uid, &target, data).await {
+            match write(e2b, s, uid, &target, data, &metadata).await {
                 Ok(v) => out.push(v),
                 Err(r) => return *r,
             }
@@ -251,7 +302,7 @@ async fn upload(
     } else {
         data
     };
-    match write(e2b, s, uid, &path, data).await {
+    match write(e2b, s, uid, &path, data, &metadata).await {
         Ok(v) => axum::Json(json!([v])).into_response(),
         Err(r) => *r,
     }

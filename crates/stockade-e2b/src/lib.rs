@@ -14,11 +14,13 @@ mod conn;
 pub mod connect;
 mod envd;
 mod files;
+mod home;
 mod interp;
 mod network;
 mod ports;
 mod process;
 mod state;
+mod templates;
 mod tls;
 mod watch;
 
@@ -59,9 +61,11 @@ pub async fn serve(ctx: FrontendContext) -> anyhow::Result<()> {
     };
     let mut e2b = E2b::new(ctx.daemon, ctx.auth, ctx.state_dir)?;
     e2b.domain = ctx.domain;
+    e2b.tls = tls.is_some();
     // The homes belong to the sandbox user as the default provider maps it (gVisor and
     // docker show a directory's host owner as it is).
     let (_, provider) = e2b.daemon.provider("")?;
+    e2b.writable_images = !matches!(provider.name(), "gvisor" | "wasm");
     e2b.home_owner = match provider.host_ids(1000, 1000).await {
         Ok(ids) => Some(ids),
         Err(e) => {
@@ -205,6 +209,14 @@ async fn route(e2b: Arc<E2b>, req: Request) -> Response {
         // A signed file URL on one origin names no sandbox: its signature does.
         (None, None) if envd::is_signed_files(&req) => {
             answered(req, |r| envd::handle_signed_anywhere(e2b, r)).await
+        }
+        // A template build's file upload: its one-use URL is its credential.
+        (None, None)
+            if req.method() == axum::http::Method::PUT
+                && req.uri().path().starts_with(templates::UPLOAD_PATH) =>
+        {
+            let token = req.uri().path()[templates::UPLOAD_PATH.len()..].to_string();
+            templates::upload(&e2b, &token, req.into_body()).await
         }
         (None, None) => answered(req, |r| api::handle(e2b, r)).await,
         (Some(id), Some(port)) => match port.as_str() {

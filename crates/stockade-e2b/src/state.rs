@@ -12,6 +12,7 @@ use stockade::spec::{Mount, Network};
 use stockade_server::Daemon;
 use stockade_server::auth::Auth;
 
+use crate::home::{HomeMaker, remove_home};
 use crate::interp::Context;
 use crate::process::Proc;
 
@@ -122,6 +123,14 @@ pub struct E2b {
     pub conns: crate::conn::TenantConns,
     /// Each tenant's process output queued for readers (see `process::Queued`).
     output: Mutex<HashMap<String, Arc<crate::process::Queued>>>,
+    /// Template builds and the templates the tenants built.
+    pub templates: crate::templates::Templates,
+    /// Whether the listener speaks TLS (the scheme of the URLs this server hands out).
+    pub tls: bool,
+    /// Whether a template's image root is writable (an overlay discarded with the
+    /// sandbox, as an E2B sandbox's root is): where the default provider has writable
+    /// roots (not gVisor's).
+    pub writable_images: bool,
 }
 
 impl E2b {
@@ -157,44 +166,6 @@ impl E2b {
         let own = mine.acquire_owned().await.ok()?;
         let all = self.transfers.acquire().await.ok()?;
         Some((own, all))
-    }
-}
-
-/// The kind of the daemon pools of E2B sandboxes (their homes are made per sandbox).
-pub const HOME_KIND: &str = "e2b-home";
-
-/// Makes each E2B sandbox's `/home/user`: a size-capped host tmpfs of its own, made
-/// before the sandbox (warm or cold) and released by the daemon when it is gone.
-struct HomeMaker {
-    homes: PathBuf,
-    size: u64,
-    owner: Option<(u32, u32)>,
-}
-
-impl stockade_server::daemon::MountMaker for HomeMaker {
-    fn kind(&self) -> &str {
-        HOME_KIND
-    }
-
-    fn make(&self) -> stockade::Result<Vec<Mount>> {
-        let home = self
-            .homes
-            .join(format!("h{}", stockade::host::random_hex(10)));
-        make_home(&home, self.size, self.owner)?;
-        Ok(vec![Mount {
-            host: home,
-            target: "/home/user".into(),
-            writable: true,
-        }])
-    }
-
-    fn release(&self, mounts: &[Mount]) {
-        for m in mounts {
-            // Only what this maker made (a path under its directory).
-            if m.host.parent() == Some(self.homes.as_path()) {
-                remove_home(&m.host);
-            }
-        }
     }
 }
 
@@ -238,15 +209,46 @@ impl E2b {
             pools: Mutex::new(HashMap::new()),
             conns: crate::conn::TenantConns::default(),
             output: Mutex::new(HashMap::new()),
+            templates: crate::templates::Templates::open(dir.join("templates"))?,
+            tls: false,
+            writable_images: false,
         })
     }
 
-    fn maker(&self, spec: &SandboxSpec) -> Arc<dyn stockade_server::daemon::MountMaker> {
+    fn maker(
+        &self,
+        spec: &SandboxSpec,
+        seed: Option<PathBuf>,
+    ) -> Arc<dyn stockade_server::daemon::MountMaker> {
         Arc::new(HomeMaker {
             homes: self.homes.clone(),
             size: spec.limits.tmp_bytes,
             owner: self.home_owner,
+            seed,
+            extra: Vec::new(),
         })
+    }
+
+    /// Starts a template build's sandbox for the tenant (with a home, as its
+    /// sandboxes will have, and the server's `extra` mounts); its daemon id.
+    pub async fn build_sandbox(
+        &self,
+        tenant: &str,
+        spec: SandboxSpec,
+        extra: Vec<Mount>,
+    ) -> stockade::Result<String> {
+        let maker = Arc::new(HomeMaker {
+            homes: self.homes.clone(),
+            size: spec.limits.tmp_bytes,
+            owner: self.home_owner,
+            seed: None,
+            extra,
+        });
+        let (info, _) = self
+            .daemon
+            .create_made(tenant, "", spec, None, maker)
+            .await?;
+        Ok(info.id)
     }
 
     /// Warms the pools the configuration file asks for (`pool = N` in a
@@ -283,8 +285,8 @@ impl E2b {
         let want: Option<Result<String, String>> = if size == 0 {
             None
         } else {
-            let spec = template_spec(template, custom, Network::None);
-            let maker = self.maker(&spec);
+            let spec = template_spec(template, custom, Network::None, self.writable_images);
+            let maker = self.maker(&spec, None);
             Some(
                 self.daemon
                     .pool_warm_made(tenant, "", spec, size, size, maker)
@@ -428,20 +430,47 @@ impl E2b {
         env_vars: BTreeMap<String, String>,
         network: Network,
         lifecycle: Lifecycle,
+        built: Option<&crate::templates::Built>,
     ) -> stockade::Result<Arc<Sbx>> {
         let id = format!("i{}", stockade::host::random_hex(10));
-        self.ensure_pool(tenant, template, custom);
-        let mut spec = template_spec(template, custom, network);
+        if built.is_none() {
+            self.ensure_pool(tenant, template, custom);
+        }
+        let mut spec = template_spec(template, custom, network, self.writable_images);
         // Bound per create (a warm sandbox gets them at hand-over, as late-bound env).
         spec.env.insert("E2B_SANDBOX_ID".into(), id.clone());
         spec.env.extend(env_vars);
         let memory_mb = spec.limits.memory_bytes >> 20;
         let cpus = spec.limits.cpus.ceil() as u64;
-        let maker = self.maker(&spec);
+        // A built template's home: its image's /home/user.
+        let seed = match built {
+            Some(b) => {
+                spec.workdir = Some(b.workdir.clone().into());
+                let store = self.daemon.image_store()?;
+                let image = b.image.clone();
+                let root = tokio::task::spawn_blocking(move || {
+                    let i = store.image(&image)?;
+                    store.rootfs(&i)
+                })
+                .await
+                .map_err(|e| stockade::Error::Internal(e.to_string()))??;
+                Some(root.join("home/user")).filter(|h| h.is_dir())
+            }
+            None => None,
+        };
+        let maker = self.maker(&spec, seed);
         let (info, _warm) = self
             .daemon
             .create_made(tenant, "", spec, None, maker)
             .await?;
+        if let Some(b) = built
+            && let Err(m) = crate::templates::started(self, tenant, &info.id, b).await
+        {
+            let _ = self.daemon.destroy(tenant, &info.id).await;
+            return Err(stockade::Error::InvalidRequest(format!(
+                "template {template:?}: its start command did not get ready: {m}"
+            )));
+        }
         let now = stockade::now_ms();
         let s = Arc::new(Sbx {
             id: id.clone(),
@@ -584,6 +613,7 @@ fn template_spec(
     template: &str,
     custom: Option<&stockade_image::TemplateConfig>,
     network: Network,
+    writable_images: bool,
 ) -> SandboxSpec {
     let mut spec = SandboxSpec {
         timeout_secs: MAX_TIMEOUT_SECS,
@@ -593,6 +623,7 @@ fn template_spec(
     };
     if let Some(t) = custom {
         spec.image.clone_from(&t.image);
+        spec.writable = t.image.is_some() && writable_images;
         if let Some(m) = t.memory {
             spec.limits.memory_bytes = m;
         }
@@ -617,49 +648,6 @@ fn template_spec(
     spec.env.insert("E2B_SANDBOX".into(), "true".into());
     spec.labels.insert("e2b.template".into(), template.into());
     spec
-}
-
-/// A sandbox's home on the host: a tmpfs of `size` bytes (as the sandbox's `/tmp`),
-/// so what the sandbox writes there is capped and never reaches the host's disk.
-fn make_home(home: &std::path::Path, size: u64, owner: Option<(u32, u32)>) -> stockade::Result<()> {
-    use nix::mount::{MsFlags, mount};
-    std::fs::create_dir_all(home)
-        .map_err(|e| stockade::Error::io(format!("cannot create {}", home.display()), e))?;
-    let opts = format!("size={size},mode=0700");
-    let flags = MsFlags::MS_NOSUID | MsFlags::MS_NODEV | MsFlags::MS_NOEXEC;
-    if let Err(e) = mount(
-        Some("tmpfs"),
-        home,
-        Some("tmpfs"),
-        flags,
-        Some(opts.as_str()),
-    ) {
-        let _ = std::fs::remove_dir(home);
-        return Err(stockade::Error::Unavailable {
-            what: "an E2B sandbox's home".into(),
-            reason: format!(
-                "cannot mount a size-capped tmpfs on {}: {e}",
-                home.display()
-            ),
-            fix: "run stockade serve as root for --e2b-listen".into(),
-        });
-    }
-    if let Some((uid, gid)) = owner
-        && let Err(e) = std::os::unix::fs::chown(home, Some(uid), Some(gid))
-    {
-        remove_home(home);
-        return Err(stockade::Error::io(
-            format!("cannot give {} to host uid {uid}", home.display()),
-            e,
-        ));
-    }
-    Ok(())
-}
-
-/// Unmounts and removes a home made by [`make_home`].
-fn remove_home(home: &std::path::Path) {
-    let _ = nix::mount::umount2(home, nix::mount::MntFlags::MNT_DETACH);
-    let _ = std::fs::remove_dir_all(home);
 }
 
 impl E2b {

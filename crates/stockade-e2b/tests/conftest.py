@@ -18,7 +18,7 @@ KEY_B = "e2b-test-tenant-b-0123456789"
 
 
 # `tiny`: smaller limits and an environment; `pypi-only`: an egress allowlist;
-# `pooled`: two warm sandboxes kept ready per tenant.
+# `pooled`: two warm sandboxes kept ready per tenant; `debian`: an image of the store.
 TEMPLATES_TOML = """
 [templates.pooled]
 env = { TEMPLATE_GREETING = "hello from the pool" }
@@ -32,6 +32,10 @@ env = { TEMPLATE_GREETING = "hello from tiny" }
 
 [templates.pypi-only]
 allow = ["pypi.org"]
+
+# The image template builds start from (the operator shares it by naming it here).
+[templates.debian]
+image = "stockade-test/e2b-base:bookworm"
 """
 
 
@@ -110,3 +114,76 @@ def sbx(server):
     s = Sandbox.create(timeout=120)
     yield s
     s.kill()
+
+
+def _debian_tar():
+    """The Debian bookworm root (essential + python3-minimal) that
+    crates/stockade-image/ci-setup.sh builds, keyed by that script's hash."""
+    import hashlib
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "stockade-image", "ci-setup.sh")
+    with open(script, "rb") as f:
+        key = hashlib.sha256(f.read()).hexdigest()[:16]
+    return f"/var/cache/stockade/test-images/{key}/debian-python.tar"
+
+
+BASE_IMAGE = "stockade-test/e2b-base:bookworm"
+
+
+@pytest.fixture(scope="session")
+def base_image(server):
+    """An image in the daemon's store to build templates from (see import_base_image)."""
+    tar = _debian_tar()
+    if not os.path.exists(tar):
+        msg = f"{tar} is missing: run crates/stockade-image/ci-setup.sh (as root; it builds it with mmdebstrap)"
+        if os.environ.get("CI"):
+            pytest.fail(msg)
+        pytest.skip(msg)
+    return import_base_image(os.environ["STOCKADE_BIN"])
+
+
+def import_base_image(binary):
+    """The Debian root as one layer of an OCI layout, imported with `stockade image
+    import` as BASE_IMAGE."""
+    import hashlib
+    import json
+
+    tar = _debian_tar()
+    layout = tempfile.mkdtemp(prefix="stockade-e2b-layout-")
+    blobs = os.path.join(layout, "blobs", "sha256")
+    os.makedirs(blobs)
+
+    def put(data):
+        d = hashlib.sha256(data).hexdigest()
+        with open(os.path.join(blobs, d), "wb") as f:
+            f.write(data)
+        return {"digest": f"sha256:{d}", "size": len(data)}
+
+    h = hashlib.sha256()
+    with open(tar, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": f"sha256:{h.hexdigest()}",
+             "size": os.path.getsize(tar)}
+    shutil.copyfile(tar, os.path.join(blobs, h.hexdigest()))
+    config = put(json.dumps({
+        "architecture": "amd64", "os": "linux",
+        "config": {"Env": ["PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]},
+        "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]},
+    }).encode())
+    config["mediaType"] = "application/vnd.oci.image.config.v1+json"
+    manifest = put(json.dumps({"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                               "config": config, "layers": [layer]}).encode())
+    manifest["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
+    manifest["annotations"] = {"org.opencontainers.image.ref.name": BASE_IMAGE}
+    with open(os.path.join(layout, "index.json"), "w") as f:
+        json.dump({"schemaVersion": 2, "manifests": [manifest]}, f)
+    with open(os.path.join(layout, "oci-layout"), "w") as f:
+        f.write('{"imageLayoutVersion": "1.0.0"}')
+    r = subprocess.run([binary, "image", "import", layout, "--tag", BASE_IMAGE],
+                       capture_output=True, text=True)
+    shutil.rmtree(layout, ignore_errors=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"stockade image import failed: {r.stderr}")
+    return BASE_IMAGE
+

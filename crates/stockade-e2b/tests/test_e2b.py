@@ -204,6 +204,50 @@ def test_symlinks_say_where_they_point(sbx):
     assert [e.name for e in sbx.files.list("/home/user/t", depth=3)] == ["dirlink", "link", "real.txt"]
 
 
+def test_file_metadata_is_kept_as_extended_attributes(sbx):
+    from e2b import InvalidArgumentException
+
+    if os.environ.get("STOCKADE_PROVIDER") == "gvisor":
+        # gVisor keeps no user extended attributes on the home it shares from the
+        # host: refused by name (the file itself is written).
+        with pytest.raises(SandboxException) as e:
+            sbx.files.write("/home/user/m/a.txt", "a", metadata={"owner": "team-a"})
+        assert "keeps no extended attributes" in str(e.value), e.value
+        assert sbx.files.read("/home/user/m/a.txt") == "a"
+        return
+    w = sbx.files.write("/home/user/m/a.txt", "a", metadata={"Owner": "team-a", "k": "v w"})
+    # Keys are lowercased, as envd does.
+    assert w.metadata == {"owner": "team-a", "k": "v w"}, w
+    assert sbx.files.get_info("/home/user/m/a.txt").metadata == {"owner": "team-a", "k": "v w"}
+    # Kept as user.e2b.* extended attributes: the code reads them, and one it sets
+    # itself is metadata too; its other user attributes are not.
+    r = sbx.commands.run(
+        "python3 -c \"import os; print(os.getxattr('m/a.txt', 'user.e2b.owner').decode()); "
+        "os.setxattr('m/a.txt', 'user.e2b.by-code', b'1'); os.setxattr('m/a.txt', 'user.other', b'x')\"")
+    assert r.stdout == "team-a\n", r
+    listed = {e.name: e for e in sbx.files.list("/home/user/m")}
+    assert listed["a.txt"].metadata == {"owner": "team-a", "k": "v w", "by-code": "1"}
+    # A rename keeps them; a file without any has none.
+    moved = sbx.files.rename("/home/user/m/a.txt", "/home/user/m/b.txt")
+    assert moved.metadata == {"owner": "team-a", "k": "v w", "by-code": "1"}, moved
+    assert sbx.files.write("/home/user/m/plain.txt", "p").metadata is None
+    assert sbx.files.get_info("/home/user/m/plain.txt").metadata is None
+    # The same map on every file of a multi-file write.
+    from e2b.sandbox.filesystem.filesystem import WriteEntry
+
+    many = sbx.files.write_files([WriteEntry(path="m/c.txt", data="c"), WriteEntry(path="m/d.txt", data="d")],
+                                 metadata={"batch": "1"})
+    assert [(i.path, i.metadata) for i in many] == [
+        ("/home/user/m/c.txt", {"batch": "1"}), ("/home/user/m/d.txt", {"batch": "1"})]
+    assert sbx.files.get_info("m/d.txt").metadata == {"batch": "1"}
+    # A value past what a file system keeps in one block is refused by name, the file
+    # not written.
+    with pytest.raises(InvalidArgumentException) as e:
+        sbx.files.write("/home/user/m/big.txt", "b", metadata={"big": "x" * 5000})
+    assert "4096 bytes" in str(e.value), e.value
+    assert not sbx.files.exists("/home/user/m/big.txt")
+
+
 ECHO_SERVER = """
 import http.server, json, sys
 class H(http.server.BaseHTTPRequestHandler):

@@ -209,7 +209,7 @@ pub fn bundle(
                 mount_point(&mut ops, target, *file);
                 mounts.push(bind(source, target, *flags));
             }
-            MountOp::Overlay { target, .. } => {
+            MountOp::Overlay { target, .. } | MountOp::Copy { path: target, .. } => {
                 return Err(Error::InvalidRequest(format!(
                     "the gvisor provider cannot make {} writable (a writable root is not supported)",
                     target.display()

@@ -331,7 +331,7 @@ fn from_docker_manifest(
 }
 
 /// The layer media type matching a blob's compression (by its magic bytes).
-fn layer_media_type(store: &Store, d: &Digest) -> &'static str {
+pub(crate) fn layer_media_type(store: &Store, d: &Digest) -> &'static str {
     let mut head = [0u8; 4];
     let read = store.open_blob(d).and_then(|mut f| {
         f.read_exact(&mut head)

@@ -1,6 +1,7 @@
 //! OCI images for Stockade: a content-addressed store, import of `docker save`
-//! archives and OCI layouts, and safe unpacking of layers into a read-only root
-//! filesystem the native provider can mount.
+//! archives and OCI layouts, new images of a layer on top of one (`Store::commit`),
+//! and safe unpacking of layers into a read-only root filesystem the native provider
+//! can mount.
 //!
 //! ```no_run
 //! let store = stockade_image::Store::open_default()?;
@@ -10,6 +11,7 @@
 //! # Ok::<(), stockade_image::Error>(())
 //! ```
 
+mod commit;
 mod config;
 mod digest;
 mod error;
@@ -25,6 +27,7 @@ mod reference;
 mod store;
 mod unpack;
 
+pub use commit::Commit;
 pub use config::{
     Config, ENV_MAX_IMAGE_BYTES, ENV_MAX_IMAGE_ENTRIES, ENV_MAX_TOTAL_BYTES, GvisorConfig,
     GvisorPlatform, Registries, StoreConfig, TEMPLATE_NAME_MAX, TemplateConfig,

@@ -538,6 +538,14 @@ fn etc_ops(spec: &ValidatedSpec, ctx: &PlanContext) -> Vec<MountOp> {
                 flags: MountFlags::RW,
                 within: source.within,
             },
+            // An image's /etc files in a writable root: copies its code may change
+            // or remove (the host's stay bound: the host's /etc is not the image's
+            // to edit, and copying it at each start would cost).
+            Entry::File if spec.writable && ctx.image.is_some() => MountOp::Copy {
+                source: source.path,
+                path: path.clone(),
+                within: source.within,
+            },
             Entry::File | Entry::Dir => MountOp::Bind {
                 source: source.path,
                 target: path.clone(),

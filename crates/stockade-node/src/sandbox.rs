@@ -182,6 +182,19 @@ impl SandboxHandle {
         self.sb.mkdir(&path).await.map_err(to_js)
     }
 
+    /// Sets `user.` extended attributes of a path (names in full: `user.owner`).
+    #[napi]
+    pub async fn set_xattrs(
+        &self,
+        path: String,
+        xattrs: std::collections::HashMap<String, String>,
+    ) -> Result<()> {
+        self.sb
+            .set_xattrs(&path, xattrs.into_iter().collect())
+            .await
+            .map_err(to_js)
+    }
+
     /// Removes a file or directory tree.
     #[napi]
     pub async fn rm(&self, path: String) -> Result<()> {

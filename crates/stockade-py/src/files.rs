@@ -127,6 +127,21 @@ impl Files {
         })
     }
 
+    /// Sets `user.` extended attributes of a path.
+    #[pyo3(signature = (path, xattrs, asynchronous=false))]
+    fn set_xattrs(
+        &self,
+        py: Python<'_>,
+        path: String,
+        xattrs: std::collections::BTreeMap<String, String>,
+        asynchronous: bool,
+    ) -> PyResult<Py<PyAny>> {
+        let sb = self.sb.clone();
+        drive(py, asynchronous, async move {
+            sb.set_xattrs(&path, xattrs).await.map_err(to_py)
+        })
+    }
+
     /// Removes a file or directory tree.
     #[pyo3(signature = (path, asynchronous=false))]
     fn rm(&self, py: Python<'_>, path: String, asynchronous: bool) -> PyResult<Py<PyAny>> {

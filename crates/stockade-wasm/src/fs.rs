@@ -204,6 +204,7 @@ impl WasmProvider {
                             mode: 0o755,
                             mtime: 0,
                             link_target: None,
+                            xattrs: Default::default(),
                         })
                         .collect());
                 }

@@ -1899,6 +1899,8 @@ type FileRequest struct {
 	//	*FileRequest_Rm
 	//	*FileRequest_Upload
 	//	*FileRequest_Download
+	//	*FileRequest_SetXattrs
+	//	*FileRequest_Changes
 	Op            isFileRequest_Op `protobuf_oneof:"op"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -2047,6 +2049,24 @@ func (x *FileRequest) GetDownload() *PathOp {
 	return nil
 }
 
+func (x *FileRequest) GetSetXattrs() *SetXattrsOp {
+	if x != nil {
+		if x, ok := x.Op.(*FileRequest_SetXattrs); ok {
+			return x.SetXattrs
+		}
+	}
+	return nil
+}
+
+func (x *FileRequest) GetChanges() *ChangesOp {
+	if x != nil {
+		if x, ok := x.Op.(*FileRequest_Changes); ok {
+			return x.Changes
+		}
+	}
+	return nil
+}
+
 type isFileRequest_Op interface {
 	isFileRequest_Op()
 }
@@ -2095,6 +2115,14 @@ type FileRequest_Download struct {
 	Download *PathOp `protobuf:"bytes,12,opt,name=download,proto3,oneof"`
 }
 
+type FileRequest_SetXattrs struct {
+	SetXattrs *SetXattrsOp `protobuf:"bytes,13,opt,name=set_xattrs,json=setXattrs,proto3,oneof"`
+}
+
+type FileRequest_Changes struct {
+	Changes *ChangesOp `protobuf:"bytes,14,opt,name=changes,proto3,oneof"`
+}
+
 func (*FileRequest_Write) isFileRequest_Op() {}
 
 func (*FileRequest_Read) isFileRequest_Op() {}
@@ -2116,6 +2144,10 @@ func (*FileRequest_Rm) isFileRequest_Op() {}
 func (*FileRequest_Upload) isFileRequest_Op() {}
 
 func (*FileRequest_Download) isFileRequest_Op() {}
+
+func (*FileRequest_SetXattrs) isFileRequest_Op() {}
+
+func (*FileRequest_Changes) isFileRequest_Op() {}
 
 type WriteOp struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -2625,6 +2657,128 @@ func (x *UploadOp) GetArchive() []byte {
 	return nil
 }
 
+// Extended attributes in the `user.` namespace, names in full (`user.owner`).
+type SetXattrsOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Xattrs        map[string]string      `protobuf:"bytes,2,rep,name=xattrs,proto3" json:"xattrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetXattrsOp) Reset() {
+	*x = SetXattrsOp{}
+	mi := &file_stockade_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetXattrsOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetXattrsOp) ProtoMessage() {}
+
+func (x *SetXattrsOp) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetXattrsOp.ProtoReflect.Descriptor instead.
+func (*SetXattrsOp) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{37}
+}
+
+func (x *SetXattrsOp) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SetXattrsOp) GetXattrs() map[string]string {
+	if x != nil {
+		return x.Xattrs
+	}
+	return nil
+}
+
+// An image layer of what changed under `/` against `base` (see the core FileOp::Changes).
+type ChangesOp struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Base          string                 `protobuf:"bytes,1,opt,name=base,proto3" json:"base,omitempty"`
+	Out           string                 `protobuf:"bytes,2,opt,name=out,proto3" json:"out,omitempty"`
+	Exclude       []string               `protobuf:"bytes,3,rep,name=exclude,proto3" json:"exclude,omitempty"`
+	MaxBytes      uint64                 `protobuf:"varint,4,opt,name=max_bytes,json=maxBytes,proto3" json:"max_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChangesOp) Reset() {
+	*x = ChangesOp{}
+	mi := &file_stockade_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChangesOp) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChangesOp) ProtoMessage() {}
+
+func (x *ChangesOp) ProtoReflect() protoreflect.Message {
+	mi := &file_stockade_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChangesOp.ProtoReflect.Descriptor instead.
+func (*ChangesOp) Descriptor() ([]byte, []int) {
+	return file_stockade_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ChangesOp) GetBase() string {
+	if x != nil {
+		return x.Base
+	}
+	return ""
+}
+
+func (x *ChangesOp) GetOut() string {
+	if x != nil {
+		return x.Out
+	}
+	return ""
+}
+
+func (x *ChangesOp) GetExclude() []string {
+	if x != nil {
+		return x.Exclude
+	}
+	return nil
+}
+
+func (x *ChangesOp) GetMaxBytes() uint64 {
+	if x != nil {
+		return x.MaxBytes
+	}
+	return 0
+}
+
 type FileEntry struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
@@ -2633,14 +2787,16 @@ type FileEntry struct {
 	Mode  uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
 	Mtime int64                  `protobuf:"varint,5,opt,name=mtime,proto3" json:"mtime,omitempty"`
 	// Where a symbolic link points (see the core FileEntry).
-	LinkTarget    *string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3,oneof" json:"link_target,omitempty"`
+	LinkTarget *string `protobuf:"bytes,6,opt,name=link_target,json=linkTarget,proto3,oneof" json:"link_target,omitempty"`
+	// Its `user.` extended attributes whose values are text, names in full.
+	Xattrs        map[string]string `protobuf:"bytes,7,rep,name=xattrs,proto3" json:"xattrs,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FileEntry) Reset() {
 	*x = FileEntry{}
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2652,7 +2808,7 @@ func (x *FileEntry) String() string {
 func (*FileEntry) ProtoMessage() {}
 
 func (x *FileEntry) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[37]
+	mi := &file_stockade_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2665,7 +2821,7 @@ func (x *FileEntry) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileEntry.ProtoReflect.Descriptor instead.
 func (*FileEntry) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{37}
+	return file_stockade_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *FileEntry) GetName() string {
@@ -2710,6 +2866,13 @@ func (x *FileEntry) GetLinkTarget() string {
 	return ""
 }
 
+func (x *FileEntry) GetXattrs() map[string]string {
+	if x != nil {
+		return x.Xattrs
+	}
+	return nil
+}
+
 type GrepMatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -2721,7 +2884,7 @@ type GrepMatch struct {
 
 func (x *GrepMatch) Reset() {
 	*x = GrepMatch{}
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2896,7 @@ func (x *GrepMatch) String() string {
 func (*GrepMatch) ProtoMessage() {}
 
 func (x *GrepMatch) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[38]
+	mi := &file_stockade_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2909,7 @@ func (x *GrepMatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GrepMatch.ProtoReflect.Descriptor instead.
 func (*GrepMatch) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{38}
+	return file_stockade_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *GrepMatch) GetPath() string {
@@ -2788,7 +2951,7 @@ type FileReply struct {
 
 func (x *FileReply) Reset() {
 	*x = FileReply{}
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +2963,7 @@ func (x *FileReply) String() string {
 func (*FileReply) ProtoMessage() {}
 
 func (x *FileReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[39]
+	mi := &file_stockade_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +2976,7 @@ func (x *FileReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileReply.ProtoReflect.Descriptor instead.
 func (*FileReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{39}
+	return file_stockade_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *FileReply) GetResult() isFileReply_Result {
@@ -2943,7 +3106,7 @@ type DataResult struct {
 
 func (x *DataResult) Reset() {
 	*x = DataResult{}
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2955,7 +3118,7 @@ func (x *DataResult) String() string {
 func (*DataResult) ProtoMessage() {}
 
 func (x *DataResult) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[40]
+	mi := &file_stockade_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2968,7 +3131,7 @@ func (x *DataResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DataResult.ProtoReflect.Descriptor instead.
 func (*DataResult) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{40}
+	return file_stockade_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *DataResult) GetData() []byte {
@@ -3001,7 +3164,7 @@ type Entries struct {
 
 func (x *Entries) Reset() {
 	*x = Entries{}
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3013,7 +3176,7 @@ func (x *Entries) String() string {
 func (*Entries) ProtoMessage() {}
 
 func (x *Entries) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[41]
+	mi := &file_stockade_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3026,7 +3189,7 @@ func (x *Entries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Entries.ProtoReflect.Descriptor instead.
 func (*Entries) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{41}
+	return file_stockade_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *Entries) GetEntries() []*FileEntry {
@@ -3046,7 +3209,7 @@ type Paths struct {
 
 func (x *Paths) Reset() {
 	*x = Paths{}
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3058,7 +3221,7 @@ func (x *Paths) String() string {
 func (*Paths) ProtoMessage() {}
 
 func (x *Paths) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[42]
+	mi := &file_stockade_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3071,7 +3234,7 @@ func (x *Paths) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Paths.ProtoReflect.Descriptor instead.
 func (*Paths) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{42}
+	return file_stockade_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Paths) GetPaths() []string {
@@ -3098,7 +3261,7 @@ type Matches struct {
 
 func (x *Matches) Reset() {
 	*x = Matches{}
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3110,7 +3273,7 @@ func (x *Matches) String() string {
 func (*Matches) ProtoMessage() {}
 
 func (x *Matches) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[43]
+	mi := &file_stockade_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3123,7 +3286,7 @@ func (x *Matches) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Matches.ProtoReflect.Descriptor instead.
 func (*Matches) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{43}
+	return file_stockade_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *Matches) GetMatches() []*GrepMatch {
@@ -3148,7 +3311,7 @@ type ListRequest struct {
 
 func (x *ListRequest) Reset() {
 	*x = ListRequest{}
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3160,7 +3323,7 @@ func (x *ListRequest) String() string {
 func (*ListRequest) ProtoMessage() {}
 
 func (x *ListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[44]
+	mi := &file_stockade_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3173,7 +3336,7 @@ func (x *ListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRequest.ProtoReflect.Descriptor instead.
 func (*ListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{44}
+	return file_stockade_proto_rawDescGZIP(), []int{46}
 }
 
 type ListReply struct {
@@ -3185,7 +3348,7 @@ type ListReply struct {
 
 func (x *ListReply) Reset() {
 	*x = ListReply{}
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3197,7 +3360,7 @@ func (x *ListReply) String() string {
 func (*ListReply) ProtoMessage() {}
 
 func (x *ListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[45]
+	mi := &file_stockade_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3210,7 +3373,7 @@ func (x *ListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListReply.ProtoReflect.Descriptor instead.
 func (*ListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{45}
+	return file_stockade_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ListReply) GetSandboxes() []*SandboxInfo {
@@ -3228,7 +3391,7 @@ type GcRequest struct {
 
 func (x *GcRequest) Reset() {
 	*x = GcRequest{}
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3240,7 +3403,7 @@ func (x *GcRequest) String() string {
 func (*GcRequest) ProtoMessage() {}
 
 func (x *GcRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[46]
+	mi := &file_stockade_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3253,7 +3416,7 @@ func (x *GcRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcRequest.ProtoReflect.Descriptor instead.
 func (*GcRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{46}
+	return file_stockade_proto_rawDescGZIP(), []int{48}
 }
 
 type GcReply struct {
@@ -3266,7 +3429,7 @@ type GcReply struct {
 
 func (x *GcReply) Reset() {
 	*x = GcReply{}
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3278,7 +3441,7 @@ func (x *GcReply) String() string {
 func (*GcReply) ProtoMessage() {}
 
 func (x *GcReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[47]
+	mi := &file_stockade_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3291,7 +3454,7 @@ func (x *GcReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GcReply.ProtoReflect.Descriptor instead.
 func (*GcReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{47}
+	return file_stockade_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *GcReply) GetReaped() []string {
@@ -3317,7 +3480,7 @@ type SessionRef struct {
 
 func (x *SessionRef) Reset() {
 	*x = SessionRef{}
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3329,7 +3492,7 @@ func (x *SessionRef) String() string {
 func (*SessionRef) ProtoMessage() {}
 
 func (x *SessionRef) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[48]
+	mi := &file_stockade_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3342,7 +3505,7 @@ func (x *SessionRef) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionRef.ProtoReflect.Descriptor instead.
 func (*SessionRef) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{48}
+	return file_stockade_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *SessionRef) GetName() string {
@@ -3360,7 +3523,7 @@ type SessionListRequest struct {
 
 func (x *SessionListRequest) Reset() {
 	*x = SessionListRequest{}
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3372,7 +3535,7 @@ func (x *SessionListRequest) String() string {
 func (*SessionListRequest) ProtoMessage() {}
 
 func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[49]
+	mi := &file_stockade_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3385,7 +3548,7 @@ func (x *SessionListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListRequest.ProtoReflect.Descriptor instead.
 func (*SessionListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{49}
+	return file_stockade_proto_rawDescGZIP(), []int{51}
 }
 
 type SessionInfo struct {
@@ -3400,7 +3563,7 @@ type SessionInfo struct {
 
 func (x *SessionInfo) Reset() {
 	*x = SessionInfo{}
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3412,7 +3575,7 @@ func (x *SessionInfo) String() string {
 func (*SessionInfo) ProtoMessage() {}
 
 func (x *SessionInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[50]
+	mi := &file_stockade_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3425,7 +3588,7 @@ func (x *SessionInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionInfo.ProtoReflect.Descriptor instead.
 func (*SessionInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{50}
+	return file_stockade_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *SessionInfo) GetName() string {
@@ -3465,7 +3628,7 @@ type SessionListReply struct {
 
 func (x *SessionListReply) Reset() {
 	*x = SessionListReply{}
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3477,7 +3640,7 @@ func (x *SessionListReply) String() string {
 func (*SessionListReply) ProtoMessage() {}
 
 func (x *SessionListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[51]
+	mi := &file_stockade_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3490,7 +3653,7 @@ func (x *SessionListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SessionListReply.ProtoReflect.Descriptor instead.
 func (*SessionListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{51}
+	return file_stockade_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *SessionListReply) GetSessions() []*SessionInfo {
@@ -3515,7 +3678,7 @@ type PoolWarmRequest struct {
 
 func (x *PoolWarmRequest) Reset() {
 	*x = PoolWarmRequest{}
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3527,7 +3690,7 @@ func (x *PoolWarmRequest) String() string {
 func (*PoolWarmRequest) ProtoMessage() {}
 
 func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[52]
+	mi := &file_stockade_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3540,7 +3703,7 @@ func (x *PoolWarmRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolWarmRequest.ProtoReflect.Descriptor instead.
 func (*PoolWarmRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{52}
+	return file_stockade_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *PoolWarmRequest) GetProvider() string {
@@ -3593,7 +3756,7 @@ type PoolInfo struct {
 
 func (x *PoolInfo) Reset() {
 	*x = PoolInfo{}
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3605,7 +3768,7 @@ func (x *PoolInfo) String() string {
 func (*PoolInfo) ProtoMessage() {}
 
 func (x *PoolInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[53]
+	mi := &file_stockade_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3618,7 +3781,7 @@ func (x *PoolInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolInfo.ProtoReflect.Descriptor instead.
 func (*PoolInfo) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{53}
+	return file_stockade_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *PoolInfo) GetTemplateId() string {
@@ -3713,7 +3876,7 @@ type PoolListRequest struct {
 
 func (x *PoolListRequest) Reset() {
 	*x = PoolListRequest{}
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3725,7 +3888,7 @@ func (x *PoolListRequest) String() string {
 func (*PoolListRequest) ProtoMessage() {}
 
 func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[54]
+	mi := &file_stockade_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3738,7 +3901,7 @@ func (x *PoolListRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListRequest.ProtoReflect.Descriptor instead.
 func (*PoolListRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{54}
+	return file_stockade_proto_rawDescGZIP(), []int{56}
 }
 
 type PoolListReply struct {
@@ -3750,7 +3913,7 @@ type PoolListReply struct {
 
 func (x *PoolListReply) Reset() {
 	*x = PoolListReply{}
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3762,7 +3925,7 @@ func (x *PoolListReply) String() string {
 func (*PoolListReply) ProtoMessage() {}
 
 func (x *PoolListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[55]
+	mi := &file_stockade_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3775,7 +3938,7 @@ func (x *PoolListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolListReply.ProtoReflect.Descriptor instead.
 func (*PoolListReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{55}
+	return file_stockade_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *PoolListReply) GetPools() []*PoolInfo {
@@ -3795,7 +3958,7 @@ type PoolDrainRequest struct {
 
 func (x *PoolDrainRequest) Reset() {
 	*x = PoolDrainRequest{}
-	mi := &file_stockade_proto_msgTypes[56]
+	mi := &file_stockade_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3807,7 +3970,7 @@ func (x *PoolDrainRequest) String() string {
 func (*PoolDrainRequest) ProtoMessage() {}
 
 func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[56]
+	mi := &file_stockade_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3820,7 +3983,7 @@ func (x *PoolDrainRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainRequest.ProtoReflect.Descriptor instead.
 func (*PoolDrainRequest) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{56}
+	return file_stockade_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *PoolDrainRequest) GetTemplateId() string {
@@ -3839,7 +4002,7 @@ type PoolDrainReply struct {
 
 func (x *PoolDrainReply) Reset() {
 	*x = PoolDrainReply{}
-	mi := &file_stockade_proto_msgTypes[57]
+	mi := &file_stockade_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3851,7 +4014,7 @@ func (x *PoolDrainReply) String() string {
 func (*PoolDrainReply) ProtoMessage() {}
 
 func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[57]
+	mi := &file_stockade_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3864,7 +4027,7 @@ func (x *PoolDrainReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PoolDrainReply.ProtoReflect.Descriptor instead.
 func (*PoolDrainReply) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{57}
+	return file_stockade_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *PoolDrainReply) GetDestroyed() []string {
@@ -3887,7 +4050,7 @@ type PortData struct {
 
 func (x *PortData) Reset() {
 	*x = PortData{}
-	mi := &file_stockade_proto_msgTypes[58]
+	mi := &file_stockade_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3899,7 +4062,7 @@ func (x *PortData) String() string {
 func (*PortData) ProtoMessage() {}
 
 func (x *PortData) ProtoReflect() protoreflect.Message {
-	mi := &file_stockade_proto_msgTypes[58]
+	mi := &file_stockade_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3912,7 +4075,7 @@ func (x *PortData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PortData.ProtoReflect.Descriptor instead.
 func (*PortData) Descriptor() ([]byte, []int) {
-	return file_stockade_proto_rawDescGZIP(), []int{58}
+	return file_stockade_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *PortData) GetSandboxId() string {
@@ -4079,7 +4242,7 @@ const file_stockade_proto_rawDesc = "" +
 	"\x06resize\x18\x04 \x01(\v2\x14.stockade.v1.TtySizeH\x00R\x06resize\x88\x01\x01B\t\n" +
 	"\a_resize\",\n" +
 	"\x11CancelExecRequest\x12\x17\n" +
-	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\x95\x04\n" +
+	"\aexec_id\x18\x01 \x01(\tR\x06execId\"\x84\x05\n" +
 	"\vFileRequest\x12\x1d\n" +
 	"\n" +
 	"sandbox_id\x18\x01 \x01(\tR\tsandboxId\x12,\n" +
@@ -4094,7 +4257,10 @@ const file_stockade_proto_rawDesc = "" +
 	"\x02rm\x18\n" +
 	" \x01(\v2\x11.stockade.v1.RmOpH\x00R\x02rm\x12/\n" +
 	"\x06upload\x18\v \x01(\v2\x15.stockade.v1.UploadOpH\x00R\x06upload\x121\n" +
-	"\bdownload\x18\f \x01(\v2\x13.stockade.v1.PathOpH\x00R\bdownloadB\x04\n" +
+	"\bdownload\x18\f \x01(\v2\x13.stockade.v1.PathOpH\x00R\bdownload\x129\n" +
+	"\n" +
+	"set_xattrs\x18\r \x01(\v2\x18.stockade.v1.SetXattrsOpH\x00R\tsetXattrs\x122\n" +
+	"\achanges\x18\x0e \x01(\v2\x16.stockade.v1.ChangesOpH\x00R\achangesB\x04\n" +
 	"\x02op\"S\n" +
 	"\aWriteOp\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -4132,7 +4298,18 @@ const file_stockade_proto_rawDesc = "" +
 	"\trecursive\x18\x02 \x01(\bR\trecursive\"8\n" +
 	"\bUploadOp\x12\x12\n" +
 	"\x04dest\x18\x01 \x01(\tR\x04dest\x12\x18\n" +
-	"\aarchive\x18\x02 \x01(\fR\aarchive\"\xbe\x01\n" +
+	"\aarchive\x18\x02 \x01(\fR\aarchive\"\x9a\x01\n" +
+	"\vSetXattrsOp\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12<\n" +
+	"\x06xattrs\x18\x02 \x03(\v2$.stockade.v1.SetXattrsOp.XattrsEntryR\x06xattrs\x1a9\n" +
+	"\vXattrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"h\n" +
+	"\tChangesOp\x12\x12\n" +
+	"\x04base\x18\x01 \x01(\tR\x04base\x12\x10\n" +
+	"\x03out\x18\x02 \x01(\tR\x03out\x12\x18\n" +
+	"\aexclude\x18\x03 \x03(\tR\aexclude\x12\x1b\n" +
+	"\tmax_bytes\x18\x04 \x01(\x04R\bmaxBytes\"\xb5\x02\n" +
 	"\tFileEntry\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12)\n" +
 	"\x04kind\x18\x02 \x01(\x0e2\x15.stockade.v1.FileKindR\x04kind\x12\x12\n" +
@@ -4140,7 +4317,11 @@ const file_stockade_proto_rawDesc = "" +
 	"\x04mode\x18\x04 \x01(\rR\x04mode\x12\x14\n" +
 	"\x05mtime\x18\x05 \x01(\x03R\x05mtime\x12$\n" +
 	"\vlink_target\x18\x06 \x01(\tH\x00R\n" +
-	"linkTarget\x88\x01\x01B\x0e\n" +
+	"linkTarget\x88\x01\x01\x12:\n" +
+	"\x06xattrs\x18\a \x03(\v2\".stockade.v1.FileEntry.XattrsEntryR\x06xattrs\x1a9\n" +
+	"\vXattrsEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01B\x0e\n" +
 	"\f_link_target\"T\n" +
 	"\tGrepMatch\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
@@ -4282,7 +4463,7 @@ func file_stockade_proto_rawDescGZIP() []byte {
 }
 
 var file_stockade_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_stockade_proto_msgTypes = make([]protoimpl.MessageInfo, 64)
 var file_stockade_proto_goTypes = []any{
 	(StreamKind)(0),                   // 0: stockade.v1.StreamKind
 	(FileKind)(0),                     // 1: stockade.v1.FileKind
@@ -4323,35 +4504,39 @@ var file_stockade_proto_goTypes = []any{
 	(*MkdirOp)(nil),                   // 36: stockade.v1.MkdirOp
 	(*RmOp)(nil),                      // 37: stockade.v1.RmOp
 	(*UploadOp)(nil),                  // 38: stockade.v1.UploadOp
-	(*FileEntry)(nil),                 // 39: stockade.v1.FileEntry
-	(*GrepMatch)(nil),                 // 40: stockade.v1.GrepMatch
-	(*FileReply)(nil),                 // 41: stockade.v1.FileReply
-	(*DataResult)(nil),                // 42: stockade.v1.DataResult
-	(*Entries)(nil),                   // 43: stockade.v1.Entries
-	(*Paths)(nil),                     // 44: stockade.v1.Paths
-	(*Matches)(nil),                   // 45: stockade.v1.Matches
-	(*ListRequest)(nil),               // 46: stockade.v1.ListRequest
-	(*ListReply)(nil),                 // 47: stockade.v1.ListReply
-	(*GcRequest)(nil),                 // 48: stockade.v1.GcRequest
-	(*GcReply)(nil),                   // 49: stockade.v1.GcReply
-	(*SessionRef)(nil),                // 50: stockade.v1.SessionRef
-	(*SessionListRequest)(nil),        // 51: stockade.v1.SessionListRequest
-	(*SessionInfo)(nil),               // 52: stockade.v1.SessionInfo
-	(*SessionListReply)(nil),          // 53: stockade.v1.SessionListReply
-	(*PoolWarmRequest)(nil),           // 54: stockade.v1.PoolWarmRequest
-	(*PoolInfo)(nil),                  // 55: stockade.v1.PoolInfo
-	(*PoolListRequest)(nil),           // 56: stockade.v1.PoolListRequest
-	(*PoolListReply)(nil),             // 57: stockade.v1.PoolListReply
-	(*PoolDrainRequest)(nil),          // 58: stockade.v1.PoolDrainRequest
-	(*PoolDrainReply)(nil),            // 59: stockade.v1.PoolDrainReply
-	(*PortData)(nil),                  // 60: stockade.v1.PortData
-	nil,                               // 61: stockade.v1.ExecRequest.EnvEntry
+	(*SetXattrsOp)(nil),               // 39: stockade.v1.SetXattrsOp
+	(*ChangesOp)(nil),                 // 40: stockade.v1.ChangesOp
+	(*FileEntry)(nil),                 // 41: stockade.v1.FileEntry
+	(*GrepMatch)(nil),                 // 42: stockade.v1.GrepMatch
+	(*FileReply)(nil),                 // 43: stockade.v1.FileReply
+	(*DataResult)(nil),                // 44: stockade.v1.DataResult
+	(*Entries)(nil),                   // 45: stockade.v1.Entries
+	(*Paths)(nil),                     // 46: stockade.v1.Paths
+	(*Matches)(nil),                   // 47: stockade.v1.Matches
+	(*ListRequest)(nil),               // 48: stockade.v1.ListRequest
+	(*ListReply)(nil),                 // 49: stockade.v1.ListReply
+	(*GcRequest)(nil),                 // 50: stockade.v1.GcRequest
+	(*GcReply)(nil),                   // 51: stockade.v1.GcReply
+	(*SessionRef)(nil),                // 52: stockade.v1.SessionRef
+	(*SessionListRequest)(nil),        // 53: stockade.v1.SessionListRequest
+	(*SessionInfo)(nil),               // 54: stockade.v1.SessionInfo
+	(*SessionListReply)(nil),          // 55: stockade.v1.SessionListReply
+	(*PoolWarmRequest)(nil),           // 56: stockade.v1.PoolWarmRequest
+	(*PoolInfo)(nil),                  // 57: stockade.v1.PoolInfo
+	(*PoolListRequest)(nil),           // 58: stockade.v1.PoolListRequest
+	(*PoolListReply)(nil),             // 59: stockade.v1.PoolListReply
+	(*PoolDrainRequest)(nil),          // 60: stockade.v1.PoolDrainRequest
+	(*PoolDrainReply)(nil),            // 61: stockade.v1.PoolDrainReply
+	(*PortData)(nil),                  // 62: stockade.v1.PortData
+	nil,                               // 63: stockade.v1.ExecRequest.EnvEntry
+	nil,                               // 64: stockade.v1.SetXattrsOp.XattrsEntry
+	nil,                               // 65: stockade.v1.FileEntry.XattrsEntry
 }
 var file_stockade_proto_depIdxs = []int32{
 	15, // 0: stockade.v1.ForkReply.sandboxes:type_name -> stockade.v1.SandboxInfo
 	13, // 1: stockade.v1.SnapshotListReply.snapshots:type_name -> stockade.v1.SnapshotInfo
 	16, // 2: stockade.v1.SandboxInfo.applied:type_name -> stockade.v1.Wall
-	61, // 3: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
+	63, // 3: stockade.v1.ExecRequest.env:type_name -> stockade.v1.ExecRequest.EnvEntry
 	19, // 4: stockade.v1.ExecRequest.tty:type_name -> stockade.v1.TtySize
 	18, // 5: stockade.v1.ExecRequest.watch:type_name -> stockade.v1.WatchDir
 	21, // 6: stockade.v1.ExecOutcome.egress_denied:type_name -> stockade.v1.EgressDenial
@@ -4371,78 +4556,82 @@ var file_stockade_proto_depIdxs = []int32{
 	37, // 20: stockade.v1.FileRequest.rm:type_name -> stockade.v1.RmOp
 	38, // 21: stockade.v1.FileRequest.upload:type_name -> stockade.v1.UploadOp
 	33, // 22: stockade.v1.FileRequest.download:type_name -> stockade.v1.PathOp
-	1,  // 23: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
-	2,  // 24: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
-	42, // 25: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
-	43, // 26: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
-	44, // 27: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
-	45, // 28: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
-	39, // 29: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
-	40, // 30: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
-	15, // 31: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
-	52, // 32: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
-	55, // 33: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
-	3,  // 34: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
-	5,  // 35: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
-	17, // 36: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
-	17, // 37: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
-	27, // 38: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
-	28, // 39: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
-	29, // 40: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
-	6,  // 41: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
-	46, // 42: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
-	6,  // 43: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
-	6,  // 44: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
-	6,  // 45: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
-	7,  // 46: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
-	9,  // 47: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
-	11, // 48: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
-	10, // 49: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
-	14, // 50: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
-	48, // 51: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
-	22, // 52: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
-	60, // 53: stockade.v1.Stockade.ConnectPort:input_type -> stockade.v1.PortData
-	23, // 54: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
-	50, // 55: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
-	50, // 56: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
-	50, // 57: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
-	51, // 58: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
-	54, // 59: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
-	56, // 60: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
-	58, // 61: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
-	4,  // 62: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
-	15, // 63: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
-	20, // 64: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
-	26, // 65: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
-	2,  // 66: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
-	2,  // 67: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
-	41, // 68: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
-	2,  // 69: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
-	47, // 70: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
-	15, // 71: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
-	2,  // 72: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
-	2,  // 73: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
-	8,  // 74: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
-	13, // 75: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
-	12, // 76: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
-	2,  // 77: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
-	15, // 78: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
-	49, // 79: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
-	2,  // 80: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
-	60, // 81: stockade.v1.Stockade.ConnectPort:output_type -> stockade.v1.PortData
-	24, // 82: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
-	15, // 83: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
-	2,  // 84: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
-	2,  // 85: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
-	53, // 86: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
-	55, // 87: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
-	57, // 88: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
-	59, // 89: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
-	62, // [62:90] is the sub-list for method output_type
-	34, // [34:62] is the sub-list for method input_type
-	34, // [34:34] is the sub-list for extension type_name
-	34, // [34:34] is the sub-list for extension extendee
-	0,  // [0:34] is the sub-list for field type_name
+	39, // 23: stockade.v1.FileRequest.set_xattrs:type_name -> stockade.v1.SetXattrsOp
+	40, // 24: stockade.v1.FileRequest.changes:type_name -> stockade.v1.ChangesOp
+	64, // 25: stockade.v1.SetXattrsOp.xattrs:type_name -> stockade.v1.SetXattrsOp.XattrsEntry
+	1,  // 26: stockade.v1.FileEntry.kind:type_name -> stockade.v1.FileKind
+	65, // 27: stockade.v1.FileEntry.xattrs:type_name -> stockade.v1.FileEntry.XattrsEntry
+	2,  // 28: stockade.v1.FileReply.done:type_name -> stockade.v1.Empty
+	44, // 29: stockade.v1.FileReply.data:type_name -> stockade.v1.DataResult
+	45, // 30: stockade.v1.FileReply.entries:type_name -> stockade.v1.Entries
+	46, // 31: stockade.v1.FileReply.paths:type_name -> stockade.v1.Paths
+	47, // 32: stockade.v1.FileReply.matches:type_name -> stockade.v1.Matches
+	41, // 33: stockade.v1.Entries.entries:type_name -> stockade.v1.FileEntry
+	42, // 34: stockade.v1.Matches.matches:type_name -> stockade.v1.GrepMatch
+	15, // 35: stockade.v1.ListReply.sandboxes:type_name -> stockade.v1.SandboxInfo
+	54, // 36: stockade.v1.SessionListReply.sessions:type_name -> stockade.v1.SessionInfo
+	57, // 37: stockade.v1.PoolListReply.pools:type_name -> stockade.v1.PoolInfo
+	3,  // 38: stockade.v1.Stockade.Health:input_type -> stockade.v1.HealthRequest
+	5,  // 39: stockade.v1.Stockade.Create:input_type -> stockade.v1.CreateRequest
+	17, // 40: stockade.v1.Stockade.Exec:input_type -> stockade.v1.ExecRequest
+	17, // 41: stockade.v1.Stockade.ExecStream:input_type -> stockade.v1.ExecRequest
+	27, // 42: stockade.v1.Stockade.ExecInput:input_type -> stockade.v1.ExecInputRequest
+	28, // 43: stockade.v1.Stockade.CancelExec:input_type -> stockade.v1.CancelExecRequest
+	29, // 44: stockade.v1.Stockade.File:input_type -> stockade.v1.FileRequest
+	6,  // 45: stockade.v1.Stockade.Destroy:input_type -> stockade.v1.SandboxRef
+	48, // 46: stockade.v1.Stockade.List:input_type -> stockade.v1.ListRequest
+	6,  // 47: stockade.v1.Stockade.Inspect:input_type -> stockade.v1.SandboxRef
+	6,  // 48: stockade.v1.Stockade.Pause:input_type -> stockade.v1.SandboxRef
+	6,  // 49: stockade.v1.Stockade.Resume:input_type -> stockade.v1.SandboxRef
+	7,  // 50: stockade.v1.Stockade.Fork:input_type -> stockade.v1.ForkRequest
+	9,  // 51: stockade.v1.Stockade.Snapshot:input_type -> stockade.v1.SnapshotRequest
+	11, // 52: stockade.v1.Stockade.SnapshotList:input_type -> stockade.v1.SnapshotListRequest
+	10, // 53: stockade.v1.Stockade.SnapshotRemove:input_type -> stockade.v1.SnapshotRef
+	14, // 54: stockade.v1.Stockade.CreateFromSnapshot:input_type -> stockade.v1.CreateFromSnapshotRequest
+	50, // 55: stockade.v1.Stockade.Gc:input_type -> stockade.v1.GcRequest
+	22, // 56: stockade.v1.Stockade.SetNetwork:input_type -> stockade.v1.SetNetworkRequest
+	62, // 57: stockade.v1.Stockade.ConnectPort:input_type -> stockade.v1.PortData
+	23, // 58: stockade.v1.Stockade.EgressDenied:input_type -> stockade.v1.EgressDeniedRequest
+	52, // 59: stockade.v1.Stockade.SessionGet:input_type -> stockade.v1.SessionRef
+	52, // 60: stockade.v1.Stockade.SessionRelease:input_type -> stockade.v1.SessionRef
+	52, // 61: stockade.v1.Stockade.SessionDelete:input_type -> stockade.v1.SessionRef
+	53, // 62: stockade.v1.Stockade.SessionList:input_type -> stockade.v1.SessionListRequest
+	56, // 63: stockade.v1.Stockade.PoolWarm:input_type -> stockade.v1.PoolWarmRequest
+	58, // 64: stockade.v1.Stockade.PoolList:input_type -> stockade.v1.PoolListRequest
+	60, // 65: stockade.v1.Stockade.PoolDrain:input_type -> stockade.v1.PoolDrainRequest
+	4,  // 66: stockade.v1.Stockade.Health:output_type -> stockade.v1.HealthReply
+	15, // 67: stockade.v1.Stockade.Create:output_type -> stockade.v1.SandboxInfo
+	20, // 68: stockade.v1.Stockade.Exec:output_type -> stockade.v1.ExecOutcome
+	26, // 69: stockade.v1.Stockade.ExecStream:output_type -> stockade.v1.ExecEvent
+	2,  // 70: stockade.v1.Stockade.ExecInput:output_type -> stockade.v1.Empty
+	2,  // 71: stockade.v1.Stockade.CancelExec:output_type -> stockade.v1.Empty
+	43, // 72: stockade.v1.Stockade.File:output_type -> stockade.v1.FileReply
+	2,  // 73: stockade.v1.Stockade.Destroy:output_type -> stockade.v1.Empty
+	49, // 74: stockade.v1.Stockade.List:output_type -> stockade.v1.ListReply
+	15, // 75: stockade.v1.Stockade.Inspect:output_type -> stockade.v1.SandboxInfo
+	2,  // 76: stockade.v1.Stockade.Pause:output_type -> stockade.v1.Empty
+	2,  // 77: stockade.v1.Stockade.Resume:output_type -> stockade.v1.Empty
+	8,  // 78: stockade.v1.Stockade.Fork:output_type -> stockade.v1.ForkReply
+	13, // 79: stockade.v1.Stockade.Snapshot:output_type -> stockade.v1.SnapshotInfo
+	12, // 80: stockade.v1.Stockade.SnapshotList:output_type -> stockade.v1.SnapshotListReply
+	2,  // 81: stockade.v1.Stockade.SnapshotRemove:output_type -> stockade.v1.Empty
+	15, // 82: stockade.v1.Stockade.CreateFromSnapshot:output_type -> stockade.v1.SandboxInfo
+	51, // 83: stockade.v1.Stockade.Gc:output_type -> stockade.v1.GcReply
+	2,  // 84: stockade.v1.Stockade.SetNetwork:output_type -> stockade.v1.Empty
+	62, // 85: stockade.v1.Stockade.ConnectPort:output_type -> stockade.v1.PortData
+	24, // 86: stockade.v1.Stockade.EgressDenied:output_type -> stockade.v1.EgressDeniedReply
+	15, // 87: stockade.v1.Stockade.SessionGet:output_type -> stockade.v1.SandboxInfo
+	2,  // 88: stockade.v1.Stockade.SessionRelease:output_type -> stockade.v1.Empty
+	2,  // 89: stockade.v1.Stockade.SessionDelete:output_type -> stockade.v1.Empty
+	55, // 90: stockade.v1.Stockade.SessionList:output_type -> stockade.v1.SessionListReply
+	57, // 91: stockade.v1.Stockade.PoolWarm:output_type -> stockade.v1.PoolInfo
+	59, // 92: stockade.v1.Stockade.PoolList:output_type -> stockade.v1.PoolListReply
+	61, // 93: stockade.v1.Stockade.PoolDrain:output_type -> stockade.v1.PoolDrainReply
+	66, // [66:94] is the sub-list for method output_type
+	38, // [38:66] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_stockade_proto_init() }
@@ -4471,11 +4660,13 @@ func file_stockade_proto_init() {
 		(*FileRequest_Rm)(nil),
 		(*FileRequest_Upload)(nil),
 		(*FileRequest_Download)(nil),
+		(*FileRequest_SetXattrs)(nil),
+		(*FileRequest_Changes)(nil),
 	}
 	file_stockade_proto_msgTypes[28].OneofWrappers = []any{}
 	file_stockade_proto_msgTypes[33].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[37].OneofWrappers = []any{}
-	file_stockade_proto_msgTypes[39].OneofWrappers = []any{
+	file_stockade_proto_msgTypes[39].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[41].OneofWrappers = []any{
 		(*FileReply_Done)(nil),
 		(*FileReply_Data)(nil),
 		(*FileReply_Edited)(nil),
@@ -4484,14 +4675,14 @@ func file_stockade_proto_init() {
 		(*FileReply_Matches)(nil),
 		(*FileReply_Archive)(nil),
 	}
-	file_stockade_proto_msgTypes[50].OneofWrappers = []any{}
+	file_stockade_proto_msgTypes[52].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_stockade_proto_rawDesc), len(file_stockade_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   60,
+			NumMessages:   64,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -39,6 +39,26 @@ def test_every_file_operation(client: stockade.Stockade, tmp_path) -> None:
         assert sb.exec("stat -c %u /tmp/proj/a.py").stdout == "1000\n"
 
 
+def test_extended_attributes_are_set_and_listed(client: stockade.Stockade) -> None:
+    with client.create() as sb:
+        sb.write("/tmp/x/a.txt", "a")
+        assert sb.stat("/tmp/x/a.txt").xattrs == {}
+        sb.set_xattrs("/tmp/x/a.txt", {"user.owner": "team-a", "user.k": "v"})
+        sb.set_xattrs("/tmp/x/a.txt", {"user.k": "v2"})
+        want = {"user.owner": "team-a", "user.k": "v2"}
+        assert sb.stat("/tmp/x/a.txt").xattrs == want
+        assert [e.xattrs for e in sb.ls("/tmp/x")] == [want]
+        # The code sees them as its own.
+        r = sb.exec(["/usr/bin/python3", "-c", "import os; print(os.getxattr('/tmp/x/a.txt', 'user.owner').decode())"])
+        assert r.stdout == "team-a\n"
+        # Only the user namespace: trusted.* and security.* are not the caller's.
+        for name in ("trusted.x", "security.capability"):
+            with pytest.raises(stockade.InvalidSpecError, match="user namespace"):
+                sb.set_xattrs("/tmp/x/a.txt", {name: "1"})
+        with pytest.raises(NotFoundError):
+            sb.set_xattrs("/tmp/x/missing", {"user.k": "v"})
+
+
 def test_read_only_places_stay_read_only(client: stockade.Stockade) -> None:
     with client.create() as sb:
         for path in ("/usr/evil", "/etc/passwd", "/proc/sys/kernel/hostname"):

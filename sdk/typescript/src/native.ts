@@ -67,6 +67,7 @@ export interface NativeSandbox {
   glob(pattern: string, root: string): Promise<string[]>;
   grep(regex: string, root: string, include: string | null | undefined, maxMatches: number): Promise<string>;
   mkdir(path: string): Promise<void>;
+  setXattrs(path: string, xattrs: Record<string, string>): Promise<void>;
   rm(path: string): Promise<void>;
   upload(dest: string, archive: Buffer): Promise<void>;
   download(path: string): Promise<Buffer>;

@@ -78,6 +78,13 @@ export interface FileEntry {
   mtime: number;
   /** Where a symbolic link points: a listed link, or a `stat` of a path that is one. */
   link_target: string | null;
+  /** Its extended attributes in the `user.` namespace (names in full), empty when none. */
+  xattrs: Record<string, string>;
+}
+
+/** An entry as the native layer gives it, `xattrs` there only when it has some. */
+function entryOf(e: Omit<FileEntry, "xattrs"> & { xattrs?: Record<string, string> }): FileEntry {
+  return { ...e, xattrs: e.xattrs ?? {} };
 }
 
 /** One `grep` match. */
@@ -462,11 +469,11 @@ export class Sandbox implements AsyncDisposable {
   }
 
   async ls(path = "."): Promise<FileEntry[]> {
-    return JSON.parse(await call(() => this.h.ls(path))) as FileEntry[];
+    return (JSON.parse(await call(() => this.h.ls(path))) as FileEntry[]).map(entryOf);
   }
 
   async stat(path: string): Promise<FileEntry> {
-    return JSON.parse(await call(() => this.h.stat(path))) as FileEntry;
+    return entryOf(JSON.parse(await call(() => this.h.stat(path))) as FileEntry);
   }
 
   /** Paths below `root` matching `pattern` (`**` crosses directories). */
@@ -487,6 +494,12 @@ export class Sandbox implements AsyncDisposable {
   /** Creates a directory and its parents. */
   mkdir(path: string): Promise<void> {
     return call(() => this.h.mkdir(path));
+  }
+
+  /** Sets extended attributes of `path`, names in the `user.` namespace and in full
+   * (`{"user.owner": "team-a"}`); the others it has are kept. `ls` and `stat` return them. */
+  setXattrs(path: string, xattrs: Record<string, string>): Promise<void> {
+    return call(() => this.h.setXattrs(path, xattrs));
   }
 
   /** Removes a file or a directory tree. */

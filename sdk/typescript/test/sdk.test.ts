@@ -97,6 +97,21 @@ test("files: write, read, edit, ls, stat, glob, grep, mkdir, rm", async () => {
   });
 });
 
+test("files: extended attributes are set, listed and only the user's own", async () => {
+  await using sb = await stockade.create();
+  await sb.write("/tmp/x/a.txt", "a");
+  assert.deepEqual((await sb.stat("/tmp/x/a.txt")).xattrs, {});
+  await sb.setXattrs("/tmp/x/a.txt", { "user.owner": "team-a", "user.k": "v" });
+  const want = { "user.k": "v", "user.owner": "team-a" };
+  assert.deepEqual((await sb.stat("/tmp/x/a.txt")).xattrs, want);
+  assert.deepEqual((await sb.ls("/tmp/x")).map((e) => e.xattrs), [want]);
+  await assert.rejects(sb.setXattrs("/tmp/x/a.txt", { "trusted.x": "1" }), (e: unknown) => {
+    assert.ok(e instanceof InvalidSpecError, String(e));
+    assert.match((e as Error).message, /user namespace/);
+    return true;
+  });
+});
+
 test("errors are classes per code, with code, message and fix", async () => {
   await assert.rejects(stockade.create({ memory: "lots" }), (e: unknown) => {
     assert.ok(e instanceof InvalidSpecError && e instanceof StockadeError);

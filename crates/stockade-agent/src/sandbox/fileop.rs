@@ -5,15 +5,17 @@
 
 use std::fs;
 use std::io::{self, Read, Seek, SeekFrom, Write};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use stockade_agent_proto::codec::{read_msg, write_msg};
 use stockade_agent_proto::files::{
-    DEFAULT_GREP_MATCHES, FileEntry, FileKind, FileOp, FileResult, GrepMatch, MAX_ENTRIES,
-    MAX_FILE_BYTES, MAX_TRANSFER_BYTES, safe_entry_path,
+    DEFAULT_GREP_MATCHES, FileOp, FileResult, GrepMatch, MAX_ENTRIES, MAX_FILE_BYTES,
+    MAX_TRANSFER_BYTES, safe_entry_path,
 };
+
+use super::entries::{entry, link_target, user_xattrs};
 use stockade_agent_proto::launch::ExecPolicy;
 use stockade_agent_proto::{AgentMsg, ErrorCode};
 
@@ -29,7 +31,7 @@ pub struct OpError(pub ErrorCode, pub String);
 
 type R<T> = Result<T, OpError>;
 
-fn io_err(what: &str, path: &Path, e: io::Error) -> OpError {
+pub(super) fn io_err(what: &str, path: &Path, e: io::Error) -> OpError {
     let code = match e.kind() {
         io::ErrorKind::NotFound => ErrorCode::NotFound,
         io::ErrorKind::PermissionDenied | io::ErrorKind::ReadOnlyFilesystem => {
@@ -208,41 +210,6 @@ fn p(path: &str) -> R<PathBuf> {
     Ok(PathBuf::from(path))
 }
 
-fn kind_of(ft: fs::FileType) -> FileKind {
-    if ft.is_symlink() {
-        FileKind::Symlink
-    } else if ft.is_dir() {
-        FileKind::Dir
-    } else if ft.is_file() {
-        FileKind::File
-    } else {
-        FileKind::Other
-    }
-}
-
-/// `m` describes `path` (followed or not); `link_target` is what `path` holds when
-/// it is a symbolic link.
-fn entry(name: String, m: &fs::Metadata, link_target: Option<String>) -> FileEntry {
-    FileEntry {
-        name,
-        kind: kind_of(m.file_type()),
-        size: m.len(),
-        mode: m.mode() & 0o7777,
-        mtime: m.mtime(),
-        link_target,
-    }
-}
-
-/// What the symbolic link at `path` holds, when it is one.
-fn link_target(path: &Path, m: &fs::Metadata) -> Option<String> {
-    if !m.file_type().is_symlink() {
-        return None;
-    }
-    fs::read_link(path)
-        .ok()
-        .map(|t| t.to_string_lossy().into_owned())
-}
-
 /// Runs one operation (also used by tests on a plain directory).
 pub fn run(op: &FileOp) -> R<FileResult> {
     match op {
@@ -338,7 +305,8 @@ pub fn run(op: &FileOp) -> R<FileResult> {
                     .map(|n| n.to_string_lossy().into_owned())
                     .unwrap_or_default();
                 let target = link_target(&path, &md);
-                return Ok(FileResult::Entries(vec![entry(name, &md, target)]));
+                let xattrs = user_xattrs(&path, false);
+                return Ok(FileResult::Entries(vec![entry(name, &md, target, xattrs)]));
             }
             let mut out = Vec::new();
             for e in fs::read_dir(&path).map_err(|e| io_err("list", &path, e))? {
@@ -351,10 +319,12 @@ pub fn run(op: &FileOp) -> R<FileResult> {
                 }
                 if let Ok(m) = e.metadata() {
                     let target = link_target(&e.path(), &m);
+                    let xattrs = user_xattrs(&e.path(), false);
                     out.push(entry(
                         e.file_name().to_string_lossy().into_owned(),
                         &m,
                         target,
+                        xattrs,
                     ));
                 }
             }
@@ -371,7 +341,8 @@ pub fn run(op: &FileOp) -> R<FileResult> {
             let target = fs::symlink_metadata(&path)
                 .ok()
                 .and_then(|l| link_target(&path, &l));
-            Ok(FileResult::Entries(vec![entry(name, &md, target)]))
+            let xattrs = user_xattrs(&path, true);
+            Ok(FileResult::Entries(vec![entry(name, &md, target, xattrs)]))
         }
         FileOp::Glob { pattern, root } => {
             let root = p(root)?;
@@ -430,6 +401,13 @@ pub fn run(op: &FileOp) -> R<FileResult> {
         }
         FileOp::Upload { dest, archive } => upload(&p(dest)?, archive),
         FileOp::Download { path } => download(&p(path)?),
+        FileOp::Changes {
+            base,
+            out,
+            exclude,
+            max_bytes,
+        } => super::changes::run(base, out, exclude, *max_bytes),
+        FileOp::SetXattrs { path, xattrs } => super::entries::set_xattrs(&p(path)?, xattrs),
     }
 }
 
@@ -791,6 +769,10 @@ fn talk(
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
+    use stockade_agent_proto::files::FileKind;
+
     use super::*;
 
     #[test]
@@ -830,6 +812,54 @@ mod tests {
             FileResult::Edited { replacements: 2 }
         ));
         assert_eq!(fs::read_to_string(&f).unwrap(), "X two X");
+        fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn user_xattrs_are_set_and_listed_and_others_refused() {
+        let d = std::env::temp_dir().join(format!("stockade-fileop-xattr-{}", std::process::id()));
+        fs::create_dir_all(&d).unwrap();
+        let f = d.join("a.txt").to_string_lossy().into_owned();
+        fs::write(&f, "a").unwrap();
+        let set = |pairs: &[(&str, &str)]| {
+            run(&FileOp::SetXattrs {
+                path: f.clone(),
+                xattrs: pairs
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            })
+        };
+        set(&[("user.e2b.owner", "team-a"), ("user.e2b.k", "v w")])
+            .ok()
+            .unwrap();
+        // A later call adds and replaces; the rest stays.
+        set(&[("user.e2b.k", "v2")]).ok().unwrap();
+        let e = set(&[("trusted.x", "1")]).err().unwrap();
+        assert_eq!(e.0, ErrorCode::InvalidSpec, "{}", e.1);
+        let FileResult::Entries(st) = run(&FileOp::Stat { path: f.clone() }).ok().unwrap() else {
+            panic!("stat gave no entry");
+        };
+        let want = BTreeMap::from([
+            ("user.e2b.k".to_string(), "v2".to_string()),
+            ("user.e2b.owner".to_string(), "team-a".to_string()),
+        ]);
+        assert_eq!(st[0].xattrs, want);
+        let FileResult::Entries(ls) = run(&FileOp::Ls {
+            path: d.to_string_lossy().into_owned(),
+        })
+        .ok()
+        .unwrap() else {
+            panic!("ls gave no entries");
+        };
+        assert_eq!(ls[0].xattrs, want);
+        let missing = run(&FileOp::SetXattrs {
+            path: d.join("nope").to_string_lossy().into_owned(),
+            xattrs: want.clone(),
+        })
+        .err()
+        .unwrap();
+        assert_eq!(missing.0, ErrorCode::NotFound, "{}", missing.1);
         fs::remove_dir_all(&d).unwrap();
     }
 

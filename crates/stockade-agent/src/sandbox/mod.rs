@@ -3,9 +3,11 @@
 //! exec zygote, each exec's shim with its stdio or terminal (`exec_io`, `tty`), file
 //! operations (`fileop`), directory watches (`dirwatch`), ports (`ports`) and what PID 1 cleans up (`cleanup`).
 
+pub mod changes;
 pub mod cleanup;
 pub mod container;
 pub mod dirwatch;
+pub mod entries;
 pub mod exec_io;
 pub mod fileop;
 pub mod ports;

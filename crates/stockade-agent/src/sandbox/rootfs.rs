@@ -22,6 +22,9 @@ use stockade_agent_proto::launch::{MountFlags, MountOp};
 
 use crate::ids::Ids;
 
+/// The largest file a [`MountOp::Copy`] copies.
+const COPY_MAX_BYTES: i64 = 16 << 20;
+
 /// Directory (inside the new root) holding overlay upper and work dirs; masked at the end.
 pub const SCRATCH: &str = ".stockade";
 
@@ -379,6 +382,7 @@ fn apply(
         } => {
             let shown = lower;
             let mut lower = open_source(lower, within.as_deref(), false)?;
+            let lower_st = rustix::fs::fstat(&lower).map_err(|e| err("inspect", shown, e))?;
             let dst = target_dir(root, target)?;
             *overlays += 1;
             let base = Path::new("/")
@@ -393,6 +397,21 @@ fn apply(
                     .ok_or_else(|| format!("{} vanished after mounting it", shown.display()))?;
             }
             let upper = mkdir(root, &base.join("upper"), 0o755)?;
+            // The overlay's top directory takes its upper's owner and mode: those of
+            // the lower as the sandbox sees it (else host root's, which the sandbox's
+            // user namespace does not map, and root inside could not write there).
+            if let Some(ids) = ids {
+                let inside = |id: u32| (id < ids.range.count).then(|| ids.range.first + id);
+                if let (Some(uid), Some(gid)) = (inside(lower_st.st_uid), inside(lower_st.st_gid)) {
+                    std::os::unix::fs::chown(fd_path(&upper), Some(uid), Some(gid))
+                        .map_err(|e| err("chown", &base.join("upper"), e))?;
+                }
+                fs::set_permissions(
+                    fd_path(&upper),
+                    fs::Permissions::from_mode(lower_st.st_mode & 0o7777),
+                )
+                .map_err(|e| err("chmod", &base.join("upper"), e))?;
+            }
             let work = mkdir(root, &base.join("work"), 0o755)?;
             let data = format!(
                 "lowerdir={},upperdir={},workdir={}",
@@ -482,6 +501,43 @@ fn apply(
             f.write_all(contents.as_bytes())
                 .map_err(|e| err("write", path, e))?;
             f.set_permissions(fs::Permissions::from_mode(*mode))
+                .map_err(|e| err("chmod", path, e))
+        }
+        MountOp::Copy {
+            source,
+            path,
+            within,
+        } => {
+            let src = open_source(source, within.as_deref(), true)?;
+            let st = rustix::fs::fstat(&src).map_err(|e| err("inspect", source, e))?;
+            if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                return Err(format!(
+                    "cannot copy {}: it is not a regular file",
+                    source.display()
+                ));
+            }
+            if st.st_size > COPY_MAX_BYTES {
+                return Err(format!(
+                    "cannot copy {}: it is over {COPY_MAX_BYTES} bytes",
+                    source.display()
+                ));
+            }
+            let data = fs::read(fd_path(&src)).map_err(|e| err("read", source, e))?;
+            let (parent, name) = target_parent(root, path)?;
+            let fd = rustix::fs::openat(
+                &parent,
+                name,
+                OFlags::CREATE
+                    | OFlags::WRONLY
+                    | OFlags::TRUNC
+                    | OFlags::NOFOLLOW
+                    | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .map_err(|e| err("create", path, e))?;
+            let mut f = fs::File::from(fd);
+            f.write_all(&data).map_err(|e| err("write", path, e))?;
+            f.set_permissions(fs::Permissions::from_mode(st.st_mode & 0o1777))
                 .map_err(|e| err("chmod", path, e))
         }
         MountOp::ReadOnly { target } => {

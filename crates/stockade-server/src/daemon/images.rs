@@ -11,6 +11,40 @@ use stockade_image::Error as ImageError;
 use super::{Daemon, internal};
 
 impl Daemon {
+    /// The image store providers read (under the daemon's home).
+    pub fn image_store(&self) -> Result<stockade_image::Store> {
+        Ok(stockade_image::Store::open(self.home.join("images"))?)
+    }
+
+    /// Records an image this daemon made for `tenant` (an E2B template build) as the
+    /// tenant's own to run, by its manifest digest (`sha256:...`), and charges the
+    /// `bytes` it added to the tenant's image budget: refused past the budget.
+    pub fn own_image(&self, tenant: &str, digest: &str, bytes: u64) -> Result<()> {
+        if self.profile(tenant).is_none() {
+            return Ok(());
+        }
+        let budget = self.limits.tenant_image_bytes;
+        let used = self.store.image_bytes(tenant).map_err(internal)?;
+        if used.saturating_add(bytes) > budget {
+            return Err(Error::LimitExceeded {
+                what: format!(
+                    "image {digest} for tenant {tenant} ({bytes} bytes more; it has added {used})"
+                ),
+                limit: format!(
+                    "the image budget of {budget} bytes per tenant (the operator raises it \
+                     with stockaded --tenant-image-bytes SIZE)"
+                ),
+            });
+        }
+        self.store
+            .set_tenant_image(tenant, digest, digest)
+            .map_err(internal)?;
+        self.store
+            .add_image_bytes(tenant, bytes)
+            .map_err(internal)?;
+        Ok(())
+    }
+
     /// The tenant's lock for image pulls: one budgeted pull per tenant at a time, so
     /// two concurrent pulls cannot both spend what is left.
     fn image_lock(&self, tenant: &str) -> Arc<tokio::sync::Mutex<()>> {

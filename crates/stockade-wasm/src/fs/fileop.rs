@@ -97,6 +97,20 @@ impl WasmProvider {
                     fix: "write and read files one by one, or use the native provider".into(),
                 });
             }
+            Op::Changes { .. } => {
+                return Err(Error::Unavailable {
+                    what: "a layer of a sandbox's changes on the wasm provider".into(),
+                    reason: "a WASI sandbox has no root filesystem of its own".into(),
+                    fix: "use a Linux provider (native, docker, gvisor, microvm)".into(),
+                });
+            }
+            Op::SetXattrs { .. } => {
+                return Err(Error::Unavailable {
+                    what: "extended attributes on the wasm provider".into(),
+                    reason: "WASI has no extended attributes".into(),
+                    fix: "use a Linux provider (native, docker, gvisor, microvm)".into(),
+                });
+            }
         })
     }
 }

@@ -198,6 +198,7 @@ pub(super) fn entry_of(name: String, md: &cap_std::fs::Metadata) -> FileEntry {
         mode: md.mode() & 0o7777,
         mtime,
         link_target: None,
+        xattrs: Default::default(),
     }
 }
 

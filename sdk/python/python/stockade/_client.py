@@ -301,6 +301,12 @@ class Sandbox(_Handle):
     def mkdir(self, path: str) -> None:
         self._f.mkdir(path)
 
+    def set_xattrs(self, path: str, xattrs: dict[str, str]) -> None:
+        """Sets extended attributes of ``path``, names in the ``user.`` namespace and in
+        full (``{"user.owner": "team-a"}``); the others it has are kept. ``ls`` and
+        ``stat`` return them (``FileEntry.xattrs``)."""
+        self._f.set_xattrs(path, xattrs)
+
     def rm(self, path: str) -> None:
         """Removes a file or a directory tree."""
         self._f.rm(path)
@@ -813,6 +819,9 @@ class AsyncSandbox(_Handle):
 
     async def mkdir(self, path: str) -> None:
         await self._f.mkdir(path, asynchronous=True)
+
+    async def set_xattrs(self, path: str, xattrs: dict[str, str]) -> None:
+        await self._f.set_xattrs(path, xattrs, asynchronous=True)
 
     async def rm(self, path: str) -> None:
         await self._f.rm(path, asynchronous=True)

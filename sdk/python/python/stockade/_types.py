@@ -109,10 +109,14 @@ class FileEntry:
     link_target: str | None = None
     """Where a symbolic link points: a listed link, or a ``stat`` of a path that is
     one (whose other fields then describe the file it leads to)."""
+    xattrs: dict[str, str] = field(default_factory=dict)
+    """Its extended attributes in the ``user.`` namespace (names in full), those whose
+    values are text; set with ``set_xattrs``."""
 
     @classmethod
     def _from_json(cls, d: dict[str, Any]) -> FileEntry:
-        return cls(d["name"], d["kind"], d["size"], d["mode"], d["mtime"], d.get("link_target"))
+        return cls(d["name"], d["kind"], d["size"], d["mode"], d["mtime"], d.get("link_target"),
+                   dict(d.get("xattrs") or {}))
 
 
 @dataclass(frozen=True)
