@@ -151,7 +151,19 @@ impl Daemon {
             let registry = stockade_image::Reference::parse(reference)
                 .map_err(|e| Error::InvalidRequest(e.to_string()))?
                 .registry;
-            profile.admit_registry(reference, &registry)?;
+            if let Err(e) = profile.admit_registry(reference, &registry) {
+                // On the host already, but not the tenant's: say so, not "not here".
+                if store.resolve(reference).is_ok() {
+                    return Err(Error::PolicyDenied(format!(
+                        "image {reference} is on this host but not shared with tenants of \
+                         profile {:?}, and their pulls may not use {registry}: the operator \
+                         shares it in the profile's `shared_images`, or names it in a \
+                         `[templates.NAME] image` table of the configuration file",
+                        profile.name
+                    )));
+                }
+                return Err(e);
+            }
             options.auth = stockade_image::Auth::Anonymous;
             options.auth_registry = None;
             options.registry_auths.clear();

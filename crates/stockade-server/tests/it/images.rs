@@ -556,6 +556,12 @@ async fn a_tenant_runs_only_images_shared_with_it_or_pulled_by_it() {
     )
     .await;
     assert_eq!(e.code(), ErrorCode::PolicyDenied, "{e}");
+    // Said as it is: on the host, not shared (and how the operator shares it).
+    assert!(
+        e.to_string().contains("on this host but not shared")
+            && e.to_string().contains("shared_images"),
+        "{e}"
+    );
 
     // A pulls an image; B's create of the same reference is B's own pull: with the
     // registry gone it fails for B, while A still runs what it pulled.
