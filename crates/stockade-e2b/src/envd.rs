@@ -168,7 +168,7 @@ pub async fn handle(e2b: Arc<E2b>, id: &str, req: Request) -> Response {
             ),
         );
     }
-    let uid = match user_of(req.headers()) {
+    let uid = match user_of(req.headers(), s.default_uid) {
         Ok(u) => u,
         Err(e) => return e.into_response(),
     };
@@ -232,12 +232,12 @@ fn header_u64(h: &HeaderMap, name: &str) -> Option<u64> {
 }
 
 /// The RPC's user (`Authorization: Basic base64("NAME:")`): `user`, the sandbox's
-/// account (uid 1000; `None`, the default), or `root`, uid 0 of the sandbox's own user
-/// namespace (`Some(0)`). Any other name is refused.
-fn user_of(h: &HeaderMap) -> Result<Option<u32>, ConnectError> {
+/// account (uid 1000; `None`), or `root`, uid 0 of the sandbox's own user namespace
+/// (`Some(0)`); without the header, the sandbox's `default`. Any other name is refused.
+fn user_of(h: &HeaderMap, default: Option<u32>) -> Result<Option<u32>, ConnectError> {
     use base64::Engine;
     let Some(v) = h.get(axum::http::header::AUTHORIZATION) else {
-        return Ok(None);
+        return Ok(default);
     };
     let name = v
         .to_str()

@@ -77,7 +77,8 @@ pub async fn handle(e2b: &E2b, s: &Sbx, req: Request) -> Response {
     // "root": root of the sandbox's own user namespace (uid 0 there).
     let uid = match user.as_deref() {
         Some("root") => Some(0),
-        None | Some("") | Some("user") => None,
+        None | Some("") => s.default_uid,
+        Some("user") => None,
         Some(u) => {
             return error(
                 401,

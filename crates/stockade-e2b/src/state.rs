@@ -33,6 +33,10 @@ pub struct Sbx {
     pub daemon_id: String,
     pub tenant: String,
     pub template: String,
+    /// Who a command or file operation that names no user runs as: the sandbox user
+    /// (`None`), or root of the sandbox (`Some(0)`: a built template whose last USER
+    /// is root).
+    pub default_uid: Option<u32>,
     pub token: String,
     /// The traffic token: the code interpreter's `/contexts` calls carry only it.
     pub traffic: String,
@@ -477,6 +481,7 @@ impl E2b {
             daemon_id: info.id,
             tenant: tenant.into(),
             template: template.into(),
+            default_uid: built.and_then(|b| (b.user == "root").then_some(0)),
             token: stockade::host::random_hex(16),
             traffic: stockade::host::random_hex(16),
             metadata,

@@ -75,6 +75,9 @@ def test_a_template_builds_on_another_and_a_rebuild_replaces_it(base_image):
     assert info.template_id == one.template_id, "the same name keeps its id"
     with Sandbox.create("tpl-first") as sb:
         assert sb.commands.run("cat /opt/layer1").stdout == "again\n"
+    # The template built on the replaced one keeps what it was built on.
+    with Sandbox.create("tpl-second") as sb:
+        assert sb.commands.run("cat /opt/layer1 /opt/layer2").stdout == "one\ntwo\n"
 
 
 def test_a_failing_build_says_which_step_and_why(base_image):
@@ -118,7 +121,7 @@ def test_a_builds_code_cannot_hand_the_host_a_file_of_its_own_as_the_layer(base_
     assert not Template.exists("tpl-swap")
 
 
-def test_another_tenants_builds_are_not_found(server, base_image):
+def test_another_tenants_builds_are_not_found_and_a_template_is_deleted(server, base_image):
     import json
     import urllib.error
     import urllib.request
@@ -154,8 +157,30 @@ def test_another_tenants_builds_are_not_found(server, base_image):
     with pytest.raises(urllib.error.HTTPError) as e:
         urllib.request.urlopen(urllib.request.Request(url, method="PUT", data=b"y"))
     assert e.value.code == 403
+    # Deleting: not another tenant's; one's own, after which it is gone.
+    Template.build(Template().from_image(base_image).run_cmd("true"), "tpl-delete-me")
+    tid = json.loads(call("GET", "/templates/aliases/tpl-delete-me", KEY_A)[1])["templateID"]
+    assert call("DELETE", f"/templates/{tid}", KEY_B)[0] == 404
+    assert Template.exists("tpl-delete-me")
+    assert call("DELETE", f"/templates/{tid}", KEY_A)[0] == 204
+    assert not Template.exists("tpl-delete-me")
+    with pytest.raises(SandboxException):
+        Sandbox.create("tpl-delete-me")
     # Bad names and hashes are refused by name.
     status, body = call("POST", "/v3/templates", KEY_A, json.dumps({"name": "ns/Bad Name"}).encode())
     assert status == 400 and b"namespace" in body, body
     status, body = call("GET", f"/templates/{tid}/files/../../etc", KEY_A)
     assert status in (400, 404), body
+
+
+def test_a_templates_last_user_is_who_commands_run_as_by_default(base_image):
+    Template.build(Template().from_image(base_image).set_user("root").run_cmd("id -u > /opt/built-as"),
+                   "tpl-root")
+    with Sandbox.create("tpl-root") as sb:
+        assert sb.commands.run("cat /opt/built-as; id -u").stdout == "0\n0\n"
+        assert sb.commands.run("id -u", user="user").stdout == "1000\n"
+        # Files too: a write that names no user is root's; "user" is the sandbox user.
+        sb.files.write("/opt/by-default.txt", "r")
+        assert sb.commands.run("stat -c %u /opt/by-default.txt").stdout == "0\n"
+        with pytest.raises(Exception):
+            sb.files.write("/opt/by-user.txt", "u", user="user")

@@ -8,6 +8,33 @@ use stockade::Sandbox;
 use crate::errors::{json, to_js};
 use crate::exec::{ExecHandle, ExecOptions};
 
+/// A port of a sandbox on this host's loopback (`SandboxHandle::forward`).
+#[napi]
+pub struct ForwardHandle {
+    fwd: stockade::Forward,
+}
+
+#[napi]
+impl ForwardHandle {
+    /// The address it listens on (127.0.0.1).
+    #[napi(getter)]
+    pub fn host(&self) -> String {
+        self.fwd.local_addr().ip().to_string()
+    }
+
+    /// The port it listens on.
+    #[napi(getter)]
+    pub fn port(&self) -> u32 {
+        u32::from(self.fwd.local_addr().port())
+    }
+
+    /// Stops listening and ends the connections it carries.
+    #[napi]
+    pub fn close(&self) {
+        self.fwd.close();
+    }
+}
+
 /// A live sandbox.
 #[napi]
 pub struct SandboxHandle {
@@ -52,6 +79,21 @@ impl SandboxHandle {
         let size = crate::exec::tty_size(rows, cols)?;
         let req = opts.request(argv)?;
         Ok(ExecHandle::terminal(self.sb.clone(), req, size))
+    }
+
+    /// Makes port `port` of the sandbox reachable on this host's loopback at
+    /// `local_port` (0: a free one), each connection carried by Stockade.
+    #[napi]
+    pub async fn forward(&self, port: u32, local_port: u32) -> Result<ForwardHandle> {
+        let bad = |what: &str, n: u32| {
+            to_js(stockade::Error::InvalidRequest(format!(
+                "{what} {n} is not a TCP port (1 to 65535; 0 for a free local one)"
+            )))
+        };
+        let port = u16::try_from(port).map_err(|_| bad("port", port))?;
+        let local = u16::try_from(local_port).map_err(|_| bad("local port", local_port))?;
+        let fwd = self.sb.forward(port, local).await.map_err(to_js)?;
+        Ok(ForwardHandle { fwd })
     }
 
     /// What the provider says of the sandbox now (state, expiry), as JSON.

@@ -30,6 +30,7 @@ export {
 } from "./spec";
 export {
   ExecStream,
+  Forward,
   Process,
   Sandbox,
   SessionSandbox,

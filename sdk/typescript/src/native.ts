@@ -46,8 +46,15 @@ export interface NativeExec {
   resize(rows: number, cols: number): Promise<void>;
 }
 
+export interface NativeForward {
+  readonly host: string;
+  readonly port: number;
+  close(): void;
+}
+
 export interface NativeSandbox {
   readonly id: string;
+  forward(port: number, localPort: number): Promise<NativeForward>;
   infoJson(): string;
   start(argv: string[], opts: NativeExecOptions, stream: boolean): NativeExec;
   terminal(argv: string[], opts: NativeExecOptions, rows: number, cols: number): NativeExec;

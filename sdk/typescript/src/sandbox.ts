@@ -1,7 +1,7 @@
 /** A live sandbox: exec (waited for or streamed), runCode, files, destroy. */
 
 import { abortError, call, InvalidSpecError, NotFoundError, PolicyDeniedError, translate, UnavailableError } from "./errors";
-import { native, type NativeClient, type NativeExec, type NativeExecOptions, type NativeOutcome, type NativeSandbox } from "./native";
+import { native, type NativeClient, type NativeExec, type NativeExecOptions, type NativeForward, type NativeOutcome, type NativeSandbox } from "./native";
 import { networkValue, type NetworkOption } from "./spec";
 
 /** A command: a list of arguments, or a string run by `/bin/sh -c`. */
@@ -80,6 +80,35 @@ export interface FileEntry {
   link_target: string | null;
   /** Its extended attributes in the `user.` namespace (names in full), empty when none. */
   xattrs: Record<string, string>;
+}
+
+/** A port of a sandbox on this host's loopback ({@link Sandbox.forward}). */
+export class Forward {
+  /** 127.0.0.1. */
+  readonly host: string;
+  /** The local port. */
+  readonly port: number;
+  readonly #h: NativeForward;
+
+  constructor(h: NativeForward) {
+    this.#h = h;
+    this.host = h.host;
+    this.port = h.port;
+  }
+
+  /** `http://127.0.0.1:PORT`, for a web server inside. */
+  get url(): string {
+    return `http://${this.host}:${this.port}`;
+  }
+
+  /** Stops listening and ends the connections it carries. */
+  close(): void {
+    this.#h.close();
+  }
+
+  async [Symbol.asyncDispose](): Promise<void> {
+    this.close();
+  }
 }
 
 /** An entry as the native layer gives it, `xattrs` there only when it has some. */
@@ -532,6 +561,16 @@ export class Sandbox implements AsyncDisposable {
    */
   async egressDenied(sinceMs = 0): Promise<EgressDenial[]> {
     return JSON.parse(await call(() => this.h.egressDeniedJson(sinceMs))) as EgressDenial[];
+  }
+
+  /**
+   * Makes port `port` of the sandbox (a server its code started) reachable on this
+   * host at `127.0.0.1:localPort` (0, the default: a free port; see {@link Forward.url})
+   * until the result is closed (`await using` closes it too). Nothing of the sandbox's
+   * network is opened: each connection is carried by Stockade.
+   */
+  async forward(port: number, opts: { localPort?: number } = {}): Promise<Forward> {
+    return new Forward(await call(() => this.h.forward(port, opts.localPort ?? 0)));
   }
 
   /** Replaces the egress policy of a sandbox created with one; credentials stay as created. */

@@ -112,6 +112,36 @@ test("files: extended attributes are set, listed and only the user's own", async
   });
 });
 
+test("forward: a port inside is reached on this host's loopback, until closed", async () => {
+  await using sb = await stockade.create();
+  const server = [
+    "import socket",
+    "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)",
+    "s.bind(('127.0.0.1', 8000)); s.listen()",
+    "while True:",
+    "    c, _ = s.accept(); c.recv(65536)",
+    "    c.sendall(b'HTTP/1.0 200 OK\\r\\n\\r\\nhello from inside'); c.close()",
+  ].join("\n");
+  await sb.start(["python3", "-c", server]);
+  const fwd = await sb.forward(8000);
+  assert.equal(fwd.host, "127.0.0.1");
+  assert.ok(fwd.port > 0 && fwd.url.endsWith(`:${fwd.port}`));
+  // The server may still be starting: a few tries.
+  let body = "";
+  for (let i = 0; i < 100 && body === ""; i++) {
+    try {
+      body = await (await fetch(fwd.url)).text();
+    } catch {
+      await new Promise((r) => setTimeout(r, 100));
+    }
+  }
+  assert.equal(body, "hello from inside");
+  assert.equal(await (await fetch(fwd.url)).text(), "hello from inside", "a second connection");
+  fwd.close();
+  await assert.rejects(fetch(fwd.url), "the forward still listens after its close");
+  await assert.rejects(sb.forward(70000), stockade.InvalidSpecError);
+});
+
 test("errors are classes per code, with code, message and fix", async () => {
   await assert.rejects(stockade.create({ memory: "lots" }), (e: unknown) => {
     assert.ok(e instanceof InvalidSpecError && e instanceof StockadeError);

@@ -49,11 +49,17 @@ pub(super) async fn run_build(e2b: &Arc<E2b>, build: &Arc<Build>, build_id: &str
         Ok(b) => {
             let templates = &e2b.templates;
             let mut built = lock(&templates.built);
+            let replaced: Vec<String> = built
+                .iter()
+                .filter(|x| x.tenant == b.tenant && x.name == b.name)
+                .map(|x| x.image.clone())
+                .collect();
             built.retain(|x| !(x.tenant == b.tenant && x.name == b.name));
             built.push(b);
             match templates.save(&built) {
                 Ok(()) => {
                     drop(built);
+                    super::release(e2b, replaced);
                     build.log("info", "Template is ready", None);
                     let mut st = lock(&build.state);
                     st.status = "ready";
@@ -517,9 +523,13 @@ async fn finish(
     .map_err(|e| fin(e.to_string()))?
     .map_err(|e| fin(format!("cannot commit the image: {e}")))?;
     let digest = made.digest.to_string();
-    e2b.daemon
-        .own_image(&build.tenant, &digest, size)
-        .map_err(|e| fin(e.to_string()))?;
+    if let Err(e) = e2b.daemon.own_image(&build.tenant, &digest, size) {
+        // Past the tenant's image budget: the image goes again.
+        if let Ok(store) = e2b.daemon.image_store() {
+            let _ = store.remove(&digest);
+        }
+        return Err(fin(e.to_string()));
+    }
     Ok(Built {
         tenant: build.tenant.clone(),
         template_id: build.template_id.clone(),

@@ -351,14 +351,20 @@ pub async fn handle(
         (&Method::DELETE, ["templates", id]) => {
             let id = decode(id);
             let mut built = lock(&t.built);
-            let before = built.len();
-            built.retain(|b| !(b.tenant == tenant && (b.template_id == id || b.name == id)));
-            if built.len() == before {
+            let gone: Vec<String> = built
+                .iter()
+                .filter(|b| b.tenant == tenant && (b.template_id == id || b.name == id))
+                .map(|b| b.image.clone())
+                .collect();
+            if gone.is_empty() {
                 return Some(error(404, &format!("template {id:?} not found")));
             }
+            built.retain(|b| !(b.tenant == tenant && (b.template_id == id || b.name == id)));
             if let Err(e) = t.save(&built) {
                 return Some(error(500, &format!("cannot save the template list: {e}")));
             }
+            drop(built);
+            release(e2b, gone);
             StatusCode::NO_CONTENT.into_response()
         }
         (&Method::GET, ["templates"] | ["v2", "templates"]) => {
@@ -376,6 +382,30 @@ pub async fn handle(
         }
         _ => return None,
     })
+}
+
+/// Gives the store's gc the images no built template names any more (one a sandbox
+/// still runs is left for a later release: the store refuses to remove it).
+pub(super) fn release(e2b: &Arc<E2b>, images: Vec<String>) {
+    let named: std::collections::HashSet<String> = lock(&e2b.templates.built)
+        .iter()
+        .map(|b| b.image.clone())
+        .collect();
+    let images: Vec<String> = images.into_iter().filter(|d| !named.contains(d)).collect();
+    if images.is_empty() {
+        return;
+    }
+    let e2b = e2b.clone();
+    tokio::task::spawn_blocking(move || {
+        let Ok(store) = e2b.daemon.image_store() else {
+            return;
+        };
+        for d in images {
+            if let Err(e) = store.remove(&d) {
+                tracing::info!(image = %d, "a template's image stays: {e}");
+            }
+        }
+    });
 }
 
 /// Whether `id` is a template (built or being built) of the tenant.
