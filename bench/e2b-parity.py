@@ -22,7 +22,6 @@ import base64
 import importlib.util
 import os
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,12 +39,7 @@ sys.path.insert(0, str(here.parent / "crates/stockade-e2b/tests"))
 from test_e2b import WS_SERVER  # noqa: E402  (the suite's own stdlib WebSocket server)
 
 
-def row(name, v, anchor_name=None, a=None):
-    def f(x):
-        return f"{statistics.median(x):.1f} ms (p99 {bench.pct(x, 0.99):.1f})"
-
-    ratio = f"{statistics.median(v) / statistics.median(a):.2f}x" if a else "-"
-    print(f"| {name} | {f(v)} | {anchor_name + ': ' + f(a) if a else '-'} | {ratio} |")
+row = bench.row
 
 
 def ws_connect(host, port, headers):

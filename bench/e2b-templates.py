@@ -15,7 +15,6 @@ crates/stockade-image/ci-setup.sh as the base):
 
 import importlib.util
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -34,12 +33,7 @@ SERVE = ("python3 -c \"import socket, time; s = socket.socket(); s.bind(('127.0.
 PORT_OPEN = "python3 -c \"import socket; socket.create_connection(('127.0.0.1', 8123), 1)\""
 
 
-def row(name, v, anchor_name=None, a=None):
-    def f(x):
-        return f"{statistics.median(x):.1f} ms (p99 {bench.pct(x, 0.99):.1f})"
-
-    ratio = f"{statistics.median(v) / statistics.median(a):.2f}x" if a else "-"
-    print(f"| {name} | {f(v)} | {anchor_name + ': ' + f(a) if a else '-'} | {ratio} |")
+row = bench.row
 
 
 def main():

@@ -61,6 +61,15 @@ def pct(v, q):
     return s[round((len(s) - 1) * q)]
 
 
+def row(name, v, anchor_name=None, a=None):
+    """A table row: `v`'s median and p99 against its same-run anchor `a`."""
+    def f(x):
+        return f"{statistics.median(x):.1f} ms (p99 {pct(x, 0.99):.1f})"
+
+    ratio = f"{statistics.median(v) / statistics.median(a):.2f}x" if a else "-"
+    print(f"| {name} | {f(v)} | {anchor_name + ': ' + f(a) if a else '-'} | {ratio} |")
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

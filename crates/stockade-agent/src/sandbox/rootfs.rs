@@ -325,6 +325,22 @@ fn own_root_tmpfs(root: &Path, owner: u32) -> Result<(), String> {
     Ok(())
 }
 
+/// A file at `path` below `root` (never through a link) holding `data`, with `mode`.
+fn new_file(root: &Path, path: &Path, data: &[u8], mode: u32) -> Result<(), String> {
+    let (parent, name) = target_parent(root, path)?;
+    let fd = rustix::fs::openat(
+        &parent,
+        name,
+        OFlags::CREATE | OFlags::WRONLY | OFlags::TRUNC | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::from_raw_mode(0o600),
+    )
+    .map_err(|e| err("create", path, e))?;
+    let mut f = fs::File::from(fd);
+    f.write_all(data).map_err(|e| err("write", path, e))?;
+    f.set_permissions(fs::Permissions::from_mode(mode))
+        .map_err(|e| err("chmod", path, e))
+}
+
 /// Applies operation `index` below `root`. `overlays` numbers overlay scratch dirs.
 fn apply(
     root: &Path,
@@ -484,25 +500,7 @@ fn apply(
             path,
             contents,
             mode,
-        } => {
-            let (parent, name) = target_parent(root, path)?;
-            let fd = rustix::fs::openat(
-                &parent,
-                name,
-                OFlags::CREATE
-                    | OFlags::WRONLY
-                    | OFlags::TRUNC
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )
-            .map_err(|e| err("create", path, e))?;
-            let mut f = fs::File::from(fd);
-            f.write_all(contents.as_bytes())
-                .map_err(|e| err("write", path, e))?;
-            f.set_permissions(fs::Permissions::from_mode(*mode))
-                .map_err(|e| err("chmod", path, e))
-        }
+        } => new_file(root, path, contents.as_bytes(), *mode),
         MountOp::Copy {
             source,
             path,
@@ -523,22 +521,7 @@ fn apply(
                 ));
             }
             let data = fs::read(fd_path(&src)).map_err(|e| err("read", source, e))?;
-            let (parent, name) = target_parent(root, path)?;
-            let fd = rustix::fs::openat(
-                &parent,
-                name,
-                OFlags::CREATE
-                    | OFlags::WRONLY
-                    | OFlags::TRUNC
-                    | OFlags::NOFOLLOW
-                    | OFlags::CLOEXEC,
-                Mode::from_raw_mode(0o600),
-            )
-            .map_err(|e| err("create", path, e))?;
-            let mut f = fs::File::from(fd);
-            f.write_all(&data).map_err(|e| err("write", path, e))?;
-            f.set_permissions(fs::Permissions::from_mode(st.st_mode & 0o1777))
-                .map_err(|e| err("chmod", path, e))
+            new_file(root, path, &data, st.st_mode & 0o1777)
         }
         MountOp::ReadOnly { target } => {
             let Some(dst) = existing(root, target)? else {

@@ -257,18 +257,11 @@ async fn sh(
         } else {
             &o.stderr
         };
-        let said = String::from_utf8_lossy(said);
-        let tail: Vec<&str> = said.lines().rev().take(3).collect();
-        let tail: Vec<&str> = tail.into_iter().rev().collect();
+        let tail = last_lines(&String::from_utf8_lossy(said));
         return Err((
             format!(
                 "step {step}: the command exited with status {}{}",
-                o.exit_code,
-                if tail.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", tail.join(" / "))
-                }
+                o.exit_code, tail
             ),
             Some(step.into()),
         ));
@@ -611,6 +604,17 @@ async fn start_and_wait(
     }
 }
 
+/// The last three lines of `text` as `: a / b / c`, or nothing.
+fn last_lines(text: &str) -> String {
+    let mut tail: Vec<&str> = text.lines().rev().take(3).collect();
+    tail.reverse();
+    if tail.is_empty() {
+        String::new()
+    } else {
+        format!(": {}", tail.join(" / "))
+    }
+}
+
 /// The last lines a detached command wrote (`: ...`), or nothing.
 async fn last_words(e2b: &E2b, tenant: &str, sandbox: &str, pid: u32) -> String {
     let op = FileOp::Read {
@@ -619,18 +623,7 @@ async fn last_words(e2b: &E2b, tenant: &str, sandbox: &str, pid: u32) -> String 
         limit: 64 << 10,
     };
     match e2b.daemon.file_as(tenant, sandbox, 0, op).await {
-        Ok(stockade::FileResult::Data { data, .. }) => {
-            let text = String::from_utf8_lossy(&data);
-            let tail: Vec<&str> = text.lines().rev().take(3).collect();
-            if tail.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    ": {}",
-                    tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
-                )
-            }
-        }
+        Ok(stockade::FileResult::Data { data, .. }) => last_lines(&String::from_utf8_lossy(&data)),
         _ => String::new(),
     }
 }
