@@ -107,7 +107,7 @@ def start_server(tmp, pool=0, config_toml=""):
             "--state-dir", os.path.join(tmp, "state"),
             "--e2b-listen", f"127.0.0.1:{port}",
         ],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
+        stdout=subprocess.DEVNULL, stderr=open(os.environ["BENCH_LOG"], "w") if os.environ.get("BENCH_LOG") else subprocess.DEVNULL, env=env,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):

@@ -287,3 +287,27 @@ test('runCode in JavaScript and bash contexts keeps state; a missing runtime is 
     await bare.kill()
   }
 })
+
+test('a snapshot of the files starts new sandboxes; a fork is refused by name', async () => {
+  let snap
+  await withSandbox(async (sbx) => {
+    await sbx.files.write('/home/user/snap.txt', 'from the source')
+    // The npm SDK asks for no mode: a snapshot of the files.
+    snap = await sbx.createSnapshot({ name: 'js-snap' })
+    assert.ok(snap.snapshotId)
+    assert.deepEqual(snap.names, ['js-snap'])
+    assert.equal((await sbx.commands.run('cat ~/snap.txt')).stdout, 'from the source')
+    await assert.rejects(sbx.fork({ count: 1 }), (e) => /fork of sandbox .* a snapshot of its files/.test(e.message))
+  })
+  const listed = await Sandbox.listSnapshots().nextItems()
+  assert.ok(listed.some((s) => s.snapshotId === snap.snapshotId), JSON.stringify(listed))
+  const copy = await Sandbox.create(snap.snapshotId, { timeoutMs: 60_000 })
+  try {
+    assert.equal(await copy.files.read('/home/user/snap.txt'), 'from the source')
+  } finally {
+    await copy.kill()
+  }
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId, { apiKey: KEY_B }), false)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
+  assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), false)
+})

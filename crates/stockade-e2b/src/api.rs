@@ -272,10 +272,36 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
             copy_refused(&e2b, &tenant, id, stockade::Verb::Fork, "fork").await
         }
         (Method::POST, ["sandboxes", id, "snapshots"]) => {
-            copy_refused(&e2b, &tenant, id, stockade::Verb::Snapshots, "a snapshot").await
+            let b: crate::templates::snapshot::Body = if body.is_empty() {
+                Default::default()
+            } else {
+                match parse(&body) {
+                    Ok(b) => b,
+                    Err(r) => return *r,
+                }
+            };
+            let Some(s) = e2b.get(&tenant, id) else {
+                return not_found(id);
+            };
+            // A copy of its memory is what no sandbox here can give; asked for by
+            // name, that is refused. Asked for by no one (the API's default, all the
+            // JavaScript SDK sends) a snapshot is of its files.
+            if b.memory == Some(true) {
+                return copy_refused(
+                    &e2b,
+                    &tenant,
+                    id,
+                    stockade::Verb::Snapshots,
+                    "a snapshot with memory",
+                )
+                .await;
+            }
+            match crate::templates::snapshot::take(&e2b, &s, b.name.as_deref()).await {
+                Ok(r) => r,
+                Err((code, m)) => error(code, &m),
+            }
         }
-        // None is ever taken (see `copy_refused`).
-        (Method::GET, ["snapshots"]) => ok(StatusCode::OK, &json!([])),
+        (Method::GET, ["snapshots"]) => crate::templates::snapshot::list(&e2b, &tenant, &query),
         (Method::PUT, ["sandboxes", id, "network"]) => {
             let o: crate::network::EgressOpts = match parse(&body) {
                 Ok(o) => o,
@@ -319,16 +345,17 @@ pub async fn handle(e2b: Arc<E2b>, req: Request) -> Response {
         (m, _) => error(
             404,
             &format!(
-                "no control-plane route {m} {path} (this server has /v2/sandboxes, /v3/templates and the template build routes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, PUT /sandboxes/ID/network; /sandboxes/ID/fork and /sandboxes/ID/snapshots refuse with the reason)"
+                "no control-plane route {m} {path} (this server has /v2/sandboxes, /v3/templates and the template build routes, /sandboxes/ID, /sandboxes/ID/timeout, /sandboxes/ID/connect, /sandboxes/ID/metrics, /sandboxes/metrics, /sandboxes/ID/pause, /sandboxes/ID/resume, /sandboxes/ID/snapshots, /snapshots, PUT /sandboxes/ID/network; /sandboxes/ID/fork refuses with the reason)"
             ),
         ),
     }
 }
 
-/// `fork()` and `create_snapshot()`: copies of a running sandbox's memory and
+/// `fork()` and a snapshot with memory: copies of a running sandbox's memory and
 /// processes, which no E2B sandbox here can give: the native, docker and gVisor
 /// providers cannot copy one at all, and a microVM copy cannot take the home each E2B
-/// sandbox has shared from the host. Refused with the provider's own reason (409).
+/// sandbox has shared from the host. Refused with the provider's own reason (409),
+/// naming the snapshot of its files, which every provider can take.
 async fn copy_refused(
     e2b: &E2b,
     tenant: &str,
@@ -353,8 +380,9 @@ async fn copy_refused(
     error(
         409,
         &format!(
-            "{what} of sandbox {id} is not possible here: {reason}; start a new sandbox and \
-             bring its state with files.write or commands instead"
+            "{what} of sandbox {id} is not possible here: {reason}; a snapshot of its files \
+             is: create_snapshot(mode=\"filesystem\") in Python (createSnapshot() in \
+             JavaScript), then Sandbox.create(snapshot_id) for each copy"
         ),
     )
 }

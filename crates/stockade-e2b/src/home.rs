@@ -19,6 +19,9 @@ pub(crate) struct HomeMaker {
     pub(crate) seed: Option<PathBuf>,
     /// The server's own mounts besides the home (a template build's base and output).
     pub(crate) extra: Vec<Mount>,
+    /// A writable root's image (store, reference): seen read-only at
+    /// [`crate::templates::BASE_AT`], the tree a snapshot's layer is taken against.
+    pub(crate) base: Option<(stockade_image::Store, String)>,
 }
 
 impl stockade_server::daemon::MountMaker for HomeMaker {
@@ -44,10 +47,25 @@ impl stockade_server::daemon::MountMaker for HomeMaker {
             });
         }
         let mut mounts = vec![Mount {
-            host: home,
+            host: home.clone(),
             target: "/home/user".into(),
             writable: true,
         }];
+        if let Some((store, image)) = &self.base {
+            match store.image(image).and_then(|i| store.rootfs(&i)) {
+                Ok(root) => mounts.push(Mount {
+                    host: root,
+                    target: crate::templates::BASE_AT.into(),
+                    writable: false,
+                }),
+                Err(e) => {
+                    remove_home(&home);
+                    return Err(stockade::Error::InvalidRequest(format!(
+                        "image {image} of the template: {e}"
+                    )));
+                }
+            }
+        }
         mounts.extend(self.extra.iter().cloned());
         Ok(mounts)
     }
@@ -99,9 +117,12 @@ fn make_home(home: &std::path::Path, size: u64, owner: Option<(u32, u32)>) -> st
     Ok(())
 }
 
-/// Copies a template's home (`from`, in the image's root) into a new one, owned by
-/// the sandbox user (`owner`: its host ids).
-fn seed_home(
+/// Copies a template's home (`from`, in the image's root, or a snapshot's) into a
+/// new one, owned by the sandbox user (`owner`: its host ids; none: the server's).
+/// Regular files, directories and symbolic links are copied, with their permission
+/// bits (no set-id bits); the rest (FIFOs, sockets, devices) is left out. Nothing in
+/// `from` may change meanwhile: a running sandbox's home is copied while it is frozen.
+pub(crate) fn seed_home(
     from: &std::path::Path,
     home: &std::path::Path,
     owner: Option<(u32, u32)>,

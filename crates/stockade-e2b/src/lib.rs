@@ -16,6 +16,7 @@ mod envd;
 mod files;
 mod home;
 mod interp;
+mod lifecycle;
 mod network;
 mod ports;
 mod process;

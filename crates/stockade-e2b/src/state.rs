@@ -61,16 +61,22 @@ pub struct Sbx {
     pub lifecycle: Lifecycle,
     /// The timeout it was created with, in seconds (what an automatic resume gives it).
     pub timeout_secs: u64,
+    /// What it was made from, as a snapshot of it keeps.
+    pub source: Source,
+    /// Held while a snapshot is taken, a pause or a resume made: one at a time.
+    pub freezing: tokio::sync::Mutex<()>,
 }
 
-/// E2B's lifecycle of a sandbox (`autoPause`, `autoResume` at create).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Lifecycle {
-    /// At its timeout it is paused (and kept) instead of killed.
-    pub pause_on_timeout: bool,
-    /// While paused, a request to it (envd, the interpreter, a port) resumes it.
-    pub auto_resume: bool,
+/// What an E2B sandbox was made from: its template's configuration (image, limits,
+/// environment, allowlist), working directory, and whether its root is writable.
+#[derive(Clone, Debug, Default)]
+pub struct Source {
+    pub config: Option<stockade_image::TemplateConfig>,
+    pub workdir: String,
+    pub writable: bool,
 }
+
+pub use crate::lifecycle::Lifecycle;
 
 /// How often a running sandbox's metrics are taken (E2B's interval).
 pub const METRICS_EVERY: Duration = Duration::from_secs(5);
@@ -224,12 +230,23 @@ impl E2b {
         spec: &SandboxSpec,
         seed: Option<PathBuf>,
     ) -> Arc<dyn stockade_server::daemon::MountMaker> {
+        // A writable root sees its image read-only too: a snapshot's layer is what
+        // differs from it.
+        let base = match (&spec.image, spec.writable) {
+            (Some(image), true) => self
+                .daemon
+                .image_store()
+                .ok()
+                .map(|store| (store, image.clone())),
+            _ => None,
+        };
         Arc::new(HomeMaker {
             homes: self.homes.clone(),
             size: spec.limits.tmp_bytes,
             owner: self.home_owner,
             seed,
             extra: Vec::new(),
+            base,
         })
     }
 
@@ -247,6 +264,7 @@ impl E2b {
             owner: self.home_owner,
             seed: None,
             extra,
+            base: None,
         });
         let (info, _) = self
             .daemon
@@ -446,8 +464,12 @@ impl E2b {
         spec.env.extend(env_vars);
         let memory_mb = spec.limits.memory_bytes >> 20;
         let cpus = spec.limits.cpus.ceil() as u64;
-        // A built template's home: its image's /home/user.
+        // A snapshot's home, or a built template's: its image's /home/user.
         let seed = match built {
+            Some(b) if b.home.is_some() => {
+                spec.workdir = Some(b.workdir.clone().into());
+                b.home.clone()
+            }
             Some(b) => {
                 spec.workdir = Some(b.workdir.clone().into());
                 let store = self.daemon.image_store()?;
@@ -461,6 +483,11 @@ impl E2b {
                 Some(root.join("home/user")).filter(|h| h.is_dir())
             }
             None => None,
+        };
+        let source = Source {
+            config: custom.cloned(),
+            workdir: spec.effective_workdir().display().to_string(),
+            writable: spec.writable,
         };
         let maker = self.maker(&spec, seed);
         let (info, _warm) = self
@@ -512,6 +539,8 @@ impl E2b {
             samples: Mutex::new(std::collections::VecDeque::new()),
             lifecycle,
             timeout_secs,
+            source,
+            freezing: tokio::sync::Mutex::new(()),
         });
         self.table().insert(id, s.clone());
         tokio::spawn(sample_metrics(self.daemon.clone(), Arc::downgrade(&s)));
@@ -655,48 +684,7 @@ fn template_spec(
     spec
 }
 
-impl E2b {
-    /// Pauses the tenant's sandbox through the daemon (its cgroup freezer); its E2B
-    /// timeout stops. `Ok(false)`: it was paused already.
-    pub async fn pause(&self, s: &Sbx) -> stockade::Result<bool> {
-        if s.paused_at().is_some() {
-            return Ok(false);
-        }
-        self.daemon.pause(&s.tenant, &s.daemon_id).await?;
-        *lock(&s.paused_at_ms) = Some(stockade::now_ms());
-        Ok(true)
-    }
-
-    /// Resumes `s` when it is paused and traffic may wake it (`autoResume`), with the
-    /// timeout it was created with. A failed resume is left for the call to meet.
-    pub async fn wake(&self, s: &Sbx) {
-        if s.lifecycle.auto_resume && s.paused_at().is_some() {
-            match self.resume(s, Some(s.timeout_secs)).await {
-                Ok(_) => tracing::info!(sandbox = %s.id, "resumed by a request (autoResume)"),
-                Err(e) => tracing::warn!(sandbox = %s.id, "autoResume failed: {e}"),
-            }
-        }
-    }
-
-    /// Resumes the tenant's paused sandbox; its timeout runs again for what was
-    /// left of it at the pause, or `timeout_secs` when that is longer. `Ok(false)`:
-    /// it was running.
-    pub async fn resume(&self, s: &Sbx, timeout_secs: Option<u64>) -> stockade::Result<bool> {
-        let Some(at) = s.paused_at() else {
-            return Ok(false);
-        };
-        self.daemon.resume(&s.tenant, &s.daemon_id).await?;
-        let now = stockade::now_ms();
-        let left = s.end_ms().saturating_sub(at);
-        let asked = timeout_secs.map_or(0, |t| t.min(MAX_TIMEOUT_SECS) * 1000);
-        s.set_end_ms(now + left.max(asked));
-        *lock(&s.paused_at_ms) = None;
-        *lock(&s.cpu_sample) = None;
-        Ok(true)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 

@@ -654,22 +654,6 @@ def test_network_allow_out_is_an_egress_policy_and_update_network_replaces_it(se
     assert "operator's allowlist" in str(e.value), str(e.value)
 
 
-def test_fork_and_snapshots_are_refused_with_the_reason_and_the_sandbox_runs_on(server):
-    from e2b import SandboxNotFoundException
-
-    with Sandbox.create() as sb:
-        sb.files.write("/home/user/kept.txt", "kept")
-        for call, words in ((lambda: sb.fork(count=1), "fork of sandbox"), (sb.create_snapshot, "a snapshot of sandbox")):
-            with pytest.raises(SandboxException) as e:
-                call()
-            assert not isinstance(e.value, SandboxNotFoundException), e.value
-            assert words in str(e.value) and "provider" in str(e.value), str(e.value)
-        # None is ever taken; the sandbox is as it was.
-        assert sb.list_snapshots().next_items() == []
-        assert sb.files.read("/home/user/kept.txt") == "kept"
-        assert sb.commands.run("echo on").stdout == "on\n"
-
-
 def test_a_bad_configuration_file_is_named_and_nothing_starts(server):
     path = os.environ["STOCKADE_TEST_E2B_CONFIG"]
     good = open(path).read()

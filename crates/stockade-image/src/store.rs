@@ -95,7 +95,7 @@ impl Store {
     /// Opens the store at `root` with these caps (unset ones at their defaults).
     pub fn open_with(root: impl Into<PathBuf>, caps: &crate::StoreConfig) -> Result<Store> {
         let root = root.into();
-        for d in ["blobs/sha256", "layers", "rootfs", "tmp", "inuse"] {
+        for d in ["blobs/sha256", "layers", "rootfs", "tmp", "inuse", "sizes"] {
             let p = root.join(d);
             fs::create_dir_all(&p).map_err(Error::io("create directory", &p))?;
         }
@@ -135,29 +135,57 @@ impl Store {
     }
 
     /// What the store takes on disk: the length of every file under it (sparse files
-    /// count in full), symlinks and directories not counted.
+    /// count in full), symlinks and directories not counted. An unpacked tree counts
+    /// what was measured when it was made (kept under `sizes/`), so this does not walk
+    /// every image's files; a tree without that is walked.
     pub fn usage(&self) -> Result<u64> {
-        fn walk(dir: &Path, total: &mut u64) -> Result<()> {
-            let rd = match fs::read_dir(dir) {
-                Ok(rd) => rd,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-                // A tree mid-removal or a directory without read permission.
-                Err(_) => return Ok(()),
-            };
-            for e in rd.flatten() {
-                match e.file_type() {
-                    Ok(t) if t.is_dir() => walk(&e.path(), total)?,
-                    Ok(t) if t.is_file() => {
-                        *total += e.metadata().map(|m| m.len()).unwrap_or(0);
-                    }
-                    _ => {}
-                }
-            }
-            Ok(())
-        }
         let mut total = 0;
-        walk(&self.root, &mut total)?;
+        for e in fs::read_dir(&self.root).map_err(Error::io("read", &self.root))? {
+            let e = e.map_err(Error::io("read", &self.root))?;
+            let name = e.file_name();
+            match name.to_str() {
+                Some(kind @ ("layers" | "rootfs")) => {
+                    for t in fs::read_dir(e.path()).into_iter().flatten().flatten() {
+                        let name = t.file_name().to_string_lossy().into_owned();
+                        total += match self.tree_size(kind, &name) {
+                            Some(n) => n,
+                            None => self.measure(kind, &name, &t.path()),
+                        };
+                    }
+                }
+                _ if e.file_type().is_ok_and(|t| t.is_dir()) => total += tree_bytes(&e.path()),
+                _ if e.file_type().is_ok_and(|t| t.is_file()) => {
+                    total += e.metadata().map(|m| m.len()).unwrap_or(0);
+                }
+                _ => {}
+            }
+        }
         Ok(total)
+    }
+
+    /// Where the measured size of the tree `kind/name` is kept.
+    fn size_path(&self, kind: &str, name: &str) -> PathBuf {
+        self.root.join("sizes").join(format!("{kind}-{name}"))
+    }
+
+    /// Measures the tree `kind/name` at `at` and keeps its size (a tree in place is
+    /// never changed; one made before sizes were kept is measured once).
+    fn measure(&self, kind: &str, name: &str, at: &Path) -> u64 {
+        let n = tree_bytes(at);
+        let size = self.size_path(kind, name);
+        let part = size.with_extension(format!("tmp{}", std::process::id()));
+        if fs::write(&part, n.to_string()).is_ok() {
+            let _ = fs::rename(&part, &size);
+        }
+        n
+    }
+
+    fn tree_size(&self, kind: &str, name: &str) -> Option<u64> {
+        fs::read_to_string(self.size_path(kind, name))
+            .ok()?
+            .trim()
+            .parse()
+            .ok()
     }
 
     /// The room left for `what`: under the store's total cap and this handle's
@@ -422,6 +450,12 @@ impl Store {
                 if is_tree {
                     make_writable(&p);
                     fs::remove_dir_all(&p).map_err(Error::io("remove", &p))?;
+                    let kind = if dir.ends_with("rootfs") {
+                        "rootfs"
+                    } else {
+                        "layers"
+                    };
+                    let _ = fs::remove_file(self.size_path(kind, &name));
                     report.trees += 1;
                 } else {
                     fs::remove_file(&p).map_err(Error::io("remove", &p))?;
@@ -438,6 +472,21 @@ impl Store {
             let held = Digest::parse(&format!("sha256:{}", name.to_string_lossy()))
                 .is_ok_and(|d| self.in_use(&d));
             if !held && !live.contains(name.to_string_lossy().as_ref()) {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+        // Sizes of trees no longer there.
+        for e in fs::read_dir(self.root.join("sizes"))
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = e.file_name();
+            let tree = name
+                .to_str()
+                .and_then(|n| n.split_once('-'))
+                .map(|(kind, hex)| self.root.join(kind).join(hex));
+            if !tree.is_some_and(|t| t.is_dir()) {
                 let _ = fs::remove_file(e.path());
             }
         }
@@ -548,6 +597,15 @@ impl Store {
                 return Err(e);
             }
         };
+        // Measured once here, so that the store's usage need not walk it again.
+        if let (Some(kind), Some(name)) = (
+            dest.parent()
+                .and_then(Path::file_name)
+                .and_then(|k| k.to_str()),
+            dest.file_name().and_then(|n| n.to_str()),
+        ) {
+            self.measure(kind, name, &tmp);
+        }
         match fs::rename(&tmp, dest) {
             Ok(()) => {
                 self.added.fetch_add(written, Ordering::Relaxed);
@@ -565,6 +623,21 @@ impl Store {
             }
         }
     }
+}
+
+/// The length of every file under `dir` (symlinks and directories not counted; an
+/// unreadable directory counts nothing).
+fn tree_bytes(dir: &Path) -> u64 {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+            _ => 0,
+        })
+        .sum()
 }
 
 /// A layer blob's tar stream: gzip and zstd are detected by their magic bytes,

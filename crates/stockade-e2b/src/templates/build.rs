@@ -49,17 +49,17 @@ pub(super) async fn run_build(e2b: &Arc<E2b>, build: &Arc<Build>, build_id: &str
         Ok(b) => {
             let templates = &e2b.templates;
             let mut built = lock(&templates.built);
-            let replaced: Vec<String> = built
+            let replaced: Vec<Built> = built
                 .iter()
                 .filter(|x| x.tenant == b.tenant && x.name == b.name)
-                .map(|x| x.image.clone())
+                .cloned()
                 .collect();
             built.retain(|x| !(x.tenant == b.tenant && x.name == b.name));
             built.push(b);
             match templates.save(&built) {
                 Ok(()) => {
                     drop(built);
-                    super::release(e2b, replaced);
+                    super::forget(e2b, replaced);
                     build.log("info", "Template is ready", None);
                     let mut st = lock(&build.state);
                     st.status = "ready";
@@ -88,6 +88,12 @@ async fn build_in(
     // The base: another template of the tenant's, or an image of the store.
     let (base_ref, mut carried, from) = match (&body.from_template, &body.from_image) {
         (Some(t), _) => match e2b.templates.find(&build.tenant, t) {
+            Some(b) if b.image.is_empty() => {
+                return Err(base_err(format!(
+                    "template {t:?} is a snapshot of a sandbox on the host's root, which \
+                     cannot be built on: build from an image"
+                )));
+            }
             Some(b) => (
                 b.image.clone(),
                 Carried {
@@ -538,6 +544,11 @@ async fn finish(
         cpus: build.cpus,
         memory_mb: build.memory_mb,
         created_ms: stockade::now_ms(),
+        snapshot_of: None,
+        home: None,
+        owns_image: true,
+        allow: Vec::new(),
+        pids: None,
     })
 }
 

@@ -31,6 +31,7 @@ use crate::api::error;
 use crate::state::E2b;
 
 mod build;
+pub mod snapshot;
 
 use build::run_build;
 pub use build::started;
@@ -59,7 +60,7 @@ const MAX_UPLOAD_URLS: usize = 1000;
 /// Most bytes of COPY archives a tenant keeps on this host.
 pub const MAX_TENANT_FILES_BYTES: u64 = 1 << 30;
 /// Where a build sandbox sees its base (read-only) and writes its layer.
-pub(super) const BASE_AT: &str = "/.e2b-build/base";
+pub const BASE_AT: &str = "/.e2b-build/base";
 pub(super) const OUT_AT: &str = "/.e2b-build/out";
 
 /// A template the tenant built, as kept.
@@ -81,17 +82,40 @@ pub struct Built {
     pub cpus: Option<f64>,
     pub memory_mb: Option<u64>,
     pub created_ms: u64,
+    /// A snapshot: the E2B sandbox it was taken of.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub snapshot_of: Option<String>,
+    /// A snapshot's home: what each new home starts with (a directory of the
+    /// templates' own); none: the image's `/home/user`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub home: Option<PathBuf>,
+    /// Whether `image` is this template's own, to give the store's gc when it goes
+    /// (a snapshot of a read-only root names its sandbox's image, which it does not own).
+    #[serde(default = "yes")]
+    pub owns_image: bool,
+    /// The egress allowlist and process cap of the template a snapshot was taken on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pids: Option<u32>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 impl Built {
-    /// The spec's part of a template: its image, environment and working directory.
+    /// The spec's part of a template: its image (none, an empty `image`: the host's
+    /// root), environment, limits and allowlist.
     pub fn config(&self) -> stockade_image::TemplateConfig {
         stockade_image::TemplateConfig {
-            image: Some(self.image.clone()),
+            image: Some(self.image.clone()).filter(|i| !i.is_empty()),
             memory: self.memory_mb.map(|m| m << 20),
             cpus: self.cpus,
+            pids: self.pids,
             env: self.env.clone(),
-            ..Default::default()
+            allow: self.allow.clone(),
+            pool: None,
         }
     }
 }
@@ -179,6 +203,7 @@ impl Templates {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
             Err(e) => return Err(e.into()),
         };
+        prune_snapshots(&dir.join("snapshots"), &built);
         Ok(Templates {
             dir,
             built: Mutex::new(built),
@@ -208,6 +233,25 @@ impl Templates {
 
     pub(super) fn file_path(&self, tenant: &str, hash: &str) -> PathBuf {
         self.dir.join("files").join(tenant_dir(tenant)).join(hash)
+    }
+}
+
+/// Removes what a snapshot left under `snapshots` that no kept template names (one
+/// taken when the server stopped).
+fn prune_snapshots(snapshots: &Path, built: &[Built]) {
+    let kept: std::collections::HashSet<&Path> = built
+        .iter()
+        .filter_map(|b| b.home.as_deref().and_then(Path::parent))
+        .collect();
+    let Ok(tenants) = std::fs::read_dir(snapshots) else {
+        return;
+    };
+    for t in tenants.flatten() {
+        for d in std::fs::read_dir(t.path()).into_iter().flatten().flatten() {
+            if !kept.contains(d.path().as_path()) {
+                let _ = std::fs::remove_dir_all(d.path());
+            }
+        }
     }
 }
 
@@ -351,20 +395,17 @@ pub async fn handle(
         (&Method::DELETE, ["templates", id]) => {
             let id = decode(id);
             let mut built = lock(&t.built);
-            let gone: Vec<String> = built
-                .iter()
-                .filter(|b| b.tenant == tenant && (b.template_id == id || b.name == id))
-                .map(|b| b.image.clone())
-                .collect();
+            let is = |b: &Built| b.tenant == tenant && (b.template_id == id || b.name == id);
+            let gone: Vec<Built> = built.iter().filter(|b| is(b)).cloned().collect();
             if gone.is_empty() {
                 return Some(error(404, &format!("template {id:?} not found")));
             }
-            built.retain(|b| !(b.tenant == tenant && (b.template_id == id || b.name == id)));
+            built.retain(|b| !is(b));
             if let Err(e) = t.save(&built) {
                 return Some(error(500, &format!("cannot save the template list: {e}")));
             }
             drop(built);
-            release(e2b, gone);
+            forget(e2b, gone);
             StatusCode::NO_CONTENT.into_response()
         }
         (&Method::GET, ["templates"] | ["v2", "templates"]) => {
@@ -382,6 +423,23 @@ pub async fn handle(
         }
         _ => return None,
     })
+}
+
+/// What templates no longer kept leave: their own images go to the store's gc
+/// ([`release`]), a snapshot's home is removed.
+pub(super) fn forget(e2b: &Arc<E2b>, gone: Vec<Built>) {
+    for b in &gone {
+        if let Some(h) = &b.home {
+            let _ = std::fs::remove_dir_all(h);
+        }
+    }
+    release(
+        e2b,
+        gone.into_iter()
+            .filter(|b| b.owns_image)
+            .map(|b| b.image)
+            .collect(),
+    );
 }
 
 /// Gives the store's gc the images no built template names any more (one a sandbox

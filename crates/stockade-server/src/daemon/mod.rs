@@ -377,6 +377,23 @@ impl Daemon {
         self.record_where(tenant, id, |s| s == State::InUse)
     }
 
+    /// The mounts the server's own maker made for the tenant's sandbox (an E2B
+    /// home's host directory, say): empty when it has none.
+    pub fn made_mounts(&self, tenant: &str, id: &str) -> Result<Vec<stockade::spec::Mount>> {
+        let g = self.lock();
+        match g.entries.get(id) {
+            Some(e) if e.state == State::InUse && e.record.tenant == tenant => Ok(e
+                .made
+                .as_ref()
+                .map(|m| m.mounts().to_vec())
+                .unwrap_or_default()),
+            _ => Err(Error::NotFound {
+                kind: "sandbox",
+                id: id.to_string(),
+            }),
+        }
+    }
+
     /// Like [`Daemon::record`], also while a destroy is under way (the sandbox still
     /// exists until the provider has destroyed it): what `inspect` and `list` show.
     fn record_shown(&self, tenant: &str, id: &str) -> Result<SandboxRecord> {
