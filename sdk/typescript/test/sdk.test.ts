@@ -1,6 +1,7 @@
 // The SDK against the installed tarball, on the real native provider (as root).
 import { test } from "node:test";
 import assert from "node:assert/strict";
+import http from "node:http";
 
 import * as stockade from "@stockade/sdk";
 import { FileNotFoundError, InvalidSpecError, StockadeError, UnavailableError } from "@stockade/sdk";
@@ -112,6 +113,21 @@ test("files: extended attributes are set, listed and only the user's own", async
   });
 });
 
+/** One GET on its own connection (no pool), failing after 10 s rather than waiting on. */
+function get(url: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const req = http.get(url, { agent: false, timeout: 10_000 }, (res) => {
+      let body = "";
+      res.setEncoding("utf8");
+      res.on("data", (c: string) => (body += c));
+      res.on("end", () => resolve(body));
+      res.on("error", reject);
+    });
+    req.on("timeout", () => req.destroy(new Error(`GET ${url}: no answer in 10 s`)));
+    req.on("error", reject);
+  });
+}
+
 test("forward: a port inside is reached on this host's loopback, until closed", async () => {
   await using sb = await stockade.create();
   const server = [
@@ -130,15 +146,15 @@ test("forward: a port inside is reached on this host's loopback, until closed", 
   let body = "";
   for (let i = 0; i < 100 && body === ""; i++) {
     try {
-      body = await (await fetch(fwd.url)).text();
+      body = await get(fwd.url);
     } catch {
       await new Promise((r) => setTimeout(r, 100));
     }
   }
   assert.equal(body, "hello from inside");
-  assert.equal(await (await fetch(fwd.url)).text(), "hello from inside", "a second connection");
+  assert.equal(await get(fwd.url), "hello from inside", "a second connection");
   fwd.close();
-  await assert.rejects(fetch(fwd.url), "the forward still listens after its close");
+  await assert.rejects(get(fwd.url), "the forward still listens after its close");
   await assert.rejects(sb.forward(70000), stockade.InvalidSpecError);
 });
 
