@@ -46,31 +46,20 @@ pub(super) async fn run_build(e2b: &Arc<E2b>, build: &Arc<Build>, build_id: &str
     let r = build_in(e2b, build, build_id, body, &scratch).await;
     let _ = std::fs::remove_dir_all(&scratch);
     match r {
-        Ok(b) => {
-            let templates = &e2b.templates;
-            let mut built = lock(&templates.built);
-            let replaced: Vec<Built> = built
-                .iter()
-                .filter(|x| x.tenant == b.tenant && x.name == b.name)
-                .cloned()
-                .collect();
-            built.retain(|x| !(x.tenant == b.tenant && x.name == b.name));
-            built.push(b);
-            match templates.save(&built) {
-                Ok(()) => {
-                    drop(built);
-                    super::forget(e2b, replaced);
-                    build.log("info", "Template is ready", None);
-                    let mut st = lock(&build.state);
-                    st.status = "ready";
-                    st.ended_ms = Some(stockade::now_ms());
-                }
-                Err(e) => {
-                    drop(built);
-                    build.fail(format!("cannot save the template list: {e}"), None);
-                }
+        Ok(b) => match e2b.templates.replace(b) {
+            Ok(replaced) => {
+                super::forget(e2b, replaced);
+                build.log("info", "Template is ready", None);
+                let mut st = lock(&build.state);
+                st.status = "ready";
+                st.ended_ms = Some(stockade::now_ms());
             }
-        }
+            Err(failed) => {
+                let (b, e) = *failed;
+                super::forget(e2b, vec![b]);
+                build.fail(format!("cannot save the template list: {e}"), None);
+            }
+        },
         Err((m, step)) => build.fail(m, step),
     }
 }

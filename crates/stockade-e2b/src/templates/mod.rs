@@ -212,6 +212,23 @@ impl Templates {
         })
     }
 
+    /// Puts `b` in the list in place of the tenant's record of the same name and saves
+    /// the list; answers the records it replaced (for [`forget`]). When the list cannot
+    /// be saved it stays as it was, and `b` comes back with the error.
+    pub(super) fn replace(&self, b: Built) -> Result<Vec<Built>, Box<(Built, std::io::Error)>> {
+        let mut built = lock(&self.built);
+        let same = |x: &Built| x.tenant == b.tenant && x.name == b.name;
+        let replaced: Vec<Built> = built.iter().filter(|x| same(x)).cloned().collect();
+        built.retain(|x| !same(x));
+        built.push(b.clone());
+        if let Err(e) = self.save(&built) {
+            built.retain(|x| !(x.tenant == b.tenant && x.template_id == b.template_id));
+            built.extend(replaced);
+            return Err(Box::new((b, e)));
+        }
+        Ok(replaced)
+    }
+
     pub(super) fn save(&self, built: &[Built]) -> std::io::Result<()> {
         let tmp = self.dir.join("index.json.tmp");
         std::fs::write(&tmp, serde_json::to_vec_pretty(built)?)?;
@@ -742,3 +759,6 @@ fn prune_files(dir: &Path) -> u64 {
     }
     held
 }
+
+#[cfg(test)]
+mod tests;

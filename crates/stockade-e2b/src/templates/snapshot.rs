@@ -128,23 +128,13 @@ pub async fn take(e2b: &Arc<E2b>, s: &Arc<Sbx>, name: Option<&str>) -> Result<Re
         pids: config.pids,
     };
     let names = json!([b.name]);
-    let replaced = {
-        let mut built = lock(&templates.built);
-        let replaced: Vec<Built> = built
-            .iter()
-            .filter(|x| x.tenant == b.tenant && x.name == b.name)
-            .cloned()
-            .collect();
-        built.retain(|x| !(x.tenant == b.tenant && x.name == b.name));
-        built.push(b.clone());
-        if let Err(e) = templates.save(&built) {
-            built.retain(|x| !(x.tenant == b.tenant && x.template_id == b.template_id));
-            built.extend(replaced);
-            drop(built);
+    let replaced = match templates.replace(b) {
+        Ok(r) => r,
+        Err(failed) => {
+            let (b, e) = *failed;
             super::forget(e2b, vec![b]);
             return Err((500, format!("cannot save the template list: {e}")));
         }
-        replaced
     };
     super::forget(e2b, replaced);
     tracing::info!(sandbox = %s.id, snapshot = %template_id, tenant, "snapshot taken");
